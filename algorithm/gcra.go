@@ -1,0 +1,42 @@
+package algorithm
+
+// The token bucket and the leaky bucket share one state: the theoretical arrival time
+// tat = TAT + Frac/limit µs (GCRA). Each approved unit of cost moves tat forward by the emission
+// interval T = period/limit, kept as an exact fraction so that no rounding ever drifts: TAT holds
+// whole µs and Frac the remainder in 1/limit µs.
+//
+// Both decide on the queue ahead of now, scaled by limit so that it is an integer:
+// wait = limit·max(tat - now, 0), in 1/limit µs. A wait of k·period is k units of cost.
+
+// gcraWait returns limit·max(tat - now, 0) for s under alg (0 if s is another algorithm's).
+func gcraWait(p *Policy, s *State, alg Algorithm, now int64) u128 {
+	if s.Alg != alg || s.TAT < now || (s.TAT == now && s.Frac == 0) {
+		return u128{}
+	}
+	return mul(p.Limit, s.TAT-now).add(small(s.Frac))
+}
+
+// gcraAdvance sets tat = max(tat, now) + cost·period/limit. It reports false, changing nothing,
+// if that time is beyond any clock.
+func gcraAdvance(p *Policy, s *State, alg Algorithm, now, cost int64) bool {
+	tat, frac := s.TAT, s.Frac
+	if s.Alg != alg || tat < now || (tat == now && frac == 0) {
+		tat, frac = now, 0
+	}
+	q, r := mul(cost, p.PeriodMicros()).divmod(p.Limit)
+	if q > maxInt64-tat-1 {
+		return false
+	}
+	tat, frac = tat+q, frac+r
+	if frac >= p.Limit {
+		tat, frac = tat+1, frac-p.Limit
+	}
+	*s = State{Alg: alg, TAT: tat, Frac: frac}
+	return true
+}
+
+// fits reports whether cost·period/limit µs is a time any clock reaches (under 2^62 µs).
+func fits(p *Policy, cost int64) bool {
+	q, _ := mul(cost, p.PeriodMicros()).divmod(p.Limit)
+	return q < 1<<62
+}

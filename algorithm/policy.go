@@ -1,0 +1,169 @@
+// Package algorithm is sluice's pure core: one transition per rate-limiting algorithm,
+// (state, now, cost) -> (state', Decision), in integer microseconds, with no clock, no I/O,
+// no locks and no allocation (the sliding log aside, whose state is a list).
+//
+// A store makes a transition atomic (a mutex in memory, a Lua script in Redis) and supplies now;
+// the simulator supplies a virtual now. Every driver therefore decides exactly alike.
+package algorithm
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Algorithm names one of the five algorithms. The zero value is no algorithm.
+type Algorithm uint8
+
+const (
+	FixedWindow   Algorithm = iota + 1 // "fixed-window": a counter per epoch-aligned window
+	SlidingLog                         // "sliding-log": every approved request's time, exact
+	SlidingWindow                      // "sliding-window": two window counters, the previous one weighted
+	TokenBucket                        // "token-bucket": capacity Burst, refilled Limit per Period, continuously
+	LeakyBucket                        // "leaky-bucket": a queue drained Limit per Period, room for Burst
+)
+
+// Algorithms lists every algorithm in a fixed order (the order of `sluice simulate --compare`).
+var Algorithms = []Algorithm{FixedWindow, SlidingLog, SlidingWindow, TokenBucket, LeakyBucket}
+
+var algorithmNames = [...]string{"", "fixed-window", "sliding-log", "sliding-window", "token-bucket", "leaky-bucket"}
+
+// String returns the algorithm's name as the CLI and the configuration spell it.
+func (a Algorithm) String() string {
+	if int(a) < len(algorithmNames) && a != 0 {
+		return algorithmNames[a]
+	}
+	return fmt.Sprintf("Algorithm(%d)", uint8(a))
+}
+
+// ParseAlgorithm returns the algorithm named s ("token-bucket", ...).
+func ParseAlgorithm(s string) (Algorithm, error) {
+	for _, a := range Algorithms {
+		if s == a.String() {
+			return a, nil
+		}
+	}
+	return 0, fmt.Errorf("unknown algorithm %q (want one of fixed-window, sliding-log, sliding-window, token-bucket, leaky-bucket)", s)
+}
+
+// MarshalText and UnmarshalText let configuration formats spell an Algorithm by name.
+func (a Algorithm) MarshalText() ([]byte, error) {
+	if a == 0 || int(a) >= len(algorithmNames) {
+		return nil, fmt.Errorf("invalid algorithm %d", uint8(a))
+	}
+	return []byte(a.String()), nil
+}
+
+func (a *Algorithm) UnmarshalText(b []byte) error {
+	v, err := ParseAlgorithm(string(b))
+	if err != nil {
+		return err
+	}
+	*a = v
+	return nil
+}
+
+// Bounds of a policy. MaxLimit keeps every count, and every limit·period product's factors,
+// within 2^53, so the numbers are also exact as doubles (Lua).
+const (
+	MaxLimit  = 1 << 53
+	MinPeriod = time.Millisecond
+)
+
+// Policy is one rate limit: Limit requests (or cost units) per Period under Algorithm.
+//
+// Burst is the token bucket's capacity (0 means Limit) or the leaky bucket's queue room in
+// requests beyond the one being served (0 means no queue: a request is admitted only when the
+// previous one has drained). Burst has no meaning for the three window algorithms and must be 0.
+type Policy struct {
+	Name      string        // names the policy in keys, headers and metrics; may be empty in a library
+	Algorithm Algorithm     // which transition decides
+	Limit     int64         // 1..MaxLimit
+	Period    time.Duration // ≥ 1ms, a whole number of microseconds
+	Burst     int64         // 0..MaxLimit; see above
+}
+
+// ErrInvalidPolicy is wrapped by every error that Validate returns.
+var ErrInvalidPolicy = errors.New("invalid policy")
+
+// ErrCostExceedsLimit is wrapped by the error of a request whose cost can never be approved
+// (cost above the limit of a window algorithm, above a token bucket's capacity, or a leaky-bucket
+// cost whose drain time is beyond any clock). Its Decision has RetryAfter == Never.
+var ErrCostExceedsLimit = errors.New("cost exceeds limit")
+
+// ErrInvalidCost is wrapped by the error of a request with a negative cost.
+var ErrInvalidCost = errors.New("invalid cost")
+
+// Never is the RetryAfter of a request that can never be approved.
+const Never time.Duration = -1
+
+// Validate reports what is wrong with p, naming the field; nil if p can be used.
+func (p Policy) Validate() error {
+	bad := func(format string, args ...any) error {
+		who := "policy"
+		if p.Name != "" {
+			who = fmt.Sprintf("policy %q", p.Name)
+		}
+		return fmt.Errorf("%w: %s: %s", ErrInvalidPolicy, who, fmt.Sprintf(format, args...))
+	}
+	switch {
+	case p.Algorithm == 0:
+		return bad("algorithm is missing (want one of fixed-window, sliding-log, sliding-window, token-bucket, leaky-bucket)")
+	case int(p.Algorithm) >= len(algorithmNames):
+		return bad("unknown algorithm %d", uint8(p.Algorithm))
+	case p.Limit <= 0:
+		return bad("limit %d must be > 0", p.Limit)
+	case p.Limit > MaxLimit:
+		return bad("limit %d must be ≤ 2^53 (%d)", p.Limit, int64(MaxLimit))
+	case p.Period < MinPeriod:
+		return bad("period %v must be ≥ 1ms", p.Period)
+	case p.Period%time.Microsecond != 0:
+		return bad("period %v must be a whole number of microseconds", p.Period)
+	case p.Burst < 0:
+		return bad("burst %d must be ≥ 0", p.Burst)
+	case p.Burst > MaxLimit:
+		return bad("burst %d must be ≤ 2^53 (%d)", p.Burst, int64(MaxLimit))
+	case p.Burst != 0 && p.Algorithm != TokenBucket && p.Algorithm != LeakyBucket:
+		return bad("burst %d has no meaning for %v (only token-bucket and leaky-bucket take a burst)", p.Burst, p.Algorithm)
+	}
+	if p.Algorithm == TokenBucket || p.Algorithm == LeakyBucket {
+		// The time to refill the bucket (drain the queue) must stay far inside any clock.
+		if q, _ := mul(p.Capacity(), p.PeriodMicros()).divmod(p.Limit); q >= 1<<53 {
+			return bad("burst %d × period %v / limit %d is over 285 years; lower the burst or the period", p.Capacity(), p.Period, p.Limit)
+		}
+	}
+	return nil
+}
+
+// PeriodMicros is the period in microseconds.
+func (p *Policy) PeriodMicros() int64 { return int64(p.Period / time.Microsecond) }
+
+// Capacity is the most cost that can ever be approved at one instant with no delay: the limit of
+// a window algorithm, the token bucket's capacity, or for the leaky bucket Burst+1 (one request
+// served now, Burst queued). It is Decision.Limit.
+func (p *Policy) Capacity() int64 {
+	switch p.Algorithm {
+	case TokenBucket:
+		if p.Burst > 0 {
+			return p.Burst
+		}
+		return p.Limit
+	case LeakyBucket:
+		return p.Burst + 1
+	}
+	return p.Limit
+}
+
+// Decision is the answer to one request.
+//
+// RetryAfter is exact: absent other traffic on the key, the same request made RetryAfter later is
+// approved, and one made a microsecond earlier is not. Every request made before then with the same
+// or a larger cost is refused whatever else happens, so a refusal may be cached until then.
+type Decision struct {
+	Allowed    bool
+	Limit      int64         // Policy.Capacity
+	Remaining  int64         // cost units (requests of cost 1) that could still be approved now, after this decision
+	RetryAfter time.Duration // 0 when allowed; when refused, the wait until this request would be approved; Never if it never can
+	ResetAfter time.Duration // until the key's state is as if never seen (full quota); 0 if it already is
+	Delay      time.Duration // leaky bucket: how long to hold an approved request before serving it
+}
