@@ -50,9 +50,10 @@ func NewLimiter(store Store, policy Policy, opts ...Option) (*Limiter, error) {
 // Policy returns the limiter's policy (with its Name filled in).
 func (l *Limiter) Policy() Policy { return l.policy }
 
-// Allow is shorthand for AllowN(ctx, key, 1).
+// Allow is shorthand for AllowN(ctx, key, 1). (It calls the store itself rather than AllowN:
+// each extra hop that passes a Decision on costs a copy with store-forwarding stalls.)
 func (l *Limiter) Allow(ctx context.Context, key string) (Decision, error) {
-	return l.AllowN(ctx, key, 1)
+	return l.store.Decide(ctx, key, l.policy, 1)
 }
 
 // AllowN decides a request of cost on key now, and consumes cost from the key's quota if (and

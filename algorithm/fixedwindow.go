@@ -2,31 +2,33 @@ package algorithm
 
 // fixedWindow: count the cost approved in the epoch-aligned window w = floor(now/period);
 // approve iff count + cost ≤ limit.
-func fixedWindow(p *Policy, s *State, now, cost int64) (Decision, error) {
+func fixedWindow(p *Policy, s *State, now, cost int64, d *Decision) error {
 	period, limit := p.PeriodMicros(), p.Limit
 	if cost > limit {
-		return never(p, cost, "exceeds the limit "+itoa(limit))
+		return never(p, cost, "exceeds the limit "+itoa(limit), d)
 	}
-	w := floorDiv(now, period)
-	var count int64
-	if s.Alg == FixedWindow && s.Window >= w {
-		w = s.Window // a later window than now's only if the clock ran backward: stay in it
-		count = s.Count
+	var w, count int64
+	if s.Alg == FixedWindow && now < (s.Window+1)*period {
+		// Still in the recorded window (or, if the clock ran backward, before it: stay in it).
+		// Checked by a multiplication, which costs less than the division below.
+		w, count = s.Window, s.Count
+	} else {
+		w = floorDiv(now, period)
 	}
-	end := (w + 1) * period // the refusal holds until this window ends
-	d := Decision{Limit: limit}
-	if count+cost <= limit {
-		d.Allowed = true
+	end := (w + 1) * period // a refusal holds, and the count lasts, until this window ends
+	allowed := count+cost <= limit
+	var retry, reset int64
+	if allowed {
 		if cost > 0 {
 			count += cost
-			*s = State{Alg: FixedWindow, Window: w, Count: count}
+			s.Alg, s.Window, s.Count = FixedWindow, w, count
 		}
 	} else {
-		d.RetryAfter = micros(end - now)
+		retry = end - now
 	}
-	d.Remaining = limit - count
 	if count > 0 {
-		d.ResetAfter = micros(end - now)
+		reset = end - now
 	}
-	return d, nil
+	d.set(allowed, limit, limit-count, retry, reset, 0)
+	return nil
 }

@@ -24,7 +24,7 @@ func gcraAdvance(p *Policy, s *State, alg Algorithm, now, cost int64) bool {
 		tat, frac = now, 0
 	}
 	q, r := mul(cost, p.PeriodMicros()).divmod(p.Limit)
-	if q > maxInt64-tat-1 {
+	if q > maxInt64-1-max(tat, 0) { // (tat may be negative on a clock before the epoch)
 		return false
 	}
 	tat, frac = tat+q, frac+r
@@ -39,4 +39,13 @@ func gcraAdvance(p *Policy, s *State, alg Algorithm, now, cost int64) bool {
 func fits(p *Policy, cost int64) bool {
 	q, _ := mul(cost, p.PeriodMicros()).divmod(p.Limit)
 	return q < 1<<62
+}
+
+// gcraUntil returns ceil(tat - now) in µs for a state whose tat is after now: TAT - now, plus one
+// if a fraction of a µs is left. No division: that is why Frac is kept below limit.
+func gcraUntil(s *State, now int64) int64 {
+	if s.Frac > 0 {
+		return s.TAT - now + 1
+	}
+	return s.TAT - now
 }

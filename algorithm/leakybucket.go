@@ -7,31 +7,35 @@ package algorithm
 //
 // and an approved request is held for Delay = max(tat, now) - now (rounded up to a whole µs, so
 // it is never served early), then tat moves on by cost·T.
-func leakyBucket(p *Policy, s *State, now, cost int64) (Decision, error) {
+func leakyBucket(p *Policy, s *State, now, cost int64, d *Decision) error {
 	period := p.PeriodMicros()
 	if !fits(p, cost) {
-		return never(p, cost, "takes longer to drain than any clock runs")
+		return never(p, cost, "takes longer to drain than any clock runs", d)
 	}
 	room := mul(p.Burst, period)
 	wait := gcraWait(p, s, LeakyBucket, now)
-	d := Decision{Limit: p.Capacity()}
-	if wait.lessEq(room) {
-		d.Allowed = true
-		d.Delay = micros(wait.divCeil(p.Limit))
-		if cost > 0 {
-			if !gcraAdvance(p, s, LeakyBucket, now, cost) {
-				return never(p, cost, "takes longer to drain than any clock runs")
-			}
-			wait = wait.add(mul(cost, period))
+	allowed := wait.lessEq(room)
+	var retry, delay int64
+	if allowed {
+		if wait != (u128{}) {
+			delay = gcraUntil(s, now)
+		}
+		if cost > 0 && !gcraAdvance(p, s, LeakyBucket, now, cost) {
+			return never(p, cost, "takes longer to drain than any clock runs", d)
 		}
 	} else {
-		d.RetryAfter = micros(wait.sub(room).divCeil(p.Limit))
+		retry = wait.sub(room).divCeil(p.Limit)
 	}
 	// Remaining: how many requests of cost 1 the queue would still take now.
-	if wait.lessEq(room) {
-		q, _ := room.sub(wait).divmod(period)
-		d.Remaining = q + 1
+	var remaining, reset int64
+	after := gcraWait(p, s, LeakyBucket, now)
+	if after.lessEq(room) {
+		q, _ := room.sub(after).divmod(period)
+		remaining = q + 1
 	}
-	d.ResetAfter = micros(wait.divCeil(p.Limit))
-	return d, nil
+	if after != (u128{}) {
+		reset = gcraUntil(s, now)
+	}
+	d.set(allowed, p.Capacity(), remaining, retry, reset, delay)
+	return nil
 }

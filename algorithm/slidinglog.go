@@ -2,10 +2,10 @@ package algorithm
 
 // slidingLog: the exact rolling window. An approved request at t counts while now - period < t;
 // approve iff the counted cost plus this cost ≤ limit.
-func slidingLog(p *Policy, s *State, now, cost int64) (Decision, error) {
+func slidingLog(p *Policy, s *State, now, cost int64, d *Decision) error {
 	period, limit := p.PeriodMicros(), p.Limit
 	if cost > limit {
-		return never(p, cost, "exceeds the limit "+itoa(limit))
+		return never(p, cost, "exceeds the limit "+itoa(limit), d)
 	}
 	var log []LogEntry
 	var sum int64
@@ -18,20 +18,20 @@ func slidingLog(p *Policy, s *State, now, cost int64) (Decision, error) {
 		sum -= log[start].Cost
 		start++
 	}
-	d := Decision{Limit: limit}
-	if sum+cost <= limit {
-		d.Allowed = true
+	allowed := sum+cost <= limit
+	var retry, reset int64
+	if allowed {
 		if cost > 0 {
 			at := now
 			if n := len(log); n > 0 && log[n-1].At > now {
 				at = log[n-1].At // the clock ran backward: keep the log sorted, conservatively
 			}
-			// Drop the expired prefix in place, reusing the slice's memory.
-			kept := copy(s.Log, log[start:])
-			s.Log = append(s.Log[:kept], LogEntry{At: at, Cost: cost})
+			// Drop the expired prefix by reslicing, not copying: O(1) per decision; append moves
+			// the live entries to a new array when the old one's tail is used up (amortised O(1)).
+			log = append(log[start:], LogEntry{At: at, Cost: cost})
 			sum += cost
-			s.Alg, s.Count = SlidingLog, sum
-			log, start = s.Log, 0
+			*s = State{Alg: SlidingLog, Count: sum, Log: log}
+			start = 0
 		}
 	} else {
 		// Wait for the oldest entries to expire until this cost fits; entry e stops counting at
@@ -40,14 +40,14 @@ func slidingLog(p *Policy, s *State, now, cost int64) (Decision, error) {
 		for _, e := range log[start:] {
 			left -= e.Cost
 			if left+cost <= limit {
-				d.RetryAfter = micros(e.At + period - now)
+				retry = e.At + period - now
 				break
 			}
 		}
 	}
-	d.Remaining = limit - sum
 	if sum > 0 {
-		d.ResetAfter = micros(log[len(log)-1].At + period - now)
+		reset = log[len(log)-1].At + period - now
 	}
-	return d, nil
+	d.set(allowed, limit, limit-sum, retry, reset, 0)
+	return nil
 }

@@ -7,52 +7,52 @@ package algorithm
 //	approve iff prev·(period - e) + (cur + cost)·period ≤ limit·period
 //
 // in exact integers (128-bit products), which is prev·(1 - e/period) + cur + cost ≤ limit.
-func slidingWindow(p *Policy, s *State, now, cost int64) (Decision, error) {
+func slidingWindow(p *Policy, s *State, now, cost int64, d *Decision) error {
 	period, limit := p.PeriodMicros(), p.Limit
 	if cost > limit {
-		return never(p, cost, "exceeds the limit "+itoa(limit))
+		return never(p, cost, "exceeds the limit "+itoa(limit), d)
 	}
-	w := floorDiv(now, period)
 	at := now // the instant decided at; later than now only if the clock ran backward
-	var prev, cur int64
-	if s.Alg == SlidingWindow {
-		switch {
-		case s.Window > w: // clock ran backward: decide at the start of the recorded window
-			w, at = s.Window, s.Window*period
-			prev, cur = s.Prev, s.Count
-		case s.Window == w:
-			prev, cur = s.Prev, s.Count
-		case s.Window == w-1:
+	var w, prev, cur int64
+	if s.Alg == SlidingWindow && now < (s.Window+1)*period {
+		// In the recorded window, or before it if the clock ran backward: then decide at its start.
+		w, prev, cur = s.Window, s.Prev, s.Count
+		at = max(now, w*period)
+	} else {
+		w = floorDiv(now, period)
+		if s.Alg == SlidingWindow && s.Window == w-1 {
 			prev = s.Count
 		}
 	}
 	e := at - w*period
-	capacity := mul(limit, period)
-	d := Decision{Limit: limit}
-	if mul(prev, period-e).add(mul(cur+cost, period)).lessEq(capacity) {
-		d.Allowed = true
+	allowed := mul(prev, period-e).add(mul(cur+cost, period)).lessEq(mul(limit, period))
+	var retry, reset int64
+	if allowed {
 		if cost > 0 {
 			cur += cost
-			*s = State{Alg: SlidingWindow, Window: w, Count: cur, Prev: prev}
+			s.Alg, s.Window, s.Count, s.Prev = SlidingWindow, w, cur, prev
 		}
 	} else if cur+cost <= limit {
 		// Approved later in this window, once prev·(period - e') ≤ (limit - cur - cost)·period.
 		x, _ := mul(limit-cur-cost, period).divmod(prev)
-		d.RetryAfter = micros(w*period + period - x - now)
+		retry = w*period + period - x - now
 	} else {
 		// Not in this window; in the next one prev' = cur, cur' = 0, and the request is approved at
 		// e'' = period - floor((limit - cost)·period / cur) into it (cur > 0 here since cost ≤ limit).
 		x, _ := mul(limit-cost, period).divmod(cur)
-		d.RetryAfter = micros((w+1)*period + period - x - now)
+		retry = (w+1)*period + period - x - now
 	}
 	// Remaining = limit - cur - ceil(prev·(period - e)/period), never below 0.
-	used := cur + mul(prev, period-e).divCeil(period)
-	d.Remaining = max(0, limit-used)
+	remaining := limit - cur
+	if prev > 0 {
+		remaining -= mul(prev, period-e).divCeil(period)
+	}
 	switch {
 	case cur > 0:
-		d.ResetAfter = micros((w+2)*period - now)
+		reset = (w+2)*period - now
 	case prev > 0:
-		d.ResetAfter = micros((w+1)*period - now)
+		reset = (w+1)*period - now
 	}
-	return d, nil
+	d.set(allowed, limit, max(0, remaining), retry, reset, 0)
+	return nil
 }

@@ -4,24 +4,27 @@ package algorithm
 // first sight. As GCRA: the tokens at now are C - wait/period (wait as in gcra.go), so
 //
 //	approve iff tokens ≥ cost  ⇔  wait ≤ (C - cost)·period
-func tokenBucket(p *Policy, s *State, now, cost int64) (Decision, error) {
+func tokenBucket(p *Policy, s *State, now, cost int64, d *Decision) error {
 	period, capacity := p.PeriodMicros(), p.Capacity()
 	if cost > capacity {
-		return never(p, cost, "exceeds the bucket's capacity "+itoa(capacity))
+		return never(p, cost, "exceeds the bucket's capacity "+itoa(capacity), d)
 	}
 	wait := gcraWait(p, s, TokenBucket, now)
-	d := Decision{Limit: capacity}
-	if wait.lessEq(mul(capacity-cost, period)) {
-		d.Allowed = true
+	allowed := wait.lessEq(mul(capacity-cost, period))
+	var retry int64
+	if allowed {
 		if cost > 0 {
 			gcraAdvance(p, s, TokenBucket, now, cost) // cannot overflow: Validate bounds capacity·period/limit
-			wait = wait.add(mul(cost, period))
 		}
 	} else {
 		// Approved at the first µs t where wait - limit·(t - now) ≤ (C - cost)·period.
-		d.RetryAfter = micros(wait.sub(mul(capacity-cost, period)).divCeil(p.Limit))
+		retry = wait.sub(mul(capacity-cost, period)).divCeil(p.Limit)
 	}
-	d.Remaining = capacity - wait.divCeil(period)
-	d.ResetAfter = micros(wait.divCeil(p.Limit))
-	return d, nil
+	remaining, reset := capacity, int64(0)
+	if after := gcraWait(p, s, TokenBucket, now); after != (u128{}) {
+		remaining = max(0, capacity-after.divCeil(period)) // below 0 only if the clock ran backward
+		reset = gcraUntil(s, now)
+	}
+	d.set(allowed, capacity, remaining, retry, reset, 0)
+	return nil
 }

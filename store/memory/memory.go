@@ -47,6 +47,7 @@ type Store struct {
 	startMicros int64
 
 	seed           maphash.Seed
+	hashMask       uint64 // all ones; tests set 0 to make every key collide and exercise the chains
 	shards         []shard
 	mask           uint64 // len(shards) - 1; len(shards) is a power of two
 	maxPerShard    int
@@ -57,18 +58,65 @@ type Store struct {
 
 type shard struct {
 	mu        sync.Mutex
-	entries   map[entryKey]*entry // guarded by mu
-	nextSweep int64               // guarded by mu; store time (µs) of the next sweep
-	_         [40]byte            // keeps neighbouring shards' locks off one cache line
+	clients   map[uint64]*client // guarded by mu; by the key's hash, colliding keys chained in next
+	slots     int                // guarded by mu; key-and-policy pairs held, what the bound counts
+	nextSweep int64              // guarded by mu; store time (µs) of the next sweep
+	_         [32]byte           // keeps neighbouring shards' locks off one cache line
 }
 
-// entryKey is one key under one policy: a struct, not a concatenated string, so that a lookup
-// allocates nothing.
-type entryKey struct{ policy, key string }
+// client is one key's state under each policy it is held under; the first inline, since most
+// keys have one or two. The shard's map is keyed by the key's 64-bit hash, which also picks the
+// shard, so a decision hashes the key string once (a map keyed by the string, or by a struct of
+// key and policy, hashed it again and cost up to a fifth of a decision).
+type client struct {
+	key   string
+	next  *client // another key with the same hash (rare), or nil
+	first slot
+	more  []slot
+}
 
-type entry struct {
-	state   algorithm.State
+type slot struct {
+	policy  string
 	expires int64 // µs: from then on state is as if never seen (the last approval's now + ResetAfter)
+	state   algorithm.State
+}
+
+// find returns the client's slot for policy, or nil.
+func (c *client) find(policy string) *slot {
+	if c.first.policy == policy {
+		return &c.first
+	}
+	for i := range c.more {
+		if c.more[i].policy == policy {
+			return &c.more[i]
+		}
+	}
+	return nil
+}
+
+// removeIf drops the slots for which drop is true and reports how many it dropped and whether
+// the client is now empty.
+func (c *client) removeIf(drop func(*slot) bool) (dropped int, empty bool) {
+	kept := c.more[:0]
+	for i := range c.more {
+		if drop(&c.more[i]) {
+			dropped++
+		} else {
+			kept = append(kept, c.more[i])
+		}
+	}
+	clear(c.more[len(kept):]) // let dropped slots' strings and logs be collected
+	c.more = kept
+	if drop(&c.first) {
+		dropped++
+		if len(c.more) == 0 {
+			return dropped, true
+		}
+		c.first = c.more[len(c.more)-1]
+		c.more[len(c.more)-1] = slot{}
+		c.more = c.more[:len(c.more)-1]
+	}
+	return dropped, false
 }
 
 // Option configures a Store.
@@ -97,7 +145,7 @@ func WithSweepInterval(d time.Duration) Option {
 
 // New returns an empty store.
 func New(opts ...Option) *Store {
-	s := &Store{start: time.Now(), seed: maphash.MakeSeed(), sweepEvery: int64(DefaultSweepInterval / time.Microsecond)}
+	s := &Store{start: time.Now(), seed: maphash.MakeSeed(), hashMask: ^uint64(0), sweepEvery: int64(DefaultSweepInterval / time.Microsecond)}
 	s.startMicros = s.start.UnixMicro()
 	for _, o := range opts {
 		o(s)
@@ -113,7 +161,7 @@ func New(opts ...Option) *Store {
 	s.maxPerShard = (maxKeys + len(s.shards) - 1) / len(s.shards)
 	now := s.now()
 	for i := range s.shards {
-		s.shards[i].entries = make(map[entryKey]*entry)
+		s.shards[i].clients = make(map[uint64]*client)
 		s.shards[i].nextSweep = now + s.sweepEvery
 	}
 	return s
@@ -130,69 +178,134 @@ func (s *Store) now() int64 {
 // Decide implements sluice.Store. It never blocks on I/O, so ctx is not consulted.
 func (s *Store) Decide(_ context.Context, key string, p sluice.Policy, cost int64) (sluice.Decision, error) {
 	now := s.now()
-	sh := &s.shards[maphash.String(s.seed, key)&s.mask]
+	h := maphash.String(s.seed, key) & s.hashMask
+	sh := &s.shards[h&s.mask]
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	if now >= sh.nextSweep {
 		sh.sweepLocked(now)
 		sh.nextSweep = now + s.sweepEvery
 	}
-	k := entryKey{p.Name, key}
-	e := sh.entries[k]
-	if e != nil {
-		d, err := algorithm.Decide(&p, &e.state, now, cost)
+	c := sh.clients[h]
+	for c != nil && c.key != key {
+		c = c.next
+	}
+	var sl *slot
+	if c != nil {
+		sl = c.find(p.Name)
+	}
+	var d sluice.Decision
+	if sl != nil {
+		err := algorithm.DecideInto(&p, &sl.state, now, cost, &d)
 		if d.Allowed && cost > 0 {
-			e.expires = now + int64(d.ResetAfter/time.Microsecond)
+			sl.expires = now + int64(d.ResetAfter/time.Microsecond)
 		}
 		return d, err
 	}
 	// A key never seen (or dropped when idle) starts from the zero state; it is stored only if
 	// the decision changed that state, so peeks and refusals cost no memory.
 	var st algorithm.State
-	d, err := algorithm.Decide(&p, &st, now, cost)
+	err := algorithm.DecideInto(&p, &st, now, cost, &d)
 	if st.Alg == 0 {
 		return d, err
 	}
-	if len(sh.entries) >= s.maxPerShard && !s.makeRoomLocked(sh, now) {
-		return sluice.Decision{Limit: d.Limit}, fmt.Errorf("%w (%d keys per shard): refusing new key under policy %q", ErrFull, s.maxPerShard, p.Name)
+	if sh.slots >= s.maxPerShard {
+		if !s.makeRoomLocked(sh, now) {
+			return sluice.Decision{Limit: d.Limit}, fmt.Errorf("%w (%d keys per shard): refusing new key under policy %q", ErrFull, s.maxPerShard, p.Name)
+		}
+		c = sh.clients[h] // making room may have removed this very client
+		for c != nil && c.key != key {
+			c = c.next
+		}
 	}
-	sh.entries[entryKey{p.Name, strings.Clone(key)}] = &entry{state: st, expires: now + int64(d.ResetAfter/time.Microsecond)}
+	added := slot{policy: p.Name, expires: now + int64(d.ResetAfter/time.Microsecond), state: st}
+	if c == nil {
+		sh.clients[h] = &client{key: strings.Clone(key), next: sh.clients[h], first: added}
+	} else {
+		c.more = append(c.more, added)
+	}
+	sh.slots++
 	return d, err
 }
 
-// makeRoomLocked frees one place in a full shard: an idle key from a sample if there is one,
-// else (unless the store rejects when full) the sampled key closest to its reset. Sampling
-// keeps this O(1) however large the shard; Go randomises where each range over a map begins.
+// makeRoomLocked frees one place in a full shard: the idle slots of a sample of clients if there
+// are any, else (unless the store rejects when full) the sampled slot closest to its reset.
+// Sampling keeps this O(1) however large the shard; Go randomises where each range over a map
+// begins.
 func (s *Store) makeRoomLocked(sh *shard, now int64) bool {
-	var victim entryKey
-	var soonest int64
+	var victimHash uint64
+	var victimClient *client
+	var victim *slot
 	n := 0
-	for k, e := range sh.entries {
-		if e.expires <= now {
-			delete(sh.entries, k)
+	for h, head := range sh.clients {
+		if sh.dropIdleLocked(h, now) > 0 {
 			return true
 		}
-		if n == 0 || e.expires < soonest {
-			victim, soonest = k, e.expires
+		for c := head; c != nil; c = c.next {
+			if victim == nil || c.first.expires < victim.expires {
+				victimHash, victimClient, victim = h, c, &c.first
+			}
+			for i := range c.more {
+				if c.more[i].expires < victim.expires {
+					victimHash, victimClient, victim = h, c, &c.more[i]
+				}
+			}
 		}
 		if n++; n == evictionSample {
 			break
 		}
 	}
-	if s.rejectWhenFull || n == 0 {
+	if s.rejectWhenFull || victim == nil {
 		return false
 	}
-	delete(sh.entries, victim)
+	if _, empty := victimClient.removeIf(func(sl *slot) bool { return sl == victim }); empty {
+		sh.unlink(victimHash, victimClient)
+	}
+	sh.slots--
 	s.evictions.Add(1)
 	return true
 }
 
+// unlink removes client c, whose key hashes to h, from the shard.
+func (sh *shard) unlink(h uint64, c *client) {
+	head := sh.clients[h]
+	if head == c {
+		if c.next == nil {
+			delete(sh.clients, h)
+		} else {
+			sh.clients[h] = c.next
+		}
+		return
+	}
+	for prev := head; prev != nil; prev = prev.next {
+		if prev.next == c {
+			prev.next = c.next
+			return
+		}
+	}
+}
+
+// dropIdleLocked drops the idle slots of the clients whose keys hash to h (and each client that
+// is left with none), and returns how many slots it dropped.
+func (sh *shard) dropIdleLocked(h uint64, now int64) int {
+	total := 0
+	for c := sh.clients[h]; c != nil; {
+		next := c.next
+		dropped, empty := c.removeIf(func(sl *slot) bool { return sl.expires <= now })
+		if empty {
+			sh.unlink(h, c)
+		}
+		total += dropped
+		c = next
+	}
+	sh.slots -= total
+	return total
+}
+
 // sweepLocked drops every key of the shard whose state is as if never seen.
 func (sh *shard) sweepLocked(now int64) {
-	for k, e := range sh.entries {
-		if e.expires <= now {
-			delete(sh.entries, k)
-		}
+	for h := range sh.clients {
+		sh.dropIdleLocked(h, now)
 	}
 }
 
@@ -214,7 +327,7 @@ func (s *Store) Len() int {
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
-		n += len(sh.entries)
+		n += sh.slots
 		sh.mu.Unlock()
 	}
 	return n

@@ -1,0 +1,110 @@
+package memory_test
+
+import (
+	"context"
+	"fmt"
+	"hash/maphash"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"golang.org/x/time/rate"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/algorithm"
+	"github.com/sluicehq/sluice/store/memory"
+)
+
+// BenchmarkMemoryAllowParallel measures Limiter.Allow on the memory store from parallel
+// goroutines, on one hot key and spread over 10,000 keys, for every algorithm — and, in the same
+// run, the baseline: golang.org/x/time/rate limiters in a sharded map[string]*rate.Limiter
+// doing the same work (find the key's limiter, create it if missing, Allow).
+//
+// The limits are high (a million per second) so that decisions are mostly approvals, the path
+// that writes state.
+func BenchmarkMemoryAllowParallel(b *testing.B) {
+	for _, nkeys := range []int{1, 10_000} {
+		keys := make([]string, nkeys)
+		for i := range keys {
+			keys[i] = fmt.Sprintf("customer-%d", i)
+		}
+		b.Run(fmt.Sprintf("keys=%d/baseline-x-time-rate", nkeys), func(b *testing.B) {
+			m := newRateMap(256, 1_000_000, 1_000_000)
+			runParallel(b, keys, func(k string) bool { return m.allow(k) })
+		})
+		for _, a := range algorithm.Algorithms {
+			b.Run(fmt.Sprintf("keys=%d/%v", nkeys, a), func(b *testing.B) {
+				p := sluice.Policy{Name: "bench", Algorithm: a, Limit: 1_000_000, Period: time.Second}
+				if a == sluice.LeakyBucket {
+					p.Burst = 1_000_000
+				}
+				lim, err := sluice.NewLimiter(memory.New(), p)
+				if err != nil {
+					b.Fatal(err)
+				}
+				ctx := context.Background()
+				runParallel(b, keys, func(k string) bool {
+					d, _ := lim.Allow(ctx, k)
+					return d.Allowed
+				})
+			})
+		}
+	}
+}
+
+// runParallel calls allow from GOMAXPROCS goroutines, each walking the keys from its own start
+// with a prime stride, and reports the share approved.
+func runParallel(b *testing.B, keys []string, allow func(string) bool) {
+	var next, approved atomic.Int64
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		i := int(next.Add(7919)) % len(keys)
+		ok := int64(0)
+		for pb.Next() {
+			if allow(keys[i]) {
+				ok++
+			}
+			if i += 7919; i >= len(keys) {
+				i %= len(keys)
+			}
+		}
+		approved.Add(ok)
+	})
+	b.ReportMetric(float64(approved.Load())/float64(b.N)*100, "%approved")
+}
+
+// rateMap is the baseline: x/time/rate limiters in a sharded map, as a Go service would hold them.
+type rateMap struct {
+	seed   maphash.Seed
+	shards []rateShard
+	limit  rate.Limit
+	burst  int
+}
+
+type rateShard struct {
+	mu sync.Mutex
+	m  map[string]*rate.Limiter
+	_  [40]byte
+}
+
+func newRateMap(n int, limit rate.Limit, burst int) *rateMap {
+	r := &rateMap{seed: maphash.MakeSeed(), shards: make([]rateShard, n), limit: limit, burst: burst}
+	for i := range r.shards {
+		r.shards[i].m = map[string]*rate.Limiter{}
+	}
+	return r
+}
+
+func (r *rateMap) allow(key string) bool {
+	sh := &r.shards[maphash.String(r.seed, key)%uint64(len(r.shards))]
+	sh.mu.Lock()
+	l := sh.m[key]
+	if l == nil {
+		l = rate.NewLimiter(r.limit, r.burst)
+		sh.m[key] = l
+	}
+	sh.mu.Unlock()
+	return l.Allow()
+}

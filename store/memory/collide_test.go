@@ -1,0 +1,57 @@
+package memory
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/store/storetest"
+)
+
+// collidingStore hashes every key to 0: one shard, one chain. Keys are told apart by their own
+// text, so decisions must still be exactly the core's.
+func collidingStore(opts ...Option) *Store {
+	s := New(opts...)
+	s.hashMask = 0
+	return s
+}
+
+func TestConformanceAllKeysCollide(t *testing.T) {
+	storetest.Run(t, func(t *testing.T, c sluice.Clock) sluice.Store { return collidingStore(WithClock(c)) })
+}
+
+func TestCollidingKeysSweepAndEvict(t *testing.T) {
+	clock := sluice.NewManualClock(time.UnixMicro(0))
+	s := collidingStore(WithClock(clock), WithMaxKeys(256*5), WithSweepInterval(time.Hour)) // 5 per shard
+	ctx := context.Background()
+	short := sluice.Policy{Name: "short", Algorithm: sluice.FixedWindow, Limit: 1, Period: time.Second}
+	long := sluice.Policy{Name: "long", Algorithm: sluice.FixedWindow, Limit: 1, Period: time.Hour}
+	for i := 0; i < 3; i++ {
+		s.Decide(ctx, fmt.Sprint("k", i), short, 1)
+	}
+	s.Decide(ctx, "k0", long, 1)
+	if got := s.Len(); got != 4 {
+		t.Fatalf("Len = %d, want 4", got)
+	}
+	clock.Set(time.UnixMicro(1_000_000))
+	s.Sweep()
+	if got := s.Len(); got != 1 {
+		t.Fatalf("Len after the short windows ended = %d, want 1 (k0 under long)", got)
+	}
+	if d, _ := s.Decide(ctx, "k0", long, 1); d.Allowed {
+		t.Fatal("k0 under long lost its state when its short slot was swept")
+	}
+	for i := 0; i < 10; i++ {
+		if d, err := s.Decide(ctx, fmt.Sprint("new", i), long, 1); err != nil || !d.Allowed {
+			t.Fatalf("new key %d: %+v %v", i, d, err)
+		}
+	}
+	if got := s.Len(); got != 5 {
+		t.Fatalf("Len at the bound = %d, want 5", got)
+	}
+	if s.Evictions() != 6 {
+		t.Fatalf("Evictions = %d, want 6", s.Evictions())
+	}
+}

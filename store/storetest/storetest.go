@@ -1,0 +1,261 @@
+// Package storetest is the conformance suite every sluice.Store must pass: the same golden and
+// fuzzed traces, run on a virtual clock, must give decision for decision what the pure core
+// (package algorithm) gives. The memory store runs it; so does the Redis store, on real Redis.
+package storetest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/algorithm"
+)
+
+// NewStore returns a fresh, empty store that reads its time from clock.
+type NewStore func(t *testing.T, clock sluice.Clock) sluice.Store
+
+// Step is one request of a trace: at µs since the epoch (which is a window boundary).
+type Step struct {
+	At   int64
+	Key  string
+	Cost int64
+}
+
+// Trace is a policy and requests on it, in time order.
+type Trace struct {
+	Name   string
+	Policy sluice.Policy
+	Steps  []Step
+}
+
+// Run runs the whole conformance suite on stores made by newStore.
+func Run(t *testing.T, newStore NewStore) {
+	t.Run("golden", func(t *testing.T) {
+		for _, tr := range GoldenTraces() {
+			t.Run(tr.Name, func(t *testing.T) { Replay(t, newStore, tr) })
+		}
+	})
+	t.Run("fuzzed", func(t *testing.T) {
+		for i, tr := range FuzzedTraces(1, 60, 120) {
+			t.Run(fmt.Sprintf("%d-%v", i, tr.Policy.Algorithm), func(t *testing.T) { Replay(t, newStore, tr) })
+		}
+	})
+	t.Run("policies-share-nothing", func(t *testing.T) { policiesShareNothing(t, newStore) })
+	t.Run("concurrent-exact", func(t *testing.T) { ConcurrentExact(t, newStore, 32, 3) })
+}
+
+// Replay runs tr on a fresh store and on the pure core, and fails at the first decision that differs.
+func Replay(t *testing.T, newStore NewStore, tr Trace) {
+	t.Helper()
+	clock := sluice.NewManualClock(time.UnixMicro(0))
+	store := newStore(t, clock)
+	ref := map[string]*algorithm.State{}
+	p := tr.Policy
+	ctx := context.Background()
+	for i, st := range tr.Steps {
+		clock.Set(time.UnixMicro(st.At))
+		want, wantErr := decideRef(ref, &p, st)
+		got, gotErr := store.Decide(ctx, st.Key, p, st.Cost)
+		if (wantErr == nil) != (gotErr == nil) || (wantErr != nil && !sameKind(wantErr, gotErr)) {
+			t.Fatalf("%s step %d %+v: error %v, want %v", tr.Name, i, st, gotErr, wantErr)
+		}
+		if got != want {
+			t.Fatalf("%s step %d %+v (policy %+v):\n got %+v\nwant %+v", tr.Name, i, st, p, got, want)
+		}
+	}
+}
+
+func decideRef(ref map[string]*algorithm.State, p *sluice.Policy, st Step) (sluice.Decision, error) {
+	s := ref[st.Key]
+	if s == nil {
+		s = &algorithm.State{}
+		ref[st.Key] = s
+	}
+	return algorithm.Decide(p, s, st.At, st.Cost)
+}
+
+func sameKind(a, b error) bool {
+	for _, target := range []error{sluice.ErrCostExceedsLimit, sluice.ErrInvalidCost} {
+		if errors.Is(a, target) != errors.Is(b, target) {
+			return false
+		}
+	}
+	return true
+}
+
+const (
+	ms  = int64(1000)
+	sec = 1000 * ms
+	min = 60 * sec
+)
+
+// GoldenTraces are the seeds' scenarios and the edges of each algorithm.
+func GoldenTraces() []Trace {
+	var out []Trace
+	add := func(name string, p sluice.Policy, steps []Step) {
+		p.Name = name
+		out = append(out, Trace{Name: name, Policy: p, Steps: steps})
+	}
+	burst := func(at int64, n int, key string, cost int64) []Step {
+		s := make([]Step, n)
+		for i := range s {
+			s[i] = Step{At: at, Key: key, Cost: cost}
+		}
+		return s
+	}
+	every := func(start, step int64, n int, key string) []Step {
+		s := make([]Step, n)
+		for i := range s {
+			s[i] = Step{At: start + int64(i)*step, Key: key, Cost: 1}
+		}
+		return s
+	}
+	cat := func(parts ...[]Step) []Step {
+		var s []Step
+		for _, p := range parts {
+			s = append(s, p...)
+		}
+		return s
+	}
+	perMinute := func(a sluice.Algorithm) sluice.Policy {
+		return sluice.Policy{Algorithm: a, Limit: 100, Period: time.Minute}
+	}
+	// The minute boundary: 100 at 59 s and 100 at 60 s, then a retry at the first admissible µs.
+	boundary := cat(burst(59*sec, 100, "c", 1), burst(60*sec, 100, "c", 1), []Step{{At: 119*sec - 1, Key: "c", Cost: 1}, {At: 119 * sec, Key: "c", Cost: 1}})
+	for _, a := range []sluice.Algorithm{sluice.FixedWindow, sluice.SlidingLog, sluice.SlidingWindow} {
+		add("minute-boundary-"+a.String(), perMinute(a), boundary)
+	}
+	// Sliding window: 80 in the previous minute, 20 in this one, 15 s in.
+	add("sliding-window-estimate", perMinute(sluice.SlidingWindow),
+		cat(burst(10*sec, 80, "c", 1), burst(min+sec, 20, "c", 1), burst(min+15*sec, 25, "c", 1), []Step{{At: min + 30*sec, Key: "c", Cost: 1}}))
+	// A bucket of 20 refilling 5/s: 20 at once, then 5 a second, then an idle hour.
+	tb := sluice.Policy{Algorithm: sluice.TokenBucket, Limit: 5, Period: time.Second, Burst: 20}
+	add("token-bucket-20-at-5-per-s", tb, cat(burst(0, 22, "c", 1), every(sec, 100*ms, 30, "c"), burst(3600*sec, 22, "c", 1)))
+	// A report costing 5, and a cost that can never fit.
+	for _, a := range algorithm.Algorithms {
+		p := sluice.Policy{Algorithm: a, Limit: 10, Period: time.Second}
+		if a == sluice.TokenBucket || a == sluice.LeakyBucket {
+			p.Burst = 12
+		}
+		add("cost-5-"+a.String(), p, cat(burst(0, 3, "c", 5), []Step{{At: 100 * ms, Key: "c", Cost: 0}, {At: 200 * ms, Key: "c", Cost: 13}, {At: 300 * ms, Key: "c", Cost: 5}, {At: 1500 * ms, Key: "c", Cost: 5}}))
+	}
+	// The Ukrainian scenario: 5/s for 10 s, 40 in one second, 5/s for 10 s.
+	ukr := cat(every(0, 200*ms, 50, "c"), every(10*sec, 25*ms, 40, "c"), every(11*sec, 200*ms, 50, "c"))
+	for _, a := range algorithm.Algorithms {
+		p := sluice.Policy{Algorithm: a, Limit: 5, Period: time.Second}
+		if a == sluice.TokenBucket || a == sluice.LeakyBucket {
+			p.Burst = 40
+		}
+		add("ukrainian-"+a.String(), p, ukr)
+	}
+	// Emission intervals that are not whole µs (3 per second), over a long steady stream.
+	for _, a := range []sluice.Algorithm{sluice.TokenBucket, sluice.LeakyBucket} {
+		add("fractional-interval-"+a.String(), sluice.Policy{Algorithm: a, Limit: 3, Period: time.Second, Burst: 2}, every(0, 97*ms, 400, "c"))
+	}
+	// Several clients on one policy are independent.
+	two := cat(burst(0, 6, "a", 1), burst(0, 6, "b", 1), burst(500*ms, 3, "a", 1))
+	for _, a := range algorithm.Algorithms {
+		add("two-clients-"+a.String(), sluice.Policy{Algorithm: a, Limit: 5, Period: time.Second}, two)
+	}
+	return out
+}
+
+// FuzzedTraces returns n random traces per algorithm, of up to steps requests on three keys,
+// drawn from seed: small limits and periods so that every branch (refusals, window roll-overs,
+// queue room, idle keys) is reached often.
+func FuzzedTraces(seed uint64, n, steps int) []Trace {
+	r := rand.New(rand.NewPCG(seed, seed^0x5eed))
+	var out []Trace
+	for _, a := range algorithm.Algorithms {
+		for i := 0; i < n; i++ {
+			p := sluice.Policy{Name: fmt.Sprintf("fuzz-%d", i), Algorithm: a,
+				Limit: 1 + r.Int64N(12), Period: time.Duration(1+r.Int64N(3000)) * time.Millisecond}
+			if a == sluice.TokenBucket || a == sluice.LeakyBucket {
+				p.Burst = r.Int64N(15)
+			}
+			period := int64(p.Period / time.Microsecond)
+			at := r.Int64N(3 * period)
+			tr := Trace{Name: p.Name, Policy: p}
+			for j := r.IntN(steps) + 1; j > 0; j-- {
+				switch r.IntN(6) {
+				case 0: // a long pause
+					at += r.Int64N(3 * period)
+				case 1, 2: // same instant
+				default:
+					at += r.Int64N(period/4 + 1)
+				}
+				tr.Steps = append(tr.Steps, Step{At: at, Key: fmt.Sprint("k", r.IntN(3)), Cost: r.Int64N(4)})
+			}
+			out = append(out, tr)
+		}
+	}
+	return out
+}
+
+// policiesShareNothing: one key under two policies of one store keeps two states.
+func policiesShareNothing(t *testing.T, newStore NewStore) {
+	clock := sluice.NewManualClock(time.UnixMicro(0))
+	store := newStore(t, clock)
+	ctx := context.Background()
+	perSecond := sluice.Policy{Name: "per-second", Algorithm: sluice.FixedWindow, Limit: 2, Period: time.Second}
+	perDay := sluice.Policy{Name: "per-day", Algorithm: sluice.FixedWindow, Limit: 3, Period: 24 * time.Hour}
+	for i := 0; i < 2; i++ {
+		if d, err := store.Decide(ctx, "c", perSecond, 1); err != nil || !d.Allowed {
+			t.Fatalf("per-second request %d: %+v %v", i, d, err)
+		}
+	}
+	d, err := store.Decide(ctx, "c", perDay, 1)
+	if err != nil || !d.Allowed || d.Remaining != 2 {
+		t.Fatalf("per-day after two per-second requests: %+v %v, want allowed with 2 remaining", d, err)
+	}
+}
+
+// ConcurrentExact hammers one key from many goroutines at one frozen instant, rounds times, for
+// every algorithm, and requires exactly the capacity to be approved: no lost update, no double
+// spend. The clock stands still so that the exact count is known.
+func ConcurrentExact(t *testing.T, newStore NewStore, goroutines, rounds int) {
+	clock := sluice.NewManualClock(time.UnixMicro(1_000_000_000))
+	store := newStore(t, clock)
+	const limit = 100
+	for _, a := range algorithm.Algorithms {
+		p := sluice.Policy{Name: "concurrent-" + a.String(), Algorithm: a, Limit: limit, Period: time.Hour}
+		want := int64(limit)
+		if a == sluice.LeakyBucket {
+			p.Burst = limit - 1 // one served now, 99 queued
+		}
+		for round := 0; round < rounds; round++ {
+			key := fmt.Sprintf("hot-%d", round)
+			var approved atomic.Int64
+			var wg sync.WaitGroup
+			start := make(chan struct{})
+			for g := 0; g < goroutines; g++ {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					<-start
+					for i := 0; i < 2*limit/goroutines+2; i++ {
+						d, err := store.Decide(context.Background(), key, p, 1)
+						if err != nil {
+							t.Error(err)
+							return
+						}
+						if d.Allowed {
+							approved.Add(1)
+						}
+					}
+				}()
+			}
+			close(start)
+			wg.Wait()
+			if got := approved.Load(); got != want {
+				t.Fatalf("%v round %d: %d goroutines approved %d, want exactly %d", a, round, goroutines, got, want)
+			}
+		}
+	}
+}
