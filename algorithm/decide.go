@@ -7,7 +7,9 @@ import (
 )
 
 // State is the stored state of one key under one policy. Its zero value means "never seen", and
-// so does a state written by another algorithm (a policy whose algorithm changed starts afresh).
+// so does a state written under another algorithm, limit or period: a policy whose numbers a
+// reload changed starts its keys afresh rather than misreading them (a window index under a new
+// period, a fraction of 1/limit µs under a new limit). A changed burst carries over.
 // Which fields mean what depends on Alg:
 //
 //	fixed-window    Window = index of the window (floor(now/period)), Count = cost approved in it
@@ -18,6 +20,8 @@ import (
 //	                0 ≤ Frac < Limit always.
 type State struct {
 	Alg    Algorithm
+	Limit  int64 // the policy's limit when written
+	Period int64 // the policy's period in µs when written
 	Window int64
 	Count  int64
 	Prev   int64
@@ -42,6 +46,8 @@ type LogEntry struct {
 //
 // A cost that can never be approved returns Allowed false, RetryAfter Never and an error wrapping
 // ErrCostExceedsLimit; a negative cost returns an error wrapping ErrInvalidCost.
+//
+// Decisions are exact for |now| < 2^62 µs (146,000 years either side of the epoch).
 func Decide(p *Policy, s *State, now, cost int64) (Decision, error) {
 	var d Decision
 	err := DecideInto(p, s, now, cost, &d)
@@ -56,7 +62,8 @@ func DecideInto(p *Policy, s *State, now, cost int64, d *Decision) error {
 		d.set(false, p.Capacity(), 0, -1, 0, 0)
 		return fmt.Errorf("%w: cost %d must be ≥ 0", ErrInvalidCost, cost)
 	}
-	if p.Limit <= 0 || p.Limit > MaxLimit || p.Period < MinPeriod || p.Burst < 0 || p.Burst > MaxLimit {
+	if p.Limit <= 0 || p.Limit > MaxLimit || p.Period < MinPeriod || p.Period%time.Microsecond != 0 ||
+		p.Burst < 0 || p.Burst > MaxLimit || (p.Burst != 0 && p.Algorithm != TokenBucket && p.Algorithm != LeakyBucket) {
 		d.set(false, 0, 0, -1, 0, 0)
 		return p.Validate() // never divide by a bad policy's zero
 	}
@@ -74,6 +81,12 @@ func DecideInto(p *Policy, s *State, now, cost int64, d *Decision) error {
 	}
 	d.set(false, 0, 0, -1, 0, 0)
 	return p.Validate()
+}
+
+// current reports whether s was written under p's algorithm, limit and period (µs); any other
+// state counts as never seen.
+func (s *State) current(p *Policy, period int64) bool {
+	return s.Alg == p.Algorithm && s.Limit == p.Limit && s.Period == period
 }
 
 // IsIdle reports whether s is as if never seen at now under p: a store may then drop the key.

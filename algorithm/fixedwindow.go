@@ -8,7 +8,7 @@ func fixedWindow(p *Policy, s *State, now, cost int64, d *Decision) error {
 		return never(p, cost, "exceeds the limit "+itoa(limit), d)
 	}
 	var w, count int64
-	if s.Alg == FixedWindow && now < (s.Window+1)*period {
+	if s.current(p, period) && now < (s.Window+1)*period {
 		// Still in the recorded window (or, if the clock ran backward, before it: stay in it).
 		// Checked by a multiplication, which costs less than the division below.
 		w, count = s.Window, s.Count
@@ -21,7 +21,7 @@ func fixedWindow(p *Policy, s *State, now, cost int64, d *Decision) error {
 	if allowed {
 		if cost > 0 {
 			count += cost
-			s.Alg, s.Window, s.Count = FixedWindow, w, count
+			*s = State{Alg: FixedWindow, Limit: limit, Period: period, Window: w, Count: count}
 		}
 	} else {
 		retry = end - now

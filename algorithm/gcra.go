@@ -10,7 +10,7 @@ package algorithm
 
 // gcraWait returns limit·max(tat - now, 0) for s under alg (0 if s is another algorithm's).
 func gcraWait(p *Policy, s *State, alg Algorithm, now int64) u128 {
-	if s.Alg != alg || s.TAT < now || (s.TAT == now && s.Frac == 0) {
+	if !s.current(p, p.PeriodMicros()) || s.TAT < now || (s.TAT == now && s.Frac == 0) {
 		return u128{}
 	}
 	return mul(p.Limit, s.TAT-now).add(small(s.Frac))
@@ -20,7 +20,7 @@ func gcraWait(p *Policy, s *State, alg Algorithm, now int64) u128 {
 // if that time is beyond any clock.
 func gcraAdvance(p *Policy, s *State, alg Algorithm, now, cost int64) bool {
 	tat, frac := s.TAT, s.Frac
-	if s.Alg != alg || tat < now || (tat == now && frac == 0) {
+	if !s.current(p, p.PeriodMicros()) || tat < now || (tat == now && frac == 0) {
 		tat, frac = now, 0
 	}
 	q, r := mul(cost, p.PeriodMicros()).divmod(p.Limit)
@@ -31,7 +31,7 @@ func gcraAdvance(p *Policy, s *State, alg Algorithm, now, cost int64) bool {
 	if frac >= p.Limit {
 		tat, frac = tat+1, frac-p.Limit
 	}
-	*s = State{Alg: alg, TAT: tat, Frac: frac}
+	*s = State{Alg: alg, Limit: p.Limit, Period: p.PeriodMicros(), TAT: tat, Frac: frac}
 	return true
 }
 

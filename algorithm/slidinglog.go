@@ -9,7 +9,7 @@ func slidingLog(p *Policy, s *State, now, cost int64, d *Decision) error {
 	}
 	var log []LogEntry
 	var sum int64
-	if s.Alg == SlidingLog {
+	if s.current(p, period) {
 		log, sum = s.Log, s.Count
 	}
 	// Skip the expired prefix; sum becomes the cost that still counts.
@@ -30,7 +30,7 @@ func slidingLog(p *Policy, s *State, now, cost int64, d *Decision) error {
 			// the live entries to a new array when the old one's tail is used up (amortised O(1)).
 			log = append(log[start:], LogEntry{At: at, Cost: cost})
 			sum += cost
-			*s = State{Alg: SlidingLog, Count: sum, Log: log}
+			*s = State{Alg: SlidingLog, Limit: limit, Period: period, Count: sum, Log: log}
 			start = 0
 		}
 	} else {

@@ -14,13 +14,13 @@ func slidingWindow(p *Policy, s *State, now, cost int64, d *Decision) error {
 	}
 	at := now // the instant decided at; later than now only if the clock ran backward
 	var w, prev, cur int64
-	if s.Alg == SlidingWindow && now < (s.Window+1)*period {
+	if s.current(p, period) && now < (s.Window+1)*period {
 		// In the recorded window, or before it if the clock ran backward: then decide at its start.
 		w, prev, cur = s.Window, s.Prev, s.Count
 		at = max(now, w*period)
 	} else {
 		w = floorDiv(now, period)
-		if s.Alg == SlidingWindow && s.Window == w-1 {
+		if s.current(p, period) && s.Window == w-1 {
 			prev = s.Count
 		}
 	}
@@ -30,7 +30,7 @@ func slidingWindow(p *Policy, s *State, now, cost int64, d *Decision) error {
 	if allowed {
 		if cost > 0 {
 			cur += cost
-			s.Alg, s.Window, s.Count, s.Prev = SlidingWindow, w, cur, prev
+			*s = State{Alg: SlidingWindow, Limit: limit, Period: period, Window: w, Count: cur, Prev: prev}
 		}
 	} else if cur+cost <= limit {
 		// Approved later in this window, once prev·(period - e') ≤ (limit - cur - cost)·period.

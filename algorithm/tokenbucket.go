@@ -13,8 +13,9 @@ func tokenBucket(p *Policy, s *State, now, cost int64, d *Decision) error {
 	allowed := wait.lessEq(mul(capacity-cost, period))
 	var retry int64
 	if allowed {
-		if cost > 0 {
-			gcraAdvance(p, s, TokenBucket, now, cost) // cannot overflow: Validate bounds capacity·period/limit
+		if cost > 0 && !gcraAdvance(p, s, TokenBucket, now, cost) {
+			// Only within a refill time of the end of int64 µs; Validate bounds the refill time.
+			return never(p, cost, "would be approved beyond any clock", d)
 		}
 	} else {
 		// Approved at the first µs t where wait - limit·(t - now) ≤ (C - cost)·period.

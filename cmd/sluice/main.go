@@ -1,0 +1,113 @@
+// Command sluice is the rate limiter's command line:
+//
+//	sluice simulate [policy flags] (--traffic PATTERN | --trace FILE) [--compare] [--format table|csv|json]
+//	sluice version
+//
+// Exit codes: 0 success (and --help), 1 the command failed at its work (e.g. writing its
+// output), 2 a bad command line or bad input (flags, pattern, trace, policy); errors are one
+// line on stderr, starting "sluice: ".
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"github.com/spf13/cobra"
+)
+
+// Exit codes.
+const (
+	exitOK      = 0
+	exitFailure = 1 // the command failed at its work
+	exitUsage   = 2 // a bad command line or bad input
+)
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
+}
+
+// run runs the command line args (without the program name) and returns the exit code. Errors
+// go to stderr as one line; help and results to stdout.
+func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	root := newRootCommand(stdin)
+	root.SetArgs(args)
+	root.SetIn(stdin)
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	err := root.Execute()
+	if err == nil {
+		return exitOK
+	}
+	fmt.Fprintf(stderr, "sluice: %s\n", oneLine(err.Error()))
+	var f failure
+	if errors.As(err, &f) {
+		return exitFailure
+	}
+	return exitUsage
+}
+
+// failure marks an error of the command's work rather than of its input: exit code 1.
+// Every other error is the user's to fix: exit code 2.
+type failure struct{ err error }
+
+func (f failure) Error() string { return f.err.Error() }
+func (f failure) Unwrap() error { return f.err }
+
+// newRootCommand builds the command tree. Subcommands add themselves here, one constructor each
+// (newSimulateCommand, newVersionCommand; serve and web to come).
+func newRootCommand(stdin io.Reader) *cobra.Command {
+	root := &cobra.Command{
+		Use:   "sluice",
+		Short: "sluice: a distributed rate limiter for HTTP APIs",
+		Long: `sluice decides, for every request, whether a client may go on now, must wait, or is refused,
+and decides the same way on every gateway instance.
+
+Try:
+  sluice simulate --compare --limit 5 --period 1s --burst 40 \
+      --traffic "5/s for 10s; 40 in 1s; 5/s for 10s"
+
+Exit codes: 0 success, 1 the command failed at its work, 2 a bad command line or input.`,
+		Args: cobra.ArbitraryArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if len(args) == 0 {
+				return cmd.Help()
+			}
+			return unknownCommand(cmd, args[0])
+		},
+		SilenceErrors: true, // run prints the one-line error
+		SilenceUsage:  true, // a value error is not a reason to print the usage
+	}
+	root.CompletionOptions.DisableDefaultCmd = true
+	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error {
+		return fmt.Errorf("%w (see %s --help)", err, cmd.CommandPath())
+	})
+	root.AddCommand(newSimulateCommand(stdin), newVersionCommand())
+	return root
+}
+
+func unknownCommand(root *cobra.Command, name string) error {
+	var names []string
+	for _, c := range root.Commands() {
+		if c.IsAvailableCommand() {
+			names = append(names, c.Name())
+		}
+	}
+	if s := root.SuggestionsFor(name); len(s) > 0 {
+		return fmt.Errorf("unknown command %q: did you mean %q? (see sluice --help)", name, s[0])
+	}
+	return fmt.Errorf("unknown command %q: want one of %s (see sluice --help)", name, strings.Join(names, ", "))
+}
+
+// oneLine joins the lines of a message, so that every error is one line on stderr.
+func oneLine(msg string) string {
+	var parts []string
+	for _, l := range strings.Split(msg, "\n") {
+		if l = strings.TrimSpace(l); l != "" {
+			parts = append(parts, l)
+		}
+	}
+	return strings.Join(parts, "; ")
+}

@@ -1,0 +1,411 @@
+package main
+
+import (
+	"bufio"
+	"encoding/csv"
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/sim"
+)
+
+// timelineRows bounds the rows of the table's timeline.
+const timelineRows = 60
+
+// simulation is one `sluice simulate`: its policies (one, or five with --compare) run in turn
+// over the same requests. The CSV and JSON writers stream each run's rows as they are decided,
+// so that a long simulation is never held in memory.
+type simulation struct {
+	policies []sluice.Policy
+	reqs     []sim.Request
+	source   string // where reqs came from, for people: a pattern or "trace FILE"
+	compare  bool
+}
+
+func (s *simulation) write(w io.Writer, format string) error {
+	bw := bufio.NewWriterSize(w, 64<<10)
+	var err error
+	switch format {
+	case "csv":
+		err = s.writeCSV(bw)
+	case "json":
+		err = s.writeJSON(bw)
+	default:
+		err = s.writeTable(bw)
+	}
+	if err != nil {
+		return err
+	}
+	return bw.Flush()
+}
+
+func (s *simulation) writeCSV(w io.Writer) error {
+	cw := csv.NewWriter(w)
+	header := sim.CSVHeader()
+	if s.compare {
+		header = append([]string{"algorithm"}, header...)
+	}
+	if err := cw.Write(header); err != nil {
+		return err
+	}
+	for _, p := range s.policies {
+		name := p.Algorithm.String()
+		_, err := sim.Simulate(p, s.reqs, func(r sim.Row) error {
+			rec := r.CSVRecord()
+			if s.compare {
+				rec = append([]string{name}, rec...)
+			}
+			return cw.Write(rec)
+		})
+		if err != nil {
+			return err
+		}
+	}
+	cw.Flush()
+	return cw.Error()
+}
+
+// policyJSON is how JSON output names a policy.
+type policyJSON struct {
+	Algorithm string      `json:"algorithm"`
+	Limit     int64       `json:"limit"`
+	PeriodMs  json.Number `json:"period_ms"`
+	Burst     int64       `json:"burst"`
+}
+
+func newPolicyJSON(p sluice.Policy) policyJSON {
+	return policyJSON{p.Algorithm.String(), p.Limit, json.Number(sim.FormatMillis(p.PeriodMicros())), p.Burst}
+}
+
+// writeJSON writes one JSON document, one request per line:
+//
+//	{"policy":{...},"requests":[{...},...],"summary":{...}}
+//	{"runs":[{"algorithm":"...","policy":{...},"requests":[...],"summary":{...}},...]}  (--compare)
+func (s *simulation) writeJSON(w *bufio.Writer) error {
+	put := func(v any) error {
+		b, err := json.Marshal(v)
+		if err == nil {
+			_, err = w.Write(b)
+		}
+		return err
+	}
+	run := func(p sluice.Policy) error {
+		if s.compare {
+			w.WriteString(`{"algorithm":`)
+			put(p.Algorithm.String())
+			w.WriteString(`,`)
+		} else {
+			w.WriteString(`{`)
+		}
+		w.WriteString(`"policy":`)
+		put(newPolicyJSON(p))
+		w.WriteString(`,"requests":[`)
+		sep := "\n"
+		sum, err := sim.Simulate(p, s.reqs, func(r sim.Row) error {
+			w.WriteString(sep)
+			sep = ",\n"
+			return put(r)
+		})
+		if err != nil {
+			return err
+		}
+		w.WriteString("\n],\"summary\":")
+		if err := put(sum); err != nil {
+			return err
+		}
+		_, err = w.WriteString("}")
+		return err
+	}
+	if !s.compare {
+		if err := run(s.policies[0]); err != nil {
+			return err
+		}
+		_, err := w.WriteString("\n")
+		return err
+	}
+	w.WriteString(`{"runs":[`)
+	for i, p := range s.policies {
+		if i > 0 {
+			w.WriteString(",")
+		}
+		w.WriteString("\n")
+		if err := run(p); err != nil {
+			return err
+		}
+	}
+	_, err := w.WriteString("\n]}\n")
+	return err
+}
+
+// writeTable writes the simulation for people: what ran on what, a timeline, and the summaries.
+func (s *simulation) writeTable(w io.Writer) error {
+	timelines := make([]*sim.Timeline, len(s.policies))
+	sums := make([]sim.Summary, len(s.policies))
+	for i, p := range s.policies {
+		tl := sim.NewTimeline(s.reqs, timelineRows)
+		sum, err := sim.Simulate(p, s.reqs, func(r sim.Row) error {
+			tl.Add(r)
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		timelines[i], sums[i] = tl, sum
+	}
+
+	p := s.policies[0]
+	if s.compare {
+		fmt.Fprintf(w, "sluice simulate --compare: limit %d per %s, %s\n", p.Limit, sim.FormatDuration(p.PeriodMicros()), compareBurst(p.Limit, s.policies))
+	} else {
+		burst := ""
+		if sim.TakesBurst(p.Algorithm) {
+			burst = fmt.Sprintf(", burst %d", p.Burst)
+		}
+		fmt.Fprintf(w, "sluice simulate: %v, limit %d per %s%s\n", p.Algorithm, p.Limit, sim.FormatDuration(p.PeriodMicros()), burst)
+		fmt.Fprintf(w, "policy: %s\n", describe(p))
+	}
+	fmt.Fprintf(w, "traffic: %s (%s)\n\n", s.source, describeRequests(s.reqs))
+
+	// The timeline: the time column, offered, then per policy allowed, and refused and delayed
+	// where they have a count.
+	first := timelines[0]
+	groups := []*group{{name: "per " + sim.FormatDuration(first.WidthMicros)}, {}}
+	t := groups[0].add("t", false)
+	offered := groups[1].add("offered", false)
+	for _, b := range first.Buckets {
+		t.cells = append(t.cells, sim.FormatDuration(b.StartMicros))
+		offered.cells = append(offered.cells, itoa(b.Offered))
+	}
+	for i, tl := range timelines {
+		g := groups[1] // one policy: its columns follow offered
+		if s.compare {
+			g = &group{name: s.policies[i].Algorithm.String()}
+			groups = append(groups, g)
+		}
+		g.column("allowed", tl, func(b sim.Bucket) string { return itoa(b.Allowed) })
+		if sums[i].Refused > 0 || !s.compare {
+			g.column("refused", tl, func(b sim.Bucket) string { return itoa(b.Refused) })
+		}
+		if sums[i].Delayed > 0 {
+			g.column("delayed", tl, func(b sim.Bucket) string { return itoa(b.Delayed) })
+			if !s.compare {
+				g.column("max delay", tl, func(b sim.Bucket) string { return sim.FormatDuration(b.MaxDelayMicros) })
+			}
+		}
+	}
+	writeColumns(w, groups, 1)
+
+	// The summaries, one line per policy.
+	fmt.Fprintln(w)
+	summary := []summaryColumn{
+		{"offered", func(s sim.Summary) string { return itoa(s.Offered) }},
+		{"allowed", func(s sim.Summary) string { return itoa(s.Allowed) }},
+		{"%", func(s sim.Summary) string {
+			return fmt.Sprintf("%.1f%%", 100*float64(s.Allowed)/float64(max(1, s.Offered)))
+		}},
+		{"refused", func(s sim.Summary) string { return itoa(s.Refused) }},
+		{"delayed", func(s sim.Summary) string { return itoa(s.Delayed) }},
+		{"max delay", func(s sim.Summary) string { return sim.FormatDuration(s.MaxDelayMicros) }},
+	}
+	for _, sum := range sums {
+		if sum.Never > 0 {
+			summary = append(summary, summaryColumn{"never fit", func(s sim.Summary) string { return itoa(s.Never) }})
+			break
+		}
+	}
+	sg := []*group{{}, {}}
+	name := sg[0].add("algorithm", true)
+	for _, p := range s.policies {
+		name.cells = append(name.cells, p.Algorithm.String())
+	}
+	for _, c := range summary {
+		col := sg[1].add(c.head, false)
+		for _, sum := range sums {
+			col.cells = append(col.cells, c.cell(sum))
+		}
+	}
+	writeColumns(w, sg, 2)
+	for _, sum := range sums {
+		if sum.Delayed > 0 {
+			fmt.Fprintln(w, "\ndelayed: allowed, but held back (leaky bucket) until the queue ahead has drained")
+			break
+		}
+	}
+	return nil
+}
+
+// summaryColumn is a column of the summary table: its heading, and its cell for one run.
+type summaryColumn struct {
+	head string
+	cell func(sim.Summary) string
+}
+
+// compareBurst says where --compare's burst went.
+func compareBurst(limit int64, ps []sluice.Policy) string {
+	var burst int64
+	for _, p := range ps {
+		if sim.TakesBurst(p.Algorithm) {
+			burst = p.Burst
+		}
+	}
+	if burst == 0 {
+		return fmt.Sprintf("burst 0 (token-bucket: %d tokens, leaky-bucket: no queue)", limit)
+	}
+	return fmt.Sprintf("burst %d (token-bucket and leaky-bucket only)", burst)
+}
+
+// describe says what a policy does, in words.
+func describe(p sluice.Policy) string {
+	per := sim.FormatDuration(p.PeriodMicros())
+	switch p.Algorithm {
+	case sluice.FixedWindow:
+		return fmt.Sprintf("at most %d in each %s window, windows aligned to t=0", p.Limit, per)
+	case sluice.SlidingLog:
+		return fmt.Sprintf("at most %d in any %s", p.Limit, per)
+	case sluice.SlidingWindow:
+		return fmt.Sprintf("at most %d per %s, the previous window weighted by its overlap", p.Limit, per)
+	case sluice.TokenBucket:
+		return fmt.Sprintf("a bucket of %s, refilled %d per %s", plural(p.Capacity(), "token"), p.Limit, per)
+	case sluice.LeakyBucket:
+		if p.Burst == 0 {
+			return fmt.Sprintf("a queue drained %d per %s, with no room to wait", p.Limit, per)
+		}
+		return fmt.Sprintf("a queue drained %d per %s, with room for %d waiting", p.Limit, per, p.Burst)
+	}
+	return ""
+}
+
+// describeRequests says how many requests, when, from how many keys, at what cost.
+func describeRequests(reqs []sim.Request) string {
+	keys := map[string]bool{}
+	var cost int64
+	for _, r := range reqs {
+		keys[r.Key] = true
+		cost += r.Cost
+	}
+	d := fmt.Sprintf("%d requests from %s to %s", len(reqs), sim.FormatDuration(reqs[0].TMicros), sim.FormatDuration(reqs[len(reqs)-1].TMicros))
+	if len(keys) == 1 {
+		d += fmt.Sprintf(", key %q", reqs[0].Key)
+	} else {
+		d += fmt.Sprintf(", %d keys", len(keys))
+	}
+	if cost != int64(len(reqs)) {
+		d += fmt.Sprintf(", total cost %d", cost)
+	}
+	return d
+}
+
+// A group is a run of columns under one heading; a column is a heading over cells.
+type group struct {
+	name    string
+	columns []*column
+}
+
+type column struct {
+	head  string
+	left  bool // left-aligned; numbers are right-aligned
+	cells []string
+	width int
+}
+
+func (g *group) add(head string, left bool) *column {
+	c := &column{head: head, left: left}
+	g.columns = append(g.columns, c)
+	return c
+}
+
+// column adds a column with one cell per bucket of tl.
+func (g *group) column(head string, tl *sim.Timeline, cell func(sim.Bucket) string) {
+	c := g.add(head, false)
+	for _, b := range tl.Buckets {
+		c.cells = append(c.cells, cell(b))
+	}
+}
+
+// writeColumns writes groups side by side: a line of group names (if any), a line of column
+// headings, then the cells. Columns within a group are inGap spaces apart, groups two.
+func writeColumns(w io.Writer, groups []*group, inGap int) {
+	const groupGap = 2
+	named := false
+	rows := 0
+	for _, g := range groups {
+		named = named || g.name != ""
+		width := -inGap
+		for _, c := range g.columns {
+			c.width = utf8.RuneCountInString(c.head)
+			for _, s := range c.cells {
+				c.width = max(c.width, utf8.RuneCountInString(s))
+			}
+			rows = max(rows, len(c.cells))
+			width += c.width + inGap
+		}
+		if extra := utf8.RuneCountInString(g.name) - width; extra > 0 && len(g.columns) > 0 {
+			g.columns[0].width += extra // a name wider than its columns widens the first one
+		}
+	}
+	line := func(cell func(g *group, c *column, first bool) string) {
+		var b strings.Builder
+		for gi, g := range groups {
+			for ci, c := range g.columns {
+				switch {
+				case gi > 0 && ci == 0:
+					b.WriteString(strings.Repeat(" ", groupGap))
+				case ci > 0:
+					b.WriteString(strings.Repeat(" ", inGap))
+				}
+				b.WriteString(cell(g, c, ci == 0))
+			}
+		}
+		fmt.Fprintln(w, strings.TrimRight(b.String(), " "))
+	}
+	pad := func(s string, width int, left bool) string {
+		n := width - utf8.RuneCountInString(s)
+		if n <= 0 {
+			return s
+		}
+		if left {
+			return s + strings.Repeat(" ", n)
+		}
+		return strings.Repeat(" ", n) + s
+	}
+	if named {
+		// Each group's name, right-aligned over the group's columns (the time column's name,
+		// on the left, is left-aligned).
+		var b strings.Builder
+		for gi, g := range groups {
+			width := -inGap
+			for _, c := range g.columns {
+				width += c.width + inGap
+			}
+			if gi > 0 {
+				b.WriteString(strings.Repeat(" ", groupGap))
+			}
+			b.WriteString(pad(g.name, width, gi == 0))
+		}
+		fmt.Fprintln(w, strings.TrimRight(b.String(), " "))
+	}
+	line(func(_ *group, c *column, _ bool) string { return pad(c.head, c.width, c.left) })
+	for r := range rows {
+		line(func(_ *group, c *column, _ bool) string {
+			s := ""
+			if r < len(c.cells) {
+				s = c.cells[r]
+			}
+			return pad(s, c.width, c.left)
+		})
+	}
+}
+
+func itoa(n int64) string { return fmt.Sprint(n) }
+
+// plural writes "1 token", "2 tokens".
+func plural(n int64, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
+}

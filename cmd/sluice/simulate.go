@@ -1,0 +1,282 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/algorithm"
+	"github.com/sluicehq/sluice/sim"
+	"github.com/spf13/cobra"
+)
+
+const simulateLong = `Run sluice's real limiter (the memory store and sluice.Limiter) on a virtual clock that
+starts at 0, a window boundary, and show what it decides for each request. Nothing sleeps.
+
+Policy: --limit N requests per --period D under --algorithm, or all five with --compare:
+  fixed-window    at most N in each window of D, windows aligned to t=0
+  sliding-log     at most N in any D
+  sliding-window  at most N per D, the previous window weighted by its overlap with the last D
+  token-bucket    a bucket of --burst tokens (0: N), refilled N per D
+  leaky-bucket    a queue drained N per D with room for --burst waiting (0: none): it delays
+                  requests while the queue has room, and refuses them only when it is full
+--limit and --period are required. Only the two buckets take a --burst: with --compare, the
+window algorithms run without it.
+
+Traffic, exactly one of:
+  --traffic PATTERN  segments separated by ";", each starting where the previous one ended:
+                       R/s for D   R requests a second for D, evenly spaced, the first at once
+                                   (the i-th at floor(i/R s); R may have 3 decimals: 0.5/s)
+                       N in D      N requests evenly spaced over D (the i-th at floor(i·D/N))
+                       N at once   N requests at the same instant
+                       idle D      no requests for D
+                     D is a Go duration (10s, 1m30s, 250ms). Every request has key "k" and
+                     cost 1; a simulation takes at most 1000000 requests.
+  --trace FILE       CSV with a header naming its columns: t_ms (required), key, cost. t_ms is
+                     milliseconds since the start with up to 3 decimals, in time order; key
+                     defaults to "k", cost to 1 (0 peeks). Blank and #-comment lines are
+                     skipped. "-" reads standard input.
+
+Output, --format:
+  table  (default) for people: the policy, a timeline of offered, allowed, refused and delayed
+         requests per second (wider buckets when the traffic is longer than a minute, at most
+         60 rows; a column shows only when it has a count), and a summary per algorithm.
+  csv    one row per request: t_ms,key,cost,allowed,remaining,retry_after_ms,delay_ms.
+         --compare puts an algorithm column first, the rows of each algorithm in turn.
+  json   {"policy":{...},"requests":[...],"summary":{...}}; --compare:
+         {"runs":[{"algorithm":"fixed-window","policy":{...},"requests":[...],"summary":{...}},...]}
+
+Fields (CSV columns and JSON keys alike; times in milliseconds, exact to the µs):
+  t_ms            the request's virtual time
+  key, cost       the request's client and cost
+  allowed         true or false
+  remaining       requests of cost 1 that could still pass at t_ms, after this one
+  retry_after_ms  0 when allowed; when refused, the exact wait until the same request would
+                  pass; -1 when its cost can never fit the policy
+  delay_ms        how long an allowed request is held before it is served (leaky bucket)
+  policy          {"algorithm","limit","period_ms","burst"}
+  summary         offered, allowed, refused (offered - allowed, never included), delayed
+                  (allowed with delay_ms > 0), never (cost can never fit), offered_cost,
+                  allowed_cost, max_delay_ms, total_delay_ms
+
+Bad flags or input print one line on stderr and exit with code 2.`
+
+const simulateExample = `  sluice simulate --compare --limit 5 --period 1s --burst 40 \
+      --traffic "5/s for 10s; 40 in 1s; 5/s for 10s"
+  sluice simulate --algorithm leaky-bucket --limit 5 --period 1s --burst 10 \
+      --traffic "30 at once" --format csv
+  sluice simulate --algorithm sliding-log --limit 100 --period 1m --trace requests.csv --format json`
+
+type simulateOptions struct {
+	algorithm string
+	limit     int64
+	period    durationValue
+	burst     int64
+	traffic   string
+	trace     string
+	compare   bool
+	format    string
+}
+
+func newSimulateCommand(stdin io.Reader) *cobra.Command {
+	var o simulateOptions
+	cmd := &cobra.Command{
+		Use:     "simulate [flags] (--traffic PATTERN | --trace FILE)",
+		Short:   "Show what a rate-limit policy decides for given traffic, on a virtual clock",
+		Long:    simulateLong,
+		Example: simulateExample,
+		Args: func(cmd *cobra.Command, args []string) error {
+			if len(args) > 0 {
+				return fmt.Errorf("simulate takes no arguments, got %q (quote a pattern that has spaces: --traffic \"5/s for 10s\")", args[0])
+			}
+			return nil
+		},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return o.run(cmd, stdin)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.algorithm, "algorithm", "", "the `NAME` of the algorithm (see above); required unless --compare")
+	f.Var(int64Value{&o.limit}, "limit", "`N` requests (cost units) per period, > 0; required")
+	f.Var(&o.period, "period", "the period `D` of the limit, a Go duration ≥ 1ms (1s, 500ms, 1m); required")
+	f.Var(int64Value{&o.burst}, "burst", "token-bucket capacity or leaky-bucket queue room `N` (default 0: see above)")
+	f.StringVar(&o.traffic, "traffic", "", "a traffic `PATTERN` such as \"5/s for 10s; 40 in 1s\" (see above)")
+	f.StringVar(&o.trace, "trace", "", "a CSV trace `FILE` (see above); - reads standard input")
+	f.BoolVar(&o.compare, "compare", false, "run all five algorithms with the same limit, period and burst")
+	f.StringVar(&o.format, "format", "table", "the output `FORMAT`: table, csv or json")
+	f.SortFlags = false
+	return cmd
+}
+
+// run checks the flags, reads the traffic, and writes the simulation in the chosen format.
+func (o *simulateOptions) run(cmd *cobra.Command, stdin io.Reader) error {
+	flags := cmd.Flags()
+	policies, err := o.policies(flags.Changed)
+	if err != nil {
+		return err
+	}
+	switch o.format {
+	case "table", "csv", "json":
+	default:
+		return fmt.Errorf("--format %s: want table, csv or json", o.format)
+	}
+	reqs, source, err := o.requests(flags.Changed, stdin)
+	if err != nil {
+		return err
+	}
+	out := &simulation{policies: policies, reqs: reqs, source: source, compare: o.compare}
+	if err := out.write(cmd.OutOrStdout(), o.format); err != nil {
+		return failure{err}
+	}
+	return nil
+}
+
+// policies returns the policies to run (one, or five with --compare), checked flag by flag so
+// that an error names the flag as typed.
+func (o *simulateOptions) policies(changed func(string) bool) ([]sluice.Policy, error) {
+	switch {
+	case !changed("limit"):
+		return nil, errors.New("--limit is required: the requests allowed per --period (e.g. --limit 5 --period 1s)")
+	case o.limit <= 0:
+		return nil, fmt.Errorf("--limit %d: must be > 0", o.limit)
+	case o.limit > algorithm.MaxLimit:
+		return nil, fmt.Errorf("--limit %d: must be ≤ 2^53 (%d)", o.limit, int64(algorithm.MaxLimit))
+	case !changed("period"):
+		return nil, errors.New("--period is required: the period of --limit, a Go duration such as 1s, 500ms or 1m")
+	case o.period.d < algorithm.MinPeriod:
+		return nil, fmt.Errorf("--period %s: must be ≥ 1ms", o.period.text)
+	case o.period.d%time.Microsecond != 0:
+		return nil, fmt.Errorf("--period %s: must be a whole number of microseconds", o.period.text)
+	case o.burst < 0:
+		return nil, fmt.Errorf("--burst %d: must be ≥ 0", o.burst)
+	}
+	var ps []sluice.Policy
+	if o.compare {
+		if changed("algorithm") {
+			return nil, fmt.Errorf("--algorithm %s and --compare exclude each other: --compare runs all five algorithms", o.algorithm)
+		}
+		ps = sim.ComparePolicies(o.limit, o.period.d, o.burst)
+	} else {
+		if !changed("algorithm") {
+			return nil, errors.New("--algorithm is required (fixed-window, sliding-log, sliding-window, token-bucket or leaky-bucket), or --compare to run them all")
+		}
+		a, err := sluice.ParseAlgorithm(o.algorithm)
+		if err != nil {
+			return nil, fmt.Errorf("--algorithm %s: %v", o.algorithm, err)
+		}
+		if o.burst != 0 && !sim.TakesBurst(a) {
+			return nil, fmt.Errorf("--burst %d: %v takes no burst (only token-bucket and leaky-bucket do)", o.burst, a)
+		}
+		ps = []sluice.Policy{{Algorithm: a, Limit: o.limit, Period: o.period.d, Burst: o.burst}}
+	}
+	for _, p := range ps {
+		named := p
+		named.Name = p.Algorithm.String() // only so that the message names it
+		if err := named.Validate(); err != nil {
+			return nil, err
+		}
+	}
+	return ps, nil
+}
+
+// requests reads the traffic of --traffic or --trace, and describes where it came from.
+func (o *simulateOptions) requests(changed func(string) bool, stdin io.Reader) ([]sim.Request, string, error) {
+	switch {
+	case changed("traffic") && changed("trace"):
+		return nil, "", errors.New("--traffic and --trace exclude each other: give one")
+	case changed("traffic"):
+		reqs, err := sim.ParseTraffic(o.traffic)
+		if err != nil {
+			return nil, "", err
+		}
+		if len(reqs) == 0 {
+			return nil, "", fmt.Errorf("--traffic %q makes no requests", o.traffic)
+		}
+		return reqs, normalizePattern(o.traffic), nil
+	case changed("trace"):
+		var r io.Reader = stdin
+		name := "standard input"
+		if o.trace != "-" {
+			f, err := os.Open(o.trace)
+			if err != nil {
+				return nil, "", fmt.Errorf("--trace: %v", err)
+			}
+			defer f.Close()
+			r, name = f, o.trace
+		}
+		if r == nil {
+			return nil, "", errors.New("--trace -: no standard input")
+		}
+		reqs, err := sim.ParseTrace(r)
+		if err != nil {
+			return nil, "", err
+		}
+		if len(reqs) == 0 {
+			return nil, "", fmt.Errorf("--trace %s: the trace has no requests", o.trace)
+		}
+		return reqs, "trace " + name, nil
+	}
+	return nil, "", errors.New(`want --traffic PATTERN or --trace FILE (e.g. --traffic "5/s for 10s; 40 in 1s")`)
+}
+
+// normalizePattern writes a pattern's segments trimmed, joined by "; ".
+func normalizePattern(p string) string {
+	var segs []string
+	for _, s := range strings.Split(p, ";") {
+		if s = strings.Join(strings.Fields(s), " "); s != "" {
+			segs = append(segs, s)
+		}
+	}
+	return strings.Join(segs, "; ")
+}
+
+// int64Value is a flag holding a whole number, with a short error message.
+type int64Value struct{ n *int64 }
+
+func (v int64Value) String() string {
+	if v.n == nil {
+		return "0"
+	}
+	return strconv.FormatInt(*v.n, 10)
+}
+
+func (v int64Value) Set(s string) error {
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil {
+		return errors.New("want a whole number")
+	}
+	*v.n = n
+	return nil
+}
+
+func (int64Value) Type() string { return "int" }
+
+// durationValue is a flag holding a duration, and the text it was given as, so that errors
+// quote what was typed.
+type durationValue struct {
+	d    time.Duration
+	text string
+}
+
+func (v *durationValue) String() string {
+	if v.text == "" {
+		return ""
+	}
+	return v.text
+}
+
+func (v *durationValue) Set(s string) error {
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		return errors.New("want a duration such as 1s, 500ms or 1m")
+	}
+	v.d, v.text = d, s
+	return nil
+}
+
+func (*durationValue) Type() string { return "duration" }

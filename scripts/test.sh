@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# The whole test suite, from a fresh machine: installs what the tests need, then runs vet, the
+# race-enabled tests, a short fuzzing run of every fuzz target, and every benchmark once (so that
+# they keep compiling and running; their numbers come from `scripts/bench.sh`).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+# Go lives in /usr/local/go on our machines; a non-login shell may not have it on PATH.
+if ! command -v go >/dev/null 2>&1 && [ -x /usr/local/go/bin/go ]; then
+	export PATH="/usr/local/go/bin:$PATH"
+fi
+command -v go >/dev/null || { echo "test.sh: Go is not installed (https://go.dev/dl/)" >&2; exit 1; }
+
+echo "== gofmt"
+unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))
+if [ -n "$unformatted" ]; then
+	echo "gofmt would change:"; echo "$unformatted"; exit 1
+fi
+
+echo "== go vet"
+go vet ./...
+
+echo "== go test -race"
+go test -race -count=1 ./...
+
+echo "== fuzz (${FUZZTIME:=5s} per target)"
+for pkg in $(go list ./...); do
+	dir=$(go list -f '{{.Dir}}' "$pkg")
+	for target in $(grep -ho '^func Fuzz[A-Za-z0-9_]*' "$dir"/*_test.go 2>/dev/null | sed 's/^func //'); do
+		echo "-- $pkg $target"
+		go test -run='^$' -fuzz="^${target}\$" -fuzztime="$FUZZTIME" "$pkg" >/tmp/sluice-fuzz.log 2>&1 || { cat /tmp/sluice-fuzz.log; exit 1; }
+	done
+done
+
+echo "== benchmarks, once each"
+go test -run='^$' -bench=. -benchtime=1x ./... >/tmp/sluice-bench.log 2>&1 || { cat /tmp/sluice-bench.log; exit 1; }
+
+echo "== all passed"

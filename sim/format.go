@@ -1,0 +1,110 @@
+package sim
+
+import (
+	"encoding/json"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// The output schema. `sluice simulate --format csv|json` and the browser simulation write rows
+// and summaries in it; keep it stable. Times and durations are milliseconds, written exactly from
+// µs: up to 3 decimals, no trailing zeros (200, 0.001, 6825.5), as JSON numbers, not strings.
+//
+// A row (CSV columns in this order; JSON object keys the same):
+//
+//	t_ms            the request's virtual time
+//	key             the client
+//	cost            the request's cost
+//	allowed         true or false
+//	remaining       requests of cost 1 that could still be approved at t_ms, after this one
+//	retry_after_ms  0 when allowed; when refused, the exact wait until the same request would
+//	                be approved; -1 when its cost can never fit under the policy
+//	delay_ms        how long an allowed request is held before it is served (leaky bucket)
+//
+// A summary (JSON object keys):
+//
+//	offered, allowed, refused   request counts; offered = allowed + refused
+//	delayed                     allowed requests with delay_ms > 0
+//	never                       refused requests whose cost can never fit (counted in refused too)
+//	offered_cost, allowed_cost  Σ cost of the offered and of the allowed requests
+//	max_delay_ms                the longest delay_ms
+//	total_delay_ms              Σ delay_ms (the mean delay is total_delay_ms / delayed)
+
+// CSVHeader returns the CSV header of rows: t_ms,key,cost,allowed,remaining,retry_after_ms,delay_ms.
+func CSVHeader() []string {
+	return []string{"t_ms", "key", "cost", "allowed", "remaining", "retry_after_ms", "delay_ms"}
+}
+
+// CSVRecord returns r's fields in the order of CSVHeader.
+func (r Row) CSVRecord() []string {
+	return []string{FormatMillis(r.TMicros), r.Key, strconv.FormatInt(r.Cost, 10), strconv.FormatBool(r.Allowed),
+		strconv.FormatInt(r.Remaining, 10), r.retryAfterMillis(), FormatMillis(r.DelayMicros)}
+}
+
+func (r Row) retryAfterMillis() string {
+	if r.RetryAfterMicros == NeverMicros {
+		return "-1"
+	}
+	return FormatMillis(r.RetryAfterMicros)
+}
+
+// MarshalJSON writes r as {"t_ms":..,"key":..,"cost":..,"allowed":..,"remaining":..,
+// "retry_after_ms":..,"delay_ms":..} (see the schema above).
+func (r Row) MarshalJSON() ([]byte, error) {
+	return json.Marshal(struct {
+		TMs          json.Number `json:"t_ms"`
+		Key          string      `json:"key"`
+		Cost         int64       `json:"cost"`
+		Allowed      bool        `json:"allowed"`
+		Remaining    int64       `json:"remaining"`
+		RetryAfterMs json.Number `json:"retry_after_ms"`
+		DelayMs      json.Number `json:"delay_ms"`
+	}{json.Number(FormatMillis(r.TMicros)), r.Key, r.Cost, r.Allowed, r.Remaining,
+		json.Number(r.retryAfterMillis()), json.Number(FormatMillis(r.DelayMicros))})
+}
+
+// MarshalJSON writes s as {"offered":..,"allowed":..,"refused":..,"delayed":..,"never":..,
+// "offered_cost":..,"allowed_cost":..,"max_delay_ms":..,"total_delay_ms":..} (see the schema above).
+func (s Summary) MarshalJSON() ([]byte, error) {
+	return json.Marshal(struct {
+		Offered      int64       `json:"offered"`
+		Allowed      int64       `json:"allowed"`
+		Refused      int64       `json:"refused"`
+		Delayed      int64       `json:"delayed"`
+		Never        int64       `json:"never"`
+		OfferedCost  int64       `json:"offered_cost"`
+		AllowedCost  int64       `json:"allowed_cost"`
+		MaxDelayMs   json.Number `json:"max_delay_ms"`
+		TotalDelayMs json.Number `json:"total_delay_ms"`
+	}{s.Offered, s.Allowed, s.Refused, s.Delayed, s.Never, s.OfferedCost, s.AllowedCost,
+		json.Number(FormatMillis(s.MaxDelayMicros)), json.Number(FormatMillis(s.TotalDelayMicros))})
+}
+
+// FormatMillis writes µs as milliseconds, exactly: up to 3 decimals, no trailing zeros
+// (200000 → "200", 1 → "0.001", 6825500 → "6825.5").
+func FormatMillis(us int64) string {
+	sign := ""
+	u := uint64(us)
+	if us < 0 {
+		sign, u = "-", -u
+	}
+	ms := sign + strconv.FormatUint(u/1000, 10)
+	if frac := u % 1000; frac != 0 {
+		ms += strings.TrimRight("."+strconv.FormatUint(1000+frac, 10)[1:], "0")
+	}
+	return ms
+}
+
+// FormatDuration writes µs for people, as time.Duration does but without zero tails: "7s",
+// "6.825s", "1m30s", "1m", "2h", "250ms".
+func FormatDuration(us int64) string {
+	s := (time.Duration(us) * time.Microsecond).String()
+	if strings.HasSuffix(s, "m0s") {
+		s = s[:len(s)-2]
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = s[:len(s)-2]
+	}
+	return s
+}

@@ -1,0 +1,223 @@
+// Package sim runs sluice's real limiter on a virtual clock, so that people can see what each
+// algorithm does to the same traffic before they choose one.
+//
+// A simulation goes through the same code path as a gateway: a memory store
+// (store/memory) on a sluice.ManualClock, and a sluice.Limiter whose AllowN it calls once per
+// request, after setting the clock to the request's time. Nothing sleeps: a run of a million
+// requests over an hour of virtual time takes well under a second.
+//
+// Requests come from a traffic pattern (ParseTraffic: "5/s for 10s; 40 in 1s; 5/s for 10s") or
+// a CSV trace (ParseTrace). The virtual clock starts at Unix time 0, which is a window boundary
+// for every period. Run decides every request under one policy; Compare runs all five algorithms
+// with the same numbers.
+//
+// Run, Simulate and Compare are safe for concurrent use: each run has its own store and clock.
+//
+// The results have one output schema, shared by `sluice simulate` and the browser simulation:
+// see Row.MarshalJSON, Summary.MarshalJSON, CSVHeader and Row.CSVRecord.
+package sim
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/algorithm"
+	"github.com/sluicehq/sluice/store/memory"
+)
+
+// Bounds on the input of one simulation, so that a mistyped pattern or a runaway trace cannot
+// exhaust memory.
+const (
+	// MaxRequests is the most requests one pattern or trace may make (32 bytes each as Requests).
+	MaxRequests = 1_000_000
+	// MaxTimeMicros is the latest virtual time a request may have: 2^53 µs, about 285 years,
+	// so that every time is also exact as a double (JSON, JavaScript).
+	MaxTimeMicros = 1 << 53
+)
+
+// DefaultKey is the key of requests that name none: those of a traffic pattern, and trace lines
+// without a key.
+const DefaultKey = "k"
+
+// Request is one request offered to the limiter.
+type Request struct {
+	TMicros int64  // virtual time in µs since the start (Unix time 0); ≥ 0, non-decreasing in a run
+	Key     string // the client; DefaultKey when none is given
+	Cost    int64  // ≥ 0; 0 peeks without consuming
+}
+
+// NeverMicros is Row.RetryAfterMicros for a request whose cost can never fit under the policy.
+const NeverMicros = -1
+
+// Row is the limiter's answer to one request.
+type Row struct {
+	Request
+	Allowed          bool
+	Remaining        int64 // Decision.Remaining: requests of cost 1 that could still be approved now
+	RetryAfterMicros int64 // 0 when allowed; when refused, the exact wait; NeverMicros if the cost can never fit
+	DelayMicros      int64 // leaky bucket: how long an allowed request is held before it is served
+}
+
+// Delayed reports whether the request was allowed, but only after a delay.
+func (r Row) Delayed() bool { return r.Allowed && r.DelayMicros > 0 }
+
+// Never reports whether the request's cost can never fit under the policy.
+func (r Row) Never() bool { return !r.Allowed && r.RetryAfterMicros == NeverMicros }
+
+// Summary totals one run. Offered = Allowed + Refused; Delayed counts allowed requests with a
+// delay; Never counts the refused requests whose cost can never fit (they are in Refused too).
+type Summary struct {
+	Offered          int64 // requests decided
+	Allowed          int64 // approved (delayed or not)
+	Refused          int64 // not approved, Never included
+	Delayed          int64 // approved with DelayMicros > 0 (only the leaky bucket delays)
+	Never            int64 // refused because the cost can never fit
+	OfferedCost      int64 // Σ cost of the requests decided
+	AllowedCost      int64 // Σ cost of the approved requests
+	MaxDelayMicros   int64 // the longest delay of an approved request
+	TotalDelayMicros int64 // Σ delay of the approved requests (mean delay = TotalDelayMicros / Delayed)
+}
+
+// Add counts one row into s.
+func (s *Summary) Add(r Row) {
+	s.Offered++
+	s.OfferedCost += r.Cost
+	if !r.Allowed {
+		s.Refused++
+		if r.Never() {
+			s.Never++
+		}
+		return
+	}
+	s.Allowed++
+	s.AllowedCost += r.Cost
+	if r.DelayMicros > 0 {
+		s.Delayed++
+		s.TotalDelayMicros += r.DelayMicros
+		s.MaxDelayMicros = max(s.MaxDelayMicros, r.DelayMicros)
+	}
+}
+
+// Result is the outcome of one run: one Row per request, in request order, and their Summary.
+type Result struct {
+	Policy  sluice.Policy
+	Rows    []Row
+	Summary Summary
+}
+
+// Run decides reqs in order under policy, on a fresh memory store and a virtual clock that it
+// sets to each request's time. A request whose cost can never fit is a refused row with
+// RetryAfterMicros NeverMicros, not an error. Run returns an error if the policy is invalid
+// (naming the field), if reqs are not in time order or have a negative time or cost, or if the
+// store fails.
+func Run(policy sluice.Policy, reqs []Request) (Result, error) {
+	rows := make([]Row, 0, len(reqs))
+	sum, err := Simulate(policy, reqs, func(r Row) error {
+		rows = append(rows, r)
+		return nil
+	})
+	if err != nil {
+		return Result{}, err
+	}
+	return Result{Policy: policy, Rows: rows, Summary: sum}, nil
+}
+
+// Simulate is Run without keeping the rows: it passes each row to emit as it is decided (emit
+// may be nil), so that a caller can write a long run out without holding it in memory. An error
+// from emit stops the run and is returned as is.
+func Simulate(policy sluice.Policy, reqs []Request, emit func(Row) error) (Summary, error) {
+	clock := sluice.NewManualClock(time.UnixMicro(0))
+	// One shard's share of the key bound is then at least len(reqs): no key is ever evicted, so
+	// every decision is exact.
+	store := memory.New(memory.WithClock(clock), memory.WithMaxKeys(max(1, len(reqs))*memory.DefaultShards))
+	lim, err := sluice.NewLimiter(store, policy)
+	if err != nil {
+		return Summary{}, err
+	}
+	ctx := context.Background()
+	var sum Summary
+	var prev int64
+	for i, rq := range reqs {
+		switch {
+		case rq.TMicros < 0 || rq.TMicros > MaxTimeMicros:
+			return sum, fmt.Errorf("sim: request %d: time %d µs is outside 0..2^53", i+1, rq.TMicros)
+		case rq.TMicros < prev:
+			return sum, fmt.Errorf("sim: request %d: time %s ms is before the previous request's %s ms (requests must be in time order)",
+				i+1, FormatMillis(rq.TMicros), FormatMillis(prev))
+		case rq.Cost < 0:
+			return sum, fmt.Errorf("sim: request %d: cost %d must be ≥ 0", i+1, rq.Cost)
+		}
+		prev = rq.TMicros
+		clock.Set(time.UnixMicro(rq.TMicros))
+		d, err := lim.AllowN(ctx, rq.Key, rq.Cost)
+		row := Row{Request: rq, Allowed: d.Allowed, Remaining: d.Remaining,
+			RetryAfterMicros: micros(d.RetryAfter), DelayMicros: micros(d.Delay)}
+		switch {
+		case errors.Is(err, sluice.ErrCostExceedsLimit):
+			row.Allowed, row.RetryAfterMicros, row.DelayMicros = false, NeverMicros, 0
+		case err != nil:
+			return sum, fmt.Errorf("sim: request %d (t_ms %s, key %q): %w", i+1, FormatMillis(rq.TMicros), rq.Key, err)
+		case d.Allowed:
+			row.RetryAfterMicros = 0
+		}
+		sum.Add(row)
+		if emit != nil {
+			if err := emit(row); err != nil {
+				return sum, err
+			}
+		}
+	}
+	return sum, nil
+}
+
+// micros converts a Decision duration to µs; sluice.Never becomes NeverMicros.
+func micros(d time.Duration) int64 {
+	if d < 0 {
+		return NeverMicros
+	}
+	return int64(d / time.Microsecond)
+}
+
+// ComparePolicies returns the policies Compare runs: one per algorithm, in the order of
+// algorithm.Algorithms, all with limit and period. Burst goes to the token bucket (its capacity;
+// 0 means limit) and the leaky bucket (its queue room; 0 means no queue) only: the window
+// algorithms take no burst, so theirs is 0.
+func ComparePolicies(limit int64, period time.Duration, burst int64) []sluice.Policy {
+	ps := make([]sluice.Policy, 0, len(algorithm.Algorithms))
+	for _, a := range algorithm.Algorithms {
+		p := sluice.Policy{Algorithm: a, Limit: limit, Period: period}
+		if TakesBurst(a) {
+			p.Burst = burst
+		}
+		ps = append(ps, p)
+	}
+	return ps
+}
+
+// TakesBurst reports whether a policy of algorithm a has a burst (only the two buckets do).
+func TakesBurst(a sluice.Algorithm) bool {
+	return a == sluice.TokenBucket || a == sluice.LeakyBucket
+}
+
+// Compare runs reqs under each of ComparePolicies(limit, period, burst), in that order. It
+// validates every policy before running any.
+func Compare(limit int64, period time.Duration, burst int64, reqs []Request) ([]Result, error) {
+	ps := ComparePolicies(limit, period, burst)
+	for _, p := range ps {
+		if err := p.Validate(); err != nil {
+			return nil, fmt.Errorf("%v: %w", p.Algorithm, err)
+		}
+	}
+	results := make([]Result, 0, len(ps))
+	for _, p := range ps {
+		r, err := Run(p, reqs)
+		if err != nil {
+			return nil, fmt.Errorf("%v: %w", p.Algorithm, err)
+		}
+		results = append(results, r)
+	}
+	return results, nil
+}
