@@ -2,6 +2,7 @@ package algorithm
 
 import (
 	"fmt"
+	"math/bits"
 	"strconv"
 	"time"
 )
@@ -18,16 +19,66 @@ import (
 //	token-bucket    TAT + Frac/Limit = the theoretical arrival time (GCRA), in µs: the bucket is full
 //	leaky-bucket    at and after it; for the leaky bucket, the time the queue has drained.
 //	                0 ≤ Frac < Limit always.
+//
+// The fields a decision writes come first, so that a store can keep them, with its own per-key
+// bookkeeping, on one cache line: on a hot path the lines written are what costs.
 type State struct {
-	Alg    Algorithm
-	Limit  int64 // the policy's limit when written
-	Period int64 // the policy's period in µs when written
 	Window int64
 	Count  int64
 	Prev   int64
 	TAT    int64
 	Frac   int64
+	Alg    Algorithm
+	Limit  int64 // the policy's limit when written
+	Period int64 // the policy's period in µs when written
 	Log    []LogEntry
+
+	cache derived // from Limit and Period, computed when the state was (re)started
+}
+
+// derived holds what a decision would otherwise divide for, computed once per key when its state
+// starts: on this hot path a 64-bit division costs as much as all the rest of a decision.
+type derived struct {
+	emitQ, emitR int64  // period/limit = emitQ + emitR/limit µs
+	invPeriod    uint64 // floor((2^64-1)/period): see divP
+}
+
+// renew makes s a fresh state of p's algorithm, limit and period (µs), unless it already is one.
+func (s *State) renew(p *Policy, period int64) {
+	if s.current(p, period) {
+		return
+	}
+	q, r := mul(period, 1).divmod(p.Limit)
+	*s = State{Alg: p.Algorithm, Limit: p.Limit, Period: period,
+		cache: derived{emitQ: q, emitR: r, invPeriod: ^uint64(0) / uint64(period)}}
+}
+
+// divP returns floor(x/period) and x mod period. For x below 2^64 and a state whose cache is set,
+// it multiplies by the cached reciprocal instead of dividing: the estimate
+// floor(x·inv/2^64) is at most 2 below the quotient, so at most two corrections follow.
+func (s *State) divP(x u128, period int64) (q, r int64) {
+	if x.hi != 0 || s.cache.invPeriod == 0 {
+		return x.divmod(period)
+	}
+	uq, _ := bits.Mul64(x.lo, s.cache.invPeriod)
+	ur := x.lo - uq*uint64(period)
+	for ur >= uint64(period) {
+		uq++
+		ur -= uint64(period)
+	}
+	if uq > maxInt64 {
+		return maxInt64, 0
+	}
+	return int64(uq), int64(ur)
+}
+
+// divCeilP is ceil(x/period), as divP.
+func (s *State) divCeilP(x u128, period int64) int64 {
+	q, r := s.divP(x, period)
+	if r != 0 && q < maxInt64 {
+		q++
+	}
+	return q
 }
 
 // LogEntry is one approved request of a sliding log: it counts while now - period < At.

@@ -21,7 +21,8 @@ func fixedWindow(p *Policy, s *State, now, cost int64, d *Decision) error {
 	if allowed {
 		if cost > 0 {
 			count += cost
-			*s = State{Alg: FixedWindow, Limit: limit, Period: period, Window: w, Count: count}
+			s.renew(p, period)
+			s.Window, s.Count = w, count
 		}
 	} else {
 		retry = end - now

@@ -8,8 +8,8 @@ package algorithm
 // Both decide on the queue ahead of now, scaled by limit so that it is an integer:
 // wait = limit·max(tat - now, 0), in 1/limit µs. A wait of k·period is k units of cost.
 
-// gcraWait returns limit·max(tat - now, 0) for s under alg (0 if s is another algorithm's).
-func gcraWait(p *Policy, s *State, alg Algorithm, now int64) u128 {
+// gcraWait returns limit·max(tat - now, 0) for s (0 if s is not current under p).
+func gcraWait(p *Policy, s *State, now int64) u128 {
 	if !s.current(p, p.PeriodMicros()) || s.TAT < now || (s.TAT == now && s.Frac == 0) {
 		return u128{}
 	}
@@ -18,12 +18,19 @@ func gcraWait(p *Policy, s *State, alg Algorithm, now int64) u128 {
 
 // gcraAdvance sets tat = max(tat, now) + cost·period/limit. It reports false, changing nothing,
 // if that time is beyond any clock.
-func gcraAdvance(p *Policy, s *State, alg Algorithm, now, cost int64) bool {
-	tat, frac := s.TAT, s.Frac
-	if !s.current(p, p.PeriodMicros()) || tat < now || (tat == now && frac == 0) {
-		tat, frac = now, 0
+func gcraAdvance(p *Policy, s *State, now, cost int64) bool {
+	period := p.PeriodMicros()
+	current := s.current(p, period)
+	tat, frac := now, int64(0)
+	if current && (s.TAT > now || (s.TAT == now && s.Frac > 0)) {
+		tat, frac = s.TAT, s.Frac
 	}
-	q, r := mul(cost, p.PeriodMicros()).divmod(p.Limit)
+	var q, r int64
+	if current && cost == 1 {
+		q, r = s.cache.emitQ, s.cache.emitR
+	} else {
+		q, r = mul(cost, period).divmod(p.Limit)
+	}
 	if q > maxInt64-1-max(tat, 0) { // (tat may be negative on a clock before the epoch)
 		return false
 	}
@@ -31,12 +38,16 @@ func gcraAdvance(p *Policy, s *State, alg Algorithm, now, cost int64) bool {
 	if frac >= p.Limit {
 		tat, frac = tat+1, frac-p.Limit
 	}
-	*s = State{Alg: alg, Limit: p.Limit, Period: p.PeriodMicros(), TAT: tat, Frac: frac}
+	s.renew(p, period)
+	s.TAT, s.Frac = tat, frac
 	return true
 }
 
 // fits reports whether cost·period/limit µs is a time any clock reaches (under 2^62 µs).
 func fits(p *Policy, cost int64) bool {
+	if cost < 1<<9 {
+		return true // period < 2^53 µs, so cost·period/limit < 2^62 without dividing
+	}
 	q, _ := mul(cost, p.PeriodMicros()).divmod(p.Limit)
 	return q < 1<<62
 }

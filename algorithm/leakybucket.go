@@ -13,14 +13,14 @@ func leakyBucket(p *Policy, s *State, now, cost int64, d *Decision) error {
 		return never(p, cost, "takes longer to drain than any clock runs", d)
 	}
 	room := mul(p.Burst, period)
-	wait := gcraWait(p, s, LeakyBucket, now)
+	wait := gcraWait(p, s, now)
 	allowed := wait.lessEq(room)
 	var retry, delay int64
 	if allowed {
 		if wait != (u128{}) {
 			delay = gcraUntil(s, now)
 		}
-		if cost > 0 && !gcraAdvance(p, s, LeakyBucket, now, cost) {
+		if cost > 0 && !gcraAdvance(p, s, now, cost) {
 			return never(p, cost, "takes longer to drain than any clock runs", d)
 		}
 	} else {
@@ -28,9 +28,9 @@ func leakyBucket(p *Policy, s *State, now, cost int64, d *Decision) error {
 	}
 	// Remaining: how many requests of cost 1 the queue would still take now.
 	var remaining, reset int64
-	after := gcraWait(p, s, LeakyBucket, now)
+	after := gcraWait(p, s, now)
 	if after.lessEq(room) {
-		q, _ := room.sub(after).divmod(period)
+		q, _ := s.divP(room.sub(after), period)
 		remaining = q + 1
 	}
 	if after != (u128{}) {

@@ -30,7 +30,8 @@ func slidingLog(p *Policy, s *State, now, cost int64, d *Decision) error {
 			// the live entries to a new array when the old one's tail is used up (amortised O(1)).
 			log = append(log[start:], LogEntry{At: at, Cost: cost})
 			sum += cost
-			*s = State{Alg: SlidingLog, Limit: limit, Period: period, Count: sum, Log: log}
+			s.renew(p, period)
+			s.Count, s.Log = sum, log
 			start = 0
 		}
 	} else {

@@ -30,7 +30,8 @@ func slidingWindow(p *Policy, s *State, now, cost int64, d *Decision) error {
 	if allowed {
 		if cost > 0 {
 			cur += cost
-			*s = State{Alg: SlidingWindow, Limit: limit, Period: period, Window: w, Count: cur, Prev: prev}
+			s.renew(p, period)
+			s.Window, s.Count, s.Prev = w, cur, prev
 		}
 	} else if cur+cost <= limit {
 		// Approved later in this window, once prev·(period - e') ≤ (limit - cur - cost)·period.
@@ -45,7 +46,7 @@ func slidingWindow(p *Policy, s *State, now, cost int64, d *Decision) error {
 	// Remaining = limit - cur - ceil(prev·(period - e)/period), never below 0.
 	remaining := limit - cur
 	if prev > 0 {
-		remaining -= mul(prev, period-e).divCeil(period)
+		remaining -= s.divCeilP(mul(prev, period-e), period)
 	}
 	switch {
 	case cur > 0:

@@ -9,11 +9,11 @@ func tokenBucket(p *Policy, s *State, now, cost int64, d *Decision) error {
 	if cost > capacity {
 		return never(p, cost, "exceeds the bucket's capacity "+itoa(capacity), d)
 	}
-	wait := gcraWait(p, s, TokenBucket, now)
+	wait := gcraWait(p, s, now)
 	allowed := wait.lessEq(mul(capacity-cost, period))
 	var retry int64
 	if allowed {
-		if cost > 0 && !gcraAdvance(p, s, TokenBucket, now, cost) {
+		if cost > 0 && !gcraAdvance(p, s, now, cost) {
 			// Only within a refill time of the end of int64 µs; Validate bounds the refill time.
 			return never(p, cost, "would be approved beyond any clock", d)
 		}
@@ -22,8 +22,8 @@ func tokenBucket(p *Policy, s *State, now, cost int64, d *Decision) error {
 		retry = wait.sub(mul(capacity-cost, period)).divCeil(p.Limit)
 	}
 	remaining, reset := capacity, int64(0)
-	if after := gcraWait(p, s, TokenBucket, now); after != (u128{}) {
-		remaining = max(0, capacity-after.divCeil(period)) // below 0 only if the clock ran backward
+	if after := gcraWait(p, s, now); after != (u128{}) {
+		remaining = max(0, capacity-s.divCeilP(after, period)) // below 0 only if the clock ran backward
 		reset = gcraUntil(s, now)
 	}
 	d.set(allowed, capacity, remaining, retry, reset, 0)

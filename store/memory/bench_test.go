@@ -53,21 +53,23 @@ func BenchmarkMemoryAllowParallel(b *testing.B) {
 	}
 }
 
-// runParallel calls allow from GOMAXPROCS goroutines, each walking the keys from its own start
-// with a prime stride, and reports the share approved.
+// runParallel calls allow from GOMAXPROCS goroutines, each on its own pseudo-random walk over
+// the keys (goroutines walking one sequence in step would meet on the same key and lock every
+// time, measuring contention instead of decisions), and reports the share approved.
 func runParallel(b *testing.B, keys []string, allow func(string) bool) {
-	var next, approved atomic.Int64
+	var seeds, approved atomic.Uint64
 	b.ReportAllocs()
 	b.ResetTimer()
 	b.RunParallel(func(pb *testing.PB) {
-		i := int(next.Add(7919)) % len(keys)
-		ok := int64(0)
+		x := seeds.Add(0x9E3779B97F4A7C15) // xorshift64 state, distinct per goroutine
+		n := uint64(len(keys))
+		ok := uint64(0)
 		for pb.Next() {
-			if allow(keys[i]) {
+			x ^= x << 13
+			x ^= x >> 7
+			x ^= x << 17
+			if allow(keys[(x>>32)*n>>32]) { // Lemire's multiply-shift: no division in the loop
 				ok++
-			}
-			if i += 7919; i >= len(keys) {
-				i %= len(keys)
 			}
 		}
 		approved.Add(ok)

@@ -5,8 +5,10 @@ import (
 	"fmt"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/algorithm"
 	"github.com/sluicehq/sluice/store/storetest"
 )
 
@@ -53,5 +55,16 @@ func TestCollidingKeysSweepAndEvict(t *testing.T) {
 	}
 	if s.Evictions() != 6 {
 		t.Fatalf("Evictions = %d, want 6", s.Evictions())
+	}
+}
+
+// The layout comment on client holds: 192-byte objects start on a cache line, and what a
+// decision writes (the first slot's expiry and counters) lies within the first 64 bytes.
+func TestClientLayout(t *testing.T) {
+	if size := unsafe.Sizeof(client{}); size <= 176 || size > 192 {
+		t.Errorf("client is %d bytes, want 177..192 (the 192-byte size class)", size)
+	}
+	if end := unsafe.Offsetof(client{}.first) + unsafe.Offsetof(slot{}.state) + unsafe.Offsetof(algorithm.State{}.Frac) + 8; end > 64 {
+		t.Errorf("the written fields end at byte %d, past the first cache line", end)
 	}
 }

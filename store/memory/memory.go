@@ -68,17 +68,20 @@ type shard struct {
 // keys have one or two. The shard's map is keyed by the key's 64-bit hash, which also picks the
 // shard, so a decision hashes the key string once (a map keyed by the string, or by a struct of
 // key and policy, hashed it again and cost up to a fifth of a decision).
+//
+// Layout: a client is 192 bytes, a size class whose objects start on a cache line, and the fields
+// a decision writes (first.expires and the state's counters) share the first line.
 type client struct {
+	first slot
 	key   string
 	next  *client // another key with the same hash (rare), or nil
-	first slot
 	more  []slot
 }
 
 type slot struct {
-	policy  string
 	expires int64 // µs: from then on state is as if never seen (the last approval's now + ResetAfter)
 	state   algorithm.State
+	policy  string
 }
 
 // find returns the client's slot for policy, or nil.
@@ -180,43 +183,54 @@ func (s *Store) Decide(_ context.Context, key string, p sluice.Policy, cost int6
 	now := s.now()
 	h := maphash.String(s.seed, key) & s.hashMask
 	sh := &s.shards[h&s.mask]
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
+	var d sluice.Decision
+	var err error
+	sh.mu.Lock() // unlocked without defer: nothing below can panic, and this is the hot path
 	if now >= sh.nextSweep {
 		sh.sweepLocked(now)
 		sh.nextSweep = now + s.sweepEvery
 	}
-	c := sh.clients[h]
-	for c != nil && c.key != key {
-		c = c.next
-	}
+	c := sh.find(h, key)
 	var sl *slot
 	if c != nil {
 		sl = c.find(p.Name)
 	}
-	var d sluice.Decision
 	if sl != nil {
-		err := algorithm.DecideInto(&p, &sl.state, now, cost, &d)
+		err = algorithm.DecideInto(&p, &sl.state, now, cost, &d)
 		if d.Allowed && cost > 0 {
 			sl.expires = now + int64(d.ResetAfter/time.Microsecond)
 		}
-		return d, err
+	} else {
+		err = s.decideNewLocked(sh, c, h, key, &p, now, cost, &d)
 	}
-	// A key never seen (or dropped when idle) starts from the zero state; it is stored only if
-	// the decision changed that state, so peeks and refusals cost no memory.
+	sh.mu.Unlock()
+	return d, err
+}
+
+// find returns the client whose key is key and hashes to h, or nil.
+func (sh *shard) find(h uint64, key string) *client {
+	c := sh.clients[h]
+	for c != nil && c.key != key {
+		c = c.next
+	}
+	return c
+}
+
+// decideNewLocked decides for a key that has no state under p (c is its client, if it has one
+// under other policies). A key never seen, or dropped when idle, starts from the zero state; it
+// is stored only if the decision changed that state, so peeks and refusals cost no memory.
+func (s *Store) decideNewLocked(sh *shard, c *client, h uint64, key string, p *sluice.Policy, now, cost int64, d *sluice.Decision) error {
 	var st algorithm.State
-	err := algorithm.DecideInto(&p, &st, now, cost, &d)
+	err := algorithm.DecideInto(p, &st, now, cost, d)
 	if st.Alg == 0 {
-		return d, err
+		return err
 	}
 	if sh.slots >= s.maxPerShard {
 		if !s.makeRoomLocked(sh, now) {
-			return sluice.Decision{Limit: d.Limit}, fmt.Errorf("%w (%d keys per shard): refusing new key under policy %q", ErrFull, s.maxPerShard, p.Name)
+			*d = sluice.Decision{Limit: d.Limit}
+			return fmt.Errorf("%w (%d keys per shard): refusing new key under policy %q", ErrFull, s.maxPerShard, p.Name)
 		}
-		c = sh.clients[h] // making room may have removed this very client
-		for c != nil && c.key != key {
-			c = c.next
-		}
+		c = sh.find(h, key) // making room may have removed this very client
 	}
 	added := slot{policy: p.Name, expires: now + int64(d.ResetAfter/time.Microsecond), state: st}
 	if c == nil {
@@ -225,7 +239,7 @@ func (s *Store) Decide(_ context.Context, key string, p sluice.Policy, cost int6
 		c.more = append(c.more, added)
 	}
 	sh.slots++
-	return d, err
+	return err
 }
 
 // makeRoomLocked frees one place in a full shard: the idle slots of a sample of clients if there
