@@ -1,8 +1,22 @@
 #!/usr/bin/env bash
 # The benchmarks whose numbers the README quotes, each beside its baseline in the same run.
+# Our machines are noisy (neighbours come and go within seconds), so the whole set runs many
+# short times in rounds — every implementation once per round, so a noisy spell hits all alike —
+# and benchstat reports each one's median, spread and ratio to the baseline.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if ! command -v go >/dev/null 2>&1 && [ -x /usr/local/go/bin/go ]; then
 	export PATH="/usr/local/go/bin:$PATH"
 fi
-go test -run='^$' -bench=BenchmarkMemoryAllowParallel -benchmem -count="${COUNT:-3}" ./store/memory/
+benchstat="go run golang.org/x/perf/cmd/benchstat@v0.0.0-20260908200009-22c9c6c9d4da"
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+
+go test -c -o "$work/memory.test" ./store/memory/
+for round in $(seq "${ROUNDS:-10}"); do
+	"$work/memory.test" -test.run='^$' -test.bench=BenchmarkMemoryAllowParallel -test.benchmem \
+		-test.benchtime="${BENCHTIME:-300ms}" >>"$work/memory.txt"
+done
+grep -E '^(goos|goarch|pkg|cpu):' "$work/memory.txt" | sort -u
+echo
+$benchstat -col /impl "$work/memory.txt"

@@ -29,12 +29,12 @@ func BenchmarkMemoryAllowParallel(b *testing.B) {
 		for i := range keys {
 			keys[i] = fmt.Sprintf("customer-%d", i)
 		}
-		b.Run(fmt.Sprintf("keys=%d/baseline-x-time-rate", nkeys), func(b *testing.B) {
+		b.Run(fmt.Sprintf("keys=%d/impl=x-time-rate", nkeys), func(b *testing.B) {
 			m := newRateMap(256, 1_000_000, 1_000_000)
 			runParallel(b, keys, func(k string) bool { return m.allow(k) })
 		})
 		for _, a := range algorithm.Algorithms {
-			b.Run(fmt.Sprintf("keys=%d/%v", nkeys, a), func(b *testing.B) {
+			b.Run(fmt.Sprintf("keys=%d/impl=%v", nkeys, a), func(b *testing.B) {
 				p := sluice.Policy{Name: "bench", Algorithm: a, Limit: 1_000_000, Period: time.Second}
 				if a == sluice.LeakyBucket {
 					p.Burst = 1_000_000

@@ -7,7 +7,7 @@
 // Memory follows active clients: a key is dropped once its state is as if never seen (its
 // ResetAfter has passed). Each shard sweeps itself for such keys at most once per sweep interval
 // of store time, during a decision that lands on it; Sweep forces one. The number of keys is
-// bounded (WithMaxKeys, default DefaultMaxKeys, ~150 bytes each plus the key): a new key that
+// bounded (WithMaxKeys, default DefaultMaxKeys, ~200 bytes each plus the key): a new key that
 // arrives at a full shard first takes the place of an idle key among a sample of its shard,
 // otherwise it evicts the sampled key closest to its reset (the least state lost; that client
 // gets a fresh quota early, which errs towards admitting), or, with WithRejectWhenFull, is
