@@ -109,14 +109,8 @@ func Decide(p *Policy, s *State, now, cost int64) (Decision, error) {
 // caller's Decision field by field is several times faster than returning one, which Go builds
 // on the stack and copies out with stalls that cost more than the whole algorithm.
 func DecideInto(p *Policy, s *State, now, cost int64, d *Decision) error {
-	if cost < 0 {
-		d.set(false, p.Capacity(), 0, -1, 0, 0)
-		return fmt.Errorf("%w: cost %d must be ≥ 0", ErrInvalidCost, cost)
-	}
-	if p.Limit <= 0 || p.Limit > MaxLimit || p.Period < MinPeriod || p.Period%time.Microsecond != 0 ||
-		p.Burst < 0 || p.Burst > MaxLimit || (p.Burst != 0 && p.Algorithm != TokenBucket && p.Algorithm != LeakyBucket) {
-		d.set(false, 0, 0, -1, 0, 0)
-		return p.Validate() // never divide by a bad policy's zero
+	if err := CheckCost(p, cost, d); err != nil {
+		return err
 	}
 	switch p.Algorithm {
 	case FixedWindow:
@@ -138,6 +132,38 @@ func DecideInto(p *Policy, s *State, now, cost int64, d *Decision) error {
 // state counts as never seen.
 func (s *State) current(p *Policy, period int64) bool {
 	return s.Alg == p.Algorithm && s.Limit == p.Limit && s.Period == period
+}
+
+// CheckCost returns the error of a request that no state could approve — a negative cost, a cost
+// that can never fit p, or an invalid p — after filling *d with its decision (RetryAfter Never);
+// nil otherwise, leaving *d alone. Decide starts with it; a store whose decisions run elsewhere
+// (a Redis script) calls it first, so that such requests never leave the process.
+func CheckCost(p *Policy, cost int64, d *Decision) error {
+	if p.Limit <= 0 || p.Limit > MaxLimit || p.Period < MinPeriod || p.Period%time.Microsecond != 0 ||
+		p.Burst < 0 || p.Burst > MaxLimit || (p.Burst != 0 && p.Algorithm != TokenBucket && p.Algorithm != LeakyBucket) ||
+		p.Algorithm == 0 || int(p.Algorithm) >= len(algorithmNames) {
+		d.set(false, 0, 0, -1, 0, 0)
+		return p.Validate() // never divide by a bad policy's zero
+	}
+	if cost < 0 {
+		d.set(false, p.Capacity(), 0, -1, 0, 0)
+		return fmt.Errorf("%w: cost %d must be ≥ 0", ErrInvalidCost, cost)
+	}
+	switch p.Algorithm {
+	case TokenBucket:
+		if cost > p.Capacity() {
+			return never(p, cost, "exceeds the bucket's capacity "+itoa(p.Capacity()), d)
+		}
+	case LeakyBucket:
+		if !fits(p, cost) {
+			return never(p, cost, "takes longer to drain than any clock runs", d)
+		}
+	default:
+		if cost > p.Limit {
+			return never(p, cost, "exceeds the limit "+itoa(p.Limit), d)
+		}
+	}
+	return nil
 }
 
 // IsIdle reports whether s is as if never seen at now under p: a store may then drop the key.

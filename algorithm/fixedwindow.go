@@ -1,12 +1,11 @@
 package algorithm
 
+// The transitions below assume CheckCost passed.
+
 // fixedWindow: count the cost approved in the epoch-aligned window w = floor(now/period);
 // approve iff count + cost ≤ limit.
 func fixedWindow(p *Policy, s *State, now, cost int64, d *Decision) error {
 	period, limit := p.PeriodMicros(), p.Limit
-	if cost > limit {
-		return never(p, cost, "exceeds the limit "+itoa(limit), d)
-	}
 	var w, count int64
 	if s.current(p, period) && now < (s.Window+1)*period {
 		// Still in the recorded window (or, if the clock ran backward, before it: stay in it).

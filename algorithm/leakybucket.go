@@ -9,9 +9,6 @@ package algorithm
 // it is never served early), then tat moves on by cost·T.
 func leakyBucket(p *Policy, s *State, now, cost int64, d *Decision) error {
 	period := p.PeriodMicros()
-	if !fits(p, cost) {
-		return never(p, cost, "takes longer to drain than any clock runs", d)
-	}
 	room := mul(p.Burst, period)
 	wait := gcraWait(p, s, now)
 	allowed := wait.lessEq(room)

@@ -4,9 +4,6 @@ package algorithm
 // approve iff the counted cost plus this cost ≤ limit.
 func slidingLog(p *Policy, s *State, now, cost int64, d *Decision) error {
 	period, limit := p.PeriodMicros(), p.Limit
-	if cost > limit {
-		return never(p, cost, "exceeds the limit "+itoa(limit), d)
-	}
 	var log []LogEntry
 	var sum int64
 	if s.current(p, period) {

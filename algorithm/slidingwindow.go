@@ -9,9 +9,6 @@ package algorithm
 // in exact integers (128-bit products), which is prev·(1 - e/period) + cur + cost ≤ limit.
 func slidingWindow(p *Policy, s *State, now, cost int64, d *Decision) error {
 	period, limit := p.PeriodMicros(), p.Limit
-	if cost > limit {
-		return never(p, cost, "exceeds the limit "+itoa(limit), d)
-	}
 	at := now // the instant decided at; later than now only if the clock ran backward
 	var w, prev, cur int64
 	if s.current(p, period) && now < (s.Window+1)*period {

@@ -6,9 +6,6 @@ package algorithm
 //	approve iff tokens ≥ cost  ⇔  wait ≤ (C - cost)·period
 func tokenBucket(p *Policy, s *State, now, cost int64, d *Decision) error {
 	period, capacity := p.PeriodMicros(), p.Capacity()
-	if cost > capacity {
-		return never(p, cost, "exceeds the bucket's capacity "+itoa(capacity), d)
-	}
 	wait := gcraWait(p, s, now)
 	allowed := wait.lessEq(mul(capacity-cost, period))
 	var retry int64
