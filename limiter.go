@@ -9,9 +9,59 @@ import (
 
 // Limiter applies one policy to many keys (clients) on a store. It is safe for concurrent use.
 type Limiter struct {
-	store  Store
-	policy Policy
-	sleep  func(ctx context.Context, d time.Duration) error
+	store   Store
+	policy  Policy
+	sleep   func(ctx context.Context, d time.Duration) error
+	mode    FailureMode
+	local   Store   // FailLocal: the in-process store
+	share   float64 // FailLocal: this instance's share of the limit
+	localP  Policy  // FailLocal: policy with limit and burst × share
+	breaker breaker
+}
+
+// FailureMode says what a Limiter does when its store cannot decide (an error wrapping
+// ErrStoreUnavailable: a timeout, a lost connection, or the breaker open after repeated failures).
+type FailureMode uint8
+
+const (
+	// FailClosed refuses: AllowN returns an error wrapping ErrStoreUnavailable (not a quota
+	// refusal: Allowed is false and RetryAfter 0). The default.
+	FailClosed FailureMode = iota
+	// FailOpen allows, with Decision.Fallback = FallbackOpen so that callers can count it.
+	FailOpen
+	// FailLocal decides on an in-process store with this instance's share of the policy (see
+	// WithLocalFallback), with Decision.Fallback = FallbackLocal.
+	FailLocal
+)
+
+func (m FailureMode) String() string {
+	switch m {
+	case FailClosed:
+		return "fail-closed"
+	case FailOpen:
+		return "fail-open"
+	case FailLocal:
+		return "local"
+	}
+	return fmt.Sprintf("FailureMode(%d)", uint8(m))
+}
+
+// WithFailureMode sets what happens when the store fails: FailClosed (the default) or FailOpen.
+// For FailLocal use WithLocalFallback.
+func WithFailureMode(m FailureMode) Option { return func(l *Limiter) { l.mode = m } }
+
+// WithLocalFallback makes the limiter fail to local: while the store is unavailable it decides
+// on local (e.g. memory.New()) with the policy's limit and burst multiplied by share, rounded down
+// but at least 1 (a burst of 0 stays 0) — a conservative per-instance limit: with n instances,
+// a share of 1/n keeps the total near the policy. share must be in (0, 1].
+func WithLocalFallback(local Store, share float64) Option {
+	return func(l *Limiter) { l.mode, l.local, l.share = FailLocal, local, share }
+}
+
+// WithBreaker sets the breaker: after threshold consecutive store failures, decisions skip the
+// store for cooldown, then one probes it. Defaults: DefaultBreakerThreshold, DefaultBreakerCooldown.
+func WithBreaker(threshold int, cooldown time.Duration) Option {
+	return func(l *Limiter) { l.breaker.threshold, l.breaker.cooldown = int32(threshold), int64(cooldown) }
 }
 
 // Option configures a Limiter.
@@ -40,9 +90,34 @@ func NewLimiter(store Store, policy Policy, opts ...Option) (*Limiter, error) {
 	if policy.Name == "" {
 		policy.Name = fmt.Sprintf("%v/%d/%v/%d", policy.Algorithm, policy.Limit, policy.Period, policy.Burst)
 	}
+	if pc, ok := store.(PolicyChecker); ok {
+		if err := pc.CheckPolicy(policy); err != nil {
+			return nil, err
+		}
+	}
 	l := &Limiter{store: store, policy: policy, sleep: sleepCtx}
+	l.breaker.threshold, l.breaker.cooldown = DefaultBreakerThreshold, int64(DefaultBreakerCooldown)
 	for _, o := range opts {
 		o(l)
+	}
+	if l.breaker.threshold < 1 || l.breaker.cooldown <= 0 {
+		return nil, fmt.Errorf("sluice: NewLimiter: breaker threshold %d must be ≥ 1 and cooldown %v > 0", l.breaker.threshold, time.Duration(l.breaker.cooldown))
+	}
+	if l.mode > FailLocal {
+		return nil, fmt.Errorf("sluice: NewLimiter: unknown failure mode %d", uint8(l.mode))
+	}
+	if l.mode == FailLocal {
+		if l.local == nil {
+			return nil, errors.New("sluice: NewLimiter: FailLocal needs WithLocalFallback(memory.New(), share)")
+		}
+		if !(l.share > 0 && l.share <= 1) {
+			return nil, fmt.Errorf("sluice: NewLimiter: local share %v must be in (0, 1]", l.share)
+		}
+		l.localP = policy
+		l.localP.Limit = max(1, int64(float64(policy.Limit)*l.share))
+		if policy.Burst > 0 {
+			l.localP.Burst = max(1, int64(float64(policy.Burst)*l.share))
+		}
 	}
 	return l, nil
 }
@@ -53,15 +128,69 @@ func (l *Limiter) Policy() Policy { return l.policy }
 // Allow is shorthand for AllowN(ctx, key, 1). (It calls the store itself rather than AllowN:
 // each extra hop that passes a Decision on costs a copy with store-forwarding stalls.)
 func (l *Limiter) Allow(ctx context.Context, key string) (Decision, error) {
-	return l.store.Decide(ctx, key, l.policy, 1)
+	if !l.breaker.ready() {
+		return l.fallback(ctx, key, 1, errBreakerOpen)
+	}
+	d, err := l.store.Decide(ctx, key, l.policy, 1)
+	if err != nil {
+		return l.failed(ctx, key, 1, d, err)
+	}
+	l.breaker.success()
+	return d, nil
 }
 
 // AllowN decides a request of cost on key now, and consumes cost from the key's quota if (and
 // only if) it is approved. A cost of 0 peeks: it reports the decision and consumes nothing.
 // An approved leaky-bucket request carries a Delay: serve it only after that long.
+//
+// When the store cannot decide, the failure mode applies (WithFailureMode, WithLocalFallback);
+// an error of the caller's own context is returned as it is.
 func (l *Limiter) AllowN(ctx context.Context, key string, cost int64) (Decision, error) {
-	return l.store.Decide(ctx, key, l.policy, cost)
+	if !l.breaker.ready() {
+		return l.fallback(ctx, key, cost, errBreakerOpen)
+	}
+	d, err := l.store.Decide(ctx, key, l.policy, cost)
+	if err != nil {
+		return l.failed(ctx, key, cost, d, err)
+	}
+	l.breaker.success()
+	return d, nil
 }
+
+var errBreakerOpen = fmt.Errorf("%w: breaker open after repeated store failures", ErrStoreUnavailable)
+
+// failed handles an error from the store: a store failure feeds the breaker and falls back;
+// anything else (a cost that never fits, the caller's context ending) is the caller's answer.
+func (l *Limiter) failed(ctx context.Context, key string, cost int64, d Decision, err error) (Decision, error) {
+	if !errors.Is(err, ErrStoreUnavailable) {
+		if errors.Is(err, ErrCostExceedsLimit) || errors.Is(err, ErrInvalidCost) || errors.Is(err, ErrInvalidPolicy) {
+			l.breaker.success() // the store answered
+		}
+		return d, err
+	}
+	if ctx.Err() != nil {
+		return Decision{Limit: l.policy.Capacity()}, ctx.Err() // the caller gave up: not the store's failure
+	}
+	l.breaker.failure()
+	return l.fallback(ctx, key, cost, err)
+}
+
+// fallback decides without the store, by the failure mode.
+func (l *Limiter) fallback(ctx context.Context, key string, cost int64, cause error) (Decision, error) {
+	switch l.mode {
+	case FailOpen:
+		return Decision{Allowed: true, Limit: l.policy.Capacity(), Remaining: max(0, l.policy.Capacity()-cost), Fallback: FallbackOpen}, nil
+	case FailLocal:
+		d, err := l.local.Decide(ctx, key, l.localP, cost)
+		d.Fallback = FallbackLocal
+		return d, err
+	}
+	return Decision{Limit: l.policy.Capacity()}, cause
+}
+
+// StoreAvailable reports whether decisions currently go to the store (false while the breaker is
+// open after repeated failures).
+func (l *Limiter) StoreAvailable() bool { return !l.breaker.open() }
 
 // Wait is shorthand for WaitN(ctx, key, 1).
 func (l *Limiter) Wait(ctx context.Context, key string) error { return l.WaitN(ctx, key, 1) }

@@ -12,6 +12,7 @@ package sluice
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/sluicehq/sluice/algorithm"
@@ -33,6 +34,15 @@ const (
 	LeakyBucket   = algorithm.LeakyBucket
 )
 
+// Fallback says how a Limiter decided when its store failed; see WithFailureMode.
+type Fallback = algorithm.Fallback
+
+const (
+	NoFallback    = algorithm.NoFallback
+	FallbackOpen  = algorithm.FallbackOpen
+	FallbackLocal = algorithm.FallbackLocal
+)
+
 // Never is the RetryAfter of a request that can never be approved (a negative duration).
 const Never = algorithm.Never
 
@@ -44,6 +54,9 @@ var (
 	ErrInvalidPolicy = algorithm.ErrInvalidPolicy
 	// ErrInvalidCost: a negative cost.
 	ErrInvalidCost = algorithm.ErrInvalidCost
+	// ErrStoreUnavailable: the store could not decide (timeout, connection lost, breaker open).
+	// Stores wrap their failures in it; a Limiter then applies its failure mode.
+	ErrStoreUnavailable = errors.New("sluice: store unavailable")
 )
 
 // ParseAlgorithm returns the algorithm named s ("fixed-window", "sliding-log", "sliding-window",
@@ -62,4 +75,22 @@ type Store interface {
 	// ErrCostExceedsLimit and ErrInvalidCost come with a Decision (RetryAfter Never); other errors
 	// mean the store could not decide.
 	Decide(ctx context.Context, key string, p Policy, cost int64) (Decision, error)
+
+	// DecideAll decides several limits of one key at once, all or nothing: each limit is decided
+	// as if alone, at one instant, and their costs are consumed only if every one allows, so a
+	// refusal by one consumes nothing from the others ("10 a second and 10,000 a day"). It
+	// fills out[i] for limits[i] and reports whether all allowed. len(out) must be len(limits).
+	DecideAll(ctx context.Context, key string, limits []Limit, out []Decision) (bool, error)
+}
+
+// Limit is one policy and the cost a request takes from it.
+type Limit struct {
+	Policy Policy
+	Cost   int64
+}
+
+// PolicyChecker is implemented by stores that cannot take every valid policy (the Redis store
+// computes in Lua's doubles); NewLimiter asks them before accepting a policy.
+type PolicyChecker interface {
+	CheckPolicy(p Policy) error
 }

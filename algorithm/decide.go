@@ -192,6 +192,14 @@ func micros(us int64) time.Duration {
 
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }
 
+// MakeDecision builds a Decision from µs as the transitions do (retry -1: Never; durations
+// saturate): for stores whose decisions arrive as numbers (a Redis script's reply).
+func MakeDecision(allowed bool, limit, remaining, retry, reset, delay int64) Decision {
+	var d Decision
+	d.set(allowed, limit, remaining, retry, reset, delay)
+	return d
+}
+
 // set fills every field of d from µs (retry -1: Never), one by one: see DecideInto.
 func (d *Decision) set(allowed bool, limit, remaining, retry, reset, delay int64) {
 	d.Allowed = allowed
@@ -204,4 +212,5 @@ func (d *Decision) set(allowed bool, limit, remaining, retry, reset, delay int64
 	}
 	d.ResetAfter = micros(reset)
 	d.Delay = micros(delay)
+	d.Fallback = NoFallback
 }

@@ -166,4 +166,26 @@ type Decision struct {
 	RetryAfter time.Duration // 0 when allowed; when refused, the wait until this request would be approved; Never if it never can
 	ResetAfter time.Duration // until the key's state is as if never seen (full quota); 0 if it already is
 	Delay      time.Duration // leaky bucket: how long to hold an approved request before serving it
+	Fallback   Fallback      // how a Limiter decided when its store could not; NoFallback from every store
+}
+
+// Fallback says how a decision was made when the store that should have made it could not.
+type Fallback uint8
+
+const (
+	NoFallback    Fallback = iota // decided by the store
+	FallbackOpen                  // the store failed and the limiter fails open: allowed unchecked
+	FallbackLocal                 // the store failed and the limiter decided on its local share
+)
+
+func (f Fallback) String() string {
+	switch f {
+	case NoFallback:
+		return "none"
+	case FallbackOpen:
+		return "fail-open"
+	case FallbackLocal:
+		return "local"
+	}
+	return fmt.Sprintf("Fallback(%d)", uint8(f))
 }

@@ -359,3 +359,67 @@ func ceilPow2(n int) int {
 }
 
 var _ sluice.Store = (*Store)(nil)
+
+// DecideAll implements sluice.Store: every limit of key is decided at one instant under the
+// key's shard lock, on copies of the states, and the copies are kept only if all allow.
+func (s *Store) DecideAll(_ context.Context, key string, limits []sluice.Limit, out []sluice.Decision) (bool, error) {
+	if len(out) != len(limits) {
+		return false, fmt.Errorf("memory store: DecideAll: %d decisions for %d limits", len(out), len(limits))
+	}
+	for i := range limits {
+		if err := algorithm.CheckCost(&limits[i].Policy, limits[i].Cost, &out[i]); err != nil {
+			return false, err
+		}
+	}
+	now := s.now()
+	h := maphash.String(s.seed, key) & s.hashMask
+	sh := &s.shards[h&s.mask]
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	c := sh.find(h, key)
+	trial := make([]algorithm.State, len(limits))
+	all := true
+	for i := range limits {
+		p := &limits[i].Policy
+		if c != nil {
+			if sl := c.find(p.Name); sl != nil {
+				trial[i] = sl.state
+				// The copy shares the sliding log's array; a trial append writes past the
+				// original's length only, so the original stays intact if the trial is dropped.
+				trial[i].Log = sl.state.Log[:len(sl.state.Log):len(sl.state.Log)]
+			}
+		}
+		if err := algorithm.DecideInto(p, &trial[i], now, limits[i].Cost, &out[i]); err != nil {
+			return false, err
+		}
+		all = all && out[i].Allowed
+	}
+	if !all {
+		return false, nil
+	}
+	for i := range limits {
+		p := &limits[i].Policy
+		if limits[i].Cost == 0 {
+			continue
+		}
+		if c == nil {
+			c = sh.find(h, key)
+		}
+		var sl *slot
+		if c != nil {
+			sl = c.find(p.Name)
+		}
+		if sl != nil {
+			sl.state = trial[i]
+			sl.expires = now + int64(out[i].ResetAfter/time.Microsecond)
+			continue
+		}
+		var d sluice.Decision
+		// Store the new key's state by deciding it again from zero, at the same instant: the
+		// same decision, and the bound on keys applies as for Decide.
+		if err := s.decideNewLocked(sh, c, h, key, p, now, limits[i].Cost, &d); err != nil {
+			return false, err
+		}
+	}
+	return true, nil
+}

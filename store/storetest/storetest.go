@@ -48,6 +48,54 @@ func Run(t *testing.T, newStore NewStore) {
 	})
 	t.Run("policies-share-nothing", func(t *testing.T) { policiesShareNothing(t, newStore) })
 	t.Run("concurrent-exact", func(t *testing.T) { ConcurrentExact(t, newStore, 32, 3) })
+	t.Run("decide-all", func(t *testing.T) { decideAll(t, newStore) })
+}
+
+// decideAll: "3 a second and 5 a minute" on one key, all or nothing.
+func decideAll(t *testing.T, newStore NewStore) {
+	clock := sluice.NewManualClock(time.UnixMicro(0))
+	store := newStore(t, clock)
+	ctx := context.Background()
+	perSecond := sluice.Policy{Name: "per-second", Algorithm: sluice.TokenBucket, Limit: 3, Period: time.Second}
+	perMinute := sluice.Policy{Name: "per-minute", Algorithm: sluice.SlidingLog, Limit: 5, Period: time.Minute}
+	limits := []sluice.Limit{{Policy: perSecond, Cost: 1}, {Policy: perMinute, Cost: 1}}
+	out := make([]sluice.Decision, 2)
+	for i := 0; i < 3; i++ {
+		ok, err := store.DecideAll(ctx, "c", limits, out)
+		if err != nil || !ok || !out[0].Allowed || !out[1].Allowed {
+			t.Fatalf("request %d within both limits: %v %v %+v", i, ok, err, out)
+		}
+	}
+	// The per-second bucket is empty: the request is refused, and the per-minute log keeps its 2 left.
+	ok, err := store.DecideAll(ctx, "c", limits, out)
+	if err != nil || ok || out[0].Allowed || !out[1].Allowed || out[0].RetryAfter != 333_334*time.Microsecond {
+		t.Fatalf("4th request at once: %v %v %+v, want refused by per-second with RetryAfter 333.334ms", ok, err, out)
+	}
+	if d, _ := store.Decide(ctx, "c", perMinute, 0); d.Remaining != 2 {
+		t.Fatalf("per-minute remaining after a refusal by per-second: %d, want 2 (nothing consumed)", d.Remaining)
+	}
+	clock.Set(time.UnixMicro(10_000_000))
+	for i := 0; i < 2; i++ {
+		if ok, err := store.DecideAll(ctx, "c", limits, out); err != nil || !ok {
+			t.Fatalf("request %d after 10s: %v %v %+v", i, ok, err, out)
+		}
+	}
+	// Now per-minute is spent and per-second is not: refused, and per-second keeps its tokens.
+	ok, err = store.DecideAll(ctx, "c", limits, out)
+	if err != nil || ok || !out[0].Allowed || out[1].Allowed {
+		t.Fatalf("6th request in the minute: %v %v %+v, want refused by per-minute only", ok, err, out)
+	}
+	if d, _ := store.Decide(ctx, "c", perSecond, 0); d.Remaining != 1 {
+		t.Fatalf("per-second remaining after a refusal by per-minute: %d, want 1", d.Remaining)
+	}
+	// A cost that can never fit one limit is an error, and nothing is consumed.
+	_, err = store.DecideAll(ctx, "c", []sluice.Limit{{Policy: perSecond, Cost: 1}, {Policy: perMinute, Cost: 6}}, out)
+	if !errors.Is(err, sluice.ErrCostExceedsLimit) {
+		t.Fatalf("cost 6 on a limit of 5: %v, want ErrCostExceedsLimit", err)
+	}
+	if d, _ := store.Decide(ctx, "c", perSecond, 0); d.Remaining != 1 {
+		t.Fatalf("per-second remaining after an impossible request: %d, want 1", d.Remaining)
+	}
 }
 
 // Replay runs tr on a fresh store and on the pure core, and fails at the first decision that differs.

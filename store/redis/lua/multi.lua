@@ -1,0 +1,48 @@
+-- sluice: several limits of one client, all or nothing, atomically. Assembled as common.lua + all
+-- five algorithm files + this file. Every key shares the client's hash tag, so one slot.
+--
+-- KEYS     for each limit i = 1..n: its state hash KEYS[2i-1] and its log list KEYS[2i]
+--          (as KEYS[1], KEYS[2] of single.lua); the limits' keys must be distinct
+-- ARGV[1]  n, the number of limits
+-- ARGV[2]  now, µs; empty: Redis TIME
+-- ARGV[3]  ttl_slack, µs (empty: 0)
+-- ARGV[4+5(i-1) .. 8+5(i-1)]  limit i's alg, limit, period (µs), burst, cost, as single.lua's ARGV[1..5]
+--
+-- Each limit is decided as if alone, all at the same now. If every one is allowed, every approval
+-- is written; if any is refused, nothing is written at all (so the decisions of the allowed ones
+-- describe a consumption that did not happen).
+--
+-- Reply: 6·n integers, limit i's {allowed, capacity, remaining, retry, reset, delay} (as
+-- single.lua's reply) at 6(i-1)+1 .. 6i.
+local n = tonumber(ARGV[1])
+if n == nil or #KEYS ~= 2 * n or #ARGV ~= 3 + 5 * n then
+  return redis.error_reply('ERR sluice: multi script wants 2n keys and 3+5n arguments')
+end
+local now = now_arg(ARGV[2])
+local ttl_slack = tonumber(ARGV[3]) or 0
+local reply, commits, all = {}, {}, true
+for i = 1, n do
+  local a = 3 + 5 * (i - 1)
+  local decide = deciders[tonumber(ARGV[a + 1])]
+  if decide == nil then
+    return redis.error_reply('ERR sluice: unknown algorithm ' .. tostring(ARGV[a + 1]))
+  end
+  local allowed, capacity, remaining, retry, reset, delay, commit =
+    decide(KEYS[2 * i - 1], KEYS[2 * i], tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4]),
+      tonumber(ARGV[a + 5]), now)
+  local r = 6 * (i - 1)
+  reply[r + 1], reply[r + 2], reply[r + 3], reply[r + 4], reply[r + 5], reply[r + 6] =
+    allowed, capacity, remaining, retry, reset, delay
+  if allowed == 0 then
+    all = false
+  end
+  if commit ~= nil then
+    commits[#commits + 1] = commit
+  end
+end
+if all then
+  for _, commit in ipairs(commits) do
+    commit(ttl_slack)
+  end
+end
+return reply

@@ -1,0 +1,48 @@
+-- decide_token_bucket mirrors algorithm/tokenbucket.go line for line (the hash fields tat, frac are
+-- State.TAT, State.Frac; the GCRA helpers are in common.lua). Precondition: CheckCost passed
+-- (0 ≤ cost ≤ capacity), policy valid, (max(limit, capacity) + 1)·period ≤ 2^51 (common.lua).
+
+-- tokenBucket: capacity C = Burst (or Limit), refilled Limit per Period continuously, full at
+-- first sight. As GCRA: the tokens at now are C - wait/period (wait as in gcra.go), so
+--
+--	approve iff tokens ≥ cost  ⇔  wait ≤ (C - cost)·period
+local function decide_token_bucket(key, logkey, limit, period, burst, cost, now)
+  local capacity = limit -- p.Capacity()
+  if burst > 0 then
+    capacity = burst
+  end
+  local current, s_tat, s_frac = read_state(key, TOKEN_BUCKET, limit, period, 'tat', 'frac')
+  local wait_d, wait_f = gcra_wait(current, s_tat, s_frac, now)
+  local allowed = gcra_le(limit, wait_d, wait_f, (capacity - cost) * period)
+  local retry = 0
+  local commit = nil
+  if allowed then
+    if cost > 0 then
+      local renew = not current
+      s_tat, s_frac = gcra_advance(limit, period, current, s_tat, s_frac, now, cost)
+      current = true -- s.renew(p, period) and the new s.TAT, s.Frac, written by commit
+      local reset_ = gcra_until(s_tat, s_frac, now) -- the reset below: after > 0 now
+      commit = function(ttl_slack)
+        write_state(key, logkey, renew, TOKEN_BUCKET, limit, period, 'tat', s_tat, 'frac', s_frac)
+        expire(key, reset_, ttl_slack)
+      end
+    end
+  else
+    -- Approved at the first µs t where wait - limit·(t - now) ≤ (C - cost)·period.
+    retry = gcra_excess_ceil(limit, wait_d, wait_f, (capacity - cost) * period)
+  end
+  local remaining, reset = capacity, 0
+  local after_d, after_f = gcra_wait(current, s_tat, s_frac, now)
+  if after_d > 0 or after_f > 0 then
+    -- max(0, C - ceil(after/period)), below 0 only if the clock ran backward; 0 whenever
+    -- after > C·period, so after is formed only when it is at most C·period ≤ 2^51.
+    remaining = 0
+    if gcra_le(limit, after_d, after_f, capacity * period) then
+      remaining = math.max(0, capacity - idivceil(limit * after_d + after_f, period))
+    end
+    reset = gcra_until(s_tat, s_frac, now)
+  end
+  return allowed and 1 or 0, capacity, remaining, retry, reset, 0, commit
+end
+
+deciders[TOKEN_BUCKET] = decide_token_bucket

@@ -1,0 +1,99 @@
+package redis
+
+import (
+	"hash/maphash"
+	"sync"
+	"time"
+
+	"github.com/sluicehq/sluice"
+)
+
+// negativeCache remembers refusals so that an instance answers a client retrying a refused key
+// in a tight loop without asking Redis.
+//
+// This is exact, not an approximation: a refusal of cost c with RetryAfter r means that every
+// request of cost ≥ c on that key and policy is refused until r has passed, whatever other
+// traffic does meanwhile (other traffic only consumes quota; see sluice.Decision). The cache
+// measures r from the moment the request was sent, which is no later than the moment Redis
+// decided, so it never refuses a request that Redis would approve; its RetryAfter may only be
+// shorter than Redis's by the round trip, which sends the client back to Redis a moment early,
+// where it is refused again exactly. For a larger cost the true wait may be longer; the cache
+// answers with the refusal it knows and Redis answers the retry.
+type negativeCache struct {
+	seed   maphash.Seed
+	shards [64]negShard
+	max    int // entries per shard
+}
+
+type negShard struct {
+	mu sync.Mutex
+	m  map[string]negEntry // guarded by mu
+}
+
+type negEntry struct {
+	until int64 // local µs: refused before then
+	cost  int64 // the refused cost; larger costs are refused too
+	d     sluice.Decision
+}
+
+func newNegativeCache(size int) *negativeCache {
+	c := &negativeCache{seed: maphash.MakeSeed(), max: max(1, size/64)}
+	for i := range c.shards {
+		c.shards[i].m = map[string]negEntry{}
+	}
+	return c
+}
+
+func (c *negativeCache) shard(key string) *negShard {
+	return &c.shards[maphash.String(c.seed, key)%uint64(len(c.shards))]
+}
+
+// lookup returns the cached refusal of key for cost at now, if there is one.
+func (c *negativeCache) lookup(key string, cost, now int64) (sluice.Decision, bool) {
+	sh := c.shard(key)
+	sh.mu.Lock()
+	e, ok := sh.m[key]
+	if ok && now >= e.until {
+		delete(sh.m, key)
+		ok = false
+	}
+	sh.mu.Unlock()
+	if !ok || cost < e.cost {
+		return sluice.Decision{}, false
+	}
+	d := e.d
+	d.RetryAfter = time.Duration(e.until-now) * time.Microsecond
+	return d, true
+}
+
+// remember records a refusal decided for a request sent at sent.
+func (c *negativeCache) remember(key string, cost, sent int64, d sluice.Decision) {
+	if d.RetryAfter <= 0 {
+		return // Never (the cost can never fit) is answered before Redis anyway
+	}
+	until := sent + int64(d.RetryAfter/time.Microsecond)
+	sh := c.shard(key)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if old, ok := sh.m[key]; ok && old.until >= until && old.cost <= cost {
+		return
+	}
+	if len(sh.m) >= c.max {
+		// Full: drop the expired among a sample (O(1), map ranges start at random); if none,
+		// forget this refusal: client input never grows memory without bound, and Redis still
+		// answers.
+		n := 0
+		for k, e := range sh.m {
+			if e.until <= sent {
+				delete(sh.m, k)
+			}
+			if n++; n == 16 {
+				break
+			}
+		}
+		if len(sh.m) >= c.max {
+			return
+		}
+	}
+	sh.m[key] = negEntry{until: until, cost: cost, d: d}
+}

@@ -1,0 +1,286 @@
+// Package redis is sluice's shared store: every gateway instance decides on the same state in
+// Redis, so a client's quota is one quota however many instances it reaches.
+//
+// Each decision is one atomic Lua script (EVALSHA, re-sent as EVAL after NOSCRIPT, e.g. after a
+// restart or a failover) that reads Redis's own clock (TIME), so the instances' clocks never
+// matter, and that implements exactly the transitions of package algorithm. There is no
+// read-then-write from the gateway. Concurrent decisions share a few connections through
+// rueidis's automatic pipelining.
+//
+// Keys: one hash per client and policy, hash-tagged by client — prefix + "{customer-42}:orders-api"
+// — so that all of a client's limits share a Redis Cluster slot and can be decided together
+// (DecideAll); the sliding log keeps its entries in a list beside it (…":log"). Every key has a
+// TTL equal to the time until its state is as if never seen, so idle clients leave nothing.
+//
+// Lua numbers are doubles, exact below 2^53: CheckPolicy (which sluice.NewLimiter calls) refuses
+// the sliding-window and bucket policies whose limit·period products could pass that.
+package redis
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/rueidis"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/algorithm"
+)
+
+// Defaults.
+const (
+	DefaultPrefix            = "rate-limit:"
+	DefaultTimeout           = 50 * time.Millisecond
+	DefaultNegativeCacheSize = 1 << 16
+	// virtualClockSlack is added to TTLs when a test clock decides time: Redis expires keys on
+	// its own real clock, which a virtual clock does not move.
+	virtualClockSlack = time.Hour
+)
+
+// Options configures a Store. Either Addrs or URL.
+type Options struct {
+	Addrs    []string // one address: a single server; several: a Redis Cluster (seed nodes)
+	URL      string   // instead of Addrs: redis://[user:password@]host:port[/db], rediss:// for TLS
+	Username string   // ACL user
+	Password string
+	TLS      *tls.Config // nil: plaintext (rediss:// URLs set it)
+
+	Prefix  string        // key prefix; default DefaultPrefix
+	Timeout time.Duration // bound on every store call; default DefaultTimeout
+	// Clock, if set, supplies now instead of Redis TIME: for running real Redis on virtual time
+	// in tests. Production leaves it nil.
+	Clock sluice.Clock
+	// NegativeCacheSize bounds the refusals remembered per instance (default
+	// DefaultNegativeCacheSize; negative disables the cache).
+	NegativeCacheSize int
+}
+
+// Store is the Redis store. Create it with New; Close it when done.
+type Store struct {
+	client  rueidis.Client
+	prefix  string
+	timeout time.Duration
+	clock   sluice.Clock
+	slack   string // ttl_slack argument, µs
+	single  [6]*rueidis.Lua
+	multi   *rueidis.Lua
+	refused *negativeCache // nil: disabled
+
+	calls, cacheHits atomic.Uint64
+}
+
+// New connects to Redis (a first PING must succeed within the timeout) and returns the store.
+func New(opts Options) (*Store, error) {
+	var co rueidis.ClientOption
+	if opts.URL != "" {
+		if len(opts.Addrs) > 0 {
+			return nil, errors.New("redis store: give Addrs or URL, not both")
+		}
+		var err error
+		if co, err = rueidis.ParseURL(opts.URL); err != nil {
+			return nil, fmt.Errorf("redis store: URL: %w", err)
+		}
+	} else {
+		if len(opts.Addrs) == 0 {
+			return nil, errors.New("redis store: no address (set Addrs, e.g. [127.0.0.1:6379], or URL)")
+		}
+		co.InitAddress = opts.Addrs
+		co.TLSConfig = opts.TLS
+	}
+	if opts.Username != "" {
+		co.Username = opts.Username
+	}
+	if opts.Password != "" {
+		co.Password = opts.Password
+	}
+	co.DisableCache = true // no client-side caching: every decision is a script
+	s := &Store{prefix: opts.Prefix, timeout: opts.Timeout, clock: opts.Clock, slack: "0"}
+	if s.prefix == "" {
+		s.prefix = DefaultPrefix
+	}
+	if s.timeout <= 0 {
+		s.timeout = DefaultTimeout
+	}
+	co.Dialer.Timeout = max(s.timeout, 100*time.Millisecond)
+	co.ConnWriteTimeout = max(s.timeout, 100*time.Millisecond)
+	if s.clock != nil {
+		s.slack = strconv.FormatInt(int64(virtualClockSlack/time.Microsecond), 10)
+	}
+	if size := opts.NegativeCacheSize; size >= 0 {
+		if size == 0 {
+			size = DefaultNegativeCacheSize
+		}
+		s.refused = newNegativeCache(size)
+	}
+	client, err := rueidis.NewClient(co)
+	if err != nil {
+		return nil, fmt.Errorf("%w: redis store: connecting to %v: %v", sluice.ErrStoreUnavailable, co.InitAddress, err)
+	}
+	s.client = client
+	for _, a := range algorithm.Algorithms {
+		s.single[a] = rueidis.NewLuaScript(singleScript(a))
+	}
+	s.multi = rueidis.NewLuaScript(multiScript())
+	return s, nil
+}
+
+// Close closes the connections.
+func (s *Store) Close() { s.client.Close() }
+
+// Stats are counters of one Store instance.
+type Stats struct {
+	Calls     uint64 // scripts run in Redis
+	CacheHits uint64 // refusals answered from the negative cache, without Redis
+}
+
+// Stats returns the store's counters.
+func (s *Store) Stats() Stats { return Stats{Calls: s.calls.Load(), CacheHits: s.cacheHits.Load()} }
+
+// luaExact is the bound under which the scripts' products of limit, capacity and period stay
+// exact in Lua's doubles (they reach about four times it).
+const luaExact = 1 << 51
+
+// CheckPolicy implements sluice.PolicyChecker: it refuses the policies whose arithmetic the
+// scripts could not do exactly.
+func (s *Store) CheckPolicy(p sluice.Policy) error {
+	if err := p.Validate(); err != nil {
+		return err
+	}
+	switch p.Algorithm {
+	case sluice.SlidingWindow, sluice.TokenBucket, sluice.LeakyBucket:
+		n := max(p.Limit, p.Capacity()) + 1
+		if n > luaExact/p.PeriodMicros() {
+			return fmt.Errorf("%w: policy %q: (limit or burst) × period = %d × %v is too large for the Redis store, which computes in Lua's doubles (at most 2^51 µs, e.g. 26,000 per 24h); lower it, or use fixed-window or sliding-log, which have no such bound",
+				sluice.ErrInvalidPolicy, p.Name, n-1, p.Period)
+		}
+	}
+	return nil
+}
+
+// keys returns the state hash's key and the sliding log's list key of key under policy.
+func (s *Store) keys(key, policy string) (string, string) {
+	k := s.prefix + "{" + key + "}:" + policy
+	return k, k + ":log"
+}
+
+// now returns the argument that tells a script the time: empty for Redis TIME.
+func (s *Store) now() string {
+	if s.clock == nil {
+		return ""
+	}
+	return strconv.FormatInt(s.clock.Now().UnixMicro(), 10)
+}
+
+// localNow is this instance's time for the negative cache: the test clock if set, else the
+// monotonic clock (never compared with Redis's).
+func (s *Store) localNow() int64 {
+	if s.clock != nil {
+		return s.clock.Now().UnixMicro()
+	}
+	return int64(time.Since(processStart) / time.Microsecond)
+}
+
+var processStart = time.Now()
+
+// check runs the checks that need no Redis: the core's cost rules and the Lua bounds.
+func (s *Store) check(p *sluice.Policy, cost int64, d *sluice.Decision) error {
+	if err := algorithm.CheckCost(p, cost, d); err != nil {
+		return err
+	}
+	if err := s.CheckPolicy(*p); err != nil {
+		*d = sluice.Decision{RetryAfter: sluice.Never}
+		return err
+	}
+	if p.Algorithm == sluice.LeakyBucket && cost > luaExact/p.PeriodMicros() {
+		*d = algorithm.MakeDecision(false, p.Capacity(), 0, -1, 0, 0)
+		return fmt.Errorf("%w: cost %d × period %v of policy %q is beyond what the Redis store computes exactly",
+			sluice.ErrCostExceedsLimit, cost, p.Period, p.Name)
+	}
+	return nil
+}
+
+// Decide implements sluice.Store.
+func (s *Store) Decide(ctx context.Context, key string, p sluice.Policy, cost int64) (sluice.Decision, error) {
+	var d sluice.Decision
+	if err := s.check(&p, cost, &d); err != nil {
+		return d, err
+	}
+	cacheKey := p.Name + "\x00" + key
+	sent := s.localNow()
+	if s.refused != nil {
+		if d, ok := s.refused.lookup(cacheKey, cost, sent); ok {
+			s.cacheHits.Add(1)
+			return d, nil
+		}
+	}
+	hash, log := s.keys(key, p.Name)
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	s.calls.Add(1)
+	reply, err := s.single[p.Algorithm].Exec(ctx, s.client, []string{hash, log}, []string{
+		strconv.Itoa(int(p.Algorithm)), strconv.FormatInt(p.Limit, 10), strconv.FormatInt(p.PeriodMicros(), 10),
+		strconv.FormatInt(p.Burst, 10), strconv.FormatInt(cost, 10), s.now(), s.slack,
+	}).AsIntSlice()
+	if err != nil {
+		return sluice.Decision{Limit: p.Capacity()}, unavailable(err)
+	}
+	if len(reply) != 6 {
+		return sluice.Decision{Limit: p.Capacity()}, fmt.Errorf("%w: redis store: script replied %d numbers, want 6", sluice.ErrStoreUnavailable, len(reply))
+	}
+	d = algorithm.MakeDecision(reply[0] == 1, reply[1], reply[2], reply[3], reply[4], reply[5])
+	if !d.Allowed && s.refused != nil {
+		s.refused.remember(cacheKey, cost, sent, d)
+	}
+	return d, nil
+}
+
+// DecideAll implements sluice.Store with one script: every limit's key shares the client's hash
+// tag, so one atomic call in one slot decides them all.
+func (s *Store) DecideAll(ctx context.Context, key string, limits []sluice.Limit, out []sluice.Decision) (bool, error) {
+	if len(out) != len(limits) {
+		return false, fmt.Errorf("redis store: DecideAll: %d decisions for %d limits", len(out), len(limits))
+	}
+	keys := make([]string, 0, 2*len(limits))
+	args := make([]string, 0, 3+5*len(limits))
+	args = append(args, strconv.Itoa(len(limits)), s.now(), s.slack)
+	for i := range limits {
+		l := &limits[i]
+		if err := s.check(&l.Policy, l.Cost, &out[i]); err != nil {
+			return false, err
+		}
+		hash, log := s.keys(key, l.Policy.Name)
+		keys = append(keys, hash, log)
+		args = append(args, strconv.Itoa(int(l.Policy.Algorithm)), strconv.FormatInt(l.Policy.Limit, 10),
+			strconv.FormatInt(l.Policy.PeriodMicros(), 10), strconv.FormatInt(l.Policy.Burst, 10), strconv.FormatInt(l.Cost, 10))
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	s.calls.Add(1)
+	reply, err := s.multi.Exec(ctx, s.client, keys, args).AsIntSlice()
+	if err != nil {
+		return false, unavailable(err)
+	}
+	if len(reply) != 6*len(limits) {
+		return false, fmt.Errorf("%w: redis store: script replied %d numbers, want %d", sluice.ErrStoreUnavailable, len(reply), 6*len(limits))
+	}
+	all := true
+	for i := range limits {
+		r := reply[6*i : 6*i+6]
+		out[i] = algorithm.MakeDecision(r[0] == 1, r[1], r[2], r[3], r[4], r[5])
+		all = all && out[i].Allowed
+	}
+	return all, nil
+}
+
+func unavailable(err error) error {
+	return fmt.Errorf("%w: redis store: %v", sluice.ErrStoreUnavailable, err)
+}
+
+var (
+	_ sluice.Store         = (*Store)(nil)
+	_ sluice.PolicyChecker = (*Store)(nil)
+)
