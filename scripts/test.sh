@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The whole test suite, from a fresh machine: installs what the tests need, then runs vet, the
+# The whole test suite, from a fresh machine: installs what the tests need (redis-server), then runs vet, the
 # race-enabled tests, a short fuzzing run of every fuzz target, and every benchmark once (so that
 # they keep compiling and running; their numbers come from `scripts/bench.sh`).
 set -euo pipefail
@@ -10,6 +10,20 @@ if ! command -v go >/dev/null 2>&1 && [ -x /usr/local/go/bin/go ]; then
 	export PATH="/usr/local/go/bin:$PATH"
 fi
 command -v go >/dev/null || { echo "test.sh: Go is not installed (https://go.dev/dl/)" >&2; exit 1; }
+
+# Real Redis for the Redis store's tests (single servers and a cluster, started by the tests
+# themselves on free loopback ports): install it where it is missing.
+if ! command -v redis-server >/dev/null 2>&1 || ! command -v redis-cli >/dev/null 2>&1 || ! command -v redis-benchmark >/dev/null 2>&1; then
+	echo "== installing redis-server"
+	if [ "$(id -u)" -ne 0 ] || ! command -v apt-get >/dev/null 2>&1; then
+		echo "test.sh: redis-server, redis-cli and redis-benchmark are needed; install them (Debian: apt-get install redis-server)" >&2
+		exit 1
+	fi
+	apt-get update -qq >/dev/null
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server redis-tools >/dev/null
+	# The package may start a system server on 6379; the tests use their own ports, so stop it.
+	(service redis-server stop || true) >/dev/null 2>&1
+fi
 
 echo "== gofmt"
 unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))
