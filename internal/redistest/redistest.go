@@ -6,8 +6,16 @@ package redistest
 import (
 	"bufio"
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
 	"fmt"
 	"io"
+	"math/big"
 	"net"
 	"os"
 	"os/exec"
@@ -27,6 +35,8 @@ type Server struct {
 	t    testing.TB
 	args []string
 	dir  string
+
+	tlsConfig *tls.Config // set for StartTLS servers: Do speaks TLS
 
 	mu  sync.Mutex
 	cmd *exec.Cmd // guarded by mu; nil while stopped
@@ -68,6 +78,56 @@ func (s *Server) start(bin string) {
 	}
 }
 
+// StartTLS starts a redis-server that speaks only TLS, with a fresh self-signed CA and a
+// certificate for 127.0.0.1, and returns it with a TLS config that trusts that CA.
+func StartTLS(t testing.TB) (*Server, *tls.Config) {
+	t.Helper()
+	dir := t.TempDir()
+	caPEM, certPEM, keyPEM := selfSigned(t)
+	for name, data := range map[string][]byte{"ca.crt": caPEM, "server.crt": certPEM, "server.key": keyPEM} {
+		if err := os.WriteFile(filepath.Join(dir, name), data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(caPEM)
+	port := freePort(t)
+	s := &Server{Addr: fmt.Sprintf("127.0.0.1:%d", port), Port: port, t: t, dir: t.TempDir(),
+		tlsConfig: &tls.Config{RootCAs: pool, ServerName: "127.0.0.1"}}
+	s.args = []string{"--port", "0", "--tls-port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "",
+		"--appendonly", "no", "--dir", s.dir, "--tls-cert-file", filepath.Join(dir, "server.crt"),
+		"--tls-key-file", filepath.Join(dir, "server.key"), "--tls-ca-cert-file", filepath.Join(dir, "ca.crt"),
+		"--tls-auth-clients", "no"}
+	s.start(binary(t, "redis-server"))
+	t.Cleanup(s.Kill)
+	return s, s.tlsConfig.Clone()
+}
+
+func selfSigned(t testing.TB) (caPEM, certPEM, keyPEM []byte) {
+	t.Helper()
+	caKey, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	ca := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "sluice test CA"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour), IsCA: true,
+		KeyUsage: x509.KeyUsageCertSign, BasicConstraintsValid: true}
+	caDER, err := x509.CreateCertificate(rand.Reader, ca, ca, &caKey.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	leaf := &x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "127.0.0.1"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
+		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		KeyUsage: x509.KeyUsageDigitalSignature}
+	leafDER, err := x509.CreateCertificate(rand.Reader, leaf, ca, &key.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyDER, _ := x509.MarshalECPrivateKey(key)
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER}),
+		pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: leafDER}),
+		pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER})
+}
+
 // Kill stops the server at once (SIGKILL), as a crash would. It is safe to call twice.
 func (s *Server) Kill() {
 	s.mu.Lock()
@@ -100,12 +160,12 @@ func (s *Server) Restart() {
 // Do sends one command over a fresh connection and returns the reply as text (RESP2,
 // simplified: enough for tests' PING, KEYS, TTL, EXISTS, CLUSTER INFO).
 func (s *Server) Do(args ...string) (string, error) {
-	return do(s.Addr, args...)
+	return do(s.Addr, s.tlsConfig, args...)
 }
 
 // DoAuth is Do on a connection authenticated with password first.
 func (s *Server) DoAuth(password string, args ...string) (string, error) {
-	return do(s.Addr, append([]string{"\x00auth", password}, args...)...)
+	return do(s.Addr, s.tlsConfig, append([]string{"\x00auth", password}, args...)...)
 }
 
 func (s *Server) waitReady(timeout time.Duration) error {
@@ -188,8 +248,14 @@ func freePort(t testing.TB) int {
 }
 
 // do is a minimal RESP client for test plumbing (the store itself uses a real client library).
-func do(addr string, args ...string) (string, error) {
-	conn, err := net.DialTimeout("tcp", addr, time.Second)
+func do(addr string, tlsConfig *tls.Config, args ...string) (string, error) {
+	var conn net.Conn
+	var err error
+	if tlsConfig != nil {
+		conn, err = tls.DialWithDialer(&net.Dialer{Timeout: time.Second}, "tcp", addr, tlsConfig)
+	} else {
+		conn, err = net.DialTimeout("tcp", addr, time.Second)
+	}
 	if err != nil {
 		return "", err
 	}

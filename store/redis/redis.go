@@ -47,7 +47,7 @@ type Options struct {
 	URL      string   // instead of Addrs: redis://[user:password@]host:port[/db], rediss:// for TLS
 	Username string   // ACL user
 	Password string
-	TLS      *tls.Config // nil: plaintext (rediss:// URLs set it)
+	TLS      *tls.Config // TLS settings (CA, client certificate); with a rediss:// URL, replaces its default
 
 	Prefix  string        // key prefix; default DefaultPrefix
 	Timeout time.Duration // bound on every store call; default DefaultTimeout
@@ -89,6 +89,8 @@ func New(opts Options) (*Store, error) {
 			return nil, errors.New("redis store: no address (set Addrs, e.g. [127.0.0.1:6379], or URL)")
 		}
 		co.InitAddress = opts.Addrs
+	}
+	if opts.TLS != nil {
 		co.TLSConfig = opts.TLS
 	}
 	if opts.Username != "" {

@@ -116,3 +116,23 @@ func TestCheckPolicyBounds(t *testing.T) {
 		}
 	}
 }
+
+// rediss:// connects over TLS, verifying the server against the CA given in Options.TLS; a
+// client that does not trust that CA is refused.
+func TestConnectOverTLS(t *testing.T) {
+	srv, tlsConfig := redistest.StartTLS(t)
+	s := newStore(t, redisstore.Options{URL: "rediss://" + srv.Addr, TLS: tlsConfig})
+	lim, err := sluice.NewLimiter(s, sluice.Policy{Name: "api", Algorithm: sluice.TokenBucket, Limit: 5, Period: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d, err := lim.Allow(context.Background(), "c"); err != nil || !d.Allowed || d.Remaining != 4 {
+		t.Fatalf("decision over TLS: %+v %v", d, err)
+	}
+	if keys, _ := srv.Do("KEYS", "*"); !strings.Contains(keys, "rate-limit:{c}:api") {
+		t.Fatalf("keys on the TLS server: %q", keys)
+	}
+	if _, err := redisstore.New(redisstore.Options{URL: "rediss://" + srv.Addr}); !errors.Is(err, sluice.ErrStoreUnavailable) {
+		t.Fatalf("rediss:// without trusting the test CA: %v, want ErrStoreUnavailable", err)
+	}
+}
