@@ -56,8 +56,12 @@ func (s *State) renew(p *Policy, period int64) {
 // divP returns floor(x/period) and x mod period. For x below 2^64 and a state whose cache is set,
 // it multiplies by the cached reciprocal instead of dividing: the estimate
 // floor(x·inv/2^64) is at most 2 below the quotient, so at most two corrections follow.
+//
+// The cache is used only if it was derived from this very period: a state written under another
+// period (read by a policy whose period a reload changed) has another reciprocal, whose estimate
+// could overshoot.
 func (s *State) divP(x u128, period int64) (q, r int64) {
-	if x.hi != 0 || s.cache.invPeriod == 0 {
+	if x.hi != 0 || s.cache.invPeriod == 0 || s.Period != period {
 		return x.divmod(period)
 	}
 	uq, _ := bits.Mul64(x.lo, s.cache.invPeriod)

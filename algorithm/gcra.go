@@ -26,7 +26,7 @@ func gcraAdvance(p *Policy, s *State, now, cost int64) bool {
 		tat, frac = s.TAT, s.Frac
 	}
 	var q, r int64
-	if current && cost == 1 {
+	if current && cost == 1 && s.cache.emitQ|s.cache.emitR != 0 { // (a State built from its exported fields has no cache)
 		q, r = s.cache.emitQ, s.cache.emitR
 	} else {
 		q, r = mul(cost, period).divmod(p.Limit)

@@ -45,3 +45,39 @@ func TestChangedPolicyNumbersStartAfresh(t *testing.T) {
 		t.Fatalf("after raising the burst to 6 with 5 spent: %+v, want exactly one more", d)
 	}
 }
+
+// A state written under a shorter period, then read by a leaky bucket (a reload that changed the
+// period, or the algorithm): the cached reciprocal of the old period must not be used. It once
+// sent a correction loop round ~2^64/period times.
+func TestStaleCacheIsNotUsed(t *testing.T) {
+	var s State
+	short := Policy{Name: "p", Algorithm: FixedWindow, Limit: 1, Period: time.Millisecond}
+	if _, err := Decide(&short, &s, 1_000_000, 1); err != nil {
+		t.Fatal(err)
+	}
+	leaky := Policy{Name: "p", Algorithm: LeakyBucket, Limit: 1, Period: 3 * time.Second, Burst: 1}
+	done := make(chan Decision)
+	go func() { d, _ := Decide(&leaky, &s, 2_000_000, 0); done <- d }()
+	select {
+	case d := <-done:
+		if !d.Allowed || d.Remaining != 2 {
+			t.Fatalf("peek on a fresh leaky bucket: %+v, want allowed with 2 remaining", d)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Decide did not return: the stale reciprocal sent divP into a near-endless loop")
+	}
+}
+
+// A State rebuilt from its exported fields (no cache) decides as the original.
+func TestStateWithoutCache(t *testing.T) {
+	p := Policy{Name: "p", Algorithm: TokenBucket, Limit: 3, Period: time.Second, Burst: 2}
+	var a State
+	for now := int64(0); now < 3_000_000; now += 100_000 {
+		b := State{Alg: a.Alg, Limit: a.Limit, Period: a.Period, TAT: a.TAT, Frac: a.Frac}
+		da, _ := Decide(&p, &a, now, 1)
+		db, _ := Decide(&p, &b, now, 1)
+		if da != db || a.TAT != b.TAT || a.Frac != b.Frac {
+			t.Fatalf("at %dµs: with cache %+v (tat %d+%d), rebuilt %+v (tat %d+%d)", now, da, a.TAT, a.Frac, db, b.TAT, b.Frac)
+		}
+	}
+}

@@ -17,8 +17,14 @@ import (
 // measures r from the moment the request was sent, which is no later than the moment Redis
 // decided, so it never refuses a request that Redis would approve; its RetryAfter may only be
 // shorter than Redis's by the round trip, which sends the client back to Redis a moment early,
-// where it is refused again exactly. For a larger cost the true wait may be longer; the cache
-// answers with the refusal it knows and Redis answers the retry.
+// where it is refused again exactly. A larger cost is refused too, but its wait may be longer
+// than the remembered one, so the cache answers only the same cost and leaves larger ones to
+// Redis: what it answers is what Redis would.
+//
+// A cached answer's ResetAfter is the refusal's, less the time since (the state's reset time does
+// not move while nothing is approved); its Remaining is the refusal's, which refills may have
+// raised since. An approval through this instance forgets the key's entry; approvals through
+// other instances only lower Remaining and delay the reset further.
 type negativeCache struct {
 	seed   maphash.Seed
 	shards [64]negShard
@@ -32,7 +38,8 @@ type negShard struct {
 
 type negEntry struct {
 	until int64 // local µs: refused before then
-	cost  int64 // the refused cost; larger costs are refused too
+	sent  int64 // local µs: when the refused request was sent
+	cost  int64 // the refused cost; only requests of this cost are answered
 	d     sluice.Decision
 }
 
@@ -58,12 +65,21 @@ func (c *negativeCache) lookup(key string, cost, now int64) (sluice.Decision, bo
 		ok = false
 	}
 	sh.mu.Unlock()
-	if !ok || cost < e.cost {
+	if !ok || cost != e.cost {
 		return sluice.Decision{}, false
 	}
 	d := e.d
 	d.RetryAfter = time.Duration(e.until-now) * time.Microsecond
+	d.ResetAfter = max(0, d.ResetAfter-time.Duration(now-e.sent)*time.Microsecond)
 	return d, true
+}
+
+// forget drops key's cached refusal, if any.
+func (c *negativeCache) forget(key string) {
+	sh := c.shard(key)
+	sh.mu.Lock()
+	delete(sh.m, key)
+	sh.mu.Unlock()
 }
 
 // remember records a refusal decided for a request sent at sent.
@@ -75,9 +91,6 @@ func (c *negativeCache) remember(key string, cost, sent int64, d sluice.Decision
 	sh := c.shard(key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	if old, ok := sh.m[key]; ok && old.until >= until && old.cost <= cost {
-		return
-	}
 	if len(sh.m) >= c.max {
 		// Full: drop the expired among a sample (O(1), map ranges start at random); if none,
 		// forget this refusal: client input never grows memory without bound, and Redis still
@@ -95,5 +108,5 @@ func (c *negativeCache) remember(key string, cost, sent int64, d sluice.Decision
 			return
 		}
 	}
-	sh.m[key] = negEntry{until: until, cost: cost, d: d}
+	sh.m[key] = negEntry{until: until, sent: sent, cost: cost, d: d}
 }

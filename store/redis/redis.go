@@ -234,8 +234,14 @@ func (s *Store) Decide(ctx context.Context, key string, p sluice.Policy, cost in
 		return sluice.Decision{Limit: p.Capacity()}, fmt.Errorf("%w: redis store: script replied %d numbers, want 6", sluice.ErrStoreUnavailable, len(reply))
 	}
 	d = algorithm.MakeDecision(reply[0] == 1, reply[1], reply[2], reply[3], reply[4], reply[5])
-	if !d.Allowed && s.refused != nil {
-		s.refused.remember(cacheKey, cost, sent, d)
+	if s.refused != nil {
+		if d.Allowed {
+			if cost > 0 {
+				s.refused.forget(cacheKey) // the state moved: a cached refusal's numbers are stale
+			}
+		} else {
+			s.refused.remember(cacheKey, cost, sent, d)
+		}
 	}
 	return d, nil
 }

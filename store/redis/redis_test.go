@@ -54,15 +54,16 @@ func TestConformanceCluster(t *testing.T) {
 }
 
 // The negative cache answers the same refusals as Redis would: the conformance traces with it on
-// give the same decisions too, except that a cached refusal's RetryAfter is measured from when
-// the request was sent — on a virtual clock that does not move during a call, exactly Redis's.
+// give the same decisions, RetryAfter and ResetAfter included (on a virtual clock, which does not
+// move during a call, the time the request was sent is Redis's time) — all but Remaining, which a
+// cached refusal reports as of the refusal it remembers, so at most the truth.
 func TestConformanceWithNegativeCache(t *testing.T) {
 	srv := redistest.Start(t)
 	n := 0
-	storetest.Run(t, func(t *testing.T, c sluice.Clock) sluice.Store {
+	storetest.Suite{CachedRefusals: true, New: func(t *testing.T, c sluice.Clock) sluice.Store {
 		n++
 		return newStore(t, redisstore.Options{Addrs: []string{srv.Addr}, Clock: c, Prefix: fmt.Sprintf("t%d:", n)})
-	})
+	}}.Run(t)
 }
 
 func TestConnectByURLWithACLUser(t *testing.T) {

@@ -9,7 +9,8 @@
 -- (Store.CheckPolicy, Store.check) only sends inputs that keep every intermediate below 2^53:
 --
 --   now ≤ 2^52 µs (143 years after the epoch);
---   period ≤ 2^43 µs (a time.Duration), limit ≤ 2^53 and cost ≤ limit (CheckCost);
+--   period ≤ 2^43 µs (a time.Duration); limit ≤ 2^53; cost ≤ limit for the windows and the log,
+--     cost ≤ capacity for the token bucket (CheckCost);
 --   sliding-window, token-bucket, leaky-bucket: (max(limit, capacity) + 1) · period ≤ 2^51,
 --     so every product below of a count (prev, cur, cost, limit, capacity, burst) and a time
 --     within one period is ≤ 2^51, and limit < 2^41 (period ≥ 1000 µs);
@@ -40,7 +41,9 @@ end
 
 -- idivmod returns floor(a/b) and a - b·floor(a/b), exactly, for b > 0 and |a| + b < 2^53.
 -- The double quotient a/b is correctly rounded, so its floor is at most one off the exact one;
--- the remainder (exact: both terms are integers below 2^53) tells which way.
+-- the remainder (exact: both terms are integers below 2^53) tells which way. (For |a| < 2^53 the
+-- rounding error, below |a|/b·2^-53 < 1/b, cannot reach an integer, so the corrections never
+-- run; they are kept so that the result never depends on that argument.)
 local function idivmod(a, b)
   local q = math.floor(a / b)
   local r = a - q * b
@@ -149,8 +152,9 @@ local function gcra_excess_ceil(limit, d, f, x)
 end
 
 -- gcra_advance is gcraAdvance: it returns tat, frac = max(tat, now) + cost·period/limit for the
--- state (current, tat, frac). Go's check that the result fits a clock is never needed here:
--- tat + q < 2^53 by the bounds (cost·period ≤ 2^51, tat ≤ now + 2^51).
+-- state (current, tat, frac). Go's check that the result fits a clock is never needed here: it
+-- runs on an approval, so limit·(max(tat, now) - now) ≤ capacity·period or burst·period < 2^51,
+-- and q ≤ cost·period/limit ≤ 2^51: the result is below now + 2^52 ≤ 2^53.
 local function gcra_advance(limit, period, current, s_tat, s_frac, now, cost)
   local tat, frac = now, 0
   if current and (s_tat > now or (s_tat == now and s_frac > 0)) then
