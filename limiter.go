@@ -135,7 +135,9 @@ func (l *Limiter) Allow(ctx context.Context, key string) (Decision, error) {
 	if err != nil {
 		return l.failed(ctx, key, 1, d, err)
 	}
-	l.breaker.success()
+	if !d.Cached { // a cached answer says nothing of the store's health
+		l.breaker.success()
+	}
 	return d, nil
 }
 
@@ -153,7 +155,9 @@ func (l *Limiter) AllowN(ctx context.Context, key string, cost int64) (Decision,
 	if err != nil {
 		return l.failed(ctx, key, cost, d, err)
 	}
-	l.breaker.success()
+	if !d.Cached { // a cached answer says nothing of the store's health
+		l.breaker.success()
+	}
 	return d, nil
 }
 

@@ -167,6 +167,7 @@ type Decision struct {
 	ResetAfter time.Duration // until the key's state is as if never seen (full quota); 0 if it already is
 	Delay      time.Duration // leaky bucket: how long to hold an approved request before serving it
 	Fallback   Fallback      // how a Limiter decided when its store could not; NoFallback from every store
+	Cached     bool          // a refusal answered from the store's negative cache, not by its backend
 }
 
 // Fallback says how a decision was made when the store that should have made it could not.

@@ -22,7 +22,9 @@ import (
 // BenchmarkRedisDecisions measures token-bucket decisions per second and their p50/p99 latency
 // from 64 goroutines against one local Redis, on 10,000 keys, in one run with its baselines:
 //
-//	impl=sluice            this store: rueidis, automatic pipelining over a few connections
+//	impl=sluice            this store: rueidis, automatic pipelining, and the decisions that wait
+//	                       at once sent as one batch script call (up to 16)
+//	impl=sluice-unbatched  this store with MaxBatch 1: one script call per decision, pipelined
 //	impl=go-redis-evalsha  the same script through go-redis, one EVALSHA per round trip (a pool)
 //	impl=redis-benchmark   redis-benchmark running EVALSHA of the same script, -c 50 -P 16: the
 //	                       server's own ceiling for this script, no client library in the way
@@ -39,6 +41,19 @@ func BenchmarkRedisDecisions(b *testing.B) {
 
 	b.Run("impl=sluice", func(b *testing.B) {
 		s, err := New(Options{Addrs: []string{srv.Addr}, Timeout: time.Second})
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer s.Close()
+		ctx := context.Background()
+		runDecisions(b, goroutines, keys, func(key string) error {
+			_, err := s.Decide(ctx, key, policy, 1)
+			return err
+		})
+	})
+
+	b.Run("impl=sluice-unbatched", func(b *testing.B) {
+		s, err := New(Options{Addrs: []string{srv.Addr}, Timeout: time.Second, MaxBatch: 1})
 		if err != nil {
 			b.Fatal(err)
 		}

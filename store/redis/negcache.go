@@ -69,6 +69,7 @@ func (c *negativeCache) lookup(key string, cost, now int64) (sluice.Decision, bo
 		return sluice.Decision{}, false
 	}
 	d := e.d
+	d.Cached = true
 	d.RetryAfter = time.Duration(e.until-now) * time.Microsecond
 	d.ResetAfter = max(0, d.ResetAfter-time.Duration(now-e.sent)*time.Microsecond)
 	return d, true

@@ -22,6 +22,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -36,6 +37,7 @@ const (
 	DefaultPrefix            = "rate-limit:"
 	DefaultTimeout           = 50 * time.Millisecond
 	DefaultNegativeCacheSize = 1 << 16
+	DefaultMaxBatch          = 16
 	// virtualClockSlack is added to TTLs when a test clock decides time: Redis expires keys on
 	// its own real clock, which a virtual clock does not move.
 	virtualClockSlack = time.Hour
@@ -57,6 +59,10 @@ type Options struct {
 	// NegativeCacheSize bounds the refusals remembered per instance (default
 	// DefaultNegativeCacheSize; negative disables the cache).
 	NegativeCacheSize int
+	// MaxBatch is the most decisions sent to a single server in one script call when several
+	// wait at once (default DefaultMaxBatch; 1 sends one script per decision). A Redis Cluster
+	// always gets one script per decision: different clients' keys lie in different slots.
+	MaxBatch int
 }
 
 // Store is the Redis store. Create it with New; Close it when done.
@@ -69,6 +75,7 @@ type Store struct {
 	single  [6]*rueidis.Lua
 	multi   *rueidis.Lua
 	refused *negativeCache // nil: disabled
+	batch   *batcher       // nil: one script per decision
 
 	calls, cacheHits atomic.Uint64
 }
@@ -127,11 +134,29 @@ func New(opts Options) (*Store, error) {
 		s.single[a] = rueidis.NewLuaScript(singleScript(a))
 	}
 	s.multi = rueidis.NewLuaScript(multiScript())
+	if maxBatch := opts.MaxBatch; maxBatch != 1 {
+		if maxBatch <= 0 {
+			maxBatch = DefaultMaxBatch
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), max(s.timeout, time.Second))
+		info, err := client.Do(ctx, client.B().Info().Section("cluster").Build()).ToString()
+		cancel()
+		// Batch only where INFO says this is no cluster; a user that may not run INFO gets one
+		// script per decision, which is right everywhere.
+		if err == nil && strings.Contains(info, "cluster_enabled:0") {
+			s.batch = newBatcher(s, maxBatch)
+		}
+	}
 	return s, nil
 }
 
-// Close closes the connections.
-func (s *Store) Close() { s.client.Close() }
+// Close stops the store's workers and closes the connections.
+func (s *Store) Close() {
+	if s.batch != nil {
+		s.batch.close()
+	}
+	s.client.Close()
+}
 
 // Stats are counters of one Store instance.
 type Stats struct {
@@ -222,13 +247,22 @@ func (s *Store) Decide(ctx context.Context, key string, p sluice.Policy, cost in
 	hash, log := s.keys(key, p.Name)
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
-	s.calls.Add(1)
-	reply, err := s.single[p.Algorithm].Exec(ctx, s.client, []string{hash, log}, []string{
-		strconv.Itoa(int(p.Algorithm)), strconv.FormatInt(p.Limit, 10), strconv.FormatInt(p.PeriodMicros(), 10),
-		strconv.FormatInt(p.Burst, 10), strconv.FormatInt(cost, 10), s.now(), s.slack,
-	}).AsIntSlice()
-	if err != nil {
-		return sluice.Decision{Limit: p.Capacity()}, unavailable(err)
+	args := [5]string{strconv.Itoa(int(p.Algorithm)), strconv.FormatInt(p.Limit, 10), strconv.FormatInt(p.PeriodMicros(), 10),
+		strconv.FormatInt(p.Burst, 10), strconv.FormatInt(cost, 10)}
+	var reply []int64
+	var err error
+	if s.batch != nil {
+		c := &call{keys: [2]string{hash, log}, args: args, done: make(chan struct{})}
+		if err = s.batch.decide(ctx, c); err != nil {
+			return sluice.Decision{Limit: p.Capacity()}, err
+		}
+		reply = c.reply[:]
+	} else {
+		s.calls.Add(1)
+		reply, err = s.single[p.Algorithm].Exec(ctx, s.client, []string{hash, log}, append(args[:], s.now(), s.slack)).AsIntSlice()
+		if err != nil {
+			return sluice.Decision{Limit: p.Capacity()}, unavailable(err)
+		}
 	}
 	if len(reply) != 6 {
 		return sluice.Decision{Limit: p.Capacity()}, fmt.Errorf("%w: redis store: script replied %d numbers, want 6", sluice.ErrStoreUnavailable, len(reply))

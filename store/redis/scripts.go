@@ -13,6 +13,7 @@ import (
 //	lua/<algorithm>.lua     one decide_<algorithm> function per file, mirroring algorithm/<algorithm>.go
 //	lua/single.lua          the entry point of one decision
 //	lua/multi.lua           the entry point of several limits on one client, all or nothing
+//	lua/batch.lua           the entry point of several independent decisions (single server)
 //
 // A single decision's script is common + its algorithm + single; the multi script is common +
 // all five + multi. Their contract (KEYS, ARGV, reply) is documented at the top of single.lua and
@@ -43,7 +44,12 @@ func singleScript(a algorithm.Algorithm) string {
 }
 
 // multiScript returns the source of the script that decides several limits at once.
-func multiScript() string {
+func multiScript() string { return allAlgorithms("lua/multi.lua") }
+
+// batchScript returns the source of the script that decides a batch of independent requests.
+func batchScript() string { return allAlgorithms("lua/batch.lua") }
+
+func allAlgorithms(entry string) string {
 	var b strings.Builder
 	b.WriteString(luaFile("lua/common.lua"))
 	for _, a := range algorithm.Algorithms {
@@ -51,6 +57,6 @@ func multiScript() string {
 		b.WriteString(luaFile(algorithmFiles[a]))
 	}
 	b.WriteString("\n")
-	b.WriteString(luaFile("lua/multi.lua"))
+	b.WriteString(luaFile(entry))
 	return b.String()
 }

@@ -1,0 +1,41 @@
+-- sluice: several independent decisions in one call, each atomic and in order. Assembled as
+-- common.lua + all five algorithm files + this file. The store sends it to a single server (not a
+-- cluster, whose keys of different clients lie in different slots) to decide the requests that
+-- are waiting at once with one script call instead of one each: fewer script dispatches and one
+-- TIME for all.
+--
+-- KEYS     for each decision i = 1..n: its state hash KEYS[2i-1] and its log list KEYS[2i]
+-- ARGV[1]  n
+-- ARGV[2]  now, µs; empty: Redis TIME
+-- ARGV[3]  ttl_slack, µs (empty: 0)
+-- ARGV[4+5(i-1) .. 8+5(i-1)]  decision i's alg, limit, period (µs), burst, cost (single.lua's ARGV[1..5])
+--
+-- Decision i is exactly single.lua's, made after decisions 1..i-1 were written: the same as n
+-- single calls at the same instant, in this order (several may be on one key).
+--
+-- Reply: 6·n integers, decision i's {allowed, capacity, remaining, retry, reset, delay} at
+-- 6(i-1)+1 .. 6i.
+local n = tonumber(ARGV[1])
+if n == nil or #KEYS ~= 2 * n or #ARGV ~= 3 + 5 * n then
+  return redis.error_reply('ERR sluice: batch script wants 2n keys and 3+5n arguments')
+end
+local now = now_arg(ARGV[2])
+local ttl_slack = tonumber(ARGV[3]) or 0
+local reply = {}
+for i = 1, n do
+  local a = 3 + 5 * (i - 1)
+  local decide = deciders[tonumber(ARGV[a + 1])]
+  if decide == nil then
+    return redis.error_reply('ERR sluice: unknown algorithm ' .. tostring(ARGV[a + 1]))
+  end
+  local allowed, capacity, remaining, retry, reset, delay, commit =
+    decide(KEYS[2 * i - 1], KEYS[2 * i], tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4]),
+      tonumber(ARGV[a + 5]), now)
+  if commit ~= nil then
+    commit(ttl_slack)
+  end
+  local r = 6 * (i - 1)
+  reply[r + 1], reply[r + 2], reply[r + 3], reply[r + 4], reply[r + 5], reply[r + 6] =
+    allowed, capacity, remaining, retry, reset, delay
+end
+return reply
