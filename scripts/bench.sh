@@ -20,3 +20,12 @@ done
 grep -E '^(goos|goarch|pkg|cpu):' "$work/memory.txt" | sort -u
 echo
 $benchstat -col /impl "$work/memory.txt"
+
+# The Redis store: decisions per second and latency from 64 goroutines on one local Redis, beside
+# go-redis doing one EVALSHA per round trip and redis-benchmark's ceiling, in the same run.
+go test -c -o "$work/redis.test" ./store/redis/
+for round in $(seq "${REDIS_ROUNDS:-5}"); do
+	"$work/redis.test" -test.run='^$' -test.bench=BenchmarkRedisDecisions -test.benchtime=100000x >>"$work/redis.txt"
+done
+echo
+$benchstat -col /impl "$work/redis.txt"
