@@ -39,31 +39,23 @@ func BenchmarkRedisDecisions(b *testing.B) {
 	}
 	const goroutines = 64
 
-	b.Run("impl=sluice", func(b *testing.B) {
-		s, err := New(Options{Addrs: []string{srv.Addr}, Timeout: time.Second})
-		if err != nil {
-			b.Fatal(err)
-		}
-		defer s.Close()
-		ctx := context.Background()
-		runDecisions(b, goroutines, keys, func(key string) error {
-			_, err := s.Decide(ctx, key, policy, 1)
-			return err
+	for _, variant := range []struct {
+		name     string
+		maxBatch int
+	}{{"impl=sluice", 0}, {"impl=sluice-unbatched", 1}} {
+		b.Run(variant.name, func(b *testing.B) {
+			s, err := New(Options{Addrs: []string{srv.Addr}, Timeout: time.Second, MaxBatch: variant.maxBatch})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer s.Close()
+			ctx := context.Background()
+			runDecisions(b, goroutines, keys, func(key string) error {
+				_, err := s.Decide(ctx, key, policy, 1)
+				return err
+			})
 		})
-	})
-
-	b.Run("impl=sluice-unbatched", func(b *testing.B) {
-		s, err := New(Options{Addrs: []string{srv.Addr}, Timeout: time.Second, MaxBatch: 1})
-		if err != nil {
-			b.Fatal(err)
-		}
-		defer s.Close()
-		ctx := context.Background()
-		runDecisions(b, goroutines, keys, func(key string) error {
-			_, err := s.Decide(ctx, key, policy, 1)
-			return err
-		})
-	})
+	}
 
 	b.Run("impl=go-redis-evalsha", func(b *testing.B) {
 		c := goredis.NewClient(&goredis.Options{Addr: srv.Addr, PoolSize: goroutines})

@@ -23,14 +23,10 @@ local now = now_arg(ARGV[2])
 local ttl_slack = tonumber(ARGV[3]) or 0
 local reply = {}
 for i = 1, n do
-  local a = 3 + 5 * (i - 1)
-  local decide = deciders[tonumber(ARGV[a + 1])]
-  if decide == nil then
-    return redis.error_reply('ERR sluice: unknown algorithm ' .. tostring(ARGV[a + 1]))
+  local allowed, capacity, remaining, retry, reset, delay, commit = decide_nth(i, now)
+  if allowed == nil then
+    return capacity -- the error reply
   end
-  local allowed, capacity, remaining, retry, reset, delay, commit =
-    decide(KEYS[2 * i - 1], KEYS[2 * i], tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4]),
-      tonumber(ARGV[a + 5]), now)
   if commit ~= nil then
     commit(ttl_slack)
   end

@@ -175,3 +175,16 @@ local function gcra_until(tat, frac, now)
   end
   return tat - now
 end
+
+-- decide_nth decides request i of a multi.lua or batch.lua call — its keys KEYS[2i-1], KEYS[2i],
+-- its alg, limit, period, burst and cost ARGV[4+5(i-1) .. 8+5(i-1)] — at now, returning what the
+-- decider returns; or nil and an error reply for an unknown algorithm.
+local function decide_nth(i, now)
+  local a = 3 + 5 * (i - 1)
+  local decide = deciders[tonumber(ARGV[a + 1])]
+  if decide == nil then
+    return nil, redis.error_reply('ERR sluice: unknown algorithm ' .. tostring(ARGV[a + 1]))
+  end
+  return decide(KEYS[2 * i - 1], KEYS[2 * i], tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4]),
+    tonumber(ARGV[a + 5]), now)
+end
