@@ -423,3 +423,7 @@ func (s *Store) DecideAll(_ context.Context, key string, limits []sluice.Limit, 
 	}
 	return true, nil
 }
+
+// Infallible implements sluice.Infallible: the memory store never fails with
+// sluice.ErrStoreUnavailable (at its key bound it fails with ErrFull, which is not that).
+func (s *Store) Infallible() {}
