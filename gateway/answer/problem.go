@@ -1,0 +1,286 @@
+package answer
+
+import (
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/sluicehq/sluice"
+)
+
+// Problem types.
+const (
+	// TypeQuotaExceeded is the problem type of draft-ietf-httpapi-ratelimit-headers-11, section 5.1:
+	// the request exceeds one or more quota policies (429).
+	TypeQuotaExceeded = "https://iana.org/assignments/http-problem-types#quota-exceeded"
+	// TypeStoreUnavailable: the limiter could not decide and fails closed (503).
+	TypeStoreUnavailable = "https://sluice.dev/problems/store-unavailable"
+	// TypeCostExceedsLimit: the request costs more than a policy ever approves at once (400).
+	TypeCostExceedsLimit = "https://sluice.dev/problems/cost-exceeds-limit"
+	// TypeBlank is RFC 9457's default type: the problem is just what the status code says.
+	TypeBlank = "about:blank"
+)
+
+// ContentType is the media type of a problem details body (RFC 9457, section 3).
+const ContentType = "application/problem+json"
+
+// Problem is a problem details object (RFC 9457) with the extension members sluice uses. It is
+// encoded with the members in the order below; empty optional members are left out.
+type Problem struct {
+	Type     string // a URI naming the problem type; "" is encoded as TypeBlank
+	Title    string // the type's summary, the same for every occurrence
+	Status   int    // the HTTP status code
+	Detail   string // for a person: what happened to this request, and what to do
+	Instance string // optional: a URI naming this occurrence
+
+	// Extension members.
+	ViolatedPolicies []string // "violated-policies": the names of the policies that refused (the quota-exceeded type defines it)
+	Client           string   // "client": the configured client's name; "" for an anonymous client
+	RetryAfter       int64    // "retry-after": seconds to wait, as in the Retry-After field; 0 when there is nothing to wait for
+}
+
+// QuotaExceeded is the 429 problem for a request that one or more policies refused. client is the
+// configured client's name, or "" for an anonymous client; decisions are all the policies that
+// applied (the ones that allowed are not mentioned). Its RetryAfter is RetryAfter(Wait(decisions)),
+// the same as the Retry-After field. For example:
+//
+//	{"type":"https://iana.org/assignments/http-problem-types#quota-exceeded",
+//	 "title":"Quota Exceeded","status":429,
+//	 "detail":"client \"partner-a\" exceeded policy \"standard\" (100 requests per 1m); retry after 12 s (the same request sent sooner is refused too)",
+//	 "violated-policies":["standard"],"client":"partner-a","retry-after":12}
+func QuotaExceeded(client string, decisions []Applied) Problem {
+	p := Problem{
+		Type:   TypeQuotaExceeded,
+		Title:  "Quota Exceeded",
+		Status: http.StatusTooManyRequests,
+		Client: client,
+	}
+	var refused []*Applied
+	for i := range decisions {
+		if !decisions[i].Decision.Allowed {
+			refused = append(refused, &decisions[i])
+			p.ViolatedPolicies = append(p.ViolatedPolicies, decisions[i].Policy.Name)
+		}
+	}
+	var d strings.Builder
+	d.WriteString(who(client))
+	d.WriteString(" exceeded ")
+	if len(refused) == 0 { // not a refusal; say no more than is known
+		d.WriteString("its quota")
+	} else if len(refused) == 1 {
+		d.WriteString("policy ")
+	} else {
+		d.WriteString("policies ")
+	}
+	for i, a := range refused {
+		switch {
+		case i == 0:
+		case i == len(refused)-1:
+			d.WriteString(" and ")
+		default:
+			d.WriteString(", ")
+		}
+		fmt.Fprintf(&d, "%q (%s)", a.Policy.Name, describe(a.Policy))
+	}
+	if wait := Wait(decisions); wait >= 0 {
+		p.RetryAfter = max(1, Seconds(wait))
+		fmt.Fprintf(&d, "; retry after %d s (the same request sent sooner is refused too)", p.RetryAfter)
+	} else {
+		d.WriteString("; this request costs more than the policy ever allows at once, so retrying will not help")
+	}
+	p.Detail = d.String()
+	return p
+}
+
+// StoreUnavailable is the 503 problem for a request that was not forwarded because the limiter's
+// store could not decide and the gateway fails closed. retryAfter is when to try again (the
+// breaker's cooldown, say); at least 1 s is sent. It is not a quota refusal, and has its own type.
+func StoreUnavailable(client string, retryAfter time.Duration) Problem {
+	p := Problem{
+		Type:       TypeStoreUnavailable,
+		Title:      "Rate Limiter Unavailable",
+		Status:     http.StatusServiceUnavailable,
+		Client:     client,
+		RetryAfter: max(1, Seconds(retryAfter)),
+	}
+	p.Detail = fmt.Sprintf("the rate limiter cannot reach its store, and this gateway does not forward requests it cannot count (fail-closed); the request from %s was not forwarded and used no quota; retry after %d s",
+		who(client), p.RetryAfter)
+	return p
+}
+
+// CostExceedsLimit is the 400 problem for a request whose cost a policy can never approve
+// (Decision.RetryAfter is sluice.Never, the error wraps sluice.ErrCostExceedsLimit): retrying
+// cannot help, so it is not a 429 and has no retry-after.
+func CostExceedsLimit(client string, a Applied, cost int64) Problem {
+	return Problem{
+		Type:             TypeCostExceedsLimit,
+		Title:            "Request Cost Exceeds Quota",
+		Status:           http.StatusBadRequest,
+		ViolatedPolicies: []string{a.Policy.Name},
+		Client:           client,
+		Detail: fmt.Sprintf("this request counts as %d requests, but policy %q (%s) never lets %s make more than %d at once, so it can never be approved and retrying will not help; ask the API's operator for a larger quota",
+			cost, a.Policy.Name, describe(a.Policy), who(client), a.Policy.Capacity()),
+	}
+}
+
+// BadRequest is a plain 400 problem (type about:blank, title as the status code's phrase) with
+// detail saying what was wrong.
+func BadRequest(detail string) Problem {
+	return Problem{Type: TypeBlank, Title: http.StatusText(http.StatusBadRequest), Status: http.StatusBadRequest, Detail: detail}
+}
+
+// who names the client in a detail sentence.
+func who(client string) string {
+	if client == "" {
+		return "this anonymous client (counted by its network address)"
+	}
+	return "client " + strconv.Quote(client)
+}
+
+// describe says what a policy allows: "100 requests per 1m", with the burst of a token bucket
+// and the queue of a leaky bucket.
+func describe(p sluice.Policy) string {
+	unit := "requests"
+	if p.Limit == 1 {
+		unit = "request"
+	}
+	s := fmt.Sprintf("%d %s per %s", p.Limit, unit, period(p.Period))
+	switch {
+	case p.Algorithm == sluice.TokenBucket && p.Capacity() != p.Limit:
+		s += fmt.Sprintf(", at most %d at once", p.Capacity())
+	case p.Algorithm == sluice.LeakyBucket && p.Burst == 0:
+		s += ", evenly spaced, none waiting"
+	case p.Algorithm == sluice.LeakyBucket:
+		s += fmt.Sprintf(", evenly spaced, with room for %d waiting", p.Burst)
+	}
+	return s
+}
+
+// period formats a duration as a person would write it: 1m, 24h, 1h30m, 500ms.
+func period(d time.Duration) string {
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = s[:len(s)-2]
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = s[:len(s)-2]
+	}
+	return s
+}
+
+// WriteProblem writes p as the response: its status (500 if it has none), Content-Type
+// application/problem+json, Cache-Control no-store, and when p.RetryAfter > 0 a Retry-After field
+// of the same number of seconds, so that the field and the body cannot disagree.
+func WriteProblem(w http.ResponseWriter, p Problem) {
+	body := p.AppendJSON(make([]byte, 0, 512))
+	h := w.Header()
+	h.Set("Content-Type", ContentType)
+	h.Set("Content-Length", strconv.Itoa(len(body)))
+	h.Set("Cache-Control", "no-store")
+	h.Set("X-Content-Type-Options", "nosniff")
+	if p.RetryAfter > 0 {
+		h.Set(FieldRetryAfter, strconv.FormatInt(p.RetryAfter, 10))
+	}
+	status := p.Status
+	if status < 100 || status > 999 {
+		status = http.StatusInternalServerError
+	}
+	w.WriteHeader(status)
+	w.Write(body)
+}
+
+// MarshalJSON encodes p as AppendJSON does.
+func (p Problem) MarshalJSON() ([]byte, error) { return p.AppendJSON(nil), nil }
+
+// AppendJSON appends p's JSON encoding to b. It is written by hand, not by reflection, because a
+// refusal should cost less than the request it refuses.
+func (p Problem) AppendJSON(b []byte) []byte {
+	typ := p.Type
+	if typ == "" {
+		typ = TypeBlank
+	}
+	b = append(b, `{"type":`...)
+	b = appendJSONString(b, typ)
+	if p.Title != "" {
+		b = append(b, `,"title":`...)
+		b = appendJSONString(b, p.Title)
+	}
+	if p.Status != 0 {
+		b = append(b, `,"status":`...)
+		b = strconv.AppendInt(b, int64(p.Status), 10)
+	}
+	if p.Detail != "" {
+		b = append(b, `,"detail":`...)
+		b = appendJSONString(b, p.Detail)
+	}
+	if p.Instance != "" {
+		b = append(b, `,"instance":`...)
+		b = appendJSONString(b, p.Instance)
+	}
+	if p.ViolatedPolicies != nil {
+		b = append(b, `,"violated-policies":[`...)
+		for i, name := range p.ViolatedPolicies {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = appendJSONString(b, name)
+		}
+		b = append(b, ']')
+	}
+	if p.Client != "" {
+		b = append(b, `,"client":`...)
+		b = appendJSONString(b, p.Client)
+	}
+	if p.RetryAfter > 0 {
+		b = append(b, `,"retry-after":`...)
+		b = strconv.AppendInt(b, p.RetryAfter, 10)
+	}
+	return append(b, '}')
+}
+
+// appendJSONString appends s as a JSON string (RFC 8259) the way encoding/json does: '"', '\' and
+// control characters escaped, '<', '>' and '&' escaped so that no HTML sniffing finds markup,
+// invalid UTF-8 replaced by U+FFFD, and U+2028/U+2029 escaped for JavaScript consumers.
+func appendJSONString(b []byte, s string) []byte {
+	const hex = "0123456789abcdef"
+	b = append(b, '"')
+	for i := 0; i < len(s); {
+		c := s[i]
+		if c < utf8.RuneSelf {
+			switch {
+			case c == '"' || c == '\\':
+				b = append(b, '\\', c)
+			case c == '\n':
+				b = append(b, '\\', 'n')
+			case c == '\r':
+				b = append(b, '\\', 'r')
+			case c == '\t':
+				b = append(b, '\\', 't')
+			case c == '\b':
+				b = append(b, '\\', 'b')
+			case c == '\f':
+				b = append(b, '\\', 'f')
+			case c < 0x20 || c == '<' || c == '>' || c == '&':
+				b = append(b, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xf])
+			default:
+				b = append(b, c)
+			}
+			i++
+			continue
+		}
+		r, size := utf8.DecodeRuneInString(s[i:])
+		switch {
+		case r == utf8.RuneError && size == 1:
+			b = append(b, `\ufffd`...)
+		case r == '\u2028' || r == '\u2029':
+			b = append(b, '\\', 'u', '2', '0', '2', hex[r&0xf])
+		default:
+			b = append(b, s[i:i+size]...)
+		}
+		i += size
+	}
+	return append(b, '"')
+}

@@ -1,0 +1,59 @@
+package identity
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"net/http"
+)
+
+// DefaultAPIKeyHeader is the header an APIKey reads when its Header is empty.
+const DefaultAPIKeyHeader = "X-API-Key"
+
+// APIKey names the client whose API key the request carries in a header.
+//
+// Clients are configured by the SHA-256 of their key, never by the key itself: Identify hashes
+// the header's value and asks Lookup for the client with that hash (64 lower-case hex digits).
+// The plaintext key is not kept, logged or returned, in an Identity or in an error; only its hash
+// is passed on, and only to Lookup. (A hash lookup is not a constant-time comparison; it need not
+// be: what its timing could leak is the hash, from which the key cannot be recovered.)
+type APIKey struct {
+	Header string                                          // the header that carries the key; "" means DefaultAPIKeyHeader
+	Lookup func(sha256hex string) (client string, ok bool) // the configured client whose key has this hash
+}
+
+// Validate reports what is wrong with the configuration; nil if it can be used.
+func (a APIKey) Validate() error {
+	if a.Lookup == nil {
+		return errors.New("identity: api_key: no clients to look keys up in (Lookup is nil)")
+	}
+	return nil
+}
+
+// Identify names the client whose key is in the header. An absent or empty header, or a key that
+// no client has, yields nothing.
+func (a APIKey) Identify(r *http.Request) (Identity, bool) {
+	var key string
+	if a.Header == "" {
+		if v := r.Header["X-Api-Key"]; len(v) > 0 { // DefaultAPIKeyHeader, canonical: no allocation
+			key = v[0]
+		}
+	} else {
+		key = r.Header.Get(a.Header)
+	}
+	if key == "" || a.Lookup == nil {
+		return Identity{}, false
+	}
+	client, ok := a.Lookup(HashAPIKey(key))
+	if !ok || client == "" {
+		return Identity{}, false
+	}
+	return Identity{Client: client, Key: client, Source: SourceAPIKey}, true
+}
+
+// HashAPIKey returns the SHA-256 of key in lower-case hex: what APIKey.Lookup is asked for, and
+// what a configuration lists for each client (`printf %s "$KEY" | sha256sum`).
+func HashAPIKey(key string) string {
+	sum := sha256.Sum256([]byte(key))
+	return hex.EncodeToString(sum[:])
+}

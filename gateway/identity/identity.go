@@ -1,0 +1,83 @@
+// Package identity tells the gateway who sent a request: a configured client, named by its API
+// key or its token, or else an anonymous client known only by its network address.
+//
+// A Chain asks its sources in order and the first that names a client wins:
+//
+//	chain := identity.Chain{
+//		identity.APIKey{Header: "X-API-Key", Lookup: byKeyHash},
+//		identity.JWT{HMACSecret: secret, Lookup: bySubject},
+//		identity.IP{TrustedProxies: proxies},
+//	}
+//	id := chain.Identify(r) // id.Key is the rate-limit key; id.Client the client's name, or ""
+//
+// An invalid or unknown credential never names a client: a wrong API key, a token that is
+// expired, not yet valid, badly signed, signed with an algorithm that was not configured, or whose
+// subject is unknown, yields nothing, and the next source is asked. A credential is never an
+// error the client could learn from, and never a way to borrow another client's quota.
+//
+// Every source is a value with no state after construction; Identify is safe for concurrent use
+// as long as the configuration (and the Lookup functions) are.
+package identity
+
+import (
+	"fmt"
+	"net/http"
+	"strings"
+)
+
+// Source names, as Identity.Source reports them.
+const (
+	SourceAPIKey = "api_key"
+	SourceJWT    = "jwt"
+	SourceIP     = "ip"
+	SourceNone   = "none" // no source yielded anything (no IP source, and an unparsable peer)
+)
+
+// AnonymousKey is the Key of a request that no source identified.
+const AnonymousKey = "anonymous"
+
+// Identity is who sent a request.
+type Identity struct {
+	Client string // a configured client's name, or "" for an anonymous client
+	Key    string // the rate-limit key: the client's name, or for an anonymous client its address group ("ip:203.0.113.7", "ip:2001:db8:1:2::/64")
+	Source string // which source named it: SourceAPIKey, SourceJWT, SourceIP, or SourceNone
+}
+
+// CheckClientName reports whether name can name a configured client. A client's Key is its name,
+// so the name must not be one that an anonymous client's key can take ("anonymous", "ip:…"):
+// that client would share its quota with anonymous addresses.
+func CheckClientName(name string) error {
+	switch {
+	case name == "":
+		return fmt.Errorf("identity: a client's name must not be empty")
+	case name == AnonymousKey || strings.HasPrefix(name, "ip:"):
+		return fmt.Errorf("identity: client name %q is reserved for anonymous clients (%q and names starting with \"ip:\"); choose another", name, AnonymousKey)
+	}
+	return nil
+}
+
+// Anonymous reports whether no configured client was named.
+func (id Identity) Anonymous() bool { return id.Client == "" }
+
+// Source is one way of identifying a request. Identify reports ok == false when the source has
+// nothing to say (no credential, or one that is invalid or unknown), so that the next source is
+// asked. It must not modify r.
+type Source interface {
+	Identify(r *http.Request) (id Identity, ok bool)
+}
+
+// Chain is an ordered list of sources; the first that yields an identity wins. Put an IP source
+// last so that every request has a key.
+type Chain []Source
+
+// Identify asks each source in order and returns the first identity one yields. If none does
+// (no IP source, or a peer address that cannot be parsed) it returns the shared anonymous
+// identity, Key AnonymousKey.
+func (c Chain) Identify(r *http.Request) Identity {
+	for _, s := range c {
+		if id, ok := s.Identify(r); ok {
+			return id
+		}
+	}
+	return Identity{Key: AnonymousKey, Source: SourceNone}
+}

@@ -1,0 +1,265 @@
+package identity
+
+import (
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"strings"
+	"testing"
+)
+
+// request builds a real request as a server would see it: from peer, with the given header lines.
+func request(t testing.TB, peer string, headers ...[2]string) *http.Request {
+	t.Helper()
+	r := httptest.NewRequest(http.MethodGet, "http://api.example/orders", nil)
+	r.RemoteAddr = peer
+	for _, h := range headers {
+		r.Header.Add(h[0], h[1])
+	}
+	return r
+}
+
+func xff(v string) [2]string { return [2]string{"X-Forwarded-For", v} }
+func fwd(v string) [2]string { return [2]string{"Forwarded", v} }
+
+func prefixes(t testing.TB, ps ...string) []netip.Prefix {
+	t.Helper()
+	out := make([]netip.Prefix, len(ps))
+	for i, p := range ps {
+		out[i] = netip.MustParsePrefix(p)
+	}
+	return out
+}
+
+func TestIPKey(t *testing.T) {
+	proxy := IP{TrustedProxies: prefixes(t, "10.0.0.0/8", "2001:db8:ffff::/48")}
+	tests := []struct {
+		name    string
+		ip      IP
+		peer    string
+		headers [][2]string
+		want    string
+	}{
+		// The peer alone.
+		{name: "peer v4", ip: IP{}, peer: "203.0.113.7:50000", want: "ip:203.0.113.7"},
+		{name: "peer bare address", ip: IP{}, peer: "203.0.113.7", want: "ip:203.0.113.7"},
+		{name: "peer v6 grouped by /64", ip: IP{}, peer: "[2001:db8:1:2:aaaa:bbbb:cccc:dddd]:443", want: "ip:2001:db8:1:2::/64"},
+		{name: "peer v6 other host same /64", ip: IP{}, peer: "[2001:db8:1:2::1]:443", want: "ip:2001:db8:1:2::/64"},
+		{name: "peer v6 next /64", ip: IP{}, peer: "[2001:db8:1:3::1]:443", want: "ip:2001:db8:1:3::/64"},
+		{name: "peer v6 /56", ip: IP{IPv6Prefix: 56}, peer: "[2001:db8:1:2ff::1]:443", want: "ip:2001:db8:1:200::/56"},
+		{name: "peer v6 /128", ip: IP{IPv6Prefix: 128}, peer: "[2001:db8:1:2::1]:443", want: "ip:2001:db8:1:2::1"},
+		{name: "peer v4 /24", ip: IP{IPv4Prefix: 24}, peer: "203.0.113.7:1", want: "ip:203.0.113.0/24"},
+		{name: "peer v4-mapped v6 is v4", ip: IP{}, peer: "[::ffff:203.0.113.7]:80", want: "ip:203.0.113.7"},
+		{name: "peer zone dropped", ip: IP{}, peer: "[fe80::1%eth0]:80", want: "ip:fe80::/64"},
+
+		// Forwarding headers from an untrusted peer are never believed.
+		{name: "spoofed XFF from untrusted peer", ip: IP{}, peer: "198.51.100.1:1", headers: [][2]string{xff("203.0.113.7")}, want: "ip:198.51.100.1"},
+		{name: "spoofed Forwarded from untrusted peer", ip: IP{}, peer: "198.51.100.1:1", headers: [][2]string{fwd("for=203.0.113.7")}, want: "ip:198.51.100.1"},
+		{name: "spoofed XFF naming a trusted proxy", ip: proxy, peer: "198.51.100.1:1", headers: [][2]string{xff("10.0.0.1")}, want: "ip:198.51.100.1"},
+
+		// X-Forwarded-For from trusted proxies.
+		{name: "XFF from trusted proxy", ip: proxy, peer: "10.0.0.2:1", headers: [][2]string{xff("203.0.113.7")}, want: "ip:203.0.113.7"},
+		{name: "XFF client-supplied entries left of the real one", ip: proxy, peer: "10.0.0.2:1", headers: [][2]string{xff("1.2.3.4, 5.6.7.8, 203.0.113.7")}, want: "ip:203.0.113.7"},
+		{name: "XFF chain of proxies", ip: proxy, peer: "10.0.0.2:1", headers: [][2]string{xff("198.51.100.9, 203.0.113.7, 10.0.0.5, 10.1.1.1")}, want: "ip:203.0.113.7"},
+		{name: "XFF chain over several lines", ip: proxy, peer: "10.0.0.2:1", headers: [][2]string{xff("198.51.100.9"), xff("203.0.113.7, 10.0.0.5"), xff("10.1.1.1")}, want: "ip:203.0.113.7"},
+		{name: "XFF empty elements skipped", ip: proxy, peer: "10.0.0.2:1", headers: [][2]string{xff(" , 203.0.113.7 ,, 10.0.0.5,")}, want: "ip:203.0.113.7"},
+		{name: "XFF all trusted: leftmost", ip: proxy, peer: "10.0.0.2:1", headers: [][2]string{xff("10.0.0.7, 10.0.0.5")}, want: "ip:10.0.0.7"},
+		{name: "XFF with ports", ip: proxy, peer: "10.0.0.2:1", headers: [][2]string{xff("203.0.113.7:4711, 10.0.0.5:80")}, want: "ip:203.0.113.7"},
+		{name: "XFF v6 with port", ip: proxy, peer: "10.0.0.2:1", headers: [][2]string{xff("[2001:db8:1:2::99]:4711")}, want: "ip:2001:db8:1:2::/64"},
+		{name: "XFF v6 bracketed", ip: proxy, peer: "10.0.0.2:1", headers: [][2]string{xff("[2001:db8:1:2::99]")}, want: "ip:2001:db8:1:2::/64"},
+		{name: "XFF v6 bare", ip: proxy, peer: "10.0.0.2:1", headers: [][2]string{xff("2001:db8:1:2::99")}, want: "ip:2001:db8:1:2::/64"},
+		{name: "XFF v4-mapped", ip: proxy, peer: "10.0.0.2:1", headers: [][2]string{xff("::ffff:203.0.113.7")}, want: "ip:203.0.113.7"},
+		{name: "XFF trusted v6 proxy hop", ip: proxy, peer: "[2001:db8:ffff::1]:1", headers: [][2]string{xff("203.0.113.7, 2001:db8:ffff::2")}, want: "ip:203.0.113.7"},
+		{name: "XFF malformed nearest: peer", ip: proxy, peer: "10.0.0.2:1", headers: [][2]string{xff("203.0.113.7, not-an-address")}, want: "ip:10.0.0.2"},
+		{name: "XFF malformed after a trusted hop: that hop", ip: proxy, peer: "10.0.0.2:1", headers: [][2]string{xff("203.0.113.7, garbage, 10.0.0.5")}, want: "ip:10.0.0.5"},
+		{name: "XFF malformed left of the client is never reached", ip: proxy, peer: "10.0.0.2:1", headers: [][2]string{xff("garbage, 203.0.113.7")}, want: "ip:203.0.113.7"},
+		{name: "XFF unknown stops", ip: proxy, peer: "10.0.0.2:1", headers: [][2]string{xff("203.0.113.7, unknown")}, want: "ip:10.0.0.2"},
+		{name: "XFF leading zeros are malformed", ip: proxy, peer: "10.0.0.2:1", headers: [][2]string{xff("203.0.113.007")}, want: "ip:10.0.0.2"},
+		{name: "XFF absent: the proxy itself", ip: proxy, peer: "10.0.0.2:1", want: "ip:10.0.0.2"},
+		{name: "trusted v4-mapped peer", ip: IP{TrustedProxies: prefixes(t, "127.0.0.0/8")}, peer: "[::ffff:127.0.0.2]:1", headers: [][2]string{xff("203.0.113.7")}, want: "ip:203.0.113.7"},
+		{name: "v4-mapped trusted prefix", ip: IP{TrustedProxies: prefixes(t, "::ffff:10.0.0.0/104")}, peer: "10.0.0.2:1", headers: [][2]string{xff("203.0.113.7")}, want: "ip:203.0.113.7"},
+
+		// Forwarded (RFC 7239) from trusted proxies.
+		{name: "Forwarded v4", ip: proxy, peer: "10.0.0.2:1", headers: [][2]string{fwd("for=192.0.2.43")}, want: "ip:192.0.2.43"},
+		{name: "Forwarded parameter name any case", ip: proxy, peer: "10.0.0.2:1", headers: [][2]string{fwd("For=192.0.2.43")}, want: "ip:192.0.2.43"},
+		{name: "Forwarded quoted v4 with port", ip: proxy, peer: "10.0.0.2:1", headers: [][2]string{fwd(`for="192.0.2.43:4711"`)}, want: "ip:192.0.2.43"},
+		{name: "Forwarded quoted v6 with port", ip: proxy, peer: "10.0.0.2:1", headers: [][2]string{fwd(`for="[2001:db8:cafe::17]:4711"`)}, want: "ip:2001:db8:cafe::/64"},
+		{name: "Forwarded quoted v6", ip: proxy, peer: "10.0.0.2:1", headers: [][2]string{fwd(`for="[2001:db8:cafe::17]"`)}, want: "ip:2001:db8:cafe::/64"},
+		{name: "Forwarded quoted-pair", ip: proxy, peer: "10.0.0.2:1", headers: [][2]string{fwd(`for="\[2001:db8:cafe::17\]"`)}, want: "ip:2001:db8:cafe::/64"},
+		{name: "Forwarded obfuscated port", ip: proxy, peer: "10.0.0.2:1", headers: [][2]string{fwd(`for="192.0.2.43:_p1"`)}, want: "ip:192.0.2.43"},
+		{name: "Forwarded with other parameters", ip: proxy, peer: "10.0.0.2:1", headers: [][2]string{fwd("for=192.0.2.43, for=198.51.100.17;by=203.0.113.60;proto=http;host=example.com")}, want: "ip:198.51.100.17"},
+		{name: "Forwarded chain of proxies", ip: IP{TrustedProxies: prefixes(t, "10.0.0.0/8", "198.51.100.0/24")}, peer: "10.0.0.2:1", headers: [][2]string{fwd("for=192.0.2.43, for=198.51.100.17;by=203.0.113.60;proto=http;host=example.com")}, want: "ip:192.0.2.43"},
+		{name: "Forwarded spaces around separators", ip: proxy, peer: "10.0.0.2:1", headers: [][2]string{fwd(`proto=https ; for=192.0.2.43 ;by=10.0.0.2 , for=10.0.0.9`)}, want: "ip:192.0.2.43"},
+		{name: "Forwarded over several lines", ip: proxy, peer: "10.0.0.2:1", headers: [][2]string{fwd("for=192.0.2.43"), fwd("for=10.0.0.9;proto=https")}, want: "ip:192.0.2.43"},
+		{name: "Forwarded _hidden stops", ip: proxy, peer: "10.0.0.2:1", headers: [][2]string{fwd("for=203.0.113.7, for=_hidden")}, want: "ip:10.0.0.2"},
+		{name: "Forwarded unknown stops", ip: proxy, peer: "10.0.0.2:1", headers: [][2]string{fwd("for=203.0.113.7, for=unknown")}, want: "ip:10.0.0.2"},
+		{name: "Forwarded quoted unknown stops", ip: proxy, peer: "10.0.0.2:1", headers: [][2]string{fwd(`for=203.0.113.7, for="unknown"`)}, want: "ip:10.0.0.2"},
+		{name: "Forwarded obfuscated after a trusted hop: that hop", ip: proxy, peer: "10.0.0.2:1", headers: [][2]string{fwd("for=203.0.113.7, for=_hidden, for=10.0.0.5")}, want: "ip:10.0.0.5"},
+		{name: "Forwarded unquoted v6 is malformed", ip: proxy, peer: "10.0.0.2:1", headers: [][2]string{fwd("for=[2001:db8::1]")}, want: "ip:10.0.0.2"},
+		{name: "Forwarded bare v6 in quotes is malformed", ip: proxy, peer: "10.0.0.2:1", headers: [][2]string{fwd(`for="2001:db8::1"`)}, want: "ip:10.0.0.2"},
+		{name: "Forwarded element without for stops", ip: proxy, peer: "10.0.0.2:1", headers: [][2]string{fwd("for=203.0.113.7, proto=https;by=10.0.0.2")}, want: "ip:10.0.0.2"},
+		{name: "Forwarded for twice stops", ip: proxy, peer: "10.0.0.2:1", headers: [][2]string{fwd("for=203.0.113.7;for=198.51.100.1")}, want: "ip:10.0.0.2"},
+		{name: "Forwarded bad port stops", ip: proxy, peer: "10.0.0.2:1", headers: [][2]string{fwd(`for="203.0.113.7:123456"`)}, want: "ip:10.0.0.2"},
+		{name: "Forwarded unterminated quote on its own line", ip: proxy, peer: "10.0.0.2:1", headers: [][2]string{fwd(`for="1.2.3.4`), fwd("for=203.0.113.7")}, want: "ip:203.0.113.7"},
+		{name: "Forwarded unterminated quote swallowing the proxy's entry", ip: proxy, peer: "10.0.0.2:1", headers: [][2]string{fwd(`for="1.2.3.4, for=203.0.113.7`)}, want: "ip:10.0.0.2"},
+		{name: "Forwarded garbage line left of the client is never reached", ip: proxy, peer: "10.0.0.2:1", headers: [][2]string{fwd(`for=1.2.3.4;;x`), fwd("for=203.0.113.7")}, want: "ip:203.0.113.7"},
+		{name: "Forwarded syntax error ends its line", ip: proxy, peer: "10.0.0.2:1", headers: [][2]string{fwd(`for=1.2.3.4;;x, for=203.0.113.7`)}, want: "ip:10.0.0.2"},
+		{name: "Forwarded bad element value left of the client is never reached", ip: proxy, peer: "10.0.0.2:1", headers: [][2]string{fwd(`for=not-an-ip, for=203.0.113.7`)}, want: "ip:203.0.113.7"},
+
+		// Both headers.
+		{name: "both agree", ip: proxy, peer: "10.0.0.2:1", headers: [][2]string{xff("203.0.113.7"), fwd("for=203.0.113.7")}, want: "ip:203.0.113.7"},
+		{name: "both disagree: the peer", ip: proxy, peer: "10.0.0.2:1", headers: [][2]string{xff("203.0.113.7"), fwd("for=1.2.3.4")}, want: "ip:10.0.0.2"},
+		{name: "XFF only believed", ip: IP{TrustedProxies: proxy.TrustedProxies, ForwardedHeader: "x-forwarded-for"}, peer: "10.0.0.2:1", headers: [][2]string{xff("203.0.113.7"), fwd("for=1.2.3.4")}, want: "ip:203.0.113.7"},
+		{name: "Forwarded only believed", ip: IP{TrustedProxies: proxy.TrustedProxies, ForwardedHeader: HeaderForwarded}, peer: "10.0.0.2:1", headers: [][2]string{xff("1.2.3.4"), fwd("for=203.0.113.7")}, want: "ip:203.0.113.7"},
+		{name: "Forwarded only believed, none sent", ip: IP{TrustedProxies: proxy.TrustedProxies, ForwardedHeader: HeaderForwarded}, peer: "10.0.0.2:1", headers: [][2]string{xff("1.2.3.4")}, want: "ip:10.0.0.2"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if err := tt.ip.Validate(); err != nil {
+				t.Fatal(err)
+			}
+			id, ok := tt.ip.Identify(request(t, tt.peer, tt.headers...))
+			if !ok {
+				t.Fatalf("Identify: no identity, want %s", tt.want)
+			}
+			want := Identity{Key: tt.want, Source: SourceIP}
+			if id != want {
+				t.Errorf("Identify = %+v, want %+v", id, want)
+			}
+		})
+	}
+}
+
+func TestIPUnparsablePeer(t *testing.T) {
+	for _, peer := range []string{"", "@", "/run/sluice.sock", "example.com:80"} {
+		if id, ok := (IP{}).Identify(request(t, peer)); ok {
+			t.Errorf("peer %q: Identify = %+v, want nothing", peer, id)
+		}
+		if id := (Chain{IP{}}).Identify(request(t, peer)); id != (Identity{Key: AnonymousKey, Source: SourceNone}) {
+			t.Errorf("peer %q: Chain.Identify = %+v, want the anonymous identity", peer, id)
+		}
+	}
+}
+
+func TestIPValidate(t *testing.T) {
+	for _, ip := range []IP{
+		{IPv4Prefix: 33},
+		{IPv4Prefix: -1},
+		{IPv6Prefix: 129},
+		{TrustedProxies: []netip.Prefix{{}}},
+		{ForwardedHeader: "X-Real-IP"},
+	} {
+		if err := ip.Validate(); err == nil {
+			t.Errorf("Validate(%+v) = nil, want an error", ip)
+		}
+	}
+}
+
+// TestIPOverRealConnections runs a real server on loopback: the peer address is the real one.
+func TestIPOverRealConnections(t *testing.T) {
+	for _, tt := range []struct {
+		name    string
+		trusted []netip.Prefix
+		want    string
+	}{
+		{"untrusted loopback peer: header ignored", nil, "ip:127.0.0.1"},
+		{"trusted loopback peer: header used", prefixes(t, "127.0.0.0/8"), "ip:203.0.113.7"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			chain := Chain{IP{TrustedProxies: tt.trusted}}
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				io.WriteString(w, chain.Identify(r).Key)
+			}))
+			defer srv.Close()
+			req, err := http.NewRequest(http.MethodGet, srv.URL, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			req.Header.Set("X-Forwarded-For", "203.0.113.7")
+			resp, err := srv.Client().Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			body, _ := io.ReadAll(resp.Body)
+			if got := strings.TrimSpace(string(body)); got != tt.want {
+				t.Errorf("key = %q, want %q", got, tt.want)
+			}
+		})
+	}
+}
+
+func FuzzParseForwardedLine(f *testing.F) {
+	for _, s := range []string{
+		"for=192.0.2.43", `for="[2001:db8:cafe::17]:4711"`, "for=_hidden, for=unknown",
+		"for=192.0.2.43, for=198.51.100.17;by=203.0.113.60;proto=http;host=example.com", `for="\"`, ";;,,;",
+	} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		for _, h := range parseForwardedLine(s, nil) {
+			if h.ok && (!h.addr.IsValid() || h.addr.Zone() != "" || h.addr.Is4In6()) {
+				t.Fatalf("parseForwardedLine(%q) gave address %v", s, h.addr)
+			}
+		}
+	})
+}
+
+// FuzzIPIdentify: whatever the headers say, an untrusted peer is the client, and a trusted
+// peer's client is the peer or an address written in a header.
+func FuzzIPIdentify(f *testing.F) {
+	f.Add("203.0.113.7, 10.0.0.5", "for=192.0.2.43, for=10.0.0.9", true)
+	f.Add("garbage", `for="[2001:db8::1]:80"`, true)
+	f.Add("::ffff:10.0.0.1, unknown", "for=_x;for=1.2.3.4", false)
+	ip := IP{TrustedProxies: prefixes(f, "10.0.0.0/8")}
+	f.Fuzz(func(t *testing.T, x, fw string, trusted bool) {
+		peer := "198.51.100.1:1"
+		if trusted {
+			peer = "10.0.0.2:1"
+		}
+		r := request(t, peer, xff(x), fwd(fw))
+		a, ok := ip.ClientAddr(r)
+		if !ok {
+			t.Fatal("no address")
+		}
+		switch {
+		case !trusted && a != netip.MustParseAddr("198.51.100.1"):
+			t.Fatalf("untrusted peer, client %v", a)
+		case a.Zone() != "" || a.Is4In6():
+			t.Fatalf("client %v not normalised", a)
+		case trusted && a != netip.MustParseAddr("10.0.0.2") && !strings.Contains(x+fw, a.String()) && !strings.Contains(strings.ToLower(x+fw), a.StringExpanded()):
+			// The address must come from a header (modulo how it was spelt there).
+			if a.Is4() || !strings.ContainsAny(x+fw, ":") {
+				t.Fatalf("client %v appears in neither header %q nor %q", a, x, fw)
+			}
+		}
+	})
+}
+
+func BenchmarkIPIdentify(b *testing.B) {
+	b.Run("peer", func(b *testing.B) {
+		ip := IP{}
+		r := request(b, "203.0.113.7:50000")
+		b.ReportAllocs()
+		for b.Loop() {
+			ip.Identify(r)
+		}
+	})
+	b.Run("trusted-xff", func(b *testing.B) {
+		ip := IP{TrustedProxies: prefixes(b, "10.0.0.0/8")}
+		r := request(b, "10.0.0.2:1", xff("198.51.100.9, 203.0.113.7, 10.0.0.5"))
+		b.ReportAllocs()
+		for b.Loop() {
+			ip.Identify(r)
+		}
+	})
+	b.Run("trusted-forwarded-v6", func(b *testing.B) {
+		ip := IP{TrustedProxies: prefixes(b, "10.0.0.0/8")}
+		r := request(b, "10.0.0.2:1", fwd(`for="[2001:db8:cafe::17]:4711";proto=https, for=10.0.0.5`))
+		b.ReportAllocs()
+		for b.Loop() {
+			ip.Identify(r)
+		}
+	})
+}
