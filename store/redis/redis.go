@@ -171,9 +171,12 @@ func (s *Store) Stats() Stats { return Stats{Calls: s.calls.Load(), CacheHits: s
 // exact in Lua's doubles (they reach about four times it).
 const luaExact = 1 << 51
 
-// CheckPolicy implements sluice.PolicyChecker: it refuses the policies whose arithmetic the
-// scripts could not do exactly.
-func (s *Store) CheckPolicy(p sluice.Policy) error {
+// CheckPolicy implements sluice.PolicyChecker: see the package function CheckPolicy.
+func (s *Store) CheckPolicy(p sluice.Policy) error { return CheckPolicy(p) }
+
+// CheckPolicy refuses the policies whose arithmetic the scripts could not do exactly (and invalid
+// ones): configuration checks it before any store exists.
+func CheckPolicy(p sluice.Policy) error {
 	if err := p.Validate(); err != nil {
 		return err
 	}
@@ -218,7 +221,7 @@ func (s *Store) check(p *sluice.Policy, cost int64, d *sluice.Decision) error {
 	if err := algorithm.CheckCost(p, cost, d); err != nil {
 		return err
 	}
-	if err := s.CheckPolicy(*p); err != nil {
+	if err := CheckPolicy(*p); err != nil {
 		*d = sluice.Decision{RetryAfter: sluice.Never}
 		return err
 	}

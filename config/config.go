@@ -1,0 +1,429 @@
+// Package config reads sluice's configuration: one YAML file that says where the gateway listens,
+// where it forwards, where the limiter keeps its state, how it tells clients apart, and which
+// policies apply to whom (see docs/config.md for every field).
+//
+//	cfg, err := config.Load("sluice.yaml")
+//	// err lists every problem, one a line, each with file, line and column:
+//	// sluice.yaml:14:30: policies[2] "gold": burst -5 must be ≥ 0
+//
+// Parsing is strict: unknown fields, values of the wrong type, names that refer to nothing and
+// files that cannot be read are errors, all of them reported at once, sorted by line. Secrets are
+// read from the environment at load and never printed (see Secret). A Config is immutable once
+// loaded and safe for concurrent use; a reload builds a new one.
+package config
+
+import (
+	"crypto"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"net/netip"
+	"net/url"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/store/memory"
+	redisstore "github.com/sluicehq/sluice/store/redis"
+)
+
+// Defaults of the fields that have one.
+const (
+	DefaultListen       = "127.0.0.1:8080"
+	DefaultAdminListen  = "127.0.0.1:9090"
+	DefaultStoreTimeout = redisstore.DefaultTimeout // 50ms
+	DefaultStorePrefix  = redisstore.DefaultPrefix  // "rate-limit:"
+	DefaultLocalShare   = 0.5
+	DefaultAPIKeyHeader = "X-API-Key"
+	DefaultJWTHeader    = "Authorization" // the token may follow "Bearer "
+	DefaultJWTClaim     = "sub"
+	DefaultIPv4Prefix   = 32
+	DefaultIPv6Prefix   = 64
+	DefaultCost         = 1
+	DefaultMaxDelay     = 10 * time.Second
+)
+
+// Store types.
+const (
+	StoreMemory = "memory"
+	StoreRedis  = "redis"
+)
+
+// Config is one loaded configuration. Its exported fields are the file's, with defaults applied
+// and values parsed; its methods answer the gateway's questions without allocating. Treat it as
+// read-only: the lookups share its slices.
+type Config struct {
+	File        string   // the file's name as given to Load or Parse ("demo" for Demo)
+	Listen      string   // the proxy's host:port
+	AdminListen string   // the admin listener's host:port; "" (written admin_listen: "") turns it off
+	Upstream    *url.URL // where allowed requests go: http or https, scheme://host[:port][/path]
+	TLS         *TLS     // the proxy listener's certificate; nil: plain HTTP
+	Store       Store
+	Identity    []Identity // in order: the first source that names the client wins
+	Policies    []*Policy  // in file order
+	// DefaultPolicy names the policies of requests that no client and no route policy covers
+	// (anonymous, limited per IP); empty: those requests are not limited.
+	DefaultPolicy []string
+	Clients       []*Client // in file order
+	Routes        []*Route  // in file order (Route matches in its own order)
+	Limits        Limits
+
+	policies  map[string]*Policy
+	byName    map[string]*Client
+	byKey     map[[sha256.Size]byte]*Client
+	bySubject map[string]*Client
+	matchList []*Route   // Routes, longest path_prefix first, then method-specific before any
+	defaults  resolution // DefaultPolicy resolved
+}
+
+// TLS is the proxy listener's certificate and key (PEM files), checked at load.
+type TLS struct {
+	CertFile string // resolved against the configuration's directory
+	KeyFile  string
+}
+
+// Store says where the limiter keeps its state.
+type Store struct {
+	Type        string   // StoreMemory (the default) or StoreRedis
+	Addrs       []string // redis: host:port; one is a single server, several a Redis Cluster's seeds
+	URL         string   // redis, instead of Addrs: redis://[user@]host:port[/db], rediss:// for TLS
+	Username    string   // redis ACL user
+	Password    Secret   // redis password, from password or from the environment (password_env)
+	PasswordEnv string   // the environment variable Password was read from, if any
+	Prefix      string   // redis key prefix; default DefaultStorePrefix
+	Timeout     time.Duration
+	OnError     sluice.FailureMode // what happens when Redis cannot decide; default FailClosed
+	LocalShare  float64            // with OnError FailLocal: this instance's share of each policy, in (0, 1]
+	MaxKeys     int                // keys held by the memory store (or the local fallback); 0: memory.DefaultMaxKeys
+}
+
+// RedisOptions returns the options for redisstore.New.
+func (s *Store) RedisOptions() redisstore.Options {
+	return redisstore.Options{
+		Addrs: s.Addrs, URL: s.URL, Username: s.Username, Password: s.Password.Value(),
+		Prefix: s.Prefix, Timeout: s.Timeout,
+	}
+}
+
+// MemoryOptions returns the options for memory.New: of the store itself (type memory), or of the
+// local fallback (on_error local).
+func (s *Store) MemoryOptions() []memory.Option {
+	if s.MaxKeys > 0 {
+		return []memory.Option{memory.WithMaxKeys(s.MaxKeys)}
+	}
+	return nil
+}
+
+// Identity is one source of the client's identity. Exactly one of its pointers is set.
+type Identity struct {
+	APIKey *APIKeySource
+	JWT    *JWTSource
+	IP     *IPSource
+	Line   int // where the source is written
+}
+
+// Kind is "api_key", "jwt" or "ip".
+func (id *Identity) Kind() string {
+	switch {
+	case id.APIKey != nil:
+		return "api_key"
+	case id.JWT != nil:
+		return "jwt"
+	case id.IP != nil:
+		return "ip"
+	}
+	return ""
+}
+
+// APIKeySource names the client by an API key in a header, matched against the clients'
+// api_key_sha256 (Config.ClientByAPIKey).
+type APIKeySource struct {
+	Header string // default DefaultAPIKeyHeader
+}
+
+// JWTSource names the client by a claim of a JSON Web Token whose signature, exp and nbf verify
+// (gateway/identity.JWT takes these fields).
+type JWTSource struct {
+	Header        string           // default DefaultJWTHeader; a "Bearer " before the token is stripped
+	Algorithms    []string         // accepted "alg" values (never empty): HS256/384/512, RS256/384/512, PS256/384/512, ES256/384/512, EdDSA
+	SecretEnv     string           // the environment variable the HMAC secret was read from
+	Secret        Secret           // the HMAC secret (HS algorithms), read at load; at least as long as the hash
+	PublicKeyFile string           // the PEM public key (RS, PS, ES, EdDSA), resolved against the configuration's directory
+	PublicKey     crypto.PublicKey // *rsa.PublicKey, *ecdsa.PublicKey or ed25519.PublicKey, parsed at load
+	Claim         string           // the claim whose value names the client (Client.JWTSubject); default "sub"
+	Issuer        string           // if set, the "iss" claim must equal it
+	Audience      string           // if set, the "aud" claim must contain it
+	Leeway        time.Duration    // clock skew allowed on exp and nbf; default 0
+}
+
+// IPSource names an anonymous client by its address: the peer's, or the rightmost untrusted one
+// in X-Forwarded-For / Forwarded when the peer is a trusted proxy (gateway/identity.IP takes these
+// fields).
+type IPSource struct {
+	TrustedProxies  []netip.Prefix // masked; single addresses are /32 or /128, IPv4-mapped CIDRs are IPv4
+	IPv4Prefix      int            // IPv4 clients are grouped by this prefix; default 32 (each address alone)
+	IPv6Prefix      int            // IPv6 clients are grouped by this prefix; default 64 (one per subnet)
+	ForwardedHeader string         // "X-Forwarded-For" or "Forwarded": the only header believed; "" both (they must agree)
+}
+
+// Policy is one configured policy.
+type Policy struct {
+	sluice.Policy      // valid (Policy.Validate), and accepted by the Redis store when that is the store
+	DryRun        bool // decide and count, add the headers, but never refuse
+	Line          int
+}
+
+// Client is one configured client: who it is and its contract.
+type Client struct {
+	Name         string   // [A-Za-z0-9._-]+, unique, not "anonymous"; names the client in keys, metrics and 429 bodies
+	APIKeySHA256 []string // lower-case hex SHA-256 of its API keys (several while rotating)
+	JWTSubject   string   // the value of the jwt source's claim that names this client
+	Policy       []string // its policies; empty: DefaultPolicy
+	Line         int
+
+	index      int        // in Config.Clients
+	resolution resolution // Policy (or DefaultPolicy) resolved
+}
+
+// Route gives requests by method and path prefix a cost, and optionally their own policies or
+// their own counters (scope).
+type Route struct {
+	Method     string   // upper-case; "" matches any method
+	PathPrefix string   // matches every path that starts with it, byte for byte
+	Cost       int64    // units each request takes; default 1; 0 checks without consuming
+	Policy     []string // if set, replaces the client's policies on this route
+	Scope      string   // if set, the route's requests count under this name instead of the policy's
+	Line       int
+
+	own    *resolution  // Policy resolved, scope applied; nil if Policy is empty
+	scoped []resolution // Scope without Policy: per client index, the default last
+}
+
+// Limits are the gateway's answers.
+type Limits struct {
+	MaxDelay      time.Duration // the longest a leaky-bucket policy may hold a request; default 10s
+	LegacyHeaders bool          // also send X-RateLimit-Limit, -Remaining, -Reset
+}
+
+// AppliedPolicy is a policy as it applies to a request.
+type AppliedPolicy struct {
+	// Policy is what to decide with. Its Name is the name the state is kept under (the second
+	// half of the key "partner-a:orders-api"): the policy's own name, or, on a route with a scope,
+	// the scope ("scope/policy" when several policies apply there).
+	Policy     sluice.Policy
+	PolicyName string // the configured policy's name
+	DryRun     bool   // decide and count, but never refuse
+}
+
+// resolution is a list of policies resolved for one case, in both shapes the gateway asks for.
+type resolution struct {
+	policies []sluice.Policy
+	applied  []AppliedPolicy
+}
+
+// Secret holds a password or key that never prints itself: fmt's verbs (%v, %+v, %#v, %s, %q,
+// %x) and text encodings (JSON, YAML) give "[redacted]", or "" when it is empty. It holds a
+// pointer so that even fmt's fallback printing (a wrong verb on an enclosing struct, which skips
+// Format) shows an address, never the secret. Value returns it. The zero Secret is empty.
+type Secret struct {
+	p *string // nil when empty
+}
+
+// NewSecret returns a Secret holding s.
+func NewSecret(s string) Secret {
+	if s == "" {
+		return Secret{}
+	}
+	return Secret{&s}
+}
+
+const redacted = "[redacted]"
+
+// Value returns the secret itself.
+func (s Secret) Value() string {
+	if s.p == nil {
+		return ""
+	}
+	return *s.p
+}
+
+// IsZero reports whether the secret is empty.
+func (s Secret) IsZero() bool { return s.p == nil }
+
+func (s Secret) String() string {
+	if s.p == nil {
+		return ""
+	}
+	return redacted
+}
+
+// GoString implements fmt.GoStringer.
+func (s Secret) GoString() string { return fmt.Sprintf("config.Secret(%q)", s.String()) }
+
+// Format implements fmt.Formatter, so that no verb prints the secret.
+func (s Secret) Format(f fmt.State, verb rune) {
+	if verb == 'v' && f.Flag('#') {
+		fmt.Fprint(f, s.GoString())
+		return
+	}
+	fmt.Fprint(f, s.String())
+}
+
+// MarshalText implements encoding.TextMarshaler (JSON, YAML) without the secret.
+func (s Secret) MarshalText() ([]byte, error) { return []byte(s.String()), nil }
+
+// Load reads and parses the configuration file at path. See Parse.
+func Load(path string) (*Config, error) {
+	data, err := readFile(path)
+	if err != nil {
+		return nil, Errors{{File: path, Msg: "cannot read the configuration: " + err.Error(), Err: err}}
+	}
+	return Parse(data, path)
+}
+
+// Parse parses a configuration. name is the file's name: errors carry it, and the files the
+// configuration names (tls, public_key_file) are relative to its directory. Environment
+// variables named by password_env and secret_env are read now.
+//
+// The error, if any, is Errors: every problem found, sorted by line.
+func Parse(data []byte, name string) (*Config, error) {
+	return parse(data, name, os.LookupEnv)
+}
+
+// Policy returns the configured policy called name.
+func (c *Config) Policy(name string) (sluice.Policy, bool) {
+	p, ok := c.policies[name]
+	if !ok {
+		return sluice.Policy{}, false
+	}
+	return p.Policy, true
+}
+
+// Applied returns the configured policy called name as it applies outside any route and scope
+// (the decision API asks by policy name).
+func (c *Config) Applied(name string) (AppliedPolicy, bool) {
+	p, ok := c.policies[name]
+	if !ok {
+		return AppliedPolicy{}, false
+	}
+	return AppliedPolicy{Policy: p.Policy, PolicyName: p.Name, DryRun: p.DryRun}, true
+}
+
+// ClientByName returns the client called name.
+func (c *Config) ClientByName(name string) (*Client, bool) {
+	cl, ok := c.byName[name]
+	return cl, ok
+}
+
+// ClientByKeyHash returns the client whose api_key_sha256 is hexSum (either case).
+func (c *Config) ClientByKeyHash(hexSum string) (*Client, bool) {
+	var sum [sha256.Size]byte
+	if len(hexSum) != 2*sha256.Size {
+		return nil, false
+	}
+	if _, err := hex.Decode(sum[:], []byte(hexSum)); err != nil {
+		return nil, false
+	}
+	return c.ClientByKeySum(sum)
+}
+
+// ClientByKeySum returns the client whose api_key_sha256 is sum.
+func (c *Config) ClientByKeySum(sum [sha256.Size]byte) (*Client, bool) {
+	cl, ok := c.byKey[sum]
+	return cl, ok
+}
+
+// ClientByAPIKey returns the client whose API key is key (it hashes key; the key is kept nowhere).
+func (c *Config) ClientByAPIKey(key string) (*Client, bool) {
+	return c.ClientByKeySum(sha256.Sum256([]byte(key)))
+}
+
+// ClientBySubject returns the client whose jwt_subject is subject.
+func (c *Config) ClientBySubject(subject string) (*Client, bool) {
+	cl, ok := c.bySubject[subject]
+	return cl, ok
+}
+
+// Route returns the route of a request: among the routes whose path_prefix starts path, the
+// longest; of equally long ones, the one for method before the one for any method.
+func (c *Config) Route(method, path string) (*Route, bool) {
+	for _, r := range c.matchList {
+		if strings.HasPrefix(path, r.PathPrefix) && (r.Method == "" || r.Method == method) {
+			return r, true
+		}
+	}
+	return nil, false
+}
+
+// PoliciesFor returns the policies that apply to a request of client (nil: no configured client)
+// on route (nil: no route): the route's policies if it has any, else the client's, else
+// DefaultPolicy; empty if none applies. On a route with a scope, the policies' Names are the
+// scope (see AppliedPolicy). The slice is shared: do not modify it.
+func (c *Config) PoliciesFor(client *Client, route *Route) []sluice.Policy {
+	return c.resolve(client, route).policies
+}
+
+// AppliedPoliciesFor is PoliciesFor with each policy's configured name and dry-run flag.
+func (c *Config) AppliedPoliciesFor(client *Client, route *Route) []AppliedPolicy {
+	return c.resolve(client, route).applied
+}
+
+func (c *Config) resolve(client *Client, route *Route) *resolution {
+	if route != nil {
+		if route.own != nil {
+			return route.own
+		}
+		if route.scoped != nil {
+			if client != nil {
+				return &route.scoped[client.index]
+			}
+			return &route.scoped[len(route.scoped)-1]
+		}
+	}
+	if client != nil {
+		return &client.resolution
+	}
+	return &c.defaults
+}
+
+// String summarizes the configuration in one line, for logs. It prints no secret.
+func (c *Config) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "config %q: listen %s", c.File, c.Listen)
+	if c.TLS != nil {
+		b.WriteString(" (TLS)")
+	}
+	if c.AdminListen != "" {
+		fmt.Fprintf(&b, ", admin %s", c.AdminListen)
+	}
+	if c.Upstream != nil {
+		fmt.Fprintf(&b, ", upstream %s", c.Upstream.Redacted())
+	}
+	fmt.Fprintf(&b, ", store %s", c.Store.Type)
+	if c.Store.Type == StoreRedis {
+		if c.Store.URL != "" {
+			fmt.Fprintf(&b, " %s", redactURL(c.Store.URL))
+		} else {
+			fmt.Fprintf(&b, " %v", c.Store.Addrs)
+		}
+		fmt.Fprintf(&b, " %v", c.Store.OnError)
+	}
+	kinds := make([]string, len(c.Identity))
+	for i := range c.Identity {
+		kinds[i] = c.Identity[i].Kind()
+	}
+	fmt.Fprintf(&b, ", identity [%s], %d policies, %d clients, %d routes", strings.Join(kinds, " "), len(c.Policies), len(c.Clients), len(c.Routes))
+	return b.String()
+}
+
+// GoString implements fmt.GoStringer: %#v prints the summary too.
+func (c *Config) GoString() string { return c.String() }
+
+func redactURL(s string) string {
+	u, err := url.Parse(s)
+	if err != nil {
+		return "(invalid URL)"
+	}
+	return u.Redacted()
+}
