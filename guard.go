@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 )
 
 // guard wraps a store that can fail (Redis) with a breaker and a failure mode. A Limiter puts one
@@ -14,6 +15,33 @@ type guard struct {
 	local   Store   // FailLocal: the in-process store
 	share   float64 // FailLocal: this instance's share of a policy
 	breaker breaker
+}
+
+// Guard wraps store with the breaker and the failure mode that opts set (WithFailureMode,
+// WithLocalFallback, WithBreaker), as NewLimiter does for every store that is not Infallible:
+// for callers that use a store directly, such as the gateway's DecideAll. An Infallible store is
+// returned as it is. The result implements Available.
+func Guard(store Store, opts ...Option) (Store, error) {
+	l, err := NewLimiter(store, Policy{Name: "guard", Algorithm: FixedWindow, Limit: 1, Period: time.Millisecond}, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return l.store, nil
+}
+
+// Available is implemented by a guarded store: false while its breaker keeps decisions off the
+// store after repeated failures.
+type Available interface {
+	Available() bool
+}
+
+// Available reports whether decisions go to the store.
+func (g *guard) Available() bool { return !g.breaker.open() }
+
+func newGuard(store Store, config *guard) *guard {
+	g := &guard{store: store, mode: config.mode, local: config.local, share: config.share}
+	g.breaker.threshold, g.breaker.cooldown = config.breaker.threshold, config.breaker.cooldown
+	return g
 }
 
 var errBreakerOpen = fmt.Errorf("%w: breaker open after repeated store failures", ErrStoreUnavailable)

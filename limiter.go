@@ -123,8 +123,7 @@ func NewLimiter(store Store, policy Policy, opts ...Option) (*Limiter, error) {
 		}
 	}
 	if _, ok := store.(Infallible); !ok {
-		l.guard = &guard{store: store, mode: g.mode, local: g.local, share: g.share}
-		l.guard.breaker.threshold, l.guard.breaker.cooldown = g.breaker.threshold, g.breaker.cooldown
+		l.guard = newGuard(store, g)
 		l.store = l.guard
 	}
 	return l, nil

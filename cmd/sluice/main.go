@@ -1,5 +1,6 @@
 // Command sluice is the rate limiter's command line:
 //
+//	sluice serve [--config FILE]
 //	sluice simulate [policy flags] (--traffic PATTERN | --trace FILE) [--compare] [--format table|csv|json]
 //	sluice version
 //
@@ -40,6 +41,11 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	err := root.Execute()
 	if err == nil {
 		return exitOK
+	}
+	var ce configError
+	if errors.As(err, &ce) {
+		fmt.Fprintf(stderr, "sluice: the configuration has errors:\n%s\n", err.Error())
+		return exitUsage
 	}
 	fmt.Fprintf(stderr, "sluice: %s\n", oneLine(err.Error()))
 	var f failure
@@ -84,7 +90,7 @@ Exit codes: 0 success, 1 the command failed at its work, 2 a bad command line or
 	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error {
 		return fmt.Errorf("%w (see %s --help)", err, cmd.CommandPath())
 	})
-	root.AddCommand(newSimulateCommand(stdin), newVersionCommand())
+	root.AddCommand(newServeCommand(), newSimulateCommand(stdin), newVersionCommand())
 	return root
 }
 

@@ -329,3 +329,13 @@ var (
 	_ sluice.Store         = (*Store)(nil)
 	_ sluice.PolicyChecker = (*Store)(nil)
 )
+
+// Ping reports whether Redis answers within the store's timeout (readiness checks).
+func (s *Store) Ping(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	if err := s.client.Do(ctx, s.client.B().Ping().Build()).Error(); err != nil {
+		return unavailable(err)
+	}
+	return nil
+}

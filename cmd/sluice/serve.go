@@ -1,0 +1,204 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/sluicehq/sluice/config"
+	"github.com/sluicehq/sluice/gateway"
+)
+
+// configError is a configuration's errors, one per line, each with its line number: printed as
+// they are, not joined into one line.
+type configError struct{ err error }
+
+func (c configError) Error() string { return c.err.Error() }
+func (c configError) Unwrap() error { return c.err }
+
+func newServeCommand() *cobra.Command {
+	var path string
+	var watch time.Duration
+	cmd := &cobra.Command{
+		Use:   "serve [--config FILE]",
+		Short: "run the gateway: a rate-limiting reverse proxy, with an admin listener",
+		Long: `Run sluice as a reverse proxy in front of an API: each request's client is identified, its
+policies are decided on the store, and it is forwarded, held (leaky bucket) or answered 429 with
+Retry-After, the IETF RateLimit fields and a problem body. The admin listener serves /metrics,
+/healthz, /readyz and POST /v1/check.
+
+Without --config it runs a demo: the memory store, a built-in demo backend, and a default
+policy; it prints what to try with curl.
+
+The configuration is reloaded on SIGHUP and when the file changes; an invalid one is logged
+with its lines and the running one stays. SIGTERM or SIGINT shut down gracefully: requests in
+flight finish. A bad configuration at start exits with code 2. See docs/config.md.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return serve(cmd.Context(), path, watch, cmd.OutOrStdout(), cmd.ErrOrStderr())
+		},
+	}
+	cmd.Flags().StringVar(&path, "config", "", "the YAML configuration `FILE` (none: the demo)")
+	cmd.Flags().DurationVar(&watch, "watch", time.Second, "how often to check the configuration file for changes (0: only on SIGHUP)")
+	return cmd
+}
+
+func serve(ctx context.Context, path string, watch time.Duration, stdout, stderr io.Writer) error {
+	log := slog.New(slog.NewTextHandler(stderr, nil))
+	var cfg *config.Config
+	var demo *http.Server
+	if path == "" {
+		var err error
+		if cfg, demo, err = startDemo(); err != nil {
+			return failure{err}
+		}
+		defer demo.Close()
+	} else {
+		var err error
+		if cfg, err = config.Load(path); err != nil {
+			return configError{err}
+		}
+	}
+	srv, err := gateway.NewServer(cfg, path, log)
+	if err != nil {
+		return failure{err}
+	}
+	defer srv.Close()
+
+	proxyLn, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return failure{fmt.Errorf("listen %s: %w", cfg.Listen, err)}
+	}
+	proxy := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 120 * time.Second,
+		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+	if cfg.TLS != nil {
+		cert, err := tls.LoadX509KeyPair(cfg.TLS.CertFile, cfg.TLS.KeyFile)
+		if err != nil {
+			proxyLn.Close()
+			return configError{fmt.Errorf("%s: tls: %w", cfg.File, err)}
+		}
+		proxyLn = tls.NewListener(proxyLn, &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12})
+	}
+	servers := []*http.Server{proxy}
+	errs := make(chan error, 2)
+	go func() { errs <- proxy.Serve(proxyLn) }()
+	if cfg.AdminListen != "" {
+		adminLn, err := net.Listen("tcp", cfg.AdminListen)
+		if err != nil {
+			proxy.Close()
+			return failure{fmt.Errorf("listen %s (admin): %w", cfg.AdminListen, err)}
+		}
+		admin := &http.Server{Handler: srv.Admin(), ReadHeaderTimeout: 10 * time.Second}
+		servers = append(servers, admin)
+		go func() { errs <- admin.Serve(adminLn) }()
+		log.Info("admin listening", "addr", adminLn.Addr().String())
+	}
+	scheme := "http"
+	if cfg.TLS != nil {
+		scheme = "https"
+	}
+	log.Info("sluice serving", "addr", proxyLn.Addr().String(), "upstream", cfg.Upstream.String(), "config", cfg.String())
+	if demo != nil {
+		printDemo(stdout, scheme+"://"+proxyLn.Addr().String(), cfg.AdminListen)
+	}
+
+	signals := make(chan os.Signal, 2)
+	signal.Notify(signals, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
+	defer signal.Stop(signals)
+	var tick <-chan time.Time
+	var stamp fileStamp
+	if path != "" && watch > 0 {
+		t := time.NewTicker(watch)
+		defer t.Stop()
+		tick, stamp = t.C, statFile(path)
+	}
+	for {
+		select {
+		case sig := <-signals:
+			if sig == syscall.SIGHUP {
+				_ = srv.Reload()
+				continue
+			}
+			log.Info("shutting down; requests in flight finish", "signal", sig.String())
+			shutdown, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			for _, s := range servers {
+				_ = s.Shutdown(shutdown)
+			}
+			return nil
+		case <-tick:
+			if now := statFile(path); now != stamp {
+				stamp = now
+				_ = srv.Reload()
+			}
+		case err := <-errs:
+			if errors.Is(err, http.ErrServerClosed) {
+				return nil
+			}
+			return failure{err}
+		case <-ctx.Done():
+			return nil
+		}
+	}
+}
+
+// fileStamp tells a changed file: its size and modification time.
+type fileStamp struct {
+	size int64
+	mod  time.Time
+}
+
+func statFile(path string) fileStamp {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return fileStamp{size: -1}
+	}
+	return fileStamp{fi.Size(), fi.ModTime()}
+}
+
+// startDemo starts the demo backend on a free loopback port and returns the demo configuration
+// in front of it.
+func startDemo() (*config.Config, *http.Server, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, nil, err
+	}
+	backend := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(map[string]any{"backend": "sluice demo", "method": r.Method, "path": r.URL.Path,
+			"x_forwarded_for": r.Header.Get("X-Forwarded-For"), "time": time.Now().UTC().Format(time.RFC3339Nano)})
+	}), ReadHeaderTimeout: 10 * time.Second}
+	go backend.Serve(ln) //nolint:errcheck // closed by the caller
+	cfg, err := config.Demo("http://" + ln.Addr().String())
+	if err != nil {
+		backend.Close()
+		return nil, nil, err
+	}
+	return cfg, backend, nil
+}
+
+func printDemo(w io.Writer, proxy, admin string) {
+	fmt.Fprintf(w, `sluice demo: a rate-limiting proxy on %[1]s in front of a built-in demo backend.
+Try:
+  curl -i %[1]s/hello                                        # anonymous: 10/s per IP, burst 20
+  for i in $(seq 25); do curl -s -o /dev/null -w "%%{http_code} " %[1]s/hello; done; echo
+  curl -i -H 'X-API-Key: %[2]s' %[1]s/hello           # client "demo-partner": 50 per 10s
+  curl -i -X POST -H 'X-API-Key: %[2]s' %[1]s/reports  # a report costs 5
+  curl -i %[1]s/queue                                        # a leaky bucket: held, not refused
+  curl -s http://%[3]s/metrics | grep sluice_
+  curl -s -X POST http://%[3]s/v1/check -d '{"client":"demo-partner","cost":1}'
+Stop with Ctrl-C.
+`, proxy, config.DemoAPIKey, admin)
+}

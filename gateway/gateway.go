@@ -1,0 +1,306 @@
+// Package gateway is sluice's HTTP face: a reverse proxy that identifies each request's client,
+// decides its policies on the store (all of them at once, all or nothing), and forwards it, holds
+// it (leaky bucket) or answers 429 with Retry-After, the IETF RateLimit fields and a problem body;
+// and an admin listener with metrics, health and a decision API (POST /v1/check).
+//
+// A Gateway is one configuration; a Server swaps Gateways on reload without dropping requests.
+package gateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/algorithm"
+	"github.com/sluicehq/sluice/config"
+	"github.com/sluicehq/sluice/gateway/answer"
+	"github.com/sluicehq/sluice/gateway/identity"
+)
+
+// Gateway serves one configuration. It is safe for concurrent use.
+type Gateway struct {
+	cfg     *config.Config
+	chain   identity.Chain
+	store   sluice.Store // guarded: the failure mode applies
+	proxy   *httputil.ReverseProxy
+	metrics *Metrics
+	retries *earlyRetries
+}
+
+// New returns a Gateway for cfg, deciding on store (already guarded by the caller: see
+// sluice.Guard) and forwarding through transport (nil: a default with keep-alive).
+func New(cfg *config.Config, store sluice.Store, metrics *Metrics, transport http.RoundTripper) (*Gateway, error) {
+	chain, err := Chain(cfg)
+	if err != nil {
+		return nil, err
+	}
+	if transport == nil {
+		transport = DefaultTransport()
+	}
+	upstream := cfg.Upstream
+	proxy := &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			pr.SetURL(upstream)
+			// Rewrite drops the inbound X-Forwarded-For; keep it, and append this hop's peer.
+			if xff, ok := pr.In.Header["X-Forwarded-For"]; ok {
+				pr.Out.Header["X-Forwarded-For"] = append([]string(nil), xff...)
+			}
+			pr.SetXForwarded()
+		},
+		Transport:     transport,
+		FlushInterval: -1, // stream bodies as they come
+		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			metrics.upstreamErrors.Inc()
+			status := http.StatusBadGateway
+			if errors.Is(err, context.DeadlineExceeded) {
+				status = http.StatusGatewayTimeout
+			}
+			answer.WriteProblem(w, answer.Problem{Type: "https://sluice.dev/problems/upstream-unavailable",
+				Title: http.StatusText(status), Status: status, Detail: "the upstream did not answer; the request may be retried"})
+		},
+	}
+	return &Gateway{cfg: cfg, chain: chain, store: store, proxy: proxy, metrics: metrics, retries: newEarlyRetries(1 << 16)}, nil
+}
+
+// DefaultTransport is the upstream transport: keep-alive with many idle connections, and
+// timeouts that bound a dead upstream without cutting off a slow stream.
+func DefaultTransport() *http.Transport {
+	return &http.Transport{
+		Proxy:                 nil,
+		DialContext:           (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		MaxIdleConns:          1024,
+		MaxIdleConnsPerHost:   256,
+		IdleConnTimeout:       90 * time.Second,
+		TLSHandshakeTimeout:   5 * time.Second,
+		ResponseHeaderTimeout: 60 * time.Second,
+		ExpectContinueTimeout: time.Second,
+	}
+}
+
+// Chain builds the identity sources of cfg, in order.
+func Chain(cfg *config.Config) (identity.Chain, error) {
+	var chain identity.Chain
+	for _, id := range cfg.Identity {
+		var src interface {
+			identity.Source
+			Validate() error
+		}
+		switch {
+		case id.APIKey != nil:
+			src = identity.APIKey{Header: id.APIKey.Header, Lookup: func(sum string) (string, bool) {
+				c, ok := cfg.ClientByKeyHash(sum)
+				if !ok {
+					return "", false
+				}
+				return c.Name, true
+			}}
+		case id.JWT != nil:
+			j := id.JWT
+			src = identity.JWT{Header: j.Header, Algorithms: j.Algorithms, HMACSecret: []byte(j.Secret.Value()),
+				PublicKey: j.PublicKey, Claim: j.Claim, Issuer: j.Issuer, Audience: j.Audience, Leeway: j.Leeway,
+				Lookup: func(sub string) (string, bool) {
+					c, ok := cfg.ClientBySubject(sub)
+					if !ok {
+						return "", false
+					}
+					return c.Name, true
+				}}
+		case id.IP != nil:
+			src = identity.IP{TrustedProxies: id.IP.TrustedProxies, IPv4Prefix: id.IP.IPv4Prefix,
+				IPv6Prefix: id.IP.IPv6Prefix, ForwardedHeader: id.IP.ForwardedHeader}
+		default:
+			continue
+		}
+		if err := src.Validate(); err != nil {
+			return nil, fmt.Errorf("%s:%d: identity: %w", cfg.File, id.Line, err)
+		}
+		chain = append(chain, src)
+	}
+	return chain, nil
+}
+
+// request is what a request is decided on.
+type request struct {
+	who      identity.Identity
+	client   string // the configured client's name, or "anonymous": bounded metric labels
+	applied  []config.AppliedPolicy
+	cost     int64
+	decision []answer.Applied // in applied's order
+}
+
+// ServeHTTP decides and then forwards, holds or refuses the request.
+func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	req := g.identify(r)
+	if len(req.applied) == 0 { // nothing limits this request
+		g.proxy.ServeHTTP(w, r)
+		return
+	}
+	allowed, err := g.decide(r.Context(), &req)
+	if err != nil {
+		g.fail(w, &req, err)
+		return
+	}
+	answer.Headers(w.Header(), req.decision, g.cfg.Limits.LegacyHeaders)
+	if !allowed {
+		answer.WriteProblem(w, answer.QuotaExceeded(req.who.Client, refusedOnes(req.decision, req.applied)))
+		return
+	}
+	if delay := maxDelay(req.decision, req.applied); delay > 0 {
+		if delay > g.cfg.Limits.MaxDelay {
+			// The queue took the request but would hold it longer than this gateway holds any:
+			// refuse, and say when the queue will have drained this far.
+			w.Header().Set("Retry-After", answer.RetryAfter(delay-g.cfg.Limits.MaxDelay))
+			answer.WriteProblem(w, answer.QuotaExceeded(req.who.Client, delayedOnes(req.decision, req.applied)))
+			return
+		}
+		t := time.NewTimer(delay)
+		select {
+		case <-t.C:
+		case <-r.Context().Done(): // the client left while held: do not forward
+			t.Stop()
+			g.metrics.abandoned.WithLabelValues(req.client).Inc()
+			return
+		}
+	}
+	g.proxy.ServeHTTP(w, r)
+}
+
+// identify finds the client, its route and the policies that apply.
+func (g *Gateway) identify(r *http.Request) request {
+	who := g.chain.Identify(r)
+	var client *config.Client
+	name := "anonymous"
+	if who.Client != "" {
+		if c, ok := g.cfg.ClientByName(who.Client); ok {
+			client, name = c, c.Name
+		}
+	}
+	route, _ := g.cfg.Route(r.Method, r.URL.Path)
+	cost := int64(1)
+	if route != nil {
+		cost = route.Cost
+	}
+	return request{who: who, client: name, applied: g.cfg.AppliedPoliciesFor(client, route), cost: cost}
+}
+
+// decide decides every applied policy of req: the enforced ones all or nothing, the dry-run ones
+// on their own (they count, but never refuse, and never stop the others from consuming).
+func (g *Gateway) decide(ctx context.Context, req *request) (bool, error) {
+	start := time.Now()
+	defer func() { g.metrics.latency.Observe(time.Since(start).Seconds()) }()
+	var enforced, dry []sluice.Limit
+	var enforcedAt, dryAt []int
+	for i, a := range req.applied {
+		l := sluice.Limit{Policy: a.Policy, Cost: req.cost}
+		if a.DryRun {
+			dry, dryAt = append(dry, l), append(dryAt, i)
+		} else {
+			enforced, enforcedAt = append(enforced, l), append(enforcedAt, i)
+		}
+	}
+	req.decision = make([]answer.Applied, len(req.applied))
+	out := make([]sluice.Decision, len(req.applied))
+	allowed := true
+	for _, part := range []struct {
+		limits []sluice.Limit
+		at     []int
+		dry    bool
+	}{{enforced, enforcedAt, false}, {dry, dryAt, true}} {
+		if len(part.limits) == 0 {
+			continue
+		}
+		ds := out[:len(part.limits)]
+		ok, err := g.store.DecideAll(ctx, req.who.Key, part.limits, ds)
+		if err != nil {
+			return false, err
+		}
+		for j, i := range part.at {
+			req.decision[i] = answer.Applied{Policy: req.applied[i].Policy, Decision: ds[j]}
+			req.decision[i].Policy.Name = req.applied[i].PolicyName
+			g.metrics.count(req.client, req.applied[i].PolicyName, ds[j], part.dry)
+		}
+		if !part.dry {
+			allowed = ok
+		}
+		out = out[len(part.limits):]
+	}
+	now := time.Now()
+	if g.retries.early(req.who.Key, now) {
+		g.metrics.earlyRetries.WithLabelValues(req.client).Inc()
+	}
+	if !allowed {
+		g.retries.refused(req.who.Key, now.Add(answer.Wait(enforcedOnly(req.decision, req.applied))))
+	}
+	return allowed, nil
+}
+
+// fail answers a request the store could not decide.
+func (g *Gateway) fail(w http.ResponseWriter, req *request, err error) {
+	switch {
+	case errors.Is(err, sluice.ErrCostExceedsLimit), errors.Is(err, sluice.ErrInvalidCost):
+		for _, a := range req.applied {
+			var d sluice.Decision
+			if algorithm.CheckCost(&a.Policy, req.cost, &d) != nil {
+				p := a.Policy
+				p.Name = a.PolicyName
+				answer.WriteProblem(w, answer.CostExceedsLimit(req.who.Client, answer.Applied{Policy: p, Decision: d}, req.cost))
+				return
+			}
+		}
+		answer.WriteProblem(w, answer.BadRequest("the request's cost cannot be decided"))
+	case errors.Is(err, sluice.ErrStoreUnavailable):
+		g.metrics.storeErrors.Inc()
+		answer.WriteProblem(w, answer.StoreUnavailable(req.who.Client, time.Second))
+	default:
+		g.metrics.storeErrors.Inc()
+		answer.WriteProblem(w, answer.Problem{Type: "about:blank", Title: "Internal Server Error",
+			Status: http.StatusInternalServerError, Detail: "the limiter failed; the request was not forwarded"})
+	}
+}
+
+func refusedOnes(ds []answer.Applied, applied []config.AppliedPolicy) []answer.Applied {
+	var out []answer.Applied
+	for i, d := range ds {
+		if !applied[i].DryRun && !d.Decision.Allowed {
+			out = append(out, d)
+		}
+	}
+	return out
+}
+
+func enforcedOnly(ds []answer.Applied, applied []config.AppliedPolicy) []answer.Applied {
+	var out []answer.Applied
+	for i, d := range ds {
+		if !applied[i].DryRun {
+			out = append(out, d)
+		}
+	}
+	return out
+}
+
+// delayedOnes are the leaky-bucket decisions that hold the request, as refusals for the answer.
+func delayedOnes(ds []answer.Applied, applied []config.AppliedPolicy) []answer.Applied {
+	var out []answer.Applied
+	for i, d := range ds {
+		if !applied[i].DryRun && d.Decision.Delay > 0 {
+			d.Decision.Allowed, d.Decision.RetryAfter = false, d.Decision.Delay
+			out = append(out, d)
+		}
+	}
+	return out
+}
+
+func maxDelay(ds []answer.Applied, applied []config.AppliedPolicy) time.Duration {
+	var m time.Duration
+	for i, d := range ds {
+		if !applied[i].DryRun {
+			m = max(m, d.Decision.Delay)
+		}
+	}
+	return m
+}

@@ -1,0 +1,65 @@
+package gateway
+
+import (
+	"hash/maphash"
+	"sync"
+	"time"
+)
+
+// earlyRetries remembers, per rate-limit key, until when its last refusal holds, to count the
+// seed's "immediate retry" mistake: a client that comes back before its Retry-After ran out.
+// Bounded: a full shard forgets new refusals rather than grow (client input never grows memory).
+type earlyRetries struct {
+	seed   maphash.Seed
+	shards [32]struct {
+		mu sync.Mutex
+		m  map[string]time.Time // guarded by mu
+	}
+	max int // per shard
+}
+
+func newEarlyRetries(size int) *earlyRetries {
+	e := &earlyRetries{seed: maphash.MakeSeed(), max: max(1, size/32)}
+	for i := range e.shards {
+		e.shards[i].m = map[string]time.Time{}
+	}
+	return e
+}
+
+// early reports whether key comes back before its last refusal's Retry-After ran out.
+func (e *earlyRetries) early(key string, now time.Time) bool {
+	sh := &e.shards[maphash.String(e.seed, key)%32]
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	until, ok := sh.m[key]
+	if !ok {
+		return false
+	}
+	if !now.Before(until) {
+		delete(sh.m, key)
+		return false
+	}
+	return true
+}
+
+// refused records that key is refused until until.
+func (e *earlyRetries) refused(key string, until time.Time) {
+	sh := &e.shards[maphash.String(e.seed, key)%32]
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if _, ok := sh.m[key]; !ok && len(sh.m) >= e.max {
+		n := 0
+		for k, u := range sh.m { // drop the expired among a sample
+			if !time.Now().Before(u) {
+				delete(sh.m, k)
+			}
+			if n++; n == 16 {
+				break
+			}
+		}
+		if len(sh.m) >= e.max {
+			return
+		}
+	}
+	sh.m[key] = until
+}
