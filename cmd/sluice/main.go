@@ -63,7 +63,7 @@ func (f failure) Error() string { return f.err.Error() }
 func (f failure) Unwrap() error { return f.err }
 
 // newRootCommand builds the command tree. Subcommands add themselves here, one constructor each
-// (newSimulateCommand, newVersionCommand; serve and web to come).
+// (newServeCommand, newSimulateCommand, newVersionCommand; web to come).
 func newRootCommand(stdin io.Reader) *cobra.Command {
 	root := &cobra.Command{
 		Use:   "sluice",
@@ -72,6 +72,8 @@ func newRootCommand(stdin io.Reader) *cobra.Command {
 and decides the same way on every gateway instance.
 
 Try:
+  sluice serve                      # the gateway's demo, on the in-memory store
+  sluice serve --config sluice.yaml # in front of your API (see docs/config.md)
   sluice simulate --compare --limit 5 --period 1s --burst 40 \
       --traffic "5/s for 10s; 40 in 1s; 5/s for 10s"
 
