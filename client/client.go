@@ -212,7 +212,7 @@ func (t *Transport) wait(h http.Header, retry int, now, deadline time.Time) (tim
 		}
 		limit = min(limit, left)
 	}
-	return told/2 + t.draw(limit-told), true
+	return told + t.draw(limit-told), true
 }
 
 // draw returns a uniformly random duration in [0, span); 0 when span ≤ 0.

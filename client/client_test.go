@@ -262,6 +262,21 @@ func TestDeadlineShorterThanRetryAfter(t *testing.T) {
 		t.Errorf("backend saw %d requests, want 1", n)
 	}
 
+	t.Run("http.Client.Timeout", func(t *testing.T) {
+		// The Client's timeout reaches the Transport as the request context's deadline.
+		b := serve(t, refuse(1, http.StatusTooManyRequests, "1"))
+		s := &sleeper{}
+		c := &http.Client{Timeout: 500 * time.Millisecond, Transport: &client.Transport{Base: b.Client().Transport, Sleep: s.Sleep}}
+		resp, err := c.Get(b.URL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusTooManyRequests || len(s.Waits()) != 0 {
+			t.Errorf("got %d after waiting %v, want the 429 at once", resp.StatusCode, s.Waits())
+		}
+	})
+
 	t.Run("longer", func(t *testing.T) {
 		b := serve(t, refuse(1, http.StatusTooManyRequests, "1"))
 		s := &sleeper{}
@@ -436,9 +451,21 @@ func TestCancelDuringWait(t *testing.T) {
 		errStop := errors.New("stop")
 		tr := &client.Transport{Base: b.Client().Transport,
 			Sleep: func(context.Context, time.Duration) error { return errStop }}
-		_, err := (&http.Client{Transport: tr}).Get(b.URL)
+		// The body made for the retry that is never sent is closed all the same, as a
+		// RoundTripper must.
+		req, _ := http.NewRequest(http.MethodPost, b.URL, strings.NewReader("payload"))
+		var replays []*trackedBody
+		req.GetBody = func() (io.ReadCloser, error) {
+			body := &trackedBody{ReadCloser: io.NopCloser(strings.NewReader("payload"))}
+			replays = append(replays, body)
+			return body, nil
+		}
+		_, err := (&http.Client{Transport: tr}).Do(req)
 		if !errors.Is(err, errStop) {
 			t.Errorf("error %v, want the Sleep's", err)
+		}
+		if len(replays) != 1 || !replays[0].closed.Load() {
+			t.Errorf("%d replayed bodies, want 1, closed", len(replays))
 		}
 	})
 }
