@@ -1,0 +1,374 @@
+#!/usr/bin/env bash
+# The gateway's load benchmark (issue 4, "Load"): requests/s and p50/p99 latency with wrk, in ONE
+# run and on loopback only, of
+#   a. the upstream (bench/upstream) straight;
+#   b. sluice serve with limiting switched off (no policy applies): the proxy engine's own cost;
+#   c. sluice serve on the memory store, a token bucket so high that nothing is refused;
+#   d. the same on a local Redis;
+#   e. nginx limit_req keyed by the API key, proxy_pass with keepalive to the same upstream;
+#   f. refusals: sluice (memory) and nginx refusing nearly everything, 429s per second.
+# Each target runs alone (the others are stopped) behind a short warm-up; the Markdown table at the
+# end is what the README quotes. DURATION (10s) is each measurement, WARMUP (1s) each warm-up;
+# THREADS (2) and CONNECTIONS (50) are wrk's -t and -c.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+if ! command -v go >/dev/null 2>&1 && [ -x /usr/local/go/bin/go ]; then
+	export PATH="/usr/local/go/bin:$PATH"
+fi
+export PATH="$PATH:/usr/sbin:/sbin"
+
+DURATION=${DURATION:-10s}
+WARMUP=${WARMUP:-1s}
+THREADS=${THREADS:-2}
+CONNECTIONS=${CONNECTIONS:-50}
+KEY=bench-key-0123456789
+HASH=$(printf %s "$KEY" | sha256sum | cut -d' ' -f1)
+
+log() { printf '%s %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
+die() { log "error: $*"; exit 1; }
+
+# seconds turns a wrk duration (10s, 2m, 1h, 30) into seconds.
+seconds() {
+	case $1 in
+	*h) echo $((${1%h} * 3600)) ;;
+	*m) echo $((${1%m} * 60)) ;;
+	*s) echo "${1%s}" ;;
+	*) echo "$1" ;;
+	esac
+}
+[[ $(seconds "$DURATION") =~ ^[0-9]+$ ]] || die "DURATION=$DURATION: want whole seconds, minutes or hours (5s, 1m)"
+[[ $(seconds "$WARMUP") =~ ^[0-9]+$ ]] || die "WARMUP=$WARMUP: want whole seconds (1s)"
+
+# 1. Tools: wrk, nginx and redis-server from apt, as root, updating the lists only when one is missing.
+missing=()
+command -v wrk >/dev/null 2>&1 || missing+=(wrk)
+command -v nginx >/dev/null 2>&1 || missing+=(nginx)
+command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
+command -v curl >/dev/null 2>&1 || missing+=(curl)
+command -v python3 >/dev/null 2>&1 || missing+=(python3)
+if ((${#missing[@]})); then
+	sudo=()
+	if ((EUID != 0)); then
+		command -v sudo >/dev/null 2>&1 || die "need root (or sudo) to install: ${missing[*]}"
+		sudo=(sudo)
+	fi
+	log "installing ${missing[*]}"
+	"${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update -qq
+	"${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+command -v go >/dev/null 2>&1 || die "go not found (looked on PATH and in /usr/local/go/bin)"
+
+work=$(mktemp -d)
+pids=()
+cleanup() {
+	local pid
+	for pid in "${pids[@]}"; do
+		kill -TERM "$pid" 2>/dev/null || true
+	done
+	for pid in "${pids[@]}"; do
+		wait "$pid" 2>/dev/null || true
+	done
+	rm -rf "$work"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# stop ends one process this script started and forgets it.
+stop() {
+	local pid=$1 p keep=()
+	kill -TERM "$pid" 2>/dev/null || true
+	for _ in $(seq 100); do
+		kill -0 "$pid" 2>/dev/null || break
+		sleep 0.05
+	done
+	kill -KILL "$pid" 2>/dev/null || true
+	wait "$pid" 2>/dev/null || true
+	for p in "${pids[@]}"; do
+		[ "$p" = "$pid" ] || keep+=("$p")
+	done
+	pids=("${keep[@]+"${keep[@]}"}")
+}
+
+free_port() {
+	python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
+}
+
+# wait_http polls URL until it answers with any HTTP status, for at most 15 seconds, while the
+# process PID lives; LOG is shown if it does not.
+wait_http() {
+	local url=$1 pid=$2 logfile=$3 deadline=$((SECONDS + 15))
+	while ((SECONDS < deadline)); do
+		kill -0 "$pid" 2>/dev/null || { cat "$logfile" >&2; die "the server for $url exited"; }
+		if curl -s -o /dev/null --max-time 1 "$url"; then
+			return 0
+		fi
+		sleep 0.05
+	done
+	cat "$logfile" >&2
+	die "$url did not answer within 15s"
+}
+
+load_before=$(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || echo unknown)
+
+# 2. Build, and start the upstream.
+log "building sluice and the upstream"
+go build -o "$work/sluice" ./cmd/sluice
+go build -o "$work/upstream" ./bench/upstream
+
+up_port=$(free_port)
+upstream_url="http://127.0.0.1:$up_port"
+"$work/upstream" -listen "127.0.0.1:$up_port" >"$work/upstream.log" 2>&1 &
+pids+=($!)
+up_pid=$!
+wait_http "$upstream_url/" "$up_pid" "$work/upstream.log"
+
+# 3. Measuring.
+declare -A rps p50 p99 total non2xx errors
+order=()
+wrk_secs=$(($(seconds "$DURATION") + 30))
+
+# to_ms turns one of wrk's latencies (612.00us, 2.04ms, 1.01s, 1.00m) into milliseconds.
+to_ms() {
+	awk -v v="$1" 'BEGIN {
+		if (v ~ /us$/) { sub(/us$/, "", v); printf "%.3f", v / 1000 }
+		else if (v ~ /ms$/) { sub(/ms$/, "", v); printf "%.3f", v }
+		else if (v ~ /m$/) { sub(/m$/, "", v); printf "%.3f", v * 60000 }
+		else if (v ~ /s$/) { sub(/s$/, "", v); printf "%.3f", v * 1000 }
+		else { printf "nan" }
+	}'
+}
+
+# measure NAME URL runs a warm-up and then the measurement against URL with the API key, and
+# keeps requests/s, p50, p99, the request count, the non-2xx count and socket errors under NAME.
+measure() {
+	local name=$1 url=$2 out="$work/$1.wrk"
+	log "measuring $name ($url): warm-up $WARMUP, then $DURATION"
+	timeout 60 wrk -t"$THREADS" -c"$CONNECTIONS" -d"$WARMUP" -H "X-API-Key: $KEY" "$url" >/dev/null
+	timeout "$wrk_secs" wrk -t"$THREADS" -c"$CONNECTIONS" -d"$DURATION" --timeout 5s --latency \
+		-H "X-API-Key: $KEY" "$url" >"$out"
+	rps[$name]=$(awk '/^Requests\/sec:/ {print $2}' "$out")
+	p50[$name]=$(to_ms "$(awk '$1 == "50%" {print $2; exit}' "$out")")
+	p99[$name]=$(to_ms "$(awk '$1 == "99%" {print $2; exit}' "$out")")
+	total[$name]=$(awk '/ requests in / {print $1; exit}' "$out")
+	non2xx[$name]=$(awk '/Non-2xx or 3xx responses:/ {print $NF}' "$out")
+	non2xx[$name]=${non2xx[$name]:-0}
+	errors[$name]=$(awk '/Socket errors:/ {sub(/^ *Socket errors: */, ""); print}' "$out")
+	errors[$name]=${errors[$name]:-none}
+	[ -n "${rps[$name]}" ] || { cat "$out" >&2; die "no Requests/sec from wrk for $name"; }
+	order+=("$name")
+	log "  $name: ${rps[$name]} req/s, p50 ${p50[$name]} ms, p99 ${p99[$name]} ms, non-2xx ${non2xx[$name]} of ${total[$name]}, socket errors: ${errors[$name]}"
+}
+
+# start_sluice NAME starts sluice serve on $work/NAME.yaml (see sluice_config) and waits until it
+# answers; it sets sluice_pid.
+start_sluice() {
+	local name=$1
+	"$work/sluice" serve --config "$work/$name.yaml" --watch 0 >"$work/$name.log" 2>&1 &
+	sluice_pid=$!
+	pids+=("$sluice_pid")
+	wait_http "$sluice_url/" "$sluice_pid" "$work/$name.log"
+}
+
+# sluice_config NAME [YAML...] writes $work/NAME.yaml on a fresh free port: the upstream, no admin
+# listener, clients identified by API key, and the lines given (store, policies, clients).
+sluice_config() {
+	local name=$1
+	shift
+	local port
+	port=$(free_port)
+	sluice_url="http://127.0.0.1:$port"
+	{
+		echo "listen: 127.0.0.1:$port"
+		echo 'admin_listen: ""'
+		echo "upstream: $upstream_url"
+		echo "identity:"
+		echo "  - api_key: {header: X-API-Key}"
+		printf '%s\n' "$@"
+	} >"$work/$name.yaml"
+}
+
+# a. The upstream straight.
+measure upstream "$upstream_url/"
+
+# b. sluice with limiting off: the client is identified, but no policy applies to it.
+sluice_config sluice-off \
+	"clients:" \
+	"  - {name: bench, api_key_sha256: $HASH}"
+start_sluice sluice-off
+measure sluice-off "$sluice_url/"
+stop "$sluice_pid"
+
+# c. sluice on the memory store, a token bucket that never refuses.
+sluice_config sluice-memory \
+	"store: {type: memory}" \
+	"policies:" \
+	"  - {name: high, algorithm: token-bucket, limit: 100000000, period: 1s}" \
+	"clients:" \
+	"  - {name: bench, api_key_sha256: $HASH, policy: high}"
+start_sluice sluice-memory
+measure sluice-memory "$sluice_url/"
+stop "$sluice_pid"
+
+# d. The same on Redis.
+redis_port=$(free_port)
+redis-server --bind 127.0.0.1 --port "$redis_port" --save "" --appendonly no --daemonize no \
+	--logfile "$work/redis.log" --dir "$work" >/dev/null 2>&1 &
+redis_pid=$!
+pids+=("$redis_pid")
+deadline=$((SECONDS + 15))
+until [ "$(redis-cli -h 127.0.0.1 -p "$redis_port" ping 2>/dev/null)" = PONG ]; do
+	kill -0 "$redis_pid" 2>/dev/null || { cat "$work/redis.log" >&2; die "redis-server exited"; }
+	((SECONDS < deadline)) || die "redis-server did not answer within 15s"
+	sleep 0.05
+done
+sluice_config sluice-redis \
+	"store: {type: redis, addrs: [127.0.0.1:$redis_port], on_error: fail-closed}" \
+	"policies:" \
+	"  - {name: high, algorithm: token-bucket, limit: 100000000, period: 1s}" \
+	"clients:" \
+	"  - {name: bench, api_key_sha256: $HASH, policy: high}"
+start_sluice sluice-redis
+measure sluice-redis "$sluice_url/"
+stop "$sluice_pid"
+stop "$redis_pid"
+
+# e. nginx limit_req keyed by the API key, proxying with keepalive to the same upstream.
+# nginx_start NAME RATE LIMIT_REQ writes $work/NAME/nginx.conf (limit_req_zone at RATE, the
+# location's limit_req directive LIMIT_REQ) and starts nginx in the foreground on it; it sets
+# nginx_pid and nginx_url.
+nginx_start() {
+	local name=$1 rate=$2 limit_req=$3 dir="$work/$1" port user=""
+	port=$(free_port)
+	mkdir -p "$dir/logs"
+	((EUID == 0)) && user="user root;"
+	cat >"$dir/nginx.conf" <<EOF
+$user
+worker_processes 2;
+pid $dir/nginx.pid;
+error_log $dir/logs/error.log warn;
+events { worker_connections 4096; }
+http {
+    access_log off;
+    client_body_temp_path $dir/client_body;
+    proxy_temp_path $dir/proxy;
+    fastcgi_temp_path $dir/fastcgi;
+    uwsgi_temp_path $dir/uwsgi;
+    scgi_temp_path $dir/scgi;
+    limit_req_zone \$http_x_api_key zone=k:10m rate=$rate;
+    upstream backend {
+        server 127.0.0.1:$up_port;
+        keepalive 64;
+    }
+    server {
+        listen 127.0.0.1:$port;
+        location / {
+            $limit_req
+            limit_req_status 429;
+            proxy_pass http://backend;
+            proxy_http_version 1.1;
+            proxy_set_header Connection "";
+        }
+    }
+}
+EOF
+	nginx_url="http://127.0.0.1:$port"
+	local e=()
+	# -e: the error log before the configuration is read (nginx >= 1.19.5), else nginx's default.
+	[[ $(nginx -h 2>&1 || true) == *"-e filename"* ]] && e=(-e "$dir/logs/error.log")
+	nginx -p "$dir" "${e[@]}" -c "$dir/nginx.conf" -g 'daemon off;' >"$dir/logs/stdout.log" 2>&1 &
+	nginx_pid=$!
+	pids+=("$nginx_pid")
+	wait_http "$nginx_url/" "$nginx_pid" "$dir/logs/error.log"
+}
+nginx_start nginx 100000000r/s "limit_req zone=k burst=1000000 nodelay;"
+measure nginx "$nginx_url/"
+stop "$nginx_pid"
+
+# f. Refusals: nearly every request answered 429.
+sluice_config sluice-refuse \
+	"store: {type: memory}" \
+	"policies:" \
+	"  - {name: tiny, algorithm: token-bucket, limit: 1, period: 1h}" \
+	"clients:" \
+	"  - {name: bench, api_key_sha256: $HASH, policy: tiny}"
+start_sluice sluice-refuse
+measure sluice-refuse "$sluice_url/"
+stop "$sluice_pid"
+
+# nginx at 1r/m, without a burst: a burst of 1,000,000 would let that many through first.
+nginx_start nginx-refuse 1r/m "limit_req zone=k nodelay;"
+measure nginx-refuse "$nginx_url/"
+stop "$nginx_pid"
+stop "$up_pid"
+
+# 4. The table.
+calc() { awk "BEGIN { printf \"$1\", $2 }"; }
+cpu=$(awk -F': *' '/^model name/ {print $2; exit}' /proc/cpuinfo 2>/dev/null || true)
+[ -n "$cpu" ] || cpu=$(lscpu 2>/dev/null | awk -F': *' '/^Model name/ {print $2; exit}' || true)
+declare -A label=(
+	[upstream]="upstream straight (bench/upstream)"
+	[sluice-off]="sluice serve, limiting off (engine only)"
+	[sluice-memory]="sluice serve, memory store"
+	[sluice-redis]="sluice serve, Redis store"
+	[nginx]="nginx \`limit_req\` + \`proxy_pass\` keepalive"
+	[sluice-refuse]="sluice serve, memory: refusing (429)"
+	[nginx-refuse]="nginx \`limit_req\`: refusing (429)"
+)
+goal() { if awk "BEGIN { exit !($1) }"; then echo yes; else echo no; fi; }
+
+echo
+echo "### Gateway load: \`wrk -t$THREADS -c$CONNECTIONS -d$DURATION --latency\`, loopback, one run"
+echo
+echo "Machine: $(nproc) CPUs, ${cpu:-unknown CPU}; $(uname -sr); $(go version | cut -d' ' -f3);" \
+	"$(nginx -v 2>&1 | sed 's/^nginx version: //'); redis $(redis-server --version | sed -n 's/.*v=\([^ ]*\).*/\1/p');" \
+	"$( (wrk -v 2>&1 || true) | head -1 | cut -d' ' -f1-2). wrk, the servers and the upstream share the CPUs;" \
+	"load average before the run: $load_before, after: $(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || echo unknown)."
+echo
+echo "| target | requests/s | p50 | p99 | added p50 | added p99 | non-2xx |"
+echo "|---|---:|---:|---:|---:|---:|---:|"
+for n in "${order[@]}"; do
+	if [ "$n" = upstream ]; then
+		a50="—" a99="—"
+	else
+		a50="$(calc '%+.3f ms' "${p50[$n]} - ${p50[upstream]}")"
+		a99="$(calc '%+.3f ms' "${p99[$n]} - ${p99[upstream]}")"
+	fi
+	printf '| %s | %s | %s ms | %s ms | %s | %s | %s of %s |\n' "${label[$n]}" \
+		"$(calc '%.0f' "${rps[$n]}")" "${p50[$n]}" "${p99[$n]}" "$a50" "$a99" "${non2xx[$n]}" "${total[$n]}"
+done
+echo
+mem_nginx=$(calc '%.2f' "${rps[sluice-memory]} / ${rps[nginx]}")
+redis_nginx=$(calc '%.2f' "${rps[sluice-redis]} / ${rps[nginx]}")
+cost=$(calc '%.1f' "100 * (1 - ${rps[sluice-memory]} / ${rps[sluice-off]})")
+off_nginx=$(calc '%.2f' "${rps[sluice-off]} / ${rps[nginx]}")
+refuse_nginx=$(calc '%.2f' "${rps[sluice-refuse]} / ${rps[nginx-refuse]}")
+refuse_fwd=$(calc '%.2f' "${rps[sluice-refuse]} / ${rps[sluice-memory]}")
+mem_a99=$(calc '%.3f' "${p99[sluice-memory]} - ${p99[upstream]}")
+redis_a99=$(calc '%.3f' "${p99[sluice-redis]} - ${p99[upstream]}")
+echo "| ratio | value | goal | met |"
+echo "|---|---:|---|---|"
+echo "| limiter's cost: 1 − memory / limiting off | $cost % | < 10 % | $(goal "$cost < 10") |"
+echo "| sluice memory / nginx (req/s) | $mem_nginx× | ≥ 0.8× (aim 1×) | $(goal "$mem_nginx >= 0.8") |"
+echo "| sluice Redis / nginx (req/s) | $redis_nginx× | ≥ 0.6× | $(goal "$redis_nginx >= 0.6") |"
+echo "| sluice limiting off / nginx (req/s) | $off_nginx× | | |"
+echo "| added p99, memory | $mem_a99 ms | < 1 ms | $(goal "$mem_a99 < 1") |"
+echo "| added p99, Redis | $redis_a99 ms | < 1 ms | $(goal "$redis_a99 < 1") |"
+echo "| sluice 429s/s / memory forwards/s | $refuse_fwd× | > 1× (refusals cheaper) | $(goal "$refuse_fwd > 1") |"
+echo "| sluice 429s/s / nginx 429s/s | $refuse_nginx× | | |"
+for n in "${order[@]}"; do
+	case $n in
+	*-refuse) want_non2xx=1 ;;
+	*) want_non2xx=0 ;;
+	esac
+	if ((want_non2xx == 0)) && [ "${non2xx[$n]}" != 0 ]; then
+		echo
+		echo "Warning: ${label[$n]} answered ${non2xx[$n]} of ${total[$n]} requests with a non-2xx status."
+	elif ((want_non2xx == 1)) && [ "${non2xx[$n]}" = 0 ]; then
+		echo
+		echo "Warning: ${label[$n]} refused nothing."
+	fi
+	if [ "${errors[$n]}" != none ]; then
+		echo
+		echo "Warning: ${label[$n]}: socket errors: ${errors[$n]}."
+	fi
+done
