@@ -71,5 +71,9 @@ func (b *breaker) failure() {
 	}
 }
 
+// abandon hands the probe back when its caller gave up before the store answered: the breaker
+// is open again with its cooldown already passed, so the next decision probes.
+func (b *breaker) abandon() { b.state.CompareAndSwap(breakerProbing, breakerOpen) }
+
 // open reports whether the breaker is keeping decisions off the store.
 func (b *breaker) open() bool { return b.state.Load() != breakerClosed }

@@ -59,3 +59,24 @@ func TestBreakerTripsProbesAndRecovers(t *testing.T) {
 		t.Fatal("breaker not closed after a successful probe")
 	}
 }
+
+// A probe whose caller gives up is handed back: the next decision probes, instead of the
+// breaker waiting forever for a probe that will never report.
+func TestBreakerAbandonedProbe(t *testing.T) {
+	var now atomic.Int64
+	b := breaker{threshold: 1, cooldown: int64(time.Second), now: now.Load}
+	b.ready()
+	b.failure()
+	now.Add(int64(time.Second))
+	if !b.ready() {
+		t.Fatal("no probe after the cooldown")
+	}
+	b.abandon()
+	if !b.ready() {
+		t.Fatal("no new probe after the first was abandoned")
+	}
+	b.success()
+	if b.open() {
+		t.Fatal("breaker not closed by the second probe's success")
+	}
+}

@@ -89,7 +89,8 @@ func (g *guard) storeFailed(ctx context.Context, err error) bool {
 		return false
 	}
 	if ctx.Err() != nil {
-		return false // the caller gave up: not the store's failure
+		g.breaker.abandon() // the caller gave up: not the store's failure, nor an answer of its health
+		return false
 	}
 	g.breaker.failure()
 	return true

@@ -133,11 +133,10 @@ func (s *Server) Admin() http.Handler {
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.registry, promhttp.HandlerOpts{}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { fmt.Fprintln(w, "ok") })
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		// Ready is the store answering a ping now, not the breaker's state: the breaker closes
+		// only when a request probes the store, and a load balancer that stopped sending
+		// requests to a not-ready instance would never let it.
 		if err := s.ping(r.Context()); err != nil {
-			answer.WriteProblem(w, answer.StoreUnavailable("", time.Second))
-			return
-		}
-		if a, ok := s.store.(sluice.Available); ok && !a.Available() {
 			answer.WriteProblem(w, answer.StoreUnavailable("", time.Second))
 			return
 		}

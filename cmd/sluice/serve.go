@@ -57,6 +57,10 @@ flight finish. A bad configuration at start exits with code 2. See docs/config.m
 
 func serve(ctx context.Context, path string, watch time.Duration, stdout, stderr io.Writer) error {
 	log := slog.New(slog.NewTextHandler(stderr, nil))
+	// Take the signals before anything listens: a SIGHUP's default action would end the process.
+	signals := make(chan os.Signal, 2)
+	signal.Notify(signals, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
+	defer signal.Stop(signals)
 	var cfg *config.Config
 	var demo *http.Server
 	if path == "" {
@@ -114,9 +118,6 @@ func serve(ctx context.Context, path string, watch time.Duration, stdout, stderr
 		printDemo(stdout, scheme+"://"+proxyLn.Addr().String(), cfg.AdminListen)
 	}
 
-	signals := make(chan os.Signal, 2)
-	signal.Notify(signals, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
-	defer signal.Stop(signals)
 	var tick <-chan time.Time
 	var stamp fileStamp
 	if path != "" && watch > 0 {
