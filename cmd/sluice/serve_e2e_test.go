@@ -11,12 +11,20 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
 	"crypto/sha256"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
 	"encoding/hex"
 	"encoding/json"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"io"
+	"math/big"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -219,8 +227,13 @@ func freeAddr() (string, error) {
 // tests decide when) and waits until its admin /readyz answers 200. A port taken between picking
 // and binding is retried with new ports. The process is stopped (SIGTERM) when the test ends.
 func startSluice(t *testing.T, dir, name string, cfg configFunc) *sluiceProc {
+	return startSluiceArgs(t, dir, name, cfg, "--watch", "0")
+}
+
+// startSluiceArgs is startSluice with other flags after --config FILE.
+func startSluiceArgs(t *testing.T, dir, name string, cfg configFunc, args ...string) *sluiceProc {
 	t.Helper()
-	p, err := launch(t, dir, name, cfg)
+	p, err := launch(t, dir, name, cfg, args...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -228,7 +241,10 @@ func startSluice(t *testing.T, dir, name string, cfg configFunc) *sluiceProc {
 }
 
 // launch is startSluice returning its error, for any goroutine.
-func launch(t *testing.T, dir, name string, cfg configFunc) (*sluiceProc, error) {
+func launch(t *testing.T, dir, name string, cfg configFunc, args ...string) (*sluiceProc, error) {
+	if len(args) == 0 {
+		args = []string{"--watch", "0"}
+	}
 	bin := sluiceBinary(t)
 	path := filepath.Join(dir, name)
 	for attempt := 1; ; attempt++ {
@@ -248,7 +264,7 @@ func launch(t *testing.T, dir, name string, cfg configFunc) (*sluiceProc, error)
 		}
 		p := &sluiceProc{t: t, config: path, proxy: "http://" + listen, admin: "http://" + admin,
 			stderr: &syncBuffer{}, stdout: &syncBuffer{}, done: make(chan struct{})}
-		p.cmd = exec.Command(bin, "serve", "--config", path, "--watch", "0")
+		p.cmd = exec.Command(bin, append([]string{"serve", "--config", path}, args...)...)
 		p.cmd.Env = sluiceEnv()
 		p.cmd.Stdout, p.cmd.Stderr = p.stdout, p.stderr
 		if err := p.cmd.Start(); err != nil {
@@ -1194,5 +1210,75 @@ func TestServeE2EBreakerProbeAbandoned(t *testing.T) {
 			t.Fatalf("5s after Redis answers again the instance still says %d: the abandoned probe was never handed back", r.status)
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestServeE2EReloadOnFileChange: with --watch, writing a new valid file is enough: its limit
+// applies without a signal.
+func TestServeE2EReloadOnFileChange(t *testing.T) {
+	t.Parallel()
+	up := newUpstream(t)
+	withLimit := func(limit int) configFunc {
+		return func(listen, admin string) string {
+			return fmt.Sprintf("listen: %s\nadmin_listen: %s\nupstream: %s\npolicies:\n  - {name: anonymous, algorithm: sliding-log, limit: %d, period: 1h}\ndefault_policy: anonymous\n", listen, admin, up.URL, limit)
+		}
+	}
+	dir := t.TempDir()
+	p := startSluiceArgs(t, dir, "sluice.yaml", withLimit(2), "--watch", "50ms")
+	if r := get(t, p.proxy, "/watch"); !strings.Contains(r.header.Get("RateLimit-Policy"), "q=2") {
+		t.Fatalf("before the change: RateLimit-Policy %q, want q=2", r.header.Get("RateLimit-Policy"))
+	}
+	listen, admin := strings.TrimPrefix(p.proxy, "http://"), strings.TrimPrefix(p.admin, "http://")
+	time.Sleep(20 * time.Millisecond) // a new modification time even on coarse file systems
+	writeFile(t, p.config, withLimit(7)(listen, admin))
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		if r := get(t, p.proxy, "/watch"); strings.Contains(r.header.Get("RateLimit-Policy"), "q=7") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("5s after the file changed the old limit still applies\nstderr:\n%s", p.stderr.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestServeE2ETLS: with tls in the configuration the proxy listener speaks only TLS, with the
+// configured certificate.
+func TestServeE2ETLS(t *testing.T) {
+	t.Parallel()
+	up := newUpstream(t)
+	dir := t.TempDir()
+	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "127.0.0.1"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), IPAddresses: []net.IP{net.ParseIP("127.0.0.1")},
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}, KeyUsage: x509.KeyUsageDigitalSignature}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyDER, _ := x509.MarshalECPrivateKey(key)
+	certFile, keyFile := filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
+	writeFile(t, certFile, string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})))
+	writeFile(t, keyFile, string(pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER})))
+	p := startSluice(t, dir, "sluice.yaml", func(listen, admin string) string {
+		return fmt.Sprintf("listen: %s\nadmin_listen: %s\nupstream: %s\ntls: {cert_file: %s, key_file: %s}\npolicies:\n  - {name: anonymous, algorithm: token-bucket, limit: 5, period: 1s}\ndefault_policy: anonymous\n",
+			listen, admin, up.URL, certFile, keyFile)
+	})
+	pool := x509.NewCertPool()
+	cert, _ := x509.ParseCertificate(der)
+	pool.AddCert(cert)
+	client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
+	resp, err := client.Get("https://" + strings.TrimPrefix(p.proxy, "http://") + "/tls")
+	if err != nil {
+		t.Fatalf("https to the proxy: %v", err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 || resp.Header.Get("RateLimit") == "" {
+		t.Fatalf("https: %d, RateLimit %q", resp.StatusCode, resp.Header.Get("RateLimit"))
+	}
+	if resp, err := e2eClient.Get(p.proxy + "/plain"); err == nil && resp.StatusCode == 200 {
+		resp.Body.Close()
+		t.Fatal("plain HTTP to a TLS listener was served")
 	}
 }
