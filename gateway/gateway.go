@@ -13,6 +13,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httputil"
+	"sync"
 	"time"
 
 	"github.com/sluicehq/sluice"
@@ -52,8 +53,10 @@ func New(cfg *config.Config, store sluice.Store, metrics *Metrics, transport htt
 			}
 			pr.SetXForwarded()
 		},
-		Transport:     transport,
-		FlushInterval: -1, // stream bodies as they come
+		Transport:  transport,
+		BufferPool: copyBuffers, // without one, every response body copy allocates 32 KiB
+		// FlushInterval 0: a response of unknown length (a stream, chunked, text/event-stream)
+		// is still flushed as it comes; others are written as the copy goes.
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 			metrics.upstreamErrors.Inc()
 			status := http.StatusBadGateway
@@ -66,6 +69,14 @@ func New(cfg *config.Config, store sluice.Store, metrics *Metrics, transport htt
 	}
 	return &Gateway{cfg: cfg, chain: chain, store: store, proxy: proxy, metrics: metrics, retries: newEarlyRetries(1 << 16)}, nil
 }
+
+// copyBuffers are the proxy's body-copy buffers.
+var copyBuffers = &bufferPool{p: sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}}
+
+type bufferPool struct{ p sync.Pool }
+
+func (b *bufferPool) Get() []byte  { return *b.p.Get().(*[]byte) }
+func (b *bufferPool) Put(x []byte) { b.p.Put(&x) }
 
 // DefaultTransport is the upstream transport: keep-alive with many idle connections, and
 // timeouts that bound a dead upstream without cutting off a slow stream.

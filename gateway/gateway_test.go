@@ -344,3 +344,35 @@ func grep(s, substr string) string {
 	}
 	return strings.Join(out, "\n")
 }
+
+// A streamed response reaches the client as it is written: the first chunk arrives while the
+// upstream still holds the second.
+func TestStreamsResponses(t *testing.T) {
+	release := make(chan struct{})
+	up := &upstream{count: map[string]int{}}
+	up.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprint(w, "first\n")
+		w.(http.Flusher).Flush()
+		<-release
+		fmt.Fprint(w, "second\n")
+	}))
+	defer up.Close()
+	gw, _ := start(t, yamlFor("127.0.0.2/32"), up)
+	// If the gateway held the first chunk back, reading it would wait for the second: the client's
+	// timeout turns that into a failure.
+	resp, err := (&http.Client{Timeout: 5 * time.Second}).Get(gw.URL + "/stream")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	buf := make([]byte, 6)
+	if _, err := io.ReadFull(resp.Body, buf); err != nil || string(buf) != "first\n" {
+		close(release)
+		t.Fatalf("first chunk: %q %v", buf, err)
+	}
+	close(release)
+	rest, _ := io.ReadAll(resp.Body)
+	if string(rest) != "second\n" {
+		t.Fatalf("second chunk: %q", rest)
+	}
+}
