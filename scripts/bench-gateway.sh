@@ -114,6 +114,7 @@ load_before=$(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || echo unknown)
 log "building sluice and the upstream"
 go build -o "$work/sluice" ./cmd/sluice
 go build -o "$work/upstream" ./bench/upstream
+go build -o "$work/proxy" ./bench/proxy
 
 up_port=$(free_port)
 upstream_url="http://127.0.0.1:$up_port"
@@ -197,6 +198,17 @@ sluice_config sluice-off \
 start_sluice sluice-off
 measure sluice-off "$sluice_url/"
 stop "$sluice_pid"
+
+# b'. The candidate engines bare, with no limiting at all: what sluice's engine could be.
+for engine in nethttp fasthttp; do
+	port=$(free_port)
+	"$work/proxy" -engine "$engine" -listen "127.0.0.1:$port" -upstream "127.0.0.1:$up_port" >"$work/proxy-$engine.log" 2>&1 &
+	proxy_pid=$!
+	pids+=("$proxy_pid")
+	wait_http "http://127.0.0.1:$port/" "$proxy_pid" "$work/proxy-$engine.log"
+	measure "bare-$engine" "http://127.0.0.1:$port/"
+	stop "$proxy_pid"
+done
 
 # c. sluice on the memory store, a token bucket that never refuses.
 sluice_config sluice-memory \
@@ -308,6 +320,8 @@ cpu=$(awk -F': *' '/^model name/ {print $2; exit}' /proc/cpuinfo 2>/dev/null || 
 declare -A label=(
 	[upstream]="upstream straight (bench/upstream)"
 	[sluice-off]="sluice serve, limiting off (engine only)"
+	[bare-nethttp]="bare \`httputil.ReverseProxy\` (bench/proxy), no limiting"
+	[bare-fasthttp]="bare \`fasthttp\` HostClient proxy (bench/proxy), no limiting"
 	[sluice-memory]="sluice serve, memory store"
 	[sluice-redis]="sluice serve, Redis store"
 	[nginx]="nginx \`limit_req\` + \`proxy_pass\` keepalive"
