@@ -567,14 +567,7 @@ func checkQuotaExceeded(r reply, policy, client string, q, w int64) error {
 	if err != nil {
 		return err
 	}
-	pol, err := parseRateLimitField(r.header, "RateLimit-Policy", "q", "w")
-	if err != nil {
-		return err
-	}
-	if len(pol) != 1 || pol[0].name != policy || pol[0].params["q"] != q || pol[0].params["w"] != w {
-		return fmt.Errorf("RateLimit-Policy %q; want %q;q=%d;w=%d", r.header.Values("RateLimit-Policy"), policy, q, w)
-	}
-	rl, err := parseRateLimitField(r.header, "RateLimit", "r", "t")
+	rl, err := parseFields(r.header, policy, q, w)
 	if err != nil {
 		return err
 	}
@@ -613,14 +606,7 @@ func checkAllowed(r reply, path, policy string, q, w int64) error {
 	if want := "upstream says hello to " + path; string(r.body) != want {
 		return fmt.Errorf("body %q; want %q", r.body, want)
 	}
-	pol, err := parseRateLimitField(r.header, "RateLimit-Policy", "q", "w")
-	if err != nil {
-		return err
-	}
-	if len(pol) != 1 || pol[0].name != policy || pol[0].params["q"] != q || pol[0].params["w"] != w {
-		return fmt.Errorf("RateLimit-Policy %q; want %q;q=%d;w=%d", r.header.Values("RateLimit-Policy"), policy, q, w)
-	}
-	rl, err := parseRateLimitField(r.header, "RateLimit", "r", "t")
+	rl, err := parseFields(r.header, policy, q, w)
 	if err != nil {
 		return err
 	}
@@ -1281,4 +1267,17 @@ func TestServeE2ETLS(t *testing.T) {
 		resp.Body.Close()
 		t.Fatal("plain HTTP to a TLS listener was served")
 	}
+}
+
+// parseFields checks that RateLimit-Policy names one policy with exactly quota q and window w, and
+// returns the parsed RateLimit field (its r and t) for the caller's own checks.
+func parseFields(h http.Header, policy string, q, w int64) ([]sfMember, error) {
+	pol, err := parseRateLimitField(h, "RateLimit-Policy", "q", "w")
+	if err != nil {
+		return nil, err
+	}
+	if len(pol) != 1 || pol[0].name != policy || pol[0].params["q"] != q || pol[0].params["w"] != w {
+		return nil, fmt.Errorf("RateLimit-Policy %q; want %q;q=%d;w=%d", h.Values("RateLimit-Policy"), policy, q, w)
+	}
+	return parseRateLimitField(h, "RateLimit", "r", "t")
 }
