@@ -9,7 +9,8 @@
 // Requests come from a traffic pattern (ParseTraffic: "5/s for 10s; 40 in 1s; 5/s for 10s") or
 // a CSV trace (ParseTrace). The virtual clock starts at Unix time 0, which is a window boundary
 // for every period. Run decides every request under one policy; Compare runs all five algorithms
-// with the same numbers.
+// with the same numbers. A Session is the same run taken one request at a time, with peeks at
+// the limiter's state in between (the browser simulation plots them).
 //
 // Run, Simulate and Compare are safe for concurrent use: each run has its own store and clock.
 //
@@ -18,14 +19,11 @@
 package sim
 
 import (
-	"context"
-	"errors"
 	"fmt"
 	"time"
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/algorithm"
-	"github.com/sluicehq/sluice/store/memory"
 )
 
 // Bounds on the input of one simulation, so that a mistyped pattern or a runaway trace cannot
@@ -129,39 +127,15 @@ func Run(policy sluice.Policy, reqs []Request) (Result, error) {
 // may be nil), so that a caller can write a long run out without holding it in memory. An error
 // from emit stops the run and is returned as is.
 func Simulate(policy sluice.Policy, reqs []Request, emit func(Row) error) (Summary, error) {
-	clock := sluice.NewManualClock(time.UnixMicro(0))
-	// One shard's share of the key bound is then at least len(reqs): no key is ever evicted, so
-	// every decision is exact.
-	store := memory.New(memory.WithClock(clock), memory.WithMaxKeys(max(1, len(reqs))*memory.DefaultShards))
-	lim, err := sluice.NewLimiter(store, policy)
+	s, err := NewSession(policy, len(reqs))
 	if err != nil {
 		return Summary{}, err
 	}
-	ctx := context.Background()
 	var sum Summary
-	var prev int64
-	for i, rq := range reqs {
-		switch {
-		case rq.TMicros < 0 || rq.TMicros > MaxTimeMicros:
-			return sum, fmt.Errorf("sim: request %d: time %d µs is outside 0..2^53", i+1, rq.TMicros)
-		case rq.TMicros < prev:
-			return sum, fmt.Errorf("sim: request %d: time %s ms is before the previous request's %s ms (requests must be in time order)",
-				i+1, FormatMillis(rq.TMicros), FormatMillis(prev))
-		case rq.Cost < 0:
-			return sum, fmt.Errorf("sim: request %d: cost %d must be ≥ 0", i+1, rq.Cost)
-		}
-		prev = rq.TMicros
-		clock.Set(time.UnixMicro(rq.TMicros))
-		d, err := lim.AllowN(ctx, rq.Key, rq.Cost)
-		row := Row{Request: rq, Allowed: d.Allowed, Remaining: d.Remaining,
-			RetryAfterMicros: micros(d.RetryAfter), DelayMicros: micros(d.Delay)}
-		switch {
-		case errors.Is(err, sluice.ErrCostExceedsLimit):
-			row.Allowed, row.RetryAfterMicros, row.DelayMicros = false, NeverMicros, 0
-		case err != nil:
-			return sum, fmt.Errorf("sim: request %d (t_ms %s, key %q): %w", i+1, FormatMillis(rq.TMicros), rq.Key, err)
-		case d.Allowed:
-			row.RetryAfterMicros = 0
+	for _, rq := range reqs {
+		row, err := s.Decide(rq)
+		if err != nil {
+			return sum, err
 		}
 		sum.Add(row)
 		if emit != nil {
