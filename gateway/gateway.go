@@ -10,9 +10,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"net/http/httputil"
+	"path"
+	"strings"
 	"sync"
 	"time"
 
@@ -28,21 +29,22 @@ type Gateway struct {
 	cfg     *config.Config
 	chain   identity.Chain
 	store   sluice.Store // guarded: the failure mode applies
-	proxy   *httputil.ReverseProxy
+	up      *Upstream
+	proxy   *httputil.ReverseProxy // the net/http engine's
 	metrics *Metrics
 	retries *earlyRetries
 }
 
 // New returns a Gateway for cfg, deciding on store (already guarded by the caller: see
-// sluice.Guard) and forwarding through transport (nil: a default with keep-alive).
-func New(cfg *config.Config, store sluice.Store, metrics *Metrics, transport http.RoundTripper) (*Gateway, error) {
+// sluice.Guard) and forwarding to up (nil: new connections to cfg.Upstream; pass the previous
+// Gateway's on a reload to keep its connections).
+func New(cfg *config.Config, store sluice.Store, metrics *Metrics, up *Upstream) (*Gateway, error) {
 	chain, err := Chain(cfg)
 	if err != nil {
 		return nil, err
 	}
-	if transport == nil {
-		transport = DefaultTransport()
-	}
+	up = up.For(cfg.Upstream)
+	transport := up.transport
 	upstream := cfg.Upstream
 	proxy := &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
@@ -67,8 +69,11 @@ func New(cfg *config.Config, store sluice.Store, metrics *Metrics, transport htt
 				Title: http.StatusText(status), Status: status, Detail: "the upstream did not answer; the request may be retried"})
 		},
 	}
-	return &Gateway{cfg: cfg, chain: chain, store: store, proxy: proxy, metrics: metrics, retries: newEarlyRetries(1 << 16)}, nil
+	return &Gateway{cfg: cfg, chain: chain, store: store, up: up, proxy: proxy, metrics: metrics, retries: newEarlyRetries(1 << 16)}, nil
 }
+
+// Upstream returns the connections this Gateway forwards over, for the next one (see New).
+func (g *Gateway) Upstream() *Upstream { return g.up }
 
 // copyBuffers are the proxy's body-copy buffers.
 var copyBuffers = &bufferPool{p: sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}}
@@ -77,21 +82,6 @@ type bufferPool struct{ p sync.Pool }
 
 func (b *bufferPool) Get() []byte  { return *b.p.Get().(*[]byte) }
 func (b *bufferPool) Put(x []byte) { b.p.Put(&x) }
-
-// DefaultTransport is the upstream transport: keep-alive with many idle connections, and
-// timeouts that bound a dead upstream without cutting off a slow stream.
-func DefaultTransport() *http.Transport {
-	return &http.Transport{
-		Proxy:                 nil,
-		DialContext:           (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
-		MaxIdleConns:          1024,
-		MaxIdleConnsPerHost:   256,
-		IdleConnTimeout:       90 * time.Second,
-		TLSHandshakeTimeout:   5 * time.Second,
-		ResponseHeaderTimeout: 60 * time.Second,
-		ExpectContinueTimeout: time.Second,
-	}
-}
 
 // Chain builds the identity sources of cfg, in order.
 func Chain(cfg *config.Config) (identity.Chain, error) {
@@ -103,7 +93,7 @@ func Chain(cfg *config.Config) (identity.Chain, error) {
 		}
 		switch {
 		case id.APIKey != nil:
-			src = identity.APIKey{Header: id.APIKey.Header, Lookup: func(sum string) (string, bool) {
+			src = identity.APIKey{Header: http.CanonicalHeaderKey(id.APIKey.Header), Lookup: func(sum string) (string, bool) {
 				c, ok := cfg.ClientByKeyHash(sum)
 				if !ok {
 					return "", false
@@ -112,7 +102,7 @@ func Chain(cfg *config.Config) (identity.Chain, error) {
 			}}
 		case id.JWT != nil:
 			j := id.JWT
-			src = identity.JWT{Header: j.Header, Algorithms: j.Algorithms, HMACSecret: []byte(j.Secret.Value()),
+			src = identity.JWT{Header: http.CanonicalHeaderKey(j.Header), Algorithms: j.Algorithms, HMACSecret: []byte(j.Secret.Value()),
 				PublicKey: j.PublicKey, Claim: j.Claim, Issuer: j.Issuer, Audience: j.Audience, Leeway: j.Leeway,
 				Lookup: func(sub string) (string, bool) {
 					c, ok := cfg.ClientBySubject(sub)
@@ -144,32 +134,56 @@ type request struct {
 	decision []answer.Applied // in applied's order
 }
 
-// ServeHTTP decides and then forwards, holds or refuses the request.
-func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	req := g.identify(r)
+// verdict is what the decision path tells an engine to do with a request.
+type verdict struct {
+	forward bool             // forward it, after holding it for hold
+	hold    time.Duration    // a leaky-bucket policy's delay
+	problem answer.Problem   // if not forward: the answer
+	fields  []answer.Applied // the decisions whose RateLimit fields go on the answer, forwarded or not
+}
+
+// judge decides req (identified) and says what to do with it. It is the decision path both
+// engines share: only reading the request and writing the answer differ between them.
+func (g *Gateway) judge(ctx context.Context, req *request) verdict {
 	if len(req.applied) == 0 { // nothing limits this request
-		g.proxy.ServeHTTP(w, r)
-		return
+		return verdict{forward: true}
 	}
-	allowed, err := g.decide(r.Context(), &req)
+	allowed, err := g.decide(ctx, req)
 	if err != nil {
-		g.fail(w, &req, err)
-		return
+		return verdict{problem: g.failure(req, err)}
 	}
-	answer.Headers(w.Header(), req.decision, g.cfg.Limits.LegacyHeaders)
+	v := verdict{fields: req.decision}
 	if !allowed {
-		answer.WriteProblem(w, answer.QuotaExceeded(req.who.Client, refusedOnes(req.decision, req.applied)))
-		return
+		v.problem = answer.QuotaExceeded(req.who.Client, refusedOnes(req.decision, req.applied))
+		return v
 	}
 	if delay := maxDelay(req.decision, req.applied); delay > 0 {
-		if delay > g.cfg.Limits.MaxDelay {
+		if longest := g.cfg.Limits.MaxDelay; delay > longest {
 			// The queue took the request but would hold it longer than this gateway holds any:
-			// refuse, and say when the queue will have drained this far.
-			w.Header().Set("Retry-After", answer.RetryAfter(delay-g.cfg.Limits.MaxDelay))
-			answer.WriteProblem(w, answer.QuotaExceeded(req.who.Client, delayedOnes(req.decision, req.applied)))
-			return
+			// refuse, and say when the queue will have drained far enough to hold one no longer
+			// than that.
+			v.problem = answer.QuotaExceeded(req.who.Client, delayedOnes(req.decision, req.applied, longest))
+			return v
 		}
-		t := time.NewTimer(delay)
+		v.hold = delay
+	}
+	v.forward = true
+	return v
+}
+
+// ServeHTTP is the net/http engine: it decides, then forwards (httputil.ReverseProxy), holds or
+// refuses the request. sluice serve runs the fasthttp engine (ServeFast); this one is for a
+// Gateway inside a net/http program, and decides exactly the same.
+func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	req := g.identify(identity.HTTP(r), r.Method, routePath(r.URL.Path))
+	v := g.judge(r.Context(), &req)
+	answer.Headers(w.Header(), v.fields, g.cfg.Limits.LegacyHeaders)
+	if !v.forward {
+		answer.WriteProblem(w, v.problem)
+		return
+	}
+	if v.hold > 0 {
+		t := time.NewTimer(v.hold)
 		select {
 		case <-t.C:
 		case <-r.Context().Done(): // the client left while held: do not forward
@@ -181,8 +195,23 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	g.proxy.ServeHTTP(w, r)
 }
 
+// routePath is the path routes are matched on: net/http leaves "." and ".." segments in
+// URL.Path, and an upstream that resolves them would serve "/a/../reports" as "/reports";
+// matching the cleaned path keeps such a request from escaping its route's cost. (The fasthttp
+// engine's Path is already cleaned.)
+func routePath(p string) string {
+	if !strings.Contains(p, "/.") && !strings.Contains(p, "//") {
+		return p
+	}
+	clean := path.Clean(p)
+	if strings.HasSuffix(p, "/") && clean != "/" {
+		clean += "/"
+	}
+	return clean
+}
+
 // identify finds the client, its route and the policies that apply.
-func (g *Gateway) identify(r *http.Request) request {
+func (g *Gateway) identify(r identity.Request, method, path string) request {
 	who := g.chain.Identify(r)
 	var client *config.Client
 	name := "anonymous"
@@ -191,7 +220,7 @@ func (g *Gateway) identify(r *http.Request) request {
 			client, name = c, c.Name
 		}
 	}
-	route, _ := g.cfg.Route(r.Method, r.URL.Path)
+	route, _ := g.cfg.Route(method, path)
 	cost := int64(1)
 	if route != nil {
 		cost = route.Cost
@@ -250,8 +279,8 @@ func (g *Gateway) decide(ctx context.Context, req *request) (bool, error) {
 	return allowed, nil
 }
 
-// fail answers a request the store could not decide.
-func (g *Gateway) fail(w http.ResponseWriter, req *request, err error) {
+// failure is the answer to a request the store could not decide.
+func (g *Gateway) failure(req *request, err error) answer.Problem {
 	switch {
 	case errors.Is(err, sluice.ErrCostExceedsLimit), errors.Is(err, sluice.ErrInvalidCost):
 		for _, a := range req.applied {
@@ -259,18 +288,17 @@ func (g *Gateway) fail(w http.ResponseWriter, req *request, err error) {
 			if algorithm.CheckCost(&a.Policy, req.cost, &d) != nil {
 				p := a.Policy
 				p.Name = a.PolicyName
-				answer.WriteProblem(w, answer.CostExceedsLimit(req.who.Client, answer.Applied{Policy: p, Decision: d}, req.cost))
-				return
+				return answer.CostExceedsLimit(req.who.Client, answer.Applied{Policy: p, Decision: d}, req.cost)
 			}
 		}
-		answer.WriteProblem(w, answer.BadRequest("the request's cost cannot be decided"))
+		return answer.BadRequest("the request's cost cannot be decided")
 	case errors.Is(err, sluice.ErrStoreUnavailable):
 		g.metrics.storeErrors.Inc()
-		answer.WriteProblem(w, answer.StoreUnavailable(req.who.Client, time.Second))
+		return answer.StoreUnavailable(req.who.Client, time.Second)
 	default:
 		g.metrics.storeErrors.Inc()
-		answer.WriteProblem(w, answer.Problem{Type: "about:blank", Title: "Internal Server Error",
-			Status: http.StatusInternalServerError, Detail: "the limiter failed; the request was not forwarded"})
+		return answer.Problem{Type: "about:blank", Title: "Internal Server Error",
+			Status: http.StatusInternalServerError, Detail: "the limiter failed; the request was not forwarded"}
 	}
 }
 
@@ -294,12 +322,13 @@ func enforcedOnly(ds []answer.Applied, applied []config.AppliedPolicy) []answer.
 	return out
 }
 
-// delayedOnes are the leaky-bucket decisions that hold the request, as refusals for the answer.
-func delayedOnes(ds []answer.Applied, applied []config.AppliedPolicy) []answer.Applied {
+// delayedOnes are the leaky-bucket decisions that would hold the request longer than maxHold, as
+// refusals for the answer: retry when the hold would be maxHold.
+func delayedOnes(ds []answer.Applied, applied []config.AppliedPolicy, maxHold time.Duration) []answer.Applied {
 	var out []answer.Applied
 	for i, d := range ds {
-		if !applied[i].DryRun && d.Decision.Delay > 0 {
-			d.Decision.Allowed, d.Decision.RetryAfter = false, d.Decision.Delay
+		if !applied[i].DryRun && d.Decision.Delay > maxHold {
+			d.Decision.Allowed, d.Decision.RetryAfter = false, d.Decision.Delay-maxHold
 			out = append(out, d)
 		}
 	}

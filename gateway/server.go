@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/valyala/fasthttp"
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/config"
@@ -78,8 +79,62 @@ func NewServer(cfg *config.Config, path string, log *slog.Logger) (*Server, erro
 // Config returns the configuration running now.
 func (s *Server) Config() *config.Config { return s.cfg.Load() }
 
-// ServeHTTP serves a request on the current configuration.
+// ServeHTTP serves a request on the current configuration with the net/http engine.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.current.Load().ServeHTTP(w, r) }
+
+// ServeFast serves a request on the current configuration with the fasthttp engine.
+func (s *Server) ServeFast(ctx *fasthttp.RequestCtx) { s.current.Load().ServeFast(ctx) }
+
+// Limits of the proxy listener (the fasthttp engine's).
+const (
+	headerTimeout  = 10 * time.Second // to read a request's header
+	bodyTimeout    = time.Hour        // to read a body that streams (an upload)
+	idleTimeout    = 120 * time.Second
+	maxHeaderBytes = 32 << 10 // a request's header, with its line; larger ones get 431
+	maxBufferBody  = 64 << 10 // larger bodies are streamed to the upstream, not buffered
+)
+
+// FastServer returns the proxy listener's server: the fasthttp engine serving s, with the
+// timeouts and limits above, bodies streamed both ways, and errors logged to log.
+func (s *Server) FastServer() *fasthttp.Server {
+	return &fasthttp.Server{
+		Handler: s.ServeFast,
+		// The header must come within headerTimeout; a body that streams gets bodyTimeout.
+		ReadTimeout: headerTimeout,
+		HeaderReceived: func(h *fasthttp.RequestHeader) fasthttp.RequestConfig {
+			if h.ContentLength() != 0 {
+				return fasthttp.RequestConfig{ReadTimeout: bodyTimeout}
+			}
+			return fasthttp.RequestConfig{}
+		},
+		IdleTimeout:                  idleTimeout,
+		ReadBufferSize:               maxHeaderBytes,
+		MaxRequestBodySize:           maxBufferBody,
+		StreamRequestBody:            true,
+		DisablePreParseMultipartForm: true,
+		NoDefaultServerHeader:        true,
+		NoDefaultContentType:         true,
+		CloseOnShutdown:              true,
+		Logger:                       fastLogger{s.log},
+		ErrorHandler: func(ctx *fasthttp.RequestCtx, err error) {
+			status := fasthttp.StatusBadRequest
+			var big *fasthttp.ErrSmallBuffer
+			if errors.As(err, &big) {
+				status = fasthttp.StatusRequestHeaderFieldsTooLarge
+			}
+			// Not err's text: fasthttp's can quote the request, and with it a credential.
+			writeProblem(ctx, answer.Problem{Type: answer.TypeBlank, Title: fasthttp.StatusMessage(status), Status: status,
+				Detail: "the request could not be read as HTTP/1.1 (its header is limited to 32 KiB)"})
+			ctx.SetConnectionClose()
+		},
+	}
+}
+
+// fastLogger sends fasthttp's own messages to the log, as warnings, without their arguments:
+// those can quote a request, and with it a credential.
+type fastLogger struct{ log *slog.Logger }
+
+func (l fastLogger) Printf(format string, args ...any) { l.log.Warn("http server", "message", format) }
 
 // ErrStoreChanged is returned by Reload for a file whose store section differs: the store's
 // connections cannot be swapped under running requests; restart to change it.
@@ -114,7 +169,7 @@ func (s *Server) reload() error {
 	if cfg.Listen != old.Listen || cfg.AdminListen != old.AdminListen || !reflect.DeepEqual(cfg.TLS, old.TLS) {
 		s.log.Warn("listen, admin_listen and tls take effect at the next restart", "file", s.path)
 	}
-	g, err := New(cfg, s.store, s.metrics, s.current.Load().proxy.Transport)
+	g, err := New(cfg, s.store, s.metrics, s.current.Load().Upstream())
 	if err != nil {
 		return err
 	}
@@ -223,7 +278,7 @@ func (s *Server) check(w http.ResponseWriter, r *http.Request) {
 	}
 	allowed, err := g.decide(r.Context(), &req)
 	if err != nil {
-		g.fail(w, &req, err)
+		answer.WriteProblem(w, g.failure(&req, err))
 		return
 	}
 	answer.Headers(w.Header(), req.decision, g.cfg.Limits.LegacyHeaders)

@@ -85,8 +85,7 @@ func serve(ctx context.Context, path string, watch time.Duration, stdout, stderr
 	if err != nil {
 		return failure{fmt.Errorf("listen %s: %w", cfg.Listen, err)}
 	}
-	proxy := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 120 * time.Second,
-		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+	proxy := srv.FastServer()
 	if cfg.TLS != nil {
 		cert, err := tls.LoadX509KeyPair(cfg.TLS.CertFile, cfg.TLS.KeyFile)
 		if err != nil {
@@ -95,13 +94,13 @@ func serve(ctx context.Context, path string, watch time.Duration, stdout, stderr
 		}
 		proxyLn = tls.NewListener(proxyLn, &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12})
 	}
-	servers := []*http.Server{proxy}
+	var servers []*http.Server
 	errs := make(chan error, 2)
 	go func() { errs <- proxy.Serve(proxyLn) }()
 	if cfg.AdminListen != "" {
 		adminLn, err := net.Listen("tcp", cfg.AdminListen)
 		if err != nil {
-			proxy.Close()
+			_ = proxy.Shutdown()
 			return failure{fmt.Errorf("listen %s (admin): %w", cfg.AdminListen, err)}
 		}
 		admin := &http.Server{Handler: srv.Admin(), ReadHeaderTimeout: 10 * time.Second}
@@ -135,9 +134,16 @@ func serve(ctx context.Context, path string, watch time.Duration, stdout, stderr
 			log.Info("shutting down; requests in flight finish", "signal", sig.String())
 			shutdown, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
-			for _, s := range servers {
-				_ = s.Shutdown(shutdown)
-			}
+			// Requests in flight finish (held ones too); idle connections close at once.
+			done := make(chan struct{})
+			go func() {
+				for _, s := range servers {
+					_ = s.Shutdown(shutdown)
+				}
+				close(done)
+			}()
+			_ = proxy.ShutdownWithContext(shutdown)
+			<-done
 			return nil
 		case <-tick:
 			if now := statFile(path); now != stamp {
@@ -145,7 +151,7 @@ func serve(ctx context.Context, path string, watch time.Duration, stdout, stderr
 				_ = srv.Reload()
 			}
 		case err := <-errs:
-			if errors.Is(err, http.ErrServerClosed) {
+			if err == nil || errors.Is(err, http.ErrServerClosed) {
 				return nil
 			}
 			return failure{err}

@@ -86,9 +86,24 @@ func Headers(h http.Header, decisions []Applied, legacy bool) {
 	if len(decisions) == 0 {
 		return
 	}
-	refused := !allAllowed(decisions)
 	var buf [256]byte // one allocation per field: the string
-	b := buf[:0]
+	policy, limit := FieldValues(buf[:0], decisions)
+	add(h, keyRateLimitPolicy, string(policy))
+	add(h, keyRateLimit, string(limit))
+	if legacy {
+		l, r, t := LegacyValues(decisions)
+		h[keyLegacyLimit] = []string{strconv.FormatInt(l, 10)}
+		h[keyLegacyRemaining] = []string{strconv.FormatInt(r, 10)}
+		h[keyLegacyReset] = []string{strconv.FormatInt(t, 10)}
+	}
+}
+
+// FieldValues appends the values of the RateLimit-Policy and RateLimit fields for decisions (see
+// Headers) to buf, and returns them: two slices of the grown buffer. It is Headers for an engine
+// that does not keep its header fields in an http.Header.
+func FieldValues(buf []byte, decisions []Applied) (policy, limit []byte) {
+	refused := !allAllowed(decisions)
+	b := buf
 	for i := range decisions {
 		p := &decisions[i].Policy
 		if i > 0 {
@@ -100,15 +115,13 @@ func Headers(h http.Header, decisions []Applied, legacy bool) {
 		b = append(b, ";w="...)
 		b = appendSFInteger(b, max(1, Seconds(p.Period)))
 	}
-	add(h, keyRateLimitPolicy, string(b))
-
-	b = b[:0]
+	split := len(b)
 	for i := range decisions {
 		a := &decisions[i]
 		if refused && a.Decision.Allowed {
 			continue
 		}
-		if len(b) > 0 {
+		if len(b) > split {
 			b = append(b, ", "...)
 		}
 		b = appendSFString(b, a.Policy.Name)
@@ -117,19 +130,26 @@ func Headers(h http.Header, decisions []Applied, legacy bool) {
 		b = append(b, ";t="...)
 		b = appendSFInteger(b, effectiveWindow(a))
 	}
-	add(h, keyRateLimit, string(b))
-
-	if legacy {
-		a := &decisions[mostRestrictive(decisions)]
-		limit := a.Decision.Limit
-		if limit <= 0 {
-			limit = a.Policy.Capacity()
-		}
-		h[keyLegacyLimit] = []string{strconv.FormatInt(limit, 10)}
-		h[keyLegacyRemaining] = []string{strconv.FormatInt(max(0, a.Decision.Remaining), 10)}
-		h[keyLegacyReset] = []string{strconv.FormatInt(effectiveWindow(a), 10)}
-	}
+	return b[len(buf):split:split], b[split:]
 }
+
+// LegacyValues are the X-RateLimit-Limit, -Remaining and -Reset values for decisions (see
+// Headers). decisions must not be empty.
+func LegacyValues(decisions []Applied) (limit, remaining, reset int64) {
+	a := &decisions[mostRestrictive(decisions)]
+	limit = a.Decision.Limit
+	if limit <= 0 {
+		limit = a.Policy.Capacity()
+	}
+	return limit, max(0, a.Decision.Remaining), effectiveWindow(a)
+}
+
+// Legacy field names, as Headers sets them.
+const (
+	LegacyLimit     = keyLegacyLimit
+	LegacyRemaining = keyLegacyRemaining
+	LegacyReset     = keyLegacyReset
+)
 
 // Canonical header keys, so that Headers indexes the map directly: http.Header.Add would
 // canonicalise "RateLimit-Policy" into a new string on every call.

@@ -4,11 +4,13 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
-	"net/http"
 )
 
 // DefaultAPIKeyHeader is the header an APIKey reads when its Header is empty.
 const DefaultAPIKeyHeader = "X-API-Key"
+
+// canonicalAPIKeyHeader is DefaultAPIKeyHeader as net/http keys its header map.
+const canonicalAPIKeyHeader = "X-Api-Key"
 
 // APIKey names the client whose API key the request carries in a header.
 //
@@ -32,15 +34,12 @@ func (a APIKey) Validate() error {
 
 // Identify names the client whose key is in the header. An absent or empty header, or a key that
 // no client has, yields nothing.
-func (a APIKey) Identify(r *http.Request) (Identity, bool) {
-	var key string
-	if a.Header == "" {
-		if v := r.Header["X-Api-Key"]; len(v) > 0 { // DefaultAPIKeyHeader, canonical: no allocation
-			key = v[0]
-		}
-	} else {
-		key = r.Header.Get(a.Header)
+func (a APIKey) Identify(r Request) (Identity, bool) {
+	header := a.Header
+	if header == "" {
+		header = canonicalAPIKeyHeader
 	}
+	key := r.Header(header)
 	if key == "" || a.Lookup == nil {
 		return Identity{}, false
 	}

@@ -22,6 +22,7 @@ package identity
 import (
 	"fmt"
 	"net/http"
+	"net/netip"
 	"strings"
 )
 
@@ -61,10 +62,42 @@ func (id Identity) Anonymous() bool { return id.Client == "" }
 
 // Source is one way of identifying a request. Identify reports ok == false when the source has
 // nothing to say (no credential, or one that is invalid or unknown), so that the next source is
-// asked. It must not modify r.
+// asked. It must not modify r, nor keep the strings r returns after it returns (an engine may
+// reuse their memory for the next request).
 type Source interface {
-	Identify(r *http.Request) (id Identity, ok bool)
+	Identify(r Request) (id Identity, ok bool)
 }
+
+// Request is what a source reads of a request: its header fields and its peer's address. The
+// gateway's engines each provide one (HTTP adapts a net/http request), so that who a request
+// comes from is decided the same way whichever engine received it.
+type Request interface {
+	// Header returns the first line of the named field, "" if there is none. Field names are
+	// case-insensitive.
+	Header(name string) string
+	// HeaderValues returns every line of the named field, in the order received.
+	HeaderValues(name string) []string
+	// Peer returns the address of the connection's other end; ok is false when it has none
+	// that is an IP address (a Unix socket, say).
+	Peer() (addr netip.Addr, ok bool)
+}
+
+// HTTP returns r as a Request. It does not allocate.
+func HTTP(r *http.Request) Request { return httpRequest{r} }
+
+// httpRequest is a one-pointer struct, so that it fits an interface without an allocation.
+type httpRequest struct{ r *http.Request }
+
+func (h httpRequest) Header(name string) string {
+	if v := h.r.Header[name]; len(v) > 0 { // a canonical name: no canonicalisation, no allocation
+		return v[0]
+	}
+	return h.r.Header.Get(name)
+}
+
+func (h httpRequest) HeaderValues(name string) []string { return h.r.Header.Values(name) }
+
+func (h httpRequest) Peer() (netip.Addr, bool) { return ParsePeer(h.r.RemoteAddr) }
 
 // Chain is an ordered list of sources; the first that yields an identity wins. Put an IP source
 // last so that every request has a key.
@@ -73,7 +106,7 @@ type Chain []Source
 // Identify asks each source in order and returns the first identity one yields. If none does
 // (no IP source, or a peer address that cannot be parsed) it returns the shared anonymous
 // identity, Key AnonymousKey.
-func (c Chain) Identify(r *http.Request) Identity {
+func (c Chain) Identify(r Request) Identity {
 	for _, s := range c {
 		if id, ok := s.Identify(r); ok {
 			return id

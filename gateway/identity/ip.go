@@ -3,7 +3,6 @@ package identity
 import (
 	"fmt"
 	"iter"
-	"net/http"
 	"net/netip"
 	"strings"
 )
@@ -74,7 +73,7 @@ func (ip IP) Validate() error {
 
 // Identify returns the anonymous identity of the request's client address. It yields nothing only
 // if the peer address cannot be parsed (a Unix socket, say).
-func (ip IP) Identify(r *http.Request) (Identity, bool) {
+func (ip IP) Identify(r Request) (Identity, bool) {
 	client, ok := ip.ClientAddr(r)
 	if !ok {
 		return Identity{}, false
@@ -83,11 +82,12 @@ func (ip IP) Identify(r *http.Request) (Identity, bool) {
 }
 
 // ClientAddr returns the client's address as described at IP, before grouping.
-func (ip IP) ClientAddr(r *http.Request) (netip.Addr, bool) {
-	peer, ok := parsePeer(r.RemoteAddr)
+func (ip IP) ClientAddr(r Request) (netip.Addr, bool) {
+	peer, ok := r.Peer()
 	if !ok {
 		return netip.Addr{}, false
 	}
+	peer = normalize(peer)
 	if !ip.trusted(peer) {
 		return peer, true
 	}
@@ -95,7 +95,7 @@ func (ip IP) ClientAddr(r *http.Request) (netip.Addr, bool) {
 	if !ok { // an invalid configuration believes nothing
 		return peer, true
 	}
-	xff, fwd := r.Header.Values(HeaderXForwardedFor), r.Header.Values(HeaderForwarded)
+	xff, fwd := r.HeaderValues(HeaderXForwardedFor), r.HeaderValues(HeaderForwarded)
 	switch {
 	case header == HeaderXForwardedFor || header == "" && len(fwd) == 0:
 		return ip.walk(peer, xffHops(xff)), true
@@ -172,8 +172,9 @@ func forwardedHeader(h string) (string, bool) {
 	return "", false
 }
 
-// parsePeer parses r.RemoteAddr ("ip:port", "[ipv6]:port", or a bare address).
-func parsePeer(s string) (netip.Addr, bool) {
+// ParsePeer parses a peer address as net/http's Request.RemoteAddr has it ("ip:port",
+// "[ipv6]:port", or a bare address); ok is false for anything else (a Unix socket's path).
+func ParsePeer(s string) (netip.Addr, bool) {
 	if ap, err := netip.ParseAddrPort(s); err == nil {
 		return normalize(ap.Addr()), true
 	}

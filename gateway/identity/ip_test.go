@@ -10,14 +10,14 @@ import (
 )
 
 // request builds a real request as a server would see it: from peer, with the given header lines.
-func request(t testing.TB, peer string, headers ...[2]string) *http.Request {
+func request(t testing.TB, peer string, headers ...[2]string) Request {
 	t.Helper()
 	r := httptest.NewRequest(http.MethodGet, "http://api.example/orders", nil)
 	r.RemoteAddr = peer
 	for _, h := range headers {
 		r.Header.Add(h[0], h[1])
 	}
-	return r
+	return HTTP(r)
 }
 
 func xff(v string) [2]string { return [2]string{"X-Forwarded-For", v} }
@@ -169,7 +169,7 @@ func TestIPOverRealConnections(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			chain := Chain{IP{TrustedProxies: tt.trusted}}
 			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-				io.WriteString(w, chain.Identify(r).Key)
+				io.WriteString(w, chain.Identify(HTTP(r)).Key)
 			}))
 			defer srv.Close()
 			req, err := http.NewRequest(http.MethodGet, srv.URL, nil)

@@ -8,7 +8,6 @@ import (
 	"crypto/rsa"
 	"errors"
 	"fmt"
-	"net/http"
 	"strings"
 	"time"
 
@@ -84,12 +83,12 @@ func (j JWT) Validate() error {
 }
 
 // Identify names the client whose valid token is in the header; see JWT for what valid means.
-func (j JWT) Identify(r *http.Request) (Identity, bool) {
+func (j JWT) Identify(r Request) (Identity, bool) {
 	header := j.Header
 	if header == "" {
 		header = "Authorization"
 	}
-	token := bearerToken(r.Header.Get(header))
+	token := bearerToken(r.Header(header))
 	if token == "" || j.Lookup == nil {
 		return Identity{}, false
 	}

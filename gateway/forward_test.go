@@ -1,0 +1,206 @@
+package gateway_test
+
+import (
+	"bufio"
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+)
+
+// echoed is what the echo upstream saw of a request.
+type echoed struct {
+	Method, RequestURI, Host     string
+	XFF, XForwardedHost, XFProto string
+	Hop, KeepAlive, Connection   string
+	Kept                         string
+	BodyLen                      int
+	BodySHA                      string
+}
+
+func newEcho(t *testing.T) *upstream {
+	u := &upstream{count: map[string]int{}}
+	u.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Upgrade") == "echo" {
+			// A protocol switch: answer 101 on the raw connection, then echo bytes back.
+			c, brw, err := http.NewResponseController(w).Hijack()
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			defer c.Close()
+			brw.WriteString("HTTP/1.1 101 Switching Protocols\r\nUpgrade: echo\r\nConnection: Upgrade\r\n\r\n")
+			brw.Flush()
+			io.Copy(c, brw)
+			return
+		}
+		body, _ := io.ReadAll(r.Body)
+		sum := sha256.Sum256(body)
+		w.Header().Set("X-Hop-Back", "must not reach the client")
+		w.Header().Set("Connection", "X-Hop-Back")
+		w.Header().Set("Content-Type", "application/json")
+		json.NewEncoder(w).Encode(echoed{
+			Method: r.Method, RequestURI: r.RequestURI, Host: r.Host,
+			XFF: strings.Join(r.Header.Values("X-Forwarded-For"), "|"), XForwardedHost: r.Header.Get("X-Forwarded-Host"), XFProto: r.Header.Get("X-Forwarded-Proto"),
+			Hop: r.Header.Get("X-Hop"), KeepAlive: r.Header.Get("Keep-Alive"), Connection: r.Header.Get("Connection"), Kept: r.Header.Get("X-Kept"),
+			BodyLen: len(body), BodySHA: hex.EncodeToString(sum[:]),
+		})
+	}))
+	t.Cleanup(u.Close)
+	return u
+}
+
+const forwardYAML = `
+upstream: UPSTREAM/base
+identity:
+  - ip: {trusted_proxies: [127.0.0.2/32]}
+policies:
+  - {name: open, algorithm: token-bucket, limit: 1000, period: 1s}
+default_policy: open
+`
+
+// What reaches the upstream: the path under the upstream's own, the query as sent, the
+// upstream's host with the client's in X-Forwarded-Host, the peer appended to X-Forwarded-For,
+// no hop-by-hop fields (nor those Connection names) either way, and a body streamed whole.
+func TestForwarding(t *testing.T) {
+	forEachEngine(t, func(t *testing.T, engine string) {
+		up := newEcho(t)
+		gw, _ := start(t, engine, forwardYAML, up)
+		body := bytes.Repeat([]byte("0123456789abcdef"), 1<<16) // 1 MiB: more than the engine buffers
+		req, _ := http.NewRequest(http.MethodPut, gw.URL+"/items/a%2Fb?x=1&y=%20", bytes.NewReader(body))
+		req.Host = "api.example"
+		req.Header.Add("X-Forwarded-For", "198.51.100.1")
+		req.Header.Add("X-Forwarded-For", "198.51.100.2")
+		req.Header.Set("Connection", "X-Hop")
+		req.Header.Set("X-Hop", "per-hop")
+		req.Header.Set("Keep-Alive", "timeout=5")
+		req.Header.Set("X-Kept", "end-to-end")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var got echoed
+		if err := json.NewDecoder(resp.Body).Decode(&got); err != nil || resp.StatusCode != 200 {
+			t.Fatalf("%d %v", resp.StatusCode, err)
+		}
+		sum := sha256.Sum256(body)
+		want := echoed{Method: "PUT", RequestURI: "/base/items/a%2Fb?x=1&y=%20", Host: strings.TrimPrefix(up.URL, "http://"),
+			XFF: "198.51.100.1, 198.51.100.2, 127.0.0.1", XForwardedHost: "api.example", XFProto: "http",
+			Kept: "end-to-end", BodyLen: len(body), BodySHA: hex.EncodeToString(sum[:])}
+		if got != want {
+			t.Fatalf("upstream saw\n%+v\nwant\n%+v", got, want)
+		}
+		if v := resp.Header.Get("X-Hop-Back"); v != "" {
+			t.Fatalf("a field the upstream's Connection named reached the client: %q", v)
+		}
+		if resp.Header.Get("RateLimit-Policy") == "" {
+			t.Fatal("no RateLimit-Policy on a forwarded answer")
+		}
+	})
+}
+
+// An upgrade (a WebSocket, say) is tunnelled: the upstream's 101, then bytes both ways.
+func TestUpgradeTunnel(t *testing.T) {
+	forEachEngine(t, func(t *testing.T, engine string) {
+		up := newEcho(t)
+		gw, _ := start(t, engine, forwardYAML, up)
+		c, err := net.Dial("tcp", strings.TrimPrefix(gw.URL, "http://"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		c.SetDeadline(time.Now().Add(5 * time.Second))
+		fmt.Fprintf(c, "GET /chat HTTP/1.1\r\nHost: api.example\r\nConnection: Upgrade\r\nUpgrade: echo\r\n\r\n")
+		br := bufio.NewReader(c)
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil || resp.StatusCode != http.StatusSwitchingProtocols {
+			t.Fatalf("upgrade: %v %v", resp, err)
+		}
+		fmt.Fprint(c, "ping")
+		buf := make([]byte, 4)
+		if _, err := io.ReadFull(br, buf); err != nil || string(buf) != "ping" {
+			t.Fatalf("through the tunnel: %q %v", buf, err)
+		}
+	})
+}
+
+// An upstream that is down is a 502 with a problem body, counted, never a hang.
+func TestUpstreamDown(t *testing.T) {
+	forEachEngine(t, func(t *testing.T, engine string) {
+		up := newEcho(t)
+		gw, _ := start(t, engine, forwardYAML, up)
+		up.Close()
+		resp, err := http.Get(gw.URL + "/x")
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusBadGateway || resp.Header.Get("Content-Type") != "application/problem+json" || !strings.Contains(string(body), "upstream") {
+			t.Fatalf("%d %q %s", resp.StatusCode, resp.Header.Get("Content-Type"), body)
+		}
+	})
+}
+
+// A client that asks to close gets its answer and a closed connection.
+func TestConnectionClose(t *testing.T) {
+	forEachEngine(t, func(t *testing.T, engine string) {
+		up := newEcho(t)
+		gw, _ := start(t, engine, forwardYAML, up)
+		c, err := net.Dial("tcp", strings.TrimPrefix(gw.URL, "http://"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		c.SetDeadline(time.Now().Add(5 * time.Second))
+		fmt.Fprintf(c, "GET /bye HTTP/1.1\r\nHost: api.example\r\nConnection: close\r\n\r\n")
+		br := bufio.NewReader(c)
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil || resp.StatusCode != 200 {
+			t.Fatalf("%v %v", resp, err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		if _, err := br.ReadByte(); err != io.EOF {
+			t.Fatalf("after Connection: close, the connection stayed open (%v)", err)
+		}
+	})
+}
+
+// What the fasthttp listener cannot read gets a problem body and a closed connection: 431 for
+// a header over 32 KiB, 400 for what is not HTTP; neither quotes the request back.
+func TestUnreadableRequests(t *testing.T) {
+	up := newEcho(t)
+	gw, _ := start(t, "fasthttp", forwardYAML, up)
+	for _, tt := range []struct {
+		raw  string
+		want int
+	}{
+		{"GET / HTTP/1.1\r\nHost: a\r\nX-API-Key: secret-" + strings.Repeat("k", 40<<10) + "\r\n\r\n", http.StatusRequestHeaderFieldsTooLarge},
+		{"NOT HTTP AT ALL secret-key\r\n\r\n", http.StatusBadRequest},
+	} {
+		c, err := net.Dial("tcp", strings.TrimPrefix(gw.URL, "http://"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.SetDeadline(time.Now().Add(5 * time.Second))
+		io.WriteString(c, tt.raw)
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		c.Close()
+		if resp.StatusCode != tt.want || resp.Header.Get("Content-Type") != "application/problem+json" || strings.Contains(string(body), "secret") {
+			t.Fatalf("%.30q: %d %q %s", tt.raw, resp.StatusCode, resp.Header.Get("Content-Type"), body)
+		}
+	}
+}
