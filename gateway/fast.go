@@ -28,6 +28,7 @@ func (g *Gateway) ServeFast(ctx *fasthttp.RequestCtx) {
 	// The store gets its own timeouts; the RequestCtx is not a context to hand on (it is
 	// recycled when the handler returns, and it is never cancelled by the client leaving).
 	v := g.judge(context.Background(), &req)
+	defer req.release()
 	if !v.forward {
 		writeProblem(ctx, v.problem)
 		g.fields(&ctx.Response.Header, v.fields)

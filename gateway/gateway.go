@@ -8,6 +8,7 @@ package gateway
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"net/http"
@@ -93,8 +94,8 @@ func Chain(cfg *config.Config) (identity.Chain, error) {
 		}
 		switch {
 		case id.APIKey != nil:
-			src = identity.APIKey{Header: http.CanonicalHeaderKey(id.APIKey.Header), Lookup: func(sum string) (string, bool) {
-				c, ok := cfg.ClientByKeyHash(sum)
+			src = identity.APIKey{Header: http.CanonicalHeaderKey(id.APIKey.Header), LookupSum: func(sum [sha256.Size]byte) (string, bool) {
+				c, ok := cfg.ClientByKeySum(sum)
 				if !ok {
 					return "", false
 				}
@@ -132,6 +133,32 @@ type request struct {
 	applied  []config.AppliedPolicy
 	cost     int64
 	decision []answer.Applied // in applied's order
+	sc       *scratch         // where decision lives; see release
+}
+
+// scratch is the memory a decision needs, reused across requests: a request with a few policies
+// decides without allocating.
+type scratch struct {
+	limits  [inlinePolicies]sluice.Limit
+	out     [inlinePolicies]sluice.Decision
+	at      [inlinePolicies]int
+	applied [inlinePolicies]answer.Applied
+}
+
+// inlinePolicies is how many policies per request scratch holds; more allocate.
+const inlinePolicies = 8
+
+var scratches = sync.Pool{New: func() any { return new(scratch) }}
+
+// release hands req's scratch back once nothing reads req.decision any more (the answer is
+// written). A request that is not released only costs an allocation.
+func (req *request) release() {
+	if req.sc != nil {
+		sc := req.sc
+		req.sc, req.decision = nil, nil
+		*sc = scratch{}
+		scratches.Put(sc)
+	}
 }
 
 // verdict is what the decision path tells an engine to do with a request.
@@ -178,6 +205,7 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	req := g.identify(identity.HTTP(r), r.Method, routePath(r.URL.Path))
 	v := g.judge(r.Context(), &req)
 	answer.Headers(w.Header(), v.fields, g.cfg.Limits.LegacyHeaders)
+	req.release() // the fields are written, and the problem is built
 	if !v.forward {
 		answer.WriteProblem(w, v.problem)
 		return
@@ -232,44 +260,55 @@ func (g *Gateway) identify(r identity.Request, method, path string) request {
 // on their own (they count, but never refuse, and never stop the others from consuming).
 func (g *Gateway) decide(ctx context.Context, req *request) (bool, error) {
 	start := time.Now()
-	defer func() { g.metrics.latency.Observe(time.Since(start).Seconds()) }()
-	var enforced, dry []sluice.Limit
-	var enforcedAt, dryAt []int
-	for i, a := range req.applied {
-		l := sluice.Limit{Policy: a.Policy, Cost: req.cost}
-		if a.DryRun {
-			dry, dryAt = append(dry, l), append(dryAt, i)
-		} else {
-			enforced, enforcedAt = append(enforced, l), append(enforcedAt, i)
+	n := len(req.applied)
+	var limits []sluice.Limit
+	var out []sluice.Decision
+	var at []int
+	if n <= inlinePolicies {
+		req.sc = scratches.Get().(*scratch)
+		limits, out, at, req.decision = req.sc.limits[:n], req.sc.out[:n], req.sc.at[:n], req.sc.applied[:n]
+	} else {
+		limits, out, at, req.decision = make([]sluice.Limit, n), make([]sluice.Decision, n), make([]int, n), make([]answer.Applied, n)
+	}
+	// The enforced policies first, then the dry-run ones; at maps each back to applied.
+	k := 0
+	for i := range req.applied {
+		if !req.applied[i].DryRun {
+			limits[k], at[k] = sluice.Limit{Policy: req.applied[i].Policy, Cost: req.cost}, i
+			k++
 		}
 	}
-	req.decision = make([]answer.Applied, len(req.applied))
-	out := make([]sluice.Decision, len(req.applied))
+	enforced := k
+	for i := range req.applied {
+		if req.applied[i].DryRun {
+			limits[k], at[k] = sluice.Limit{Policy: req.applied[i].Policy, Cost: req.cost}, i
+			k++
+		}
+	}
 	allowed := true
-	for _, part := range []struct {
-		limits []sluice.Limit
-		at     []int
-		dry    bool
-	}{{enforced, enforcedAt, false}, {dry, dryAt, true}} {
-		if len(part.limits) == 0 {
+	for _, part := range [2][2]int{{0, enforced}, {enforced, n}} {
+		lo, hi := part[0], part[1]
+		if lo == hi {
 			continue
 		}
-		ds := out[:len(part.limits)]
-		ok, err := g.store.DecideAll(ctx, req.who.Key, part.limits, ds)
+		ok, err := g.store.DecideAll(ctx, req.who.Key, limits[lo:hi], out[lo:hi])
 		if err != nil {
 			return false, err
 		}
-		for j, i := range part.at {
-			req.decision[i] = answer.Applied{Policy: req.applied[i].Policy, Decision: ds[j]}
-			req.decision[i].Policy.Name = req.applied[i].PolicyName
-			g.metrics.count(req.client, req.applied[i].PolicyName, ds[j], part.dry)
+		dry := lo == enforced
+		for j := lo; j < hi; j++ {
+			i := at[j]
+			a := &req.applied[i]
+			req.decision[i] = answer.Applied{Policy: a.Policy, Decision: out[j]}
+			req.decision[i].Policy.Name = a.PolicyName
+			g.metrics.counters(req.client, a.PolicyName).count(out[j], dry)
 		}
-		if !part.dry {
+		if !dry {
 			allowed = ok
 		}
-		out = out[len(part.limits):]
 	}
 	now := time.Now()
+	g.metrics.latency.Observe(now.Sub(start).Seconds())
 	if g.retries.early(req.who.Key, now) {
 		g.metrics.earlyRetries.WithLabelValues(req.client).Inc()
 	}

@@ -1,6 +1,9 @@
 package gateway
 
 import (
+	"sync"
+	"sync/atomic"
+
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluicehq/sluice"
@@ -17,6 +20,65 @@ type Metrics struct {
 	storeErrors    prometheus.Counter
 	upstreamErrors prometheus.Counter
 	reloads        *prometheus.CounterVec // result
+
+	// byPolicy caches decisions' counters per client and policy label: looking them up in the
+	// CounterVec hashes the labels and takes a lock on every request. Copied on write; the
+	// labels are bounded (configured names and "anonymous"), and so is the map.
+	byPolicy atomic.Pointer[map[[2]string]*resultCounters]
+	mu       sync.Mutex // serialises writers of byPolicy
+}
+
+// Results of a decision, as the result label says them.
+const (
+	resultAllowed = iota
+	resultRefused
+	resultDelayed
+	resultDryRunRefused
+	resultFallbackOpen
+	resultFallbackLocal
+	numResults
+)
+
+var resultNames = [numResults]string{"allowed", "refused", "delayed", "dry_run_refused", "fallback_open", "fallback_local"}
+
+// resultCounters are one client's decision counters for one policy, by result; created on first use.
+type resultCounters struct {
+	vec    *prometheus.CounterVec
+	labels [2]string
+	c      [numResults]atomic.Pointer[prometheus.Counter]
+}
+
+// counters returns the decision counters of client and policy.
+func (m *Metrics) counters(client, policy string) *resultCounters {
+	key := [2]string{client, policy}
+	if p := m.byPolicy.Load(); p != nil {
+		if c, ok := (*p)[key]; ok {
+			return c
+		}
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	old := m.byPolicy.Load()
+	if old != nil {
+		if c, ok := (*old)[key]; ok {
+			return c
+		}
+	}
+	next := make(map[[2]string]*resultCounters, 1+len(ptrMap(old)))
+	for k, v := range ptrMap(old) {
+		next[k] = v
+	}
+	c := &resultCounters{vec: m.decisions, labels: key}
+	next[key] = c
+	m.byPolicy.Store(&next)
+	return c
+}
+
+func ptrMap(p *map[[2]string]*resultCounters) map[[2]string]*resultCounters {
+	if p == nil {
+		return nil
+	}
+	return *p
 }
 
 // NewMetrics registers the gateway's metrics on reg.
@@ -42,19 +104,26 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	return m
 }
 
-func (m *Metrics) count(client, policy string, d sluice.Decision, dry bool) {
-	result := "allowed"
+// count counts one decision.
+func (rc *resultCounters) count(d sluice.Decision, dry bool) {
+	result := resultAllowed
 	switch {
 	case d.Fallback == sluice.FallbackOpen:
-		result = "fallback_open"
+		result = resultFallbackOpen
 	case d.Fallback == sluice.FallbackLocal && d.Allowed:
-		result = "fallback_local"
+		result = resultFallbackLocal
 	case !d.Allowed && dry:
-		result = "dry_run_refused"
+		result = resultDryRunRefused
 	case !d.Allowed:
-		result = "refused"
+		result = resultRefused
 	case d.Delay > 0:
-		result = "delayed"
+		result = resultDelayed
 	}
-	m.decisions.WithLabelValues(client, policy, result).Inc()
+	c := rc.c[result].Load()
+	if c == nil {
+		counter := rc.vec.WithLabelValues(rc.labels[0], rc.labels[1], resultNames[result])
+		rc.c[result].CompareAndSwap(nil, &counter)
+		c = &counter
+	}
+	(*c).Inc()
 }

@@ -277,6 +277,7 @@ func (s *Server) check(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	allowed, err := g.decide(r.Context(), &req)
+	defer req.release()
 	if err != nil {
 		answer.WriteProblem(w, g.failure(&req, err))
 		return

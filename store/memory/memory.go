@@ -366,6 +366,11 @@ func (s *Store) DecideAll(_ context.Context, key string, limits []sluice.Limit, 
 	if len(out) != len(limits) {
 		return false, fmt.Errorf("memory store: DecideAll: %d decisions for %d limits", len(out), len(limits))
 	}
+	if len(limits) == 1 { // Decide's path: the same decision, without a trial copy
+		d, err := s.Decide(context.Background(), key, limits[0].Policy, limits[0].Cost)
+		out[0] = d
+		return err == nil && d.Allowed, err
+	}
 	for i := range limits {
 		if err := algorithm.CheckCost(&limits[i].Policy, limits[i].Cost, &out[i]); err != nil {
 			return false, err
@@ -377,7 +382,12 @@ func (s *Store) DecideAll(_ context.Context, key string, limits []sluice.Limit, 
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	c := sh.find(h, key)
-	trial := make([]algorithm.State, len(limits))
+	var inline [4]algorithm.State
+	trial := inline[:0]
+	if len(limits) > len(inline) {
+		trial = make([]algorithm.State, 0, len(limits))
+	}
+	trial = trial[:len(limits)]
 	all := true
 	for i := range limits {
 		p := &limits[i].Policy

@@ -289,6 +289,13 @@ func (s *Store) DecideAll(ctx context.Context, key string, limits []sluice.Limit
 	if len(out) != len(limits) {
 		return false, fmt.Errorf("redis store: DecideAll: %d decisions for %d limits", len(out), len(limits))
 	}
+	if len(limits) == 1 {
+		// One limit is one decision: Decide's path, with the negative cache and batching (the
+		// gateway asks DecideAll for every request, most of which have one policy).
+		d, err := s.Decide(ctx, key, limits[0].Policy, limits[0].Cost)
+		out[0] = d
+		return err == nil && d.Allowed, err
+	}
 	keys := make([]string, 0, 2*len(limits))
 	args := make([]string, 0, 3+5*len(limits))
 	args = append(args, strconv.Itoa(len(limits)), s.now(), s.slack)
