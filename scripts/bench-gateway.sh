@@ -7,8 +7,9 @@
 #   d. the same on a local Redis;
 #   e. nginx limit_req keyed by the API key, proxy_pass with keepalive to the same upstream;
 #   f. refusals: sluice (memory) and nginx refusing nearly everything, 429s per second.
-# Each target runs alone (the others are stopped) behind a short warm-up; the Markdown table at the
-# end is what the README quotes. DURATION (10s) is each measurement, WARMUP (1s) each warm-up;
+# Each target runs alone (the others are stopped) behind a short warm-up, in ROUNDS (3) interleaved
+# rounds; the Markdown table at the end (medians) is what the README quotes. DURATION (10s) is each
+# measurement, WARMUP (1s) each warm-up;
 # THREADS (2) and CONNECTIONS (50) are wrk's -t and -c.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -18,6 +19,7 @@ fi
 export PATH="$PATH:/usr/sbin:/sbin"
 
 DURATION=${DURATION:-10s}
+ROUNDS=${ROUNDS:-3}
 WARMUP=${WARMUP:-1s}
 THREADS=${THREADS:-2}
 CONNECTIONS=${CONNECTIONS:-50}
@@ -147,17 +149,20 @@ measure() {
 	timeout 60 wrk -t"$THREADS" -c"$CONNECTIONS" -d"$WARMUP" -H "X-API-Key: $KEY" "$url" >/dev/null
 	timeout "$wrk_secs" wrk -t"$THREADS" -c"$CONNECTIONS" -d"$DURATION" --timeout 5s --latency \
 		-H "X-API-Key: $KEY" "$url" >"$out"
-	rps[$name]=$(awk '/^Requests\/sec:/ {print $2}' "$out")
-	p50[$name]=$(to_ms "$(awk '$1 == "50%" {print $2; exit}' "$out")")
-	p99[$name]=$(to_ms "$(awk '$1 == "99%" {print $2; exit}' "$out")")
-	total[$name]=$(awk '/ requests in / {print $1; exit}' "$out")
-	non2xx[$name]=$(awk '/Non-2xx or 3xx responses:/ {print $NF}' "$out")
-	non2xx[$name]=${non2xx[$name]:-0}
-	errors[$name]=$(awk '/Socket errors:/ {sub(/^ *Socket errors: */, ""); print}' "$out")
-	errors[$name]=${errors[$name]:-none}
-	[ -n "${rps[$name]}" ] || { cat "$out" >&2; die "no Requests/sec from wrk for $name"; }
-	order+=("$name")
-	log "  $name: ${rps[$name]} req/s, p50 ${p50[$name]} ms, p99 ${p99[$name]} ms, non-2xx ${non2xx[$name]} of ${total[$name]}, socket errors: ${errors[$name]}"
+	local r l50 l99 n bad err
+	r=$(awk '/^Requests\/sec:/ {print $2}' "$out")
+	[ -n "$r" ] || { cat "$out" >&2; die "no Requests/sec from wrk for $name"; }
+	l50=$(to_ms "$(awk '$1 == "50%" {print $2; exit}' "$out")")
+	l99=$(to_ms "$(awk '$1 == "99%" {print $2; exit}' "$out")")
+	n=$(awk '/ requests in / {print $1; exit}' "$out")
+	bad=$(awk '/Non-2xx or 3xx responses:/ {print $NF}' "$out")
+	err=$(awk '/Socket errors:/ {sub(/^ *Socket errors: */, ""); print}' "$out")
+	# Every round's figures, space-separated; the table takes their medians.
+	rps[$name]+="$r " p50[$name]+="$l50 " p99[$name]+="$l99 "
+	total[$name]=$((${total[$name]:-0} + n)) non2xx[$name]=$((${non2xx[$name]:-0} + ${bad:-0}))
+	[ -z "$err" ] || errors[$name]+="${errors[$name]:+; }$err"
+	[[ " ${order[*]} " == *" $name "* ]] || order+=("$name")
+	log "  $name: $r req/s, p50 $l50 ms, p99 $l99 ms, non-2xx ${bad:-0} of $n, socket errors: ${err:-none}"
 }
 
 # start_sluice NAME starts sluice serve on $work/NAME.yaml (see sluice_config) and waits until it
@@ -188,63 +193,7 @@ sluice_config() {
 	} >"$work/$name.yaml"
 }
 
-# a. The upstream straight.
-measure upstream "$upstream_url/"
-
-# b. sluice with limiting off: the client is identified, but no policy applies to it.
-sluice_config sluice-off \
-	"clients:" \
-	"  - {name: bench, api_key_sha256: $HASH}"
-start_sluice sluice-off
-measure sluice-off "$sluice_url/"
-stop "$sluice_pid"
-
-# b'. The candidate engines bare, with no limiting at all: what sluice's engine could be.
-for engine in nethttp fasthttp; do
-	port=$(free_port)
-	"$work/proxy" -engine "$engine" -listen "127.0.0.1:$port" -upstream "127.0.0.1:$up_port" >"$work/proxy-$engine.log" 2>&1 &
-	proxy_pid=$!
-	pids+=("$proxy_pid")
-	wait_http "http://127.0.0.1:$port/" "$proxy_pid" "$work/proxy-$engine.log"
-	measure "bare-$engine" "http://127.0.0.1:$port/"
-	stop "$proxy_pid"
-done
-
-# c. sluice on the memory store, a token bucket that never refuses.
-sluice_config sluice-memory \
-	"store: {type: memory}" \
-	"policies:" \
-	"  - {name: high, algorithm: token-bucket, limit: 100000000, period: 1s}" \
-	"clients:" \
-	"  - {name: bench, api_key_sha256: $HASH, policy: high}"
-start_sluice sluice-memory
-measure sluice-memory "$sluice_url/"
-stop "$sluice_pid"
-
-# d. The same on Redis.
-redis_port=$(free_port)
-redis-server --bind 127.0.0.1 --port "$redis_port" --save "" --appendonly no --daemonize no \
-	--logfile "$work/redis.log" --dir "$work" >/dev/null 2>&1 &
-redis_pid=$!
-pids+=("$redis_pid")
-deadline=$((SECONDS + 15))
-until [ "$(redis-cli -h 127.0.0.1 -p "$redis_port" ping 2>/dev/null)" = PONG ]; do
-	kill -0 "$redis_pid" 2>/dev/null || { cat "$work/redis.log" >&2; die "redis-server exited"; }
-	((SECONDS < deadline)) || die "redis-server did not answer within 15s"
-	sleep 0.05
-done
-sluice_config sluice-redis \
-	"store: {type: redis, addrs: [127.0.0.1:$redis_port], on_error: fail-closed}" \
-	"policies:" \
-	"  - {name: high, algorithm: token-bucket, limit: 100000000, period: 1s}" \
-	"clients:" \
-	"  - {name: bench, api_key_sha256: $HASH, policy: high}"
-start_sluice sluice-redis
-measure sluice-redis "$sluice_url/"
-stop "$sluice_pid"
-stop "$redis_pid"
-
-# e. nginx limit_req keyed by the API key, proxying with keepalive to the same upstream.
+# nginx limit_req keyed by the API key, proxying with keepalive to the same upstream.
 # nginx_start NAME RATE LIMIT_REQ writes $work/NAME/nginx.conf (limit_req_zone at RATE, the
 # location's limit_req directive LIMIT_REQ) and starts nginx in the foreground on it; it sets
 # nginx_pid and nginx_url.
@@ -292,26 +241,101 @@ EOF
 	pids+=("$nginx_pid")
 	wait_http "$nginx_url/" "$nginx_pid" "$dir/logs/error.log"
 }
-nginx_start nginx 100000000r/s "limit_req zone=k burst=1000000 nodelay;"
-measure nginx "$nginx_url/"
-stop "$nginx_pid"
 
-# f. Refusals: nearly every request answered 429.
-sluice_config sluice-refuse \
-	"store: {type: memory}" \
-	"policies:" \
-	"  - {name: tiny, algorithm: token-bucket, limit: 1, period: 1h}" \
-	"clients:" \
-	"  - {name: bench, api_key_sha256: $HASH, policy: tiny}"
-start_sluice sluice-refuse
-measure sluice-refuse "$sluice_url/"
-stop "$sluice_pid"
+# One local Redis for the Redis rounds, idle the rest of the time.
+redis_port=$(free_port)
+redis-server --bind 127.0.0.1 --port "$redis_port" --save "" --appendonly no --daemonize no \
+	--logfile "$work/redis.log" --dir "$work" >/dev/null 2>&1 &
+redis_pid=$!
+pids+=("$redis_pid")
+deadline=$((SECONDS + 15))
+until [ "$(redis-cli -h 127.0.0.1 -p "$redis_port" ping 2>/dev/null)" = PONG ]; do
+	kill -0 "$redis_pid" 2>/dev/null || { cat "$work/redis.log" >&2; die "redis-server exited"; }
+	((SECONDS < deadline)) || die "redis-server did not answer within 15s"
+	sleep 0.05
+done
 
-# nginx at 1r/m, without a burst: a burst of 1,000,000 would let that many through first.
-nginx_start nginx-refuse 1r/m "limit_req zone=k nodelay;"
-measure nginx-refuse "$nginx_url/"
-stop "$nginx_pid"
+# run_target NAME starts NAME's server, measures it and stops it.
+run_target() {
+	case $1 in
+	upstream) # a. The upstream straight.
+		measure upstream "$upstream_url/" ;;
+	sluice-off) # b. sluice with limiting off: the client is identified, but no policy applies to it.
+		sluice_config sluice-off \
+			"clients:" \
+			"  - {name: bench, api_key_sha256: $HASH}"
+		start_sluice sluice-off
+		measure sluice-off "$sluice_url/"
+		stop "$sluice_pid" ;;
+	bare-*) # b'. The candidate engines bare, with no limiting at all: what sluice's engine could be.
+		local engine=${1#bare-} port
+		port=$(free_port)
+		"$work/proxy" -engine "$engine" -listen "127.0.0.1:$port" -upstream "127.0.0.1:$up_port" >"$work/proxy-$engine.log" 2>&1 &
+		proxy_pid=$!
+		pids+=("$proxy_pid")
+		wait_http "http://127.0.0.1:$port/" "$proxy_pid" "$work/proxy-$engine.log"
+		measure "$1" "http://127.0.0.1:$port/"
+		stop "$proxy_pid" ;;
+	sluice-memory) # c. sluice on the memory store, a token bucket that never refuses.
+		sluice_config sluice-memory \
+			"store: {type: memory}" \
+			"policies:" \
+			"  - {name: high, algorithm: token-bucket, limit: 100000000, period: 1s}" \
+			"clients:" \
+			"  - {name: bench, api_key_sha256: $HASH, policy: high}"
+		start_sluice sluice-memory
+		measure sluice-memory "$sluice_url/"
+		stop "$sluice_pid" ;;
+	sluice-redis) # d. The same on Redis.
+		sluice_config sluice-redis \
+			"store: {type: redis, addrs: [127.0.0.1:$redis_port], on_error: fail-closed}" \
+			"policies:" \
+			"  - {name: high, algorithm: token-bucket, limit: 100000000, period: 1s}" \
+			"clients:" \
+			"  - {name: bench, api_key_sha256: $HASH, policy: high}"
+		start_sluice sluice-redis
+		measure sluice-redis "$sluice_url/"
+		stop "$sluice_pid" ;;
+	nginx) # e. nginx forwarding.
+		nginx_start nginx 100000000r/s "limit_req zone=k burst=1000000 nodelay;"
+		measure nginx "$nginx_url/"
+		stop "$nginx_pid" ;;
+	sluice-refuse) # f. Refusals: nearly every request answered 429.
+		sluice_config sluice-refuse \
+			"store: {type: memory}" \
+			"policies:" \
+			"  - {name: tiny, algorithm: token-bucket, limit: 1, period: 1h}" \
+			"clients:" \
+			"  - {name: bench, api_key_sha256: $HASH, policy: tiny}"
+		start_sluice sluice-refuse
+		measure sluice-refuse "$sluice_url/"
+		stop "$sluice_pid" ;;
+	nginx-refuse) # nginx at 1r/m, without a burst: a burst of 1,000,000 would let that many through first.
+		nginx_start nginx-refuse 1r/m "limit_req zone=k nodelay;"
+		measure nginx-refuse "$nginx_url/"
+		stop "$nginx_pid" ;;
+	esac
+}
+
+# ROUNDS rounds, each of every target in turn: a slow minute on this shared machine then touches
+# every target alike, and the table takes each target's median.
+for round in $(seq "$ROUNDS"); do
+	log "round $round of $ROUNDS"
+	for t in upstream sluice-off bare-nethttp bare-hybrid bare-fasthttp sluice-memory sluice-redis nginx sluice-refuse nginx-refuse; do
+		run_target "$t"
+	done
+done
+stop "$redis_pid"
 stop "$up_pid"
+
+# medians turns each target's list of per-round figures into their median.
+median() { tr ' ' '\n' | awk 'NF' | sort -g | awk '{v[NR] = $1} END { if (NR % 2) print v[(NR + 1) / 2]; else printf "%.3f\n", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+for n in "${order[@]}"; do
+	rps[$n]=$(median <<<"${rps[$n]}")
+	p50[$n]=$(median <<<"${p50[$n]}")
+	p99[$n]=$(median <<<"${p99[$n]}")
+	errors[$n]=${errors[$n]:-none}
+done
 
 # 4. The table.
 calc() { awk "BEGIN { printf \"$1\", $2 }"; }
@@ -321,7 +345,8 @@ declare -A label=(
 	[upstream]="upstream straight (bench/upstream)"
 	[sluice-off]="sluice serve, limiting off (engine only)"
 	[bare-nethttp]="bare \`httputil.ReverseProxy\` (bench/proxy), no limiting"
-	[bare-fasthttp]="bare \`fasthttp\` HostClient proxy (bench/proxy), no limiting"
+	[bare-hybrid]="bare net/http server + \`fasthttp\` HostClient (bench/proxy), no limiting"
+	[bare-fasthttp]="bare \`fasthttp\` server + HostClient proxy (bench/proxy), no limiting"
 	[sluice-memory]="sluice serve, memory store"
 	[sluice-redis]="sluice serve, Redis store"
 	[nginx]="nginx \`limit_req\` + \`proxy_pass\` keepalive"
@@ -331,7 +356,7 @@ declare -A label=(
 goal() { if awk "BEGIN { exit !($1) }"; then echo yes; else echo no; fi; }
 
 echo
-echo "### Gateway load: \`wrk -t$THREADS -c$CONNECTIONS -d$DURATION --latency\`, loopback, one run"
+echo "### Gateway load: \`wrk -t$THREADS -c$CONNECTIONS -d$DURATION --latency\`, loopback, medians of $ROUNDS interleaved rounds"
 echo
 echo "Machine: $(nproc) CPUs, ${cpu:-unknown CPU}; $(uname -sr); $(go version | cut -d' ' -f3);" \
 	"$(nginx -v 2>&1 | sed 's/^nginx version: //'); redis $(redis-server --version | sed -n 's/.*v=\([^ ]*\).*/\1/p');" \
