@@ -1,0 +1,184 @@
+package scenario
+
+import (
+	"encoding/json"
+	"strconv"
+	"strings"
+
+	"github.com/sluicehq/sluice/sim"
+)
+
+// The page reads the JSON below. Times in the plots' arrays are whole µs ("_us"): exact as
+// JavaScript numbers (sim.MaxTimeMicros is 2^53). Summaries and policies are in the output
+// schema of `sluice simulate --format json` (package sim), written by the same code.
+//
+//	{"query": "traffic=...",           the scenario's canonical query string
+//	 "commands": ["sluice simulate ..."], the command lines that give the same summaries
+//	 "requests": 140, "width_us": 100000, "buckets": 290, "end_us": 29000000,
+//	 "runs": [{"algorithm": "fixed-window",
+//	           "policy": {"algorithm": ..., "limit": ..., "period_ms": ..., "burst": ...},
+//	           "description": "At most 5 in each 1s window; ...", "capacity": 5,
+//	           "offered": [...], "allowed": [...], "refused": [...], "delayed": [...], "max_delay_us": [...],
+//	           "level": [...], "drain_us": [...],       (one more entry: sampled at the boundaries)
+//	           "summary": {...}}, ...]}
+//
+// and, when the scenario cannot run, {"errors": [{"field": "limit", "message": "..."}, ...]}.
+
+// JSON writes the result for the page (see above).
+func (r *Result) JSON() []byte {
+	b := make([]byte, 0, 4096+len(r.Runs)*r.Buckets*24)
+	b = append(b, `{"query":`...)
+	b = appendString(b, r.Scenario.Encode())
+	b = append(b, `,"commands":[`...)
+	for i, c := range r.Scenario.Commands() {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = appendString(b, c)
+	}
+	b = append(b, `],"requests":`...)
+	b = strconv.AppendInt(b, int64(len(r.Requests)), 10)
+	b = append(b, `,"width_us":`...)
+	b = strconv.AppendInt(b, r.WidthMicros, 10)
+	b = append(b, `,"buckets":`...)
+	b = strconv.AppendInt(b, int64(r.Buckets), 10)
+	b = append(b, `,"end_us":`...)
+	b = strconv.AppendInt(b, r.EndMicros(), 10)
+	b = append(b, `,"runs":[`...)
+	for i, run := range r.Runs {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		p := run.Policy
+		b = append(b, `{"algorithm":"`...)
+		b = append(b, p.Algorithm.String()...)
+		b = append(b, `","policy":{"algorithm":"`...)
+		b = append(b, p.Algorithm.String()...)
+		b = append(b, `","limit":`...)
+		b = strconv.AppendInt(b, p.Limit, 10)
+		b = append(b, `,"period_ms":`...)
+		b = append(b, sim.FormatMillis(p.PeriodMicros())...)
+		b = append(b, `,"burst":`...)
+		b = strconv.AppendInt(b, p.Burst, 10)
+		b = append(b, `},"description":`...)
+		b = appendString(b, Describe(p))
+		b = append(b, `,"capacity":`...)
+		b = strconv.AppendInt(b, run.Capacity, 10)
+		for _, a := range []struct {
+			key    string
+			values []int64
+		}{
+			{"offered", run.Offered}, {"allowed", run.Allowed}, {"refused", run.Refused}, {"delayed", run.Delayed},
+			{"max_delay_us", run.MaxDelayMicros}, {"level", run.Level}, {"drain_us", run.DrainMicros},
+		} {
+			b = append(b, `,"`...)
+			b = append(b, a.key...)
+			b = append(b, `":`...)
+			b = appendInts(b, a.values)
+		}
+		b = append(b, `,"summary":`...)
+		b = appendSummary(b, run.Summary)
+		b = append(b, '}')
+	}
+	return append(b, "]}"...)
+}
+
+// SummariesJSON writes, as a JSON array, each run's summary of the requests in the first k
+// buckets (k from 0, nothing yet, to Buckets, the whole run): the page's summary table while the
+// virtual clock runs. Out-of-range k are clamped.
+func (r *Result) SummariesJSON(k int) []byte {
+	k = min(max(k, 0), r.Buckets)
+	b := []byte{'['}
+	for i, run := range r.Runs {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		var s sim.Summary
+		if k > 0 {
+			s = run.Cumulative[k-1]
+		}
+		b = appendSummary(b, s)
+	}
+	return append(b, ']')
+}
+
+// Trace writes the requests as a CSV trace that `sluice simulate --trace` reads.
+func (r *Result) Trace() []byte {
+	var b strings.Builder
+	b.Grow(len(r.Requests) * 12)
+	b.WriteString("t_ms,key,cost\n")
+	for _, rq := range r.Requests {
+		b.WriteString(sim.FormatMillis(rq.TMicros))
+		b.WriteByte(',')
+		b.WriteString(rq.Key) // a pattern's key, sim.DefaultKey: no quoting needed
+		b.WriteByte(',')
+		b.WriteString(strconv.FormatInt(rq.Cost, 10))
+		b.WriteByte('\n')
+	}
+	return []byte(b.String())
+}
+
+// JSON writes {"errors":[{"field":..,"message":..},...]}.
+func (e Errors) JSON() []byte {
+	b := []byte(`{"errors":[`)
+	for i, fe := range e {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, `{"field":`...)
+		b = appendString(b, fe.Field)
+		b = append(b, `,"message":`...)
+		b = appendString(b, fe.Message)
+		b = append(b, '}')
+	}
+	return append(b, "]}"...)
+}
+
+// PresetsJSON writes Presets as a JSON array of {"name","title","description","query"}.
+func PresetsJSON() []byte {
+	b := []byte{'['}
+	for i, p := range Presets {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, `{"name":`...)
+		b = appendString(b, p.Name)
+		b = append(b, `,"title":`...)
+		b = appendString(b, p.Title)
+		b = append(b, `,"description":`...)
+		b = appendString(b, p.Description)
+		b = append(b, `,"query":`...)
+		b = appendString(b, p.Query)
+		b = append(b, '}')
+	}
+	return append(b, ']')
+}
+
+func appendInts(b []byte, vs []int64) []byte {
+	b = append(b, '[')
+	for i, v := range vs {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = strconv.AppendInt(b, v, 10)
+	}
+	return append(b, ']')
+}
+
+// appendSummary writes s as sim.Summary.MarshalJSON does: the very bytes of
+// `sluice simulate --format json`.
+func appendSummary(b []byte, s sim.Summary) []byte {
+	j, err := s.MarshalJSON()
+	if err != nil {
+		panic("scenario: a summary does not marshal: " + err.Error()) // plain integers: it cannot fail
+	}
+	return append(b, j...)
+}
+
+func appendString(b []byte, s string) []byte {
+	j, err := json.Marshal(s)
+	if err != nil {
+		panic("scenario: a string does not marshal: " + err.Error()) // json.Marshal of a string cannot fail
+	}
+	return append(b, j...)
+}

@@ -1,0 +1,210 @@
+package scenario
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/sim"
+)
+
+// MaxBuckets bounds the time buckets of a run: the plots' resolution, about two pixels a bucket
+// on a laptop's chart (finer, and steady traffic turns into stripes of 1 and 0).
+const MaxBuckets = 240
+
+// bucketWidths are the widths Run chooses from, narrowest first, in µs: 1, 2, 5 ms up to 500 ms,
+// then those of sim.TimelineWidths (1s up to 7 days), then whole numbers of days.
+var bucketWidths = func() []int64 {
+	var ws []int64
+	for ms := int64(1); ms < 1000; ms *= 10 {
+		ws = append(ws, ms*1000, 2*ms*1000, 5*ms*1000)
+	}
+	return append(ws, sim.TimelineWidths...)
+}()
+
+// Result is a scenario's run: every algorithm on the same requests, cut into Buckets buckets of
+// WidthMicros from 0, the virtual clock's start.
+type Result struct {
+	Scenario    Scenario
+	Requests    []sim.Request // the requests decided, in time order (jitter applied)
+	WidthMicros int64         // the width of a bucket: bucket i is [i·WidthMicros, (i+1)·WidthMicros)
+	Buckets     int           // ≥ 1; the timeline ends at Buckets·WidthMicros
+	Runs        []Run         // one per algorithm, in the order of algorithm.Algorithms
+}
+
+// EndMicros is where the timeline ends: after the last request, by the time the slowest policy
+// takes to forget it (capped, so that the traffic keeps most of the plot).
+func (r *Result) EndMicros() int64 { return int64(r.Buckets) * r.WidthMicros }
+
+// Run is one algorithm's share of a Result. The per-bucket slices have Result.Buckets entries;
+// the sampled ones (Level, DrainMicros) Result.Buckets+1, one at each bucket boundary, taken
+// after the requests at that very instant.
+type Run struct {
+	Policy   sluice.Policy
+	Capacity int64 // Policy.Capacity: the most that Level can be
+
+	Offered, Allowed, Refused, Delayed []int64 // requests per bucket; Offered = Allowed + Refused
+	MaxDelayMicros                     []int64 // the longest delay of a request admitted in the bucket
+
+	// Level is the limiter's state at each boundary, in requests of cost 1, read with a peek
+	// (sim.Session.Peek): the windows' count (Limit - Remaining), the token bucket's tokens
+	// (Remaining), the leaky bucket's queue (Capacity - Remaining: those waiting or draining).
+	Level []int64
+	// DrainMicros is the peek's ResetAfter at each boundary: for the leaky bucket, how long a
+	// request arriving then would be held (its queue delay).
+	DrainMicros []int64
+
+	// Cumulative[i] totals the requests before the end of bucket i; the last one is Summary.
+	Cumulative []sim.Summary
+	Summary    sim.Summary
+}
+
+// Run runs the scenario: its requests through a sim.Session per algorithm, peeking at every
+// bucket boundary. A scenario from Parse can still fail here on its traffic (the pattern, too
+// many requests); the errors name the field.
+func (sc *Scenario) Run() (*Result, Errors) {
+	reqs, errs := sc.Requests()
+	if errs != nil {
+		return nil, errs
+	}
+	policies := sc.Policies()
+	res := &Result{Scenario: *sc, Requests: reqs}
+	res.WidthMicros, res.Buckets = timeline(reqs[len(reqs)-1].TMicros, policies)
+	for _, p := range policies {
+		run, err := runOne(p, reqs, res.WidthMicros, res.Buckets)
+		if err != nil {
+			// Parse validated the policy and Requests the times: only a broken invariant lands here.
+			return nil, Errors{{"", err.Error()}}
+		}
+		res.Runs = append(res.Runs, run)
+	}
+	return res, nil
+}
+
+// timeline chooses the bucket width and count for requests up to last (µs): the timeline runs on
+// after the last request by the time the slowest policy takes to be back to full quota from the
+// worst state (a window's period, a bucket's refill or drain time), but at most by max(last, 10s),
+// in at most MaxBuckets buckets.
+func timeline(last int64, policies []sluice.Policy) (width int64, buckets int) {
+	var tail int64
+	for _, p := range policies {
+		reset := p.PeriodMicros()
+		if sim.TakesBurst(p.Algorithm) {
+			reset = ceilDiv(p.Capacity(), p.PeriodMicros(), p.Limit)
+		}
+		tail = max(tail, reset)
+	}
+	tail = min(tail, max(last, 10*int64(time.Second/time.Microsecond)))
+	end := last + tail // > last: every period is at least 1ms
+	for _, w := range bucketWidths {
+		if n := (end + w - 1) / w; n <= MaxBuckets {
+			return w, int(n)
+		}
+	}
+	const day = 24 * 3600 * 1_000_000
+	w := ((end+day-1)/day + MaxBuckets - 1) / MaxBuckets * day
+	return w, int((end + w - 1) / w)
+}
+
+// ceilDiv returns ceil(a·b/c) for a·b/c well inside int64 (Validate bounds a refill time).
+func ceilDiv(a, b, c int64) int64 {
+	q := a / c * b
+	r := a % c * b // < c·b
+	return q + (r+c-1)/c
+}
+
+// runOne runs reqs under p, counting per bucket and peeking at each boundary.
+func runOne(p sluice.Policy, reqs []sim.Request, width int64, buckets int) (Run, error) {
+	s, err := sim.NewSession(p, 1)
+	if err != nil {
+		return Run{}, err
+	}
+	p = s.Policy()
+	run := Run{
+		Policy: p, Capacity: p.Capacity(),
+		Offered: make([]int64, buckets), Allowed: make([]int64, buckets), Refused: make([]int64, buckets),
+		Delayed: make([]int64, buckets), MaxDelayMicros: make([]int64, buckets),
+		Level: make([]int64, buckets+1), DrainMicros: make([]int64, buckets+1),
+		Cumulative: make([]sim.Summary, buckets),
+	}
+	var sum sim.Summary
+	closed := 0   // buckets whose Cumulative is set: those that end at or before the request at hand
+	boundary := 0 // the next boundary to peek at
+	// peekBefore peeks at every boundary before t (µs), after the requests at that very boundary.
+	peekBefore := func(t int64) error {
+		for ; boundary <= buckets && int64(boundary)*width < t; boundary++ {
+			d, err := s.Peek(int64(boundary)*width, sim.DefaultKey)
+			if err != nil {
+				return err
+			}
+			run.Level[boundary] = level(p, d)
+			run.DrainMicros[boundary] = int64(d.ResetAfter / time.Microsecond)
+		}
+		return nil
+	}
+	for _, rq := range reqs {
+		for ; closed < buckets && int64(closed+1)*width <= rq.TMicros; closed++ {
+			run.Cumulative[closed] = sum
+		}
+		if err := peekBefore(rq.TMicros); err != nil {
+			return Run{}, err
+		}
+		row, err := s.Decide(rq)
+		if err != nil {
+			return Run{}, err
+		}
+		sum.Add(row)
+		i := rq.TMicros / width
+		run.Offered[i]++
+		switch {
+		case !row.Allowed:
+			run.Refused[i]++
+		case row.DelayMicros > 0:
+			run.Allowed[i]++
+			run.Delayed[i]++
+			run.MaxDelayMicros[i] = max(run.MaxDelayMicros[i], row.DelayMicros)
+		default:
+			run.Allowed[i]++
+		}
+	}
+	for ; closed < buckets; closed++ {
+		run.Cumulative[closed] = sum
+	}
+	if err := peekBefore(int64(buckets)*width + 1); err != nil {
+		return Run{}, err
+	}
+	run.Summary = sum
+	return run, nil
+}
+
+// level reads the state Run.Level plots from a peek's decision.
+func level(p sluice.Policy, d sluice.Decision) int64 {
+	switch p.Algorithm {
+	case sluice.TokenBucket:
+		return d.Remaining
+	case sluice.LeakyBucket:
+		return p.Capacity() - d.Remaining
+	}
+	return p.Limit - d.Remaining
+}
+
+// Describe says in words what p does, for the page's cards.
+func Describe(p sluice.Policy) string {
+	per := formatDuration(p.Period)
+	switch p.Algorithm {
+	case sluice.FixedWindow:
+		return fmt.Sprintf("At most %d in each %s window; the windows start at 0, %s, %s, and so on.", p.Limit, per, per, formatDuration(2*p.Period))
+	case sluice.SlidingLog:
+		return fmt.Sprintf("At most %d in any %s: it keeps the time of every allowed request.", p.Limit, per)
+	case sluice.SlidingWindow:
+		return fmt.Sprintf("At most %d per %s, counting the previous window's requests in proportion to how much of it is still within the last %s.", p.Limit, per, per)
+	case sluice.TokenBucket:
+		return fmt.Sprintf("A bucket of %d tokens, refilled %d per %s; a request takes a token or is refused.", p.Capacity(), p.Limit, per)
+	case sluice.LeakyBucket:
+		if p.Burst == 0 {
+			return fmt.Sprintf("A queue drained %d per %s with no room to wait: a request is allowed only once the one before it has drained.", p.Limit, per)
+		}
+		return fmt.Sprintf("A queue drained %d per %s with room for %d waiting: a request waits its turn, and is refused only when the queue is full.", p.Limit, per, p.Burst)
+	}
+	return ""
+}
