@@ -2,6 +2,7 @@
 //
 //	sluice serve [--config FILE]
 //	sluice simulate [policy flags] (--traffic PATTERN | --trace FILE) [--compare] [--format table|csv|json]
+//	sluice web [--listen ADDR | --export DIR]
 //	sluice version
 //
 // Exit codes: 0 success (and --help), 1 the command failed at its work (e.g. writing its
@@ -92,7 +93,7 @@ Exit codes: 0 success, 1 the command failed at its work, 2 a bad command line or
 	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error {
 		return fmt.Errorf("%w (see %s --help)", err, cmd.CommandPath())
 	})
-	root.AddCommand(newServeCommand(), newSimulateCommand(stdin), newVersionCommand())
+	root.AddCommand(newServeCommand(), newSimulateCommand(stdin), newVersionCommand(), newWebCommand())
 	return root
 }
 
