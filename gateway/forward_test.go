@@ -14,6 +14,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice/gateway"
 )
 
 // echoed is what the echo upstream saw of a request.
@@ -203,4 +205,26 @@ func TestUnreadableRequests(t *testing.T) {
 			t.Fatalf("%.30q: %d %q %s", tt.raw, resp.StatusCode, resp.Header.Get("Content-Type"), body)
 		}
 	}
+}
+
+// An upstream that stops answering is a 504 once it has been silent for the idle timeout.
+func TestUpstreamSilent(t *testing.T) {
+	old := gateway.SetUpstreamIdle(300 * time.Millisecond)
+	defer gateway.SetUpstreamIdle(old)
+	forEachEngine(t, func(t *testing.T, engine string) {
+		release := make(chan struct{})
+		up := &upstream{count: map[string]int{}}
+		up.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { <-release }))
+		defer up.Close()
+		defer close(release) // first: the server's Close waits for its handlers
+		gw, _ := start(t, engine, forwardYAML, up)
+		resp, err := (&http.Client{Timeout: 10 * time.Second}).Get(gw.URL + "/slow")
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusGatewayTimeout {
+			t.Fatalf("silent upstream: %d, want 504", resp.StatusCode)
+		}
+	})
 }

@@ -63,7 +63,7 @@ func New(cfg *config.Config, store sluice.Store, metrics *Metrics, up *Upstream)
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 			metrics.upstreamErrors.Inc()
 			status := http.StatusBadGateway
-			if errors.Is(err, context.DeadlineExceeded) {
+			if errors.Is(err, context.DeadlineExceeded) || isTimeout(err) {
 				status = http.StatusGatewayTimeout
 			}
 			answer.WriteProblem(w, answer.Problem{Type: "https://sluice.dev/problems/upstream-unavailable",

@@ -26,9 +26,10 @@ type Upstream struct {
 // streaming (server-sent events, a large download) is never cut, one that stops for a minute is.
 const (
 	dialTimeout      = 5 * time.Second
-	upstreamIdle     = 60 * time.Second
 	maxUpstreamConns = 4096
 )
+
+var upstreamIdle = 60 * time.Second // a variable for the tests
 
 // For returns the connections for u: up itself if it already connects to u's scheme and host
 // (only the path may differ), else new ones. A nil up makes new ones.
@@ -84,6 +85,9 @@ func (up *Upstream) For(u *url.URL) *Upstream {
 // the connection failed before an answer (a kept-alive connection the upstream had closed):
 // never a POST, which the upstream may have acted on.
 func retryIdempotentOnly(req *fasthttp.Request, attempts int, err error) (resetTimeout, retry bool) {
+	if isTimeout(err) { // a silent upstream: asking again would double the wait
+		return false, false
+	}
 	h := &req.Header
 	return false, attempts < 2 && (h.IsGet() || h.IsHead() || h.IsOptions() || h.IsPut() || h.IsDelete() || h.IsTrace())
 }
