@@ -35,7 +35,7 @@ func (g *Gateway) ServeFast(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	if v.hold > 0 && !hold(ctx.Conn(), v.hold) { // the client left while held: do not forward
-		g.metrics.abandoned.WithLabelValues(req.client).Inc()
+		g.metrics.abandon(req.client)
 		ctx.SetConnectionClose()
 		return
 	}

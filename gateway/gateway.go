@@ -216,7 +216,7 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		case <-t.C:
 		case <-r.Context().Done(): // the client left while held: do not forward
 			t.Stop()
-			g.metrics.abandoned.WithLabelValues(req.client).Inc()
+			g.metrics.abandon(req.client)
 			return
 		}
 	}
@@ -302,6 +302,9 @@ func (g *Gateway) decide(ctx context.Context, req *request) (bool, error) {
 			req.decision[i] = answer.Applied{Policy: a.Policy, Decision: out[j]}
 			req.decision[i].Policy.Name = a.PolicyName
 			g.metrics.counters(req.client, a.PolicyName).count(out[j], dry)
+			if out[j].Fallback != algorithm.NoFallback {
+				g.metrics.fallbacks.Add(1)
+			}
 		}
 		if !dry {
 			allowed = ok
@@ -311,10 +314,19 @@ func (g *Gateway) decide(ctx context.Context, req *request) (bool, error) {
 	g.metrics.latency.Observe(now.Sub(start).Seconds())
 	if g.retries.early(req.who.Key, now) {
 		g.metrics.earlyRetries.WithLabelValues(req.client).Inc()
+		g.metrics.activity.client(req.client).early.Add(1)
 	}
+	var retryAt time.Time
+	outcome := outcomeAllowed
 	if !allowed {
-		g.retries.refused(req.who.Key, now.Add(answer.Wait(enforcedOnly(req.decision, req.applied))))
+		outcome, retryAt = outcomeRefused, now.Add(answer.Wait(enforcedOnly(req.decision, req.applied)))
+		g.retries.refused(req.who.Key, retryAt)
+	} else if delay := maxDelay(req.decision, req.applied); delay > g.cfg.Limits.MaxDelay {
+		outcome, retryAt = outcomeRefused, now.Add(delay-g.cfg.Limits.MaxDelay) // judge refuses it
+	} else if delay > 0 {
+		outcome = outcomeDelayed
 	}
+	g.metrics.activity.record(req.client, outcome, now, retryAt)
 	return allowed, nil
 }
 
@@ -332,10 +344,10 @@ func (g *Gateway) failure(req *request, err error) answer.Problem {
 		}
 		return answer.BadRequest("the request's cost cannot be decided")
 	case errors.Is(err, sluice.ErrStoreUnavailable):
-		g.metrics.storeErrors.Inc()
+		g.metrics.storeError()
 		return answer.StoreUnavailable(req.who.Client, time.Second)
 	default:
-		g.metrics.storeErrors.Inc()
+		g.metrics.storeError()
 		return answer.Problem{Type: "about:blank", Title: "Internal Server Error",
 			Status: http.StatusInternalServerError, Detail: "the limiter failed; the request was not forwarded"}
 	}

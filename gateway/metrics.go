@@ -26,6 +26,22 @@ type Metrics struct {
 	// labels are bounded (configured names and "anonymous"), and so is the map.
 	byPolicy atomic.Pointer[map[[2]string]*resultCounters]
 	mu       sync.Mutex // serialises writers of byPolicy
+
+	activity        *activity     // per client, for the operator page
+	storeErrorCount atomic.Uint64 // the storeErrors counter's value, for the operator page
+	fallbacks       atomic.Uint64 // decisions made by a failure mode (fail-open, local), not the store
+}
+
+// storeError counts a request the store could not decide.
+func (m *Metrics) storeError() {
+	m.storeErrors.Inc()
+	m.storeErrorCount.Add(1)
+}
+
+// abandon counts a held request whose client left.
+func (m *Metrics) abandon(client string) {
+	m.abandoned.WithLabelValues(client).Inc()
+	m.activity.client(client).abandoned.Add(1)
 }
 
 // Results of a decision, as the result label says them.
@@ -100,6 +116,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_config_reloads_total",
 			Help: "Configuration reloads by result: ok, or failed (the old configuration keeps running)."}, []string{"result"}),
 	}
+	m.activity = newActivity()
 	reg.MustRegister(m.decisions, m.earlyRetries, m.abandoned, m.latency, m.storeErrors, m.upstreamErrors, m.reloads)
 	return m
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/gateway/answer"
 	"github.com/sluicehq/sluice/gateway/identity"
+	"github.com/sluicehq/sluice/gateway/operator"
 	"github.com/sluicehq/sluice/store/memory"
 	redisstore "github.com/sluicehq/sluice/store/redis"
 )
@@ -198,7 +199,53 @@ func (s *Server) Admin() http.Handler {
 		fmt.Fprintln(w, "ready")
 	})
 	mux.HandleFunc("POST /v1/check", s.check)
+	mux.HandleFunc("GET /v1/stats", s.stats)
+	mux.Handle("GET /operator/", http.StripPrefix("/operator/", operator.Handler()))
 	return mux
+}
+
+// Stats is the body of GET /v1/stats: what the operator page shows.
+type Stats struct {
+	Time          time.Time     `json:"time"`
+	UptimeSeconds float64       `json:"uptime_s"`
+	RateSeconds   int           `json:"rate_s"` // the seconds the per-second rates average over
+	Config        string        `json:"config"` // the running configuration, in one line (no secrets)
+	Store         StoreStats    `json:"store"`
+	Clients       []ClientStats `json:"clients"` // the limited first, then by name
+}
+
+// StoreStats is the store's health as the gateway sees it.
+type StoreStats struct {
+	Type      string `json:"type"`     // memory or redis
+	OnError   string `json:"on_error"` // the failure mode: fail-closed, fail-open or local
+	Reachable bool   `json:"reachable"`
+	Error     string `json:"error,omitempty"` // why it is not reachable
+	// BreakerOpen: decisions do not go to the store now (it failed; the failure mode decides)
+	// until a probe finds it back.
+	BreakerOpen bool   `json:"breaker_open"`
+	Errors      uint64 `json:"errors"`    // requests refused with 503 because the store could not decide
+	Fallbacks   uint64 `json:"fallbacks"` // decisions the failure mode made instead of the store
+}
+
+// stats serves GET /v1/stats.
+func (s *Server) stats(w http.ResponseWriter, r *http.Request) {
+	now := time.Now()
+	cfg := s.cfg.Load()
+	st := Stats{Time: now.UTC(), UptimeSeconds: now.Sub(s.metrics.activity.started).Seconds(), Config: cfg.String()}
+	st.Clients, st.RateSeconds = s.metrics.activity.snapshot(now)
+	st.Store = StoreStats{Type: cfg.Store.Type, OnError: cfg.Store.OnError.String(), Reachable: true,
+		Errors: s.metrics.storeErrorCount.Load(), Fallbacks: s.metrics.fallbacks.Load()}
+	if a, ok := s.store.(sluice.Available); ok {
+		st.Store.BreakerOpen = !a.Available()
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), time.Second)
+	defer cancel()
+	if err := s.ping(ctx); err != nil {
+		st.Store.Reachable, st.Store.Error = false, err.Error()
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	_ = json.NewEncoder(w).Encode(st)
 }
 
 // checkRequest is the body of POST /v1/check.
