@@ -22,6 +22,7 @@ import (
 	"github.com/sluicehq/sluice/gateway/answer"
 	"github.com/sluicehq/sluice/gateway/identity"
 	"github.com/sluicehq/sluice/gateway/operator"
+	"github.com/sluicehq/sluice/web"
 	"github.com/sluicehq/sluice/store/memory"
 	redisstore "github.com/sluicehq/sluice/store/redis"
 )
@@ -183,7 +184,8 @@ func (s *Server) reload() error {
 func (s *Server) Close() { s.closer() }
 
 // Admin returns the admin listener's handler: /metrics (Prometheus), /healthz (the process is
-// up), /readyz (the store answers), and POST /v1/check (the decision API).
+// up), /readyz (the store answers), POST /v1/check (the decision API), GET /v1/stats and the
+// operator page that shows them (/operator/), and the browser simulation (/).
 func (s *Server) Admin() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.registry, promhttp.HandlerOpts{}))
@@ -201,6 +203,7 @@ func (s *Server) Admin() http.Handler {
 	mux.HandleFunc("POST /v1/check", s.check)
 	mux.HandleFunc("GET /v1/stats", s.stats)
 	mux.Handle("GET /operator/", http.StripPrefix("/operator/", operator.Handler()))
+	mux.Handle("GET /", web.Handler()) // the browser simulation, and what no other pattern matches
 	return mux
 }
 

@@ -206,6 +206,7 @@ Try:
   curl -i %[1]s/queue                                        # a leaky bucket: held, not refused
   curl -s http://%[3]s/metrics | grep sluice_
   curl -s -X POST http://%[3]s/v1/check -d '{"client":"demo-partner","cost":1}'
+Open http://%[3]s/operator/ to see who is being limited, http://%[3]s/ for the simulation.
 Stop with Ctrl-C.
 `, proxy, config.DemoAPIKey, admin)
 }
