@@ -6,12 +6,14 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"strings"
 	"testing"
 
 	"github.com/chromedp/chromedp"
 
 	"github.com/sluicehq/sluice/gateway"
 	"github.com/sluicehq/sluice/internal/browsertest"
+	"github.com/sluicehq/sluice/web"
 )
 
 // The operator page, on a real gateway with traffic from two clients, one of them over its limit:
@@ -67,6 +69,18 @@ clients:
 	}
 	if !st.Store.Reachable || st.Store.Type != "memory" || st.Store.BreakerOpen {
 		t.Fatalf("store: %+v", st.Store)
+	}
+
+	// The admin listener's root is the browser simulation, served whole.
+	for _, path := range []string{"/", "/sluice.wasm"} {
+		r, err := http.Get(p.admin + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.Body.Close()
+		if r.StatusCode != 200 || r.Header.Get("Content-Type") != web.ContentType(strings.TrimPrefix(path, "/")) && path != "/" {
+			t.Fatalf("admin %s: %d %q", path, r.StatusCode, r.Header.Get("Content-Type"))
+		}
 	}
 
 	for _, size := range []struct {
