@@ -131,13 +131,13 @@
     }
   }
 
-  // showErrors marks the fields of errors ([{field, message}]) and says what is wrong; prefix
-  // tells which ids to use (the generator's fields are "gen-...").
-  function showErrors(errors, prefix = "") {
+  // showErrors shows each error ({field, message}) at its field, and returns the message of the
+  // first one that has no field (about the address as a whole), if any.
+  function showErrors(errors) {
     let general = "";
     for (const { field, message } of errors) {
-      const input = field ? $(prefix + field) || document.querySelector(`[name="${CSS.escape(field)}"]`) : null;
-      const out = $(`${prefix}${field}-error`);
+      const input = field ? $(field) : null;
+      const out = field ? $(`${field}-error`) : null;
       if (out) {
         out.textContent = field ? `${labelOf(input, field)}: ${message}` : message;
         out.hidden = false;
