@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# The whole test suite, from a fresh machine: installs what the tests need (redis-server), then runs vet, the
-# race-enabled tests, a short fuzzing run of every fuzz target, and every benchmark once (so that
-# they keep compiling and running; their numbers come from `scripts/bench.sh`).
+# The whole test suite, from a fresh machine: installs what the tests need (redis-server, chromium,
+# node), then runs gofmt, vet, the web assets' check, the race-enabled tests, a short fuzzing run of
+# every fuzz target, and every benchmark once (so that they keep compiling and running; their
+# numbers come from `scripts/bench.sh`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -25,6 +26,19 @@ if ! command -v redis-server >/dev/null 2>&1 || ! command -v redis-cli >/dev/nul
 	(service redis-server stop || true) >/dev/null 2>&1
 fi
 
+# Chromium for the browser tests of the web pages (web/, cmd/sluice), and Node.js/npm for
+# check-web.sh (it rebuilds the page's vendored chart library from the lock file).
+if ! command -v chromium >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
+	echo "== installing chromium, nodejs, npm"
+	if [ "$(id -u)" -ne 0 ] || ! command -v apt-get >/dev/null 2>&1; then
+		echo "test.sh: chromium, node and npm are needed; install them (Debian: apt-get install chromium nodejs npm)" >&2
+		exit 1
+	fi
+	apt-get update -qq >/dev/null
+	command -v chromium >/dev/null 2>&1 || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+	command -v npm >/dev/null 2>&1 || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nodejs npm >/dev/null
+fi
+
 echo "== gofmt"
 unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))
 if [ -n "$unformatted" ]; then
@@ -33,6 +47,9 @@ fi
 
 echo "== go vet"
 go vet ./...
+
+echo "== web assets up to date and reproducible"
+bash scripts/check-web.sh
 
 echo "== go test -race"
 go test -race -count=1 ./...

@@ -64,7 +64,7 @@ func (f failure) Error() string { return f.err.Error() }
 func (f failure) Unwrap() error { return f.err }
 
 // newRootCommand builds the command tree. Subcommands add themselves here, one constructor each
-// (newServeCommand, newSimulateCommand, newVersionCommand; web to come).
+// (newServeCommand, newSimulateCommand, newWebCommand, newVersionCommand).
 func newRootCommand(stdin io.Reader) *cobra.Command {
 	root := &cobra.Command{
 		Use:   "sluice",
