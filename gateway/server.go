@@ -22,9 +22,9 @@ import (
 	"github.com/sluicehq/sluice/gateway/answer"
 	"github.com/sluicehq/sluice/gateway/identity"
 	"github.com/sluicehq/sluice/gateway/operator"
-	"github.com/sluicehq/sluice/web"
 	"github.com/sluicehq/sluice/store/memory"
 	redisstore "github.com/sluicehq/sluice/store/redis"
+	"github.com/sluicehq/sluice/web"
 )
 
 // Server runs a configuration and swaps in a new one on Reload without dropping requests: each
