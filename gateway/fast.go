@@ -5,9 +5,11 @@ import (
 	"context"
 	"errors"
 	"io"
+	"iter"
 	"net"
 	"net/netip"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 	"unsafe"
@@ -161,11 +163,23 @@ func (g *Gateway) forwardedFor(ctx *fasthttp.RequestCtx) {
 	}
 }
 
-// removeHopHeaders deletes the hop-by-hop fields, and those the Connection field names.
+// removeHopHeaders deletes the hop-by-hop fields, and those the Connection field names. Most
+// messages have none: one pass over the fields finds out before any is looked up by name.
 func removeHopHeaders(h interface {
 	PeekAll(string) [][]byte
 	Del(string)
+	All() iter.Seq2[[]byte, []byte]
 }) {
+	any := false
+	for k := range h.All() {
+		if isHopHeader(k) {
+			any = true
+			break
+		}
+	}
+	if !any {
+		return
+	}
 	for _, line := range h.PeekAll("Connection") {
 		for len(line) > 0 {
 			var tok []byte
@@ -179,6 +193,24 @@ func removeHopHeaders(h interface {
 		h.Del(name)
 	}
 }
+
+// isHopHeader reports whether k (normalized, as fasthttp yields it) is one of hopHeaders.
+func isHopHeader(k []byte) bool {
+	for _, name := range hopHeadersLower {
+		if equalFold(k, name) {
+			return true
+		}
+	}
+	return false
+}
+
+var hopHeadersLower = func() []string {
+	out := make([]string, len(hopHeaders))
+	for i, h := range hopHeaders {
+		out[i] = strings.ToLower(h)
+	}
+	return out
+}()
 
 // nextToken splits the first comma-separated token (trimmed) off a list.
 func nextToken(b []byte) (tok, rest []byte) {

@@ -102,16 +102,30 @@ func dialIdleTimeout(addr string) (net.Conn, error) {
 	return &idleConn{Conn: c}, nil
 }
 
-// idleConn bounds each read and write, not the whole exchange.
-type idleConn struct{ net.Conn }
+// idleConn bounds each read and write, not the whole exchange. Moving a deadline costs a timer
+// update, so it is moved only once it is a second stale: an upstream gets between upstreamIdle
+// minus a second and upstreamIdle of silence. A connection is used by one request at a time.
+type idleConn struct {
+	net.Conn
+	readSet, writeSet time.Time // when each deadline was last moved
+}
+
+// deadlineSlack is how stale a deadline may get before it is moved.
+const deadlineSlack = time.Second
 
 func (c *idleConn) Read(b []byte) (int, error) {
-	_ = c.Conn.SetReadDeadline(time.Now().Add(upstreamIdle))
+	if now := time.Now(); now.Sub(c.readSet) > deadlineSlack || upstreamIdle < 2*deadlineSlack {
+		c.readSet = now
+		_ = c.Conn.SetReadDeadline(now.Add(upstreamIdle))
+	}
 	return c.Conn.Read(b)
 }
 
 func (c *idleConn) Write(b []byte) (int, error) {
-	_ = c.Conn.SetWriteDeadline(time.Now().Add(upstreamIdle))
+	if now := time.Now(); now.Sub(c.writeSet) > deadlineSlack || upstreamIdle < 2*deadlineSlack {
+		c.writeSet = now
+		_ = c.Conn.SetWriteDeadline(now.Add(upstreamIdle))
+	}
 	return c.Conn.Write(b)
 }
 

@@ -318,10 +318,11 @@ run_target() {
 }
 
 # ROUNDS rounds, each of every target in turn: a slow minute on this shared machine then touches
-# every target alike, and the table takes each target's median.
+# every target alike, and the table takes each target's median. The targets compared in the goals
+# (limiting off, memory, Redis, nginx) run back to back.
 for round in $(seq "$ROUNDS"); do
 	log "round $round of $ROUNDS"
-	for t in upstream sluice-off bare-nethttp bare-hybrid bare-fasthttp sluice-memory sluice-redis nginx sluice-refuse nginx-refuse; do
+	for t in upstream sluice-off sluice-memory sluice-redis nginx sluice-refuse nginx-refuse bare-nethttp bare-hybrid bare-fasthttp; do
 		run_target "$t"
 	done
 done
