@@ -37,7 +37,8 @@ func newServeCommand() *cobra.Command {
 		Long: `Run sluice as a reverse proxy in front of an API: each request's client is identified, its
 policies are decided on the store, and it is forwarded, held (leaky bucket) or answered 429 with
 Retry-After, the IETF RateLimit fields and a problem body. The admin listener serves /metrics,
-/healthz, /readyz and POST /v1/check.
+/healthz, /readyz, POST /v1/check (the decision API), GET /v1/stats and the operator page that
+shows it (/operator/: who is being limited now), and the browser simulation (/).
 
 Without --config it runs a demo: the memory store, a built-in demo backend, and a default
 policy; it prints what to try with curl.
