@@ -7,7 +7,9 @@ import (
 	"io"
 	"iter"
 	"net"
+	"net/http"
 	"net/netip"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -100,7 +102,9 @@ func (g *Gateway) forward(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	clientClose := req.Header.ConnectionClose()
-	removeHopHeaders(&req.Header)
+	// Expect too: the listener has answered the client's "Expect: 100-continue" (the body is
+	// coming), and the upstream is sent the body at once, so it must not be asked to say 100.
+	removeHopHeaders(&req.Header, "Expect")
 	req.Header.ResetConnectionClose() // the upstream connection is kept alive, whatever the client's
 	req.Header.SetProtocol("HTTP/1.1")
 	g.forwardedFor(ctx)
@@ -163,35 +167,77 @@ func (g *Gateway) forwardedFor(ctx *fasthttp.RequestCtx) {
 	}
 }
 
-// removeHopHeaders deletes the hop-by-hop fields, and those the Connection field names. Most
-// messages have none: one pass over the fields finds out before any is looked up by name.
-func removeHopHeaders(h interface {
+// fields is what removeFields needs of a fasthttp request or response header.
+type fields interface {
 	PeekAll(string) [][]byte
 	Del(string)
+	Add(string, string)
 	All() iter.Seq2[[]byte, []byte]
-}) {
-	any := false
+}
+
+// removeHopHeaders deletes the hop-by-hop fields, those the Connection field names, and extra
+// (Expect, say), keeping the order of the lines of every other field. Most messages have none of
+// them: one pass over the fields finds out before anything is looked up by name.
+func removeHopHeaders(h fields, extra ...string) {
+	found := false
 	for k := range h.All() {
-		if isHopHeader(k) {
-			any = true
+		if isHopHeader(k) || slices.ContainsFunc(extra, func(e string) bool { return strings.EqualFold(b2s(k), e) }) {
+			found = true
 			break
 		}
 	}
-	if !any {
+	if !found {
 		return
 	}
+	remove := append(append([]string(nil), hopHeaders...), extra...)
 	for _, line := range h.PeekAll("Connection") {
 		for len(line) > 0 {
 			var tok []byte
 			tok, line = nextToken(line)
 			if len(tok) > 0 && !equalFold(tok, "close") && !equalFold(tok, "keep-alive") {
-				h.Del(string(tok))
+				remove = append(remove, string(tok))
 			}
 		}
 	}
-	for _, name := range hopHeaders {
+	removed := func(k string) bool {
+		return slices.ContainsFunc(remove, func(r string) bool { return strings.EqualFold(k, r) })
+	}
+	// fasthttp deletes a field by swapping the last line into its place, which can reorder the
+	// lines of a field sent on several (X-Forwarded-For, Via, ...), whose order is significant
+	// (RFC 9110, section 5.3). Note those lines first, and put them back in order after.
+	type line struct{ k, v string }
+	var lines []line
+	count := map[string]int{}
+	for k := range h.All() {
+		count[string(k)]++
+	}
+	for k, v := range h.All() {
+		if name := string(k); count[name] > 1 && !removed(name) && !specialField(name) {
+			lines = append(lines, line{name, string(v)})
+		}
+	}
+	for _, name := range remove {
 		h.Del(name)
 	}
+	for i, l := range lines {
+		if i == 0 || !slices.ContainsFunc(lines[:i], func(o line) bool { return o.k == l.k }) {
+			h.Del(l.k)
+		}
+	}
+	for _, l := range lines {
+		h.Add(l.k, l.v)
+	}
+}
+
+// specialField reports the fields fasthttp keeps apart from the others (and frames or joins
+// itself), which removeHopHeaders leaves where they are.
+func specialField(name string) bool {
+	switch http.CanonicalHeaderKey(name) {
+	case "Host", "Content-Type", "Content-Length", "User-Agent", "Cookie", "Set-Cookie", "Connection",
+		"Transfer-Encoding", "Trailer", "Server", "Date":
+		return true
+	}
+	return false
 }
 
 // isHopHeader reports whether k (normalized, as fasthttp yields it) is one of hopHeaders.

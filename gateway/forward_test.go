@@ -46,6 +46,8 @@ func newEcho(t *testing.T) *upstream {
 		}
 		body, _ := io.ReadAll(r.Body)
 		sum := sha256.Sum256(body)
+		w.Header().Add("Via", "1.1 first")
+		w.Header().Add("Via", "1.1 second")
 		w.Header().Set("X-Hop-Back", "must not reach the client")
 		w.Header().Set("Connection", "X-Hop-Back")
 		w.Header().Set("Content-Type", "application/json")
@@ -70,8 +72,10 @@ default_policy: open
 `
 
 // What reaches the upstream: the path under the upstream's own, the query as sent, the
-// upstream's host with the client's in X-Forwarded-Host, the peer appended to X-Forwarded-For,
-// no hop-by-hop fields (nor those Connection names) either way, and a body streamed whole.
+// upstream's host with the client's in X-Forwarded-Host, the peer appended to X-Forwarded-For
+// (the client's lines in their order), no hop-by-hop fields (nor those Connection names) either
+// way, the lines of other fields in their order, and a body streamed whole, sent with
+// "Expect: 100-continue" as curl does.
 func TestForwarding(t *testing.T) {
 	forEachEngine(t, func(t *testing.T, engine string) {
 		up := newEcho(t)
@@ -85,6 +89,7 @@ func TestForwarding(t *testing.T) {
 		req.Header.Set("X-Hop", "per-hop")
 		req.Header.Set("Keep-Alive", "timeout=5")
 		req.Header.Set("X-Kept", "end-to-end")
+		req.Header.Set("Expect", "100-continue") // as curl sends with a large body
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			t.Fatal(err)
@@ -103,6 +108,9 @@ func TestForwarding(t *testing.T) {
 		}
 		if v := resp.Header.Get("X-Hop-Back"); v != "" {
 			t.Fatalf("a field the upstream's Connection named reached the client: %q", v)
+		}
+		if v := resp.Header.Values("Via"); len(v) != 2 || v[0] != "1.1 first" || v[1] != "1.1 second" {
+			t.Fatalf("the upstream's Via lines arrived as %q, want them in order", v)
 		}
 		if resp.Header.Get("RateLimit-Policy") == "" {
 			t.Fatal("no RateLimit-Policy on a forwarded answer")

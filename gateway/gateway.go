@@ -204,12 +204,20 @@ func (g *Gateway) judge(ctx context.Context, req *request) verdict {
 func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	req := g.identify(identity.HTTP(r), r.Method, routePath(r.URL.Path))
 	v := g.judge(r.Context(), &req)
-	answer.Headers(w.Header(), v.fields, g.cfg.Limits.LegacyHeaders)
-	req.release() // the fields are written, and the problem is built
 	if !v.forward {
+		answer.Headers(w.Header(), v.fields, g.cfg.Limits.LegacyHeaders)
+		req.release()
 		answer.WriteProblem(w, v.problem)
 		return
 	}
+	if len(v.fields) > 0 {
+		// The fields go on the final answer: ReverseProxy clears the header after passing on
+		// a 1xx (100 Continue, say), so fields set now would be lost.
+		var h http.Header = make(http.Header, 4)
+		answer.Headers(h, v.fields, g.cfg.Limits.LegacyHeaders)
+		w = &fieldsWriter{ResponseWriter: w, fields: h}
+	}
+	req.release() // the fields are formatted, and the problem is built
 	if v.hold > 0 {
 		t := time.NewTimer(v.hold)
 		select {
@@ -222,6 +230,39 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	g.proxy.ServeHTTP(w, r)
 }
+
+// fieldsWriter adds fields to the response's header when its status is final (not 1xx).
+type fieldsWriter struct {
+	http.ResponseWriter
+	fields http.Header
+	done   bool
+}
+
+func (f *fieldsWriter) add() {
+	if !f.done {
+		f.done = true
+		h := f.ResponseWriter.Header()
+		for k, vs := range f.fields {
+			h[k] = append(h[k], vs...)
+		}
+	}
+}
+
+func (f *fieldsWriter) WriteHeader(code int) {
+	if code >= 200 || code == http.StatusSwitchingProtocols {
+		f.add()
+	}
+	f.ResponseWriter.WriteHeader(code)
+}
+
+func (f *fieldsWriter) Write(b []byte) (int, error) {
+	f.add() // an implicit 200
+	return f.ResponseWriter.Write(b)
+}
+
+// Unwrap lets http.ResponseController (which ReverseProxy uses to flush and to hijack for an
+// upgrade) reach the server's writer.
+func (f *fieldsWriter) Unwrap() http.ResponseWriter { return f.ResponseWriter }
 
 // routePath is the path routes are matched on: net/http leaves "." and ".." segments in
 // URL.Path, and an upstream that resolves them would serve "/a/../reports" as "/reports";
