@@ -88,6 +88,8 @@ func writeProblem(ctx *fasthttp.RequestCtx, p answer.Problem) {
 
 var bodyBuffers = sync.Pool{New: func() any { b := make([]byte, 0, 1024); return &b }}
 
+var http11 = []byte("HTTP/1.1")
+
 // hopHeaders are the hop-by-hop fields (RFC 9110, section 7.6.1): they describe one connection
 // and are not forwarded, in either direction. Transfer-Encoding and Content-Length are fasthttp's
 // own: it frames each message itself.
@@ -122,6 +124,9 @@ func (g *Gateway) forward(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	removeHopHeaders(&resp.Header)
+	// The answer is this server's, in its own protocol: an HTTP/1.0 upstream's status line and
+	// its "close" are about the upstream's connection.
+	resp.Header.SetProtocol(http11)
 	resp.Header.ResetConnectionClose()
 	if clientClose {
 		ctx.SetConnectionClose()

@@ -236,3 +236,44 @@ func TestUpstreamSilent(t *testing.T) {
 		}
 	})
 }
+
+// An HTTP/1.0 upstream that ends its body by closing: the client gets the whole body, in this
+// server's HTTP/1.1, and its connection stays usable.
+func TestHTTP10Upstream(t *testing.T) {
+	forEachEngine(t, func(t *testing.T, engine string) {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ln.Close()
+		go func() {
+			for {
+				c, err := ln.Accept()
+				if err != nil {
+					return
+				}
+				go func() {
+					defer c.Close()
+					br := bufio.NewReader(c)
+					if _, err := http.ReadRequest(br); err != nil {
+						return
+					}
+					io.WriteString(c, "HTTP/1.0 200 OK\r\nContent-Type: text/plain\r\n\r\nuntil the end")
+				}()
+			}
+		}()
+		up := &upstream{Server: &httptest.Server{URL: "http://" + ln.Addr().String()}}
+		gw, _ := start(t, engine, forwardYAML, up)
+		for i := 0; i < 2; i++ {
+			resp, err := http.Get(gw.URL + "/old")
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != 200 || string(body) != "until the end" || resp.ProtoMinor != 1 {
+				t.Fatalf("request %d: %s %d %q", i, resp.Proto, resp.StatusCode, body)
+			}
+		}
+	})
+}
