@@ -277,3 +277,30 @@ func TestHTTP10Upstream(t *testing.T) {
 		}
 	})
 }
+
+// A header that does not arrive in time gets a 408 with a problem body, and the connection closes.
+func TestSlowHeader(t *testing.T) {
+	old := gateway.SetHeaderTimeout(300 * time.Millisecond)
+	defer gateway.SetHeaderTimeout(old)
+	up := newEcho(t)
+	gw, _ := start(t, "fasthttp", forwardYAML, up)
+	c, err := net.Dial("tcp", strings.TrimPrefix(gw.URL, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(5 * time.Second))
+	io.WriteString(c, "GET / HTTP/1.1\r\nHost: a\r\n") // and no more
+	br := bufio.NewReader(c)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	if resp.StatusCode != http.StatusRequestTimeout || resp.Header.Get("Content-Type") != "application/problem+json" {
+		t.Fatalf("%d %q", resp.StatusCode, resp.Header.Get("Content-Type"))
+	}
+	if _, err := br.ReadByte(); err != io.EOF {
+		t.Fatalf("the connection stayed open (%v)", err)
+	}
+}

@@ -88,9 +88,10 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.current.L
 func (s *Server) ServeFast(ctx *fasthttp.RequestCtx) { s.current.Load().ServeFast(ctx) }
 
 // Limits of the proxy listener (the fasthttp engine's).
+var headerTimeout = 10 * time.Second // to read a request's header; a variable for the tests
+
 const (
-	headerTimeout  = 10 * time.Second // to read a request's header
-	bodyTimeout    = time.Hour        // to read a body that streams (an upload)
+	bodyTimeout    = time.Hour // to read a body that streams (an upload)
 	idleTimeout    = 120 * time.Second
 	maxHeaderBytes = 32 << 10 // a request's header, with its line; larger ones get 431
 	maxBufferBody  = 64 << 10 // larger bodies are streamed to the upstream, not buffered
@@ -99,6 +100,7 @@ const (
 // FastServer returns the proxy listener's server: the fasthttp engine serving s, with the
 // timeouts and limits above, bodies streamed both ways, and errors logged to log.
 func (s *Server) FastServer() *fasthttp.Server {
+	headerTimeout := headerTimeout
 	return &fasthttp.Server{
 		Handler: s.ServeFast,
 		// The header must come within headerTimeout; a body that streams gets bodyTimeout.
@@ -119,14 +121,16 @@ func (s *Server) FastServer() *fasthttp.Server {
 		CloseOnShutdown:              true,
 		Logger:                       fastLogger{s.log},
 		ErrorHandler: func(ctx *fasthttp.RequestCtx, err error) {
-			status := fasthttp.StatusBadRequest
+			status, detail := fasthttp.StatusBadRequest, "the request could not be read as HTTP/1.1"
 			var big *fasthttp.ErrSmallBuffer
-			if errors.As(err, &big) {
-				status = fasthttp.StatusRequestHeaderFieldsTooLarge
+			switch {
+			case errors.As(err, &big):
+				status, detail = fasthttp.StatusRequestHeaderFieldsTooLarge, "the request's header is over 32 KiB"
+			case isTimeout(err):
+				status, detail = fasthttp.StatusRequestTimeout, fmt.Sprintf("the request's header did not arrive within %v", headerTimeout)
 			}
 			// Not err's text: fasthttp's can quote the request, and with it a credential.
-			writeProblem(ctx, answer.Problem{Type: answer.TypeBlank, Title: fasthttp.StatusMessage(status), Status: status,
-				Detail: "the request could not be read as HTTP/1.1 (its header is limited to 32 KiB)"})
+			writeProblem(ctx, answer.Problem{Type: answer.TypeBlank, Title: fasthttp.StatusMessage(status), Status: status, Detail: detail})
 			ctx.SetConnectionClose()
 		},
 	}
