@@ -100,6 +100,10 @@ clients:
 		if got := browsertest.Eval[string](tab, `document.querySelector('#clients tr[data-client="partner-over"] td:nth-child(7)').textContent`); got != "7" {
 			t.Fatalf("partner-over's refused total on the page: %q, want 7", got)
 		}
+		// The live chart: a uPlot canvas with the limited client's refusals as a series of its own.
+		tab.Wait("the rates chart with partner-over's refusals",
+			`document.querySelector('#chart canvas') !== null && [...document.querySelectorAll('#chart .u-legend th')].some(th => th.textContent.includes("partner-over refused"))`)
+		tab.Wait("three points on the chart", `Number(document.body.dataset.points) >= 3`)
 		tab.Screenshot(size.name)
 	}
 }

@@ -87,11 +87,69 @@
     document.body.dataset.updated = st.time;
   }
 
+  // The chart: the last two minutes of polls. Series: all clients' allowed, refused and delayed
+  // per second, then the refused per second of each client that was limited in that time.
+  const HISTORY = 120;
+  const history = []; // {t, allowed, refused, delayed, byClient: {name: refused/s}}
+  const palette = ["#b42318", "#7a2e98", "#c4320a", "#3e4784", "#9f1ab1"];
+  let chart = null;
+  let chartClients = "";
+
+  function chartData(clients) {
+    const data = [history.map((h) => h.t), history.map((h) => h.allowed), history.map((h) => h.refused), history.map((h) => h.delayed)];
+    for (const c of clients) data.push(history.map((h) => (c in h.byClient ? h.byClient[c] : null)));
+    return data;
+  }
+
+  function drawChart(st) {
+    if (typeof uPlot === "undefined") return; // the page still works without its chart
+    const h = { t: Date.parse(st.time) / 1000, allowed: 0, refused: 0, delayed: 0, byClient: {} };
+    for (const c of st.clients) {
+      h.allowed += c.allowed_per_s;
+      h.refused += c.refused_per_s;
+      h.delayed += c.delayed_per_s;
+      h.byClient[c.client] = c.refused_per_s;
+    }
+    history.push(h);
+    if (history.length > HISTORY) history.shift();
+    document.body.dataset.points = String(history.length);
+    const limited = [];
+    for (const c of st.clients) if (c.limited && limited.length < palette.length) limited.push(c.client);
+    for (const old of history) for (const name in old.byClient) {
+      if (!limited.includes(name) && limited.length < palette.length && old.byClient[name] > 0) limited.push(name);
+    }
+    const key = limited.join("\u0000");
+    const el = $("chart");
+    const width = Math.max(280, el.clientWidth);
+    if (!chart || key !== chartClients) {
+      if (chart) chart.destroy();
+      chartClients = key;
+      chart = new uPlot({
+        width, height: 220,
+        // Always the last two minutes, however few points there are yet.
+        scales: { x: { time: true, range: (u, min, max) => [max - HISTORY, max] } },
+        axes: [{}, { label: "requests/s" }],
+        series: [
+          {},
+          { label: "allowed", stroke: "#1a7f37", width: 2, points: { show: false } },
+          { label: "refused", stroke: "#b42318", width: 2, points: { show: false } },
+          { label: "delayed", stroke: "#bc4c00", width: 2, points: { show: false } },
+          ...limited.map((name, i) => ({ label: name + " refused", stroke: palette[i], width: 1, dash: [4, 3], points: { show: false } })),
+        ],
+      }, chartData(limited), el);
+    } else {
+      if (chart.width !== width) chart.setSize({ width, height: 220 });
+      chart.setData(chartData(limited));
+    }
+  }
+
   async function poll() {
     try {
       const r = await fetch("../v1/stats", { cache: "no-store" });
       if (!r.ok) throw new Error("GET /v1/stats: " + r.status);
-      render(await r.json());
+      const st = await r.json();
+      render(st);
+      drawChart(st);
       $("error").hidden = true;
     } catch (e) {
       $("error").textContent = "cannot read the gateway's stats (" + e.message + "); retrying";
