@@ -29,8 +29,10 @@ func watchClose(conn net.Conn, deadline time.Time) bool {
 	if conn.SetReadDeadline(deadline) != nil {
 		return true
 	}
-	// The server sets its own read deadline before it reads the next request; clear ours anyway.
-	defer conn.SetReadDeadline(time.Time{})
+	// Ours replaces the server's, which bounded the read of the request's body (bodyTimeout, see
+	// FastServer): put a bound of that length back. (The server sets its own again before it reads
+	// the next request.)
+	defer conn.SetReadDeadline(time.Now().Add(bodyTimeout))
 	gone := false
 	var b [1]byte
 	err = raw.Read(func(fd uintptr) bool {
