@@ -23,7 +23,6 @@ import (
 	"github.com/sluicehq/sluice/gateway/identity"
 	"github.com/sluicehq/sluice/gateway/operator"
 	"github.com/sluicehq/sluice/store/memory"
-	redisstore "github.com/sluicehq/sluice/store/redis"
 	"github.com/sluicehq/sluice/web"
 )
 
@@ -49,11 +48,10 @@ func NewServer(cfg *config.Config, path string, log *slog.Logger) (*Server, erro
 	var raw sluice.Store
 	switch cfg.Store.Type {
 	case config.StoreRedis:
-		rs, err := redisstore.New(cfg.Store.RedisOptions())
-		if err != nil {
+		var err error
+		if raw, s.ping, s.closer, err = openRedis(cfg.Store.RedisOptions(), log); err != nil {
 			return nil, err
 		}
-		raw, s.ping, s.closer = rs, rs.Ping, rs.Close
 	default:
 		raw = memory.New(cfg.Store.MemoryOptions()...)
 		s.ping, s.closer = func(context.Context) error { return nil }, func() {}

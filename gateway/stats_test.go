@@ -65,3 +65,11 @@ default_policy: anonymous
 		t.Fatalf("config line: %s", st.Config)
 	}
 }
+
+// httptestServer serves srv's admin listener on a real loopback server and returns its URL.
+func httptestServer(t *testing.T, srv *gateway.Server) string {
+	t.Helper()
+	admin := httptest.NewServer(srv.Admin())
+	t.Cleanup(admin.Close)
+	return admin.URL
+}

@@ -233,7 +233,7 @@ func startSluice(t *testing.T, dir, name string, cfg configFunc) *sluiceProc {
 // startSluiceArgs is startSluice with other flags after --config FILE.
 func startSluiceArgs(t *testing.T, dir, name string, cfg configFunc, args ...string) *sluiceProc {
 	t.Helper()
-	p, err := launch(t, dir, name, cfg, args...)
+	p, err := launch(t, dir, name, cfg, "/readyz", args...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -241,7 +241,7 @@ func startSluiceArgs(t *testing.T, dir, name string, cfg configFunc, args ...str
 }
 
 // launch is startSluice returning its error, for any goroutine.
-func launch(t *testing.T, dir, name string, cfg configFunc, args ...string) (*sluiceProc, error) {
+func launch(t *testing.T, dir, name string, cfg configFunc, ready string, args ...string) (*sluiceProc, error) {
 	if len(args) == 0 {
 		args = []string{"--watch", "0"}
 	}
@@ -283,7 +283,7 @@ func launch(t *testing.T, dir, name string, cfg configFunc, args ...string) (*sl
 				t.Errorf("sluice (%s) reported a data race:\n%s", p.proxy, p.stderr.String())
 			}
 		})
-		err = p.waitReady(20 * time.Second)
+		err = p.waitFor(ready, 20*time.Second)
 		if err == nil {
 			return p, nil
 		}
@@ -295,7 +295,10 @@ func launch(t *testing.T, dir, name string, cfg configFunc, args ...string) (*sl
 }
 
 // waitReady polls the admin /readyz until it answers 200, the process exits or timeout passes.
-func (p *sluiceProc) waitReady(timeout time.Duration) error {
+func (p *sluiceProc) waitReady(timeout time.Duration) error { return p.waitFor("/readyz", timeout) }
+
+// waitFor polls the admin path until it answers 200, the process exits or timeout passes.
+func (p *sluiceProc) waitFor(path string, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
 	var last string
 	for time.Now().Before(deadline) {
@@ -304,7 +307,7 @@ func (p *sluiceProc) waitReady(timeout time.Duration) error {
 			return fmt.Errorf("the process exited (%v)", p.cmd.ProcessState)
 		default:
 		}
-		resp, err := e2eClient.Get(p.admin + "/readyz")
+		resp, err := e2eClient.Get(p.admin + path)
 		if err == nil {
 			io.Copy(io.Discard, resp.Body)
 			resp.Body.Close()
@@ -317,7 +320,7 @@ func (p *sluiceProc) waitReady(timeout time.Duration) error {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	return fmt.Errorf("no 200 from %s/readyz within %v (last: %s)", p.admin, timeout, last)
+	return fmt.Errorf("no 200 from %s%s within %v (last: %s)", p.admin, path, timeout, last)
 }
 
 // signal sends sig to the process.
@@ -685,7 +688,7 @@ func startThree(t *testing.T, cfg configFunc) []*sluiceProc {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			procs[i], errs[i] = launch(t, dir, fmt.Sprintf("sluice-%d.yaml", i), cfg)
+			procs[i], errs[i] = launch(t, dir, fmt.Sprintf("sluice-%d.yaml", i), cfg, "/readyz")
 		}()
 	}
 	wg.Wait()
@@ -1280,4 +1283,51 @@ func parseFields(h http.Header, policy string, q, w int64) ([]sfMember, error) {
 		return nil, fmt.Errorf("RateLimit-Policy %q; want %q;q=%d;w=%d", h.Values("RateLimit-Policy"), policy, q, w)
 	}
 	return parseRateLimitField(h, "RateLimit", "r", "t")
+}
+
+// TestServeE2ERedisDownAtStart: sluice starts while Redis does not answer — a restart during a
+// Redis outage must not take the gateway down too. Until Redis answers, the failure mode decides
+// (fail-closed: 503, none forwarded) and /readyz says not ready; once Redis is back, decisions go
+// to it without a restart.
+func TestServeE2ERedisDownAtStart(t *testing.T) {
+	t.Parallel()
+	rs := redistest.Start(t)
+	rs.Kill()
+	up := newUpstream(t)
+	up.slow = 0
+	p, err := launch(t, t.TempDir(), "sluice.yaml", redisConfig(up.URL, rs.Addr, "fail-closed"), "/healthz", "--watch", "0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const path = "/partner-a/down-at-start"
+	if r := get(t, p.proxy, path, "X-API-Key", partnerKey); r.status != http.StatusServiceUnavailable {
+		t.Fatalf("Redis down since the start, fail-closed: %d, want 503", r.status)
+	}
+	if n := up.count(path); n != 0 {
+		t.Fatalf("the upstream saw %d requests while Redis was down", n)
+	}
+	if resp, err := e2eClient.Get(p.admin + "/readyz"); err != nil || resp.StatusCode != http.StatusServiceUnavailable {
+		t.Fatalf("/readyz with Redis down: %v %v", resp, err)
+	}
+	rs.Restart()
+	if err := p.waitReady(15 * time.Second); err != nil {
+		t.Fatalf("after Redis came back: %v\nstderr:\n%s", err, p.stderr.String())
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		r := get(t, p.proxy, path, "X-API-Key", partnerKey)
+		if r.status == http.StatusOK {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("5 s after Redis answers, still %d", r.status)
+		}
+		time.Sleep(50 * time.Millisecond) // the breaker's next probe
+	}
+	if n, err := rs.Do("DBSIZE"); err != nil || n == "0" {
+		t.Fatalf("Redis holds %q keys (%v): the decision was not made on it", n, err)
+	}
+	if !strings.Contains(p.stderr.String(), "Redis does not answer; serving anyway") {
+		t.Fatalf("the log does not say Redis was down at start:\n%s", p.stderr.String())
+	}
 }

@@ -127,7 +127,7 @@ func New(opts Options) (*Store, error) {
 	}
 	client, err := rueidis.NewClient(co)
 	if err != nil {
-		return nil, fmt.Errorf("%w: redis store: connecting to %v: %v", sluice.ErrStoreUnavailable, co.InitAddress, err)
+		return nil, fmt.Errorf("%w: redis store: connecting to %v: %w", sluice.ErrStoreUnavailable, co.InitAddress, err)
 	}
 	s.client = client
 	for _, a := range algorithm.Algorithms {
