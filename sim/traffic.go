@@ -9,6 +9,18 @@ import (
 	"time"
 )
 
+// NormalizePattern writes a traffic pattern as sluice simulate prints it: its segments with their
+// whitespace collapsed, empty ones dropped, joined by "; ". It does not check the segments.
+func NormalizePattern(p string) string {
+	var segs []string
+	for _, s := range strings.Split(p, ";") {
+		if s = strings.Join(strings.Fields(s), " "); s != "" {
+			segs = append(segs, s)
+		}
+	}
+	return strings.Join(segs, "; ")
+}
+
 // ParseTraffic returns the requests of a traffic pattern: segments separated by ";", each
 // starting where the previous one ended (the first at 0), with any whitespace around the words:
 //

@@ -173,3 +173,16 @@ func TestParseThousandths(t *testing.T) {
 		}
 	}
 }
+
+func TestNormalizePattern(t *testing.T) {
+	for in, want := range map[string]string{
+		"5/s for 10s;40 in 1s":               "5/s for 10s; 40 in 1s",
+		"  5/s   for\t10s ;; 40  at once ; ": "5/s for 10s; 40 at once",
+		"":                                   "",
+		" ; ":                                "",
+	} {
+		if got := NormalizePattern(in); got != want {
+			t.Errorf("NormalizePattern(%q) = %q, want %q", in, got, want)
+		}
+	}
+}

@@ -6,7 +6,6 @@ import (
 	"io"
 	"os"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/sluicehq/sluice"
@@ -197,7 +196,7 @@ func (o *simulateOptions) requests(changed func(string) bool, stdin io.Reader) (
 		if len(reqs) == 0 {
 			return nil, "", fmt.Errorf("--traffic %q makes no requests", o.traffic)
 		}
-		return reqs, normalizePattern(o.traffic), nil
+		return reqs, sim.NormalizePattern(o.traffic), nil
 	case changed("trace"):
 		var r io.Reader = stdin
 		name := "standard input"
@@ -222,17 +221,6 @@ func (o *simulateOptions) requests(changed func(string) bool, stdin io.Reader) (
 		return reqs, "trace " + name, nil
 	}
 	return nil, "", errors.New(`want --traffic PATTERN or --trace FILE (e.g. --traffic "5/s for 10s; 40 in 1s")`)
-}
-
-// normalizePattern writes a pattern's segments trimmed, joined by "; ".
-func normalizePattern(p string) string {
-	var segs []string
-	for _, s := range strings.Split(p, ";") {
-		if s = strings.Join(strings.Fields(s), " "); s != "" {
-			segs = append(segs, s)
-		}
-	}
-	return strings.Join(segs, "; ")
 }
 
 // int64Value is a flag holding a whole number, with a short error message.

@@ -155,7 +155,7 @@ func Parse(query string) (Scenario, Errors) {
 	if text, ok := get(KeyTraffic); !ok || text == "" {
 		fail(KeyTraffic, "is required: a pattern such as \"5/s for 10s; 40 in 1s; 5/s for 10s\"")
 	} else {
-		sc.Traffic = normalizePattern(text)
+		sc.Traffic = sim.NormalizePattern(text)
 	}
 	if text, ok := get(KeyJitter); ok && text != "" {
 		d, msg := parseDuration(text, 0)
@@ -291,18 +291,6 @@ func parseDuration(text string, min time.Duration) (time.Duration, string) {
 		return 0, fmt.Sprintf("%s is longer than the simulator's clock runs (2^53 µs)", text)
 	}
 	return d, ""
-}
-
-// normalizePattern writes a pattern's segments trimmed, joined by "; ", as `sluice simulate`
-// prints it.
-func normalizePattern(p string) string {
-	var segs []string
-	for _, s := range strings.Split(p, ";") {
-		if s = strings.Join(strings.Fields(s), " "); s != "" {
-			segs = append(segs, s)
-		}
-	}
-	return strings.Join(segs, "; ")
 }
 
 // Encode writes sc as a query string (without "?"), its keys in a fixed order and its numbers in
