@@ -2,7 +2,6 @@ package gateway
 
 import (
 	"sort"
-	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -11,8 +10,7 @@ import (
 // rates over the last seconds, early retries, abandoned holds, and when it was last refused. It is
 // kept per client label (configured names and "anonymous"), so it is as bounded as the metrics.
 type activity struct {
-	clients atomic.Pointer[map[string]*clientActivity] // copied on write
-	mu      sync.Mutex                                 // serialises writers of clients
+	clients cowMap[string, *clientActivity]
 	started time.Time
 }
 
@@ -49,30 +47,7 @@ type second struct {
 func newActivity() *activity { return &activity{started: time.Now()} }
 
 func (a *activity) client(name string) *clientActivity {
-	if m := a.clients.Load(); m != nil {
-		if c, ok := (*m)[name]; ok {
-			return c
-		}
-	}
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	old := a.clients.Load()
-	var next map[string]*clientActivity
-	if old != nil {
-		if c, ok := (*old)[name]; ok {
-			return c
-		}
-		next = make(map[string]*clientActivity, len(*old)+1)
-		for k, v := range *old {
-			next[k] = v
-		}
-	} else {
-		next = map[string]*clientActivity{}
-	}
-	c := &clientActivity{}
-	next[name] = c
-	a.clients.Store(&next)
-	return c
+	return a.clients.get(name, func() *clientActivity { return &clientActivity{} })
 }
 
 // record counts one request of client with outcome at now; retryAt is when a refusal said to retry.
@@ -119,13 +94,10 @@ type ClientStats struct {
 // the rates average over (fewer than rateSpan while the server is young).
 func (a *activity) snapshot(now time.Time) ([]ClientStats, int) {
 	span := min(rateSpan, max(1, int64(now.Sub(a.started)/time.Second)))
-	m := a.clients.Load()
-	if m == nil {
-		return []ClientStats{}, int(span)
-	}
-	out := make([]ClientStats, 0, len(*m))
+	m := a.clients.all()
+	out := make([]ClientStats, 0, len(m))
 	cur := now.Unix()
-	for name, c := range *m {
+	for name, c := range m {
 		st := ClientStats{Client: name, Allowed: c.totals[outcomeAllowed].Load(), Refused: c.totals[outcomeRefused].Load(),
 			Delayed: c.totals[outcomeDelayed].Load(), EarlyRetries: c.early.Load(), Abandoned: c.abandoned.Load()}
 		var sums [numOutcomes]uint64

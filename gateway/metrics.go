@@ -1,7 +1,6 @@
 package gateway
 
 import (
-	"sync"
 	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -22,10 +21,8 @@ type Metrics struct {
 	reloads        *prometheus.CounterVec // result
 
 	// byPolicy caches decisions' counters per client and policy label: looking them up in the
-	// CounterVec hashes the labels and takes a lock on every request. Copied on write; the
-	// labels are bounded (configured names and "anonymous"), and so is the map.
-	byPolicy atomic.Pointer[map[[2]string]*resultCounters]
-	mu       sync.Mutex // serialises writers of byPolicy
+	// CounterVec hashes the labels and takes a lock on every request.
+	byPolicy cowMap[[2]string, *resultCounters]
 
 	activity        *activity     // per client, for the operator page
 	storeErrorCount atomic.Uint64 // the storeErrors counter's value, for the operator page
@@ -67,34 +64,7 @@ type resultCounters struct {
 // counters returns the decision counters of client and policy.
 func (m *Metrics) counters(client, policy string) *resultCounters {
 	key := [2]string{client, policy}
-	if p := m.byPolicy.Load(); p != nil {
-		if c, ok := (*p)[key]; ok {
-			return c
-		}
-	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	old := m.byPolicy.Load()
-	if old != nil {
-		if c, ok := (*old)[key]; ok {
-			return c
-		}
-	}
-	next := make(map[[2]string]*resultCounters, 1+len(ptrMap(old)))
-	for k, v := range ptrMap(old) {
-		next[k] = v
-	}
-	c := &resultCounters{vec: m.decisions, labels: key}
-	next[key] = c
-	m.byPolicy.Store(&next)
-	return c
-}
-
-func ptrMap(p *map[[2]string]*resultCounters) map[[2]string]*resultCounters {
-	if p == nil {
-		return nil
-	}
-	return *p
+	return m.byPolicy.get(key, func() *resultCounters { return &resultCounters{vec: m.decisions, labels: key} })
 }
 
 // NewMetrics registers the gateway's metrics on reg.
