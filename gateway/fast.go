@@ -172,8 +172,8 @@ func (g *Gateway) forwardedFor(ctx *fasthttp.RequestCtx) {
 	}
 }
 
-// fields is what removeFields needs of a fasthttp request or response header.
-type fields interface {
+// headerFields is what removeHopHeaders needs of a fasthttp request or response header.
+type headerFields interface {
 	PeekAll(string) [][]byte
 	Del(string)
 	Add(string, string)
@@ -183,10 +183,10 @@ type fields interface {
 // removeHopHeaders deletes the hop-by-hop fields, those the Connection field names, and extra
 // (Expect, say), keeping the order of the lines of every other field. Most messages have none of
 // them: one pass over the fields finds out before anything is looked up by name.
-func removeHopHeaders(h fields, extra ...string) {
+func removeHopHeaders(h headerFields, extra ...string) {
 	found := false
 	for k := range h.All() {
-		if isHopHeader(k) || slices.ContainsFunc(extra, func(e string) bool { return strings.EqualFold(b2s(k), e) }) {
+		if oneOf(b2s(k), hopHeaders) || oneOf(b2s(k), extra) {
 			found = true
 			break
 		}
@@ -194,44 +194,49 @@ func removeHopHeaders(h fields, extra ...string) {
 	if !found {
 		return
 	}
-	remove := append(append([]string(nil), hopHeaders...), extra...)
+	names := append(slices.Clone(hopHeaders), extra...)
 	for _, line := range h.PeekAll("Connection") {
-		for len(line) > 0 {
-			var tok []byte
-			tok, line = nextToken(line)
-			if len(tok) > 0 && !equalFold(tok, "close") && !equalFold(tok, "keep-alive") {
-				remove = append(remove, string(tok))
+		for _, tok := range strings.Split(string(line), ",") {
+			if tok = strings.TrimSpace(tok); tok != "" && !oneOf(tok, []string{"close", "keep-alive"}) {
+				names = append(names, tok)
 			}
 		}
-	}
-	removed := func(k string) bool {
-		return slices.ContainsFunc(remove, func(r string) bool { return strings.EqualFold(k, r) })
 	}
 	// fasthttp deletes a field by swapping the last line into its place, which can reorder the
 	// lines of a field sent on several (X-Forwarded-For, Via, ...), whose order is significant
 	// (RFC 9110, section 5.3). Note those lines first, and put them back in order after.
-	type line struct{ k, v string }
-	var lines []line
 	count := map[string]int{}
 	for k := range h.All() {
 		count[string(k)]++
 	}
+	kept := func(name string) bool { return count[name] > 1 && !oneOf(name, names) && !specialField(name) }
+	var lines [][2]string
 	for k, v := range h.All() {
-		if name := string(k); count[name] > 1 && !removed(name) && !specialField(name) {
-			lines = append(lines, line{name, string(v)})
+		if kept(string(k)) {
+			lines = append(lines, [2]string{string(k), string(v)})
 		}
 	}
-	for _, name := range remove {
+	for _, name := range names {
 		h.Del(name)
 	}
-	for i, l := range lines {
-		if i == 0 || !slices.ContainsFunc(lines[:i], func(o line) bool { return o.k == l.k }) {
-			h.Del(l.k)
+	for name := range count {
+		if kept(name) {
+			h.Del(name)
 		}
 	}
 	for _, l := range lines {
-		h.Add(l.k, l.v)
+		h.Add(l[0], l[1])
 	}
+}
+
+// oneOf reports whether name is one of names, ignoring case.
+func oneOf(name string, names []string) bool {
+	for _, n := range names {
+		if strings.EqualFold(name, n) {
+			return true
+		}
+	}
+	return false
 }
 
 // specialField reports the fields fasthttp keeps apart from the others (and frames or joins
@@ -243,56 +248,6 @@ func specialField(name string) bool {
 		return true
 	}
 	return false
-}
-
-// isHopHeader reports whether k (normalized, as fasthttp yields it) is one of hopHeaders.
-func isHopHeader(k []byte) bool {
-	for _, name := range hopHeadersLower {
-		if equalFold(k, name) {
-			return true
-		}
-	}
-	return false
-}
-
-var hopHeadersLower = func() []string {
-	out := make([]string, len(hopHeaders))
-	for i, h := range hopHeaders {
-		out[i] = strings.ToLower(h)
-	}
-	return out
-}()
-
-// nextToken splits the first comma-separated token (trimmed) off a list.
-func nextToken(b []byte) (tok, rest []byte) {
-	i := 0
-	for i < len(b) && b[i] != ',' {
-		i++
-	}
-	tok, rest = b[:i], b[min(i+1, len(b)):]
-	for len(tok) > 0 && (tok[0] == ' ' || tok[0] == '\t') {
-		tok = tok[1:]
-	}
-	for len(tok) > 0 && (tok[len(tok)-1] == ' ' || tok[len(tok)-1] == '\t') {
-		tok = tok[:len(tok)-1]
-	}
-	return tok, rest
-}
-
-func equalFold(b []byte, s string) bool {
-	if len(b) != len(s) {
-		return false
-	}
-	for i := range b {
-		c := b[i]
-		if 'A' <= c && c <= 'Z' {
-			c += 'a' - 'A'
-		}
-		if c != s[i] {
-			return false
-		}
-	}
-	return true
 }
 
 func isTimeout(err error) bool {

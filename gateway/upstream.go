@@ -103,18 +103,16 @@ func dialIdleTimeout(addr string) (net.Conn, error) {
 }
 
 // idleConn bounds each read and write, not the whole exchange. Moving a deadline costs a timer
-// update, so it is moved only once it is a second stale: an upstream gets between upstreamIdle
-// minus a second and upstreamIdle of silence. A connection is used by one request at a time.
+// update, so it is moved only once it is a sixtieth of upstreamIdle stale: an upstream gets
+// between 59/60 of upstreamIdle and upstreamIdle of silence. A connection is used by one request
+// at a time.
 type idleConn struct {
 	net.Conn
 	readSet, writeSet time.Time // when each deadline was last moved
 }
 
-// deadlineSlack is how stale a deadline may get before it is moved.
-const deadlineSlack = time.Second
-
 func (c *idleConn) Read(b []byte) (int, error) {
-	if now := time.Now(); now.Sub(c.readSet) > deadlineSlack || upstreamIdle < 2*deadlineSlack {
+	if now := time.Now(); now.Sub(c.readSet) > upstreamIdle/60 {
 		c.readSet = now
 		_ = c.Conn.SetReadDeadline(now.Add(upstreamIdle))
 	}
@@ -122,7 +120,7 @@ func (c *idleConn) Read(b []byte) (int, error) {
 }
 
 func (c *idleConn) Write(b []byte) (int, error) {
-	if now := time.Now(); now.Sub(c.writeSet) > deadlineSlack || upstreamIdle < 2*deadlineSlack {
+	if now := time.Now(); now.Sub(c.writeSet) > upstreamIdle/60 {
 		c.writeSet = now
 		_ = c.Conn.SetWriteDeadline(now.Add(upstreamIdle))
 	}
