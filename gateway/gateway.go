@@ -133,6 +133,7 @@ type request struct {
 	applied  []config.AppliedPolicy
 	cost     int64
 	decision []answer.Applied // in applied's order
+	delay    time.Duration    // if allowed: the longest hold of its enforced leaky-bucket policies
 	sc       *scratch         // where decision lives; see release
 }
 
@@ -184,19 +185,20 @@ func (g *Gateway) judge(ctx context.Context, req *request) verdict {
 		v.problem = answer.QuotaExceeded(req.who.Client, refusedOnes(req.decision, req.applied))
 		return v
 	}
-	if delay := maxDelay(req.decision, req.applied); delay > 0 {
-		if longest := g.cfg.Limits.MaxDelay; delay > longest {
-			// The queue took the request but would hold it longer than this gateway holds any:
-			// refuse, and say when the queue will have drained far enough to hold one no longer
-			// than that.
-			v.problem = answer.QuotaExceeded(req.who.Client, delayedOnes(req.decision, req.applied, longest))
-			return v
-		}
-		v.hold = delay
+	if g.holdsTooLong(req) {
+		// The queue took the request but would hold it longer than this gateway holds any:
+		// refuse, and say when the queue will have drained far enough to hold one no longer
+		// than that.
+		v.problem = answer.QuotaExceeded(req.who.Client, delayedOnes(req.decision, req.applied, g.cfg.Limits.MaxDelay))
+		return v
 	}
-	v.forward = true
+	v.hold, v.forward = req.delay, true
 	return v
 }
+
+// holdsTooLong reports whether a leaky-bucket policy would hold req (allowed) longer than
+// limits.max_delay: the gateway refuses it instead.
+func (g *Gateway) holdsTooLong(req *request) bool { return req.delay > g.cfg.Limits.MaxDelay }
 
 // ServeHTTP is the net/http engine: it decides, then forwards (httputil.ReverseProxy), holds or
 // refuses the request. sluice serve runs the fasthttp engine (ServeFast); this one is for a
@@ -359,13 +361,19 @@ func (g *Gateway) decide(ctx context.Context, req *request) (bool, error) {
 	}
 	var retryAt time.Time
 	outcome := outcomeAllowed
-	if !allowed {
+	if allowed {
+		req.delay = maxDelay(req.decision, req.applied)
+	}
+	switch {
+	case !allowed:
 		outcome, retryAt = outcomeRefused, now.Add(answer.Wait(enforcedOnly(req.decision, req.applied)))
-		g.retries.refused(req.who.Key, retryAt)
-	} else if delay := maxDelay(req.decision, req.applied); delay > g.cfg.Limits.MaxDelay {
-		outcome, retryAt = outcomeRefused, now.Add(delay-g.cfg.Limits.MaxDelay) // judge refuses it
-	} else if delay > 0 {
+	case g.holdsTooLong(req): // refused by judge
+		outcome, retryAt = outcomeRefused, now.Add(req.delay-g.cfg.Limits.MaxDelay)
+	case req.delay > 0:
 		outcome = outcomeDelayed
+	}
+	if outcome == outcomeRefused {
+		g.retries.refused(req.who.Key, retryAt)
 	}
 	g.metrics.activity.record(req.client, outcome, now, retryAt)
 	return allowed, nil
