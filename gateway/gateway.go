@@ -393,10 +393,10 @@ func (g *Gateway) failure(req *request, err error) answer.Problem {
 		}
 		return answer.BadRequest("the request's cost cannot be decided")
 	case errors.Is(err, sluice.ErrStoreUnavailable):
-		g.metrics.storeError()
+		g.metrics.storeErrors.Inc()
 		return answer.StoreUnavailable(req.who.Client, time.Second)
 	default:
-		g.metrics.storeError()
+		g.metrics.storeErrors.Inc()
 		return answer.Problem{Type: "about:blank", Title: "Internal Server Error",
 			Status: http.StatusInternalServerError, Detail: "the limiter failed; the request was not forwarded"}
 	}

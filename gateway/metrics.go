@@ -4,6 +4,7 @@ import (
 	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 
 	"github.com/sluicehq/sluice"
 )
@@ -24,15 +25,17 @@ type Metrics struct {
 	// CounterVec hashes the labels and takes a lock on every request.
 	byPolicy cowMap[[2]string, *resultCounters]
 
-	activity        *activity     // per client, for the operator page
-	storeErrorCount atomic.Uint64 // the storeErrors counter's value, for the operator page
-	fallbacks       atomic.Uint64 // decisions made by a failure mode (fail-open, local), not the store
+	activity  *activity     // per client, for the operator page
+	fallbacks atomic.Uint64 // decisions made by a failure mode (fail-open, local), not the store
 }
 
-// storeError counts a request the store could not decide.
-func (m *Metrics) storeError() {
-	m.storeErrors.Inc()
-	m.storeErrorCount.Add(1)
+// storeErrorTotal is the storeErrors counter's value, for the operator page.
+func (m *Metrics) storeErrorTotal() uint64 {
+	var v dto.Metric
+	if m.storeErrors.Write(&v) != nil {
+		return 0
+	}
+	return uint64(v.GetCounter().GetValue())
 }
 
 // abandon counts a held request whose client left.

@@ -239,7 +239,7 @@ func (s *Server) stats(w http.ResponseWriter, r *http.Request) {
 	st := Stats{Time: now.UTC(), UptimeSeconds: now.Sub(s.metrics.activity.started).Seconds(), Config: cfg.String()}
 	st.Clients, st.RateSeconds = s.metrics.activity.snapshot(now)
 	st.Store = StoreStats{Type: cfg.Store.Type, OnError: cfg.Store.OnError.String(), Reachable: true,
-		Errors: s.metrics.storeErrorCount.Load(), Fallbacks: s.metrics.fallbacks.Load()}
+		Errors: s.metrics.storeErrorTotal(), Fallbacks: s.metrics.fallbacks.Load()}
 	if a, ok := s.store.(sluice.Available); ok {
 		st.Store.BreakerOpen = !a.Available()
 	}

@@ -44,6 +44,7 @@ import (
 
 	"github.com/dunglas/httpsfv"
 
+	"github.com/sluicehq/sluice/gateway"
 	"github.com/sluicehq/sluice/internal/redistest"
 )
 
@@ -1308,6 +1309,16 @@ func TestServeE2ERedisDownAtStart(t *testing.T) {
 	}
 	if resp, err := e2eClient.Get(p.admin + "/readyz"); err != nil || resp.StatusCode != http.StatusServiceUnavailable {
 		t.Fatalf("/readyz with Redis down: %v %v", resp, err)
+	}
+	resp, err := e2eClient.Get(p.admin + "/v1/stats")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st gateway.Stats
+	err = json.NewDecoder(resp.Body).Decode(&st)
+	resp.Body.Close()
+	if err != nil || st.Store.Reachable || st.Store.Errors != 1 {
+		t.Fatalf("/v1/stats with Redis down, after one 503: %+v %v; want unreachable, 1 store error", st.Store, err)
 	}
 	rs.Restart()
 	if err := p.waitReady(15 * time.Second); err != nil {
