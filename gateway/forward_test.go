@@ -123,15 +123,7 @@ func TestUpgradeTunnel(t *testing.T) {
 	forEachEngine(t, func(t *testing.T, engine string) {
 		up := newEcho(t)
 		gw, _ := start(t, engine, forwardYAML, up)
-		c, err := net.Dial("tcp", strings.TrimPrefix(gw.URL, "http://"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer c.Close()
-		c.SetDeadline(time.Now().Add(5 * time.Second))
-		fmt.Fprintf(c, "GET /chat HTTP/1.1\r\nHost: api.example\r\nConnection: Upgrade\r\nUpgrade: echo\r\n\r\n")
-		br := bufio.NewReader(c)
-		resp, err := http.ReadResponse(br, nil)
+		resp, br, c, err := rawExchange(t, gw, "GET /chat HTTP/1.1\r\nHost: api.example\r\nConnection: Upgrade\r\nUpgrade: echo\r\n\r\n")
 		if err != nil || resp.StatusCode != http.StatusSwitchingProtocols {
 			t.Fatalf("upgrade: %v %v", resp, err)
 		}
@@ -166,15 +158,7 @@ func TestConnectionClose(t *testing.T) {
 	forEachEngine(t, func(t *testing.T, engine string) {
 		up := newEcho(t)
 		gw, _ := start(t, engine, forwardYAML, up)
-		c, err := net.Dial("tcp", strings.TrimPrefix(gw.URL, "http://"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer c.Close()
-		c.SetDeadline(time.Now().Add(5 * time.Second))
-		fmt.Fprintf(c, "GET /bye HTTP/1.1\r\nHost: api.example\r\nConnection: close\r\n\r\n")
-		br := bufio.NewReader(c)
-		resp, err := http.ReadResponse(br, nil)
+		resp, br, _, err := rawExchange(t, gw, "GET /bye HTTP/1.1\r\nHost: api.example\r\nConnection: close\r\n\r\n")
 		if err != nil || resp.StatusCode != 200 {
 			t.Fatalf("%v %v", resp, err)
 		}
@@ -197,18 +181,11 @@ func TestUnreadableRequests(t *testing.T) {
 		{"GET / HTTP/1.1\r\nHost: a\r\nX-API-Key: secret-" + strings.Repeat("k", 40<<10) + "\r\n\r\n", http.StatusRequestHeaderFieldsTooLarge},
 		{"NOT HTTP AT ALL secret-key\r\n\r\n", http.StatusBadRequest},
 	} {
-		c, err := net.Dial("tcp", strings.TrimPrefix(gw.URL, "http://"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		c.SetDeadline(time.Now().Add(5 * time.Second))
-		io.WriteString(c, tt.raw)
-		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		resp, _, _, err := rawExchange(t, gw, tt.raw)
 		if err != nil {
 			t.Fatal(err)
 		}
 		body, _ := io.ReadAll(resp.Body)
-		c.Close()
 		if resp.StatusCode != tt.want || resp.Header.Get("Content-Type") != "application/problem+json" || strings.Contains(string(body), "secret") {
 			t.Fatalf("%.30q: %d %q %s", tt.raw, resp.StatusCode, resp.Header.Get("Content-Type"), body)
 		}
@@ -284,15 +261,7 @@ func TestSlowHeader(t *testing.T) {
 	defer gateway.SetHeaderTimeout(old)
 	up := newEcho(t)
 	gw, _ := start(t, "fasthttp", forwardYAML, up)
-	c, err := net.Dial("tcp", strings.TrimPrefix(gw.URL, "http://"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	c.SetDeadline(time.Now().Add(5 * time.Second))
-	io.WriteString(c, "GET / HTTP/1.1\r\nHost: a\r\n") // and no more
-	br := bufio.NewReader(c)
-	resp, err := http.ReadResponse(br, nil)
+	resp, br, _, err := rawExchange(t, gw, "GET / HTTP/1.1\r\nHost: a\r\n") // and no more
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -303,4 +272,22 @@ func TestSlowHeader(t *testing.T) {
 	if _, err := br.ReadByte(); err != io.EOF {
 		t.Fatalf("the connection stayed open (%v)", err)
 	}
+}
+
+// rawExchange sends raw to the gateway on a connection of its own (closed when the test ends,
+// and given 5 s) and reads one response's header; the reader and the connection stay usable.
+func rawExchange(t *testing.T, gw *frontend, raw string) (*http.Response, *bufio.Reader, net.Conn, error) {
+	t.Helper()
+	c, err := net.Dial("tcp", strings.TrimPrefix(gw.URL, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	c.SetDeadline(time.Now().Add(5 * time.Second))
+	if _, err := io.WriteString(c, raw); err != nil {
+		t.Fatal(err)
+	}
+	br := bufio.NewReader(c)
+	resp, err := http.ReadResponse(br, nil)
+	return resp, br, c, err
 }

@@ -378,9 +378,6 @@ func TestOutputFailure(t *testing.T) {
 
 // TestBinary builds sluice and runs it as a real process: exit codes and streams as a shell sees them.
 func TestBinary(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds the binary")
-	}
 	goTool, err := exec.LookPath("go")
 	if err != nil {
 		goTool = filepath.Join(runtime.GOROOT(), "bin", "go")
