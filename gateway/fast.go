@@ -68,18 +68,7 @@ func (g *Gateway) fields(h *fasthttp.ResponseHeader, decisions []answer.Applied)
 func writeProblem(ctx *fasthttp.RequestCtx, p answer.Problem) {
 	resp := &ctx.Response
 	resp.Reset()
-	status := p.Status
-	if status < 100 || status > 999 {
-		status = fasthttp.StatusInternalServerError
-	}
-	resp.SetStatusCode(status)
-	resp.Header.SetContentType(answer.ContentType)
-	resp.Header.Set("Cache-Control", "no-store")
-	resp.Header.Set("X-Content-Type-Options", "nosniff")
-	if p.RetryAfter > 0 {
-		var b [20]byte
-		resp.Header.SetBytesV(answer.FieldRetryAfter, strconv.AppendInt(b[:0], p.RetryAfter, 10))
-	}
+	resp.SetStatusCode(p.Head(resp.Header.Set))
 	b := bodyBuffers.Get().(*[]byte)
 	*b = p.AppendJSON((*b)[:0])
 	resp.AppendBody(*b) // a copy, into the response's own buffer

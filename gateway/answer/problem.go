@@ -177,19 +177,25 @@ func period(d time.Duration) string {
 func WriteProblem(w http.ResponseWriter, p Problem) {
 	body := p.AppendJSON(make([]byte, 0, 512))
 	h := w.Header()
-	h.Set("Content-Type", ContentType)
+	status := p.Head(func(name, value string) { h.Set(name, value) })
 	h.Set("Content-Length", strconv.Itoa(len(body)))
-	h.Set("Cache-Control", "no-store")
-	h.Set("X-Content-Type-Options", "nosniff")
-	if p.RetryAfter > 0 {
-		h.Set(FieldRetryAfter, strconv.FormatInt(p.RetryAfter, 10))
-	}
-	status := p.Status
-	if status < 100 || status > 999 {
-		status = http.StatusInternalServerError
-	}
 	w.WriteHeader(status)
 	w.Write(body)
+}
+
+// Head sets the header fields of p's response (as WriteProblem sends them, but Content-Length)
+// with set, and returns its status: for an engine that does not write to an http.ResponseWriter.
+func (p Problem) Head(set func(name, value string)) (status int) {
+	set("Content-Type", ContentType)
+	set("Cache-Control", "no-store")
+	set("X-Content-Type-Options", "nosniff")
+	if p.RetryAfter > 0 {
+		set(FieldRetryAfter, strconv.FormatInt(p.RetryAfter, 10))
+	}
+	if p.Status < 100 || p.Status > 999 {
+		return http.StatusInternalServerError
+	}
+	return p.Status
 }
 
 // MarshalJSON encodes p as AppendJSON does.
