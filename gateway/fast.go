@@ -103,13 +103,7 @@ func (g *Gateway) forward(ctx *fasthttp.RequestCtx) {
 
 	err := up.client.Do(req, resp)
 	if err != nil {
-		g.metrics.upstreamErrors.Inc()
-		status := fasthttp.StatusBadGateway
-		if errors.Is(err, fasthttp.ErrTimeout) || errors.Is(err, fasthttp.ErrDialTimeout) || isTimeout(err) {
-			status = fasthttp.StatusGatewayTimeout
-		}
-		writeProblem(ctx, answer.Problem{Type: "https://sluice.dev/problems/upstream-unavailable",
-			Title: fasthttp.StatusMessage(status), Status: status, Detail: "the upstream did not answer; the request may be retried"})
+		writeProblem(ctx, g.upstreamFailed(err))
 		return
 	}
 	removeHopHeaders(&resp.Header)
@@ -239,6 +233,15 @@ func specialField(name string) bool {
 	return false
 }
 
+// upstreamFailed counts a request the upstream did not answer and returns its answer: 504 if
+// the upstream was too slow, else 502.
+func (g *Gateway) upstreamFailed(err error) answer.Problem {
+	g.metrics.upstreamErrors.Inc()
+	timeout := errors.Is(err, context.DeadlineExceeded) || errors.Is(err, fasthttp.ErrTimeout) ||
+		errors.Is(err, fasthttp.ErrDialTimeout) || isTimeout(err)
+	return answer.UpstreamUnavailable(timeout)
+}
+
 func isTimeout(err error) bool {
 	var t interface{ Timeout() bool }
 	return errors.As(err, &t) && t.Timeout()
@@ -254,17 +257,16 @@ func (g *Gateway) tunnel(ctx *fasthttp.RequestCtx) {
 	target(req, up)
 	conn, err := up.dial()
 	if err != nil {
-		g.metrics.upstreamErrors.Inc()
-		writeProblem(ctx, answer.Problem{Type: "https://sluice.dev/problems/upstream-unavailable",
-			Title: "Bad Gateway", Status: fasthttp.StatusBadGateway, Detail: "the upstream did not answer; the request may be retried"})
+		writeProblem(ctx, g.upstreamFailed(err))
 		return
 	}
 	w := bufio.NewWriter(conn)
-	if err := req.Write(w); err != nil || w.Flush() != nil {
+	if err = req.Write(w); err == nil {
+		err = w.Flush()
+	}
+	if err != nil {
 		conn.Close()
-		g.metrics.upstreamErrors.Inc()
-		writeProblem(ctx, answer.Problem{Type: "https://sluice.dev/problems/upstream-unavailable",
-			Title: "Bad Gateway", Status: fasthttp.StatusBadGateway, Detail: "the upstream did not take the request"})
+		writeProblem(ctx, g.upstreamFailed(err))
 		return
 	}
 	ctx.HijackSetNoResponse(true)

@@ -60,17 +60,12 @@ func New(cfg *config.Config, store sluice.Store, metrics *Metrics, up *Upstream)
 		BufferPool: copyBuffers, // without one, every response body copy allocates 32 KiB
 		// FlushInterval 0: a response of unknown length (a stream, chunked, text/event-stream)
 		// is still flushed as it comes; others are written as the copy goes.
-		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
-			metrics.upstreamErrors.Inc()
-			status := http.StatusBadGateway
-			if errors.Is(err, context.DeadlineExceeded) || isTimeout(err) {
-				status = http.StatusGatewayTimeout
-			}
-			answer.WriteProblem(w, answer.Problem{Type: "https://sluice.dev/problems/upstream-unavailable",
-				Title: http.StatusText(status), Status: status, Detail: "the upstream did not answer; the request may be retried"})
-		},
 	}
-	return &Gateway{cfg: cfg, chain: chain, store: store, up: up, proxy: proxy, metrics: metrics, retries: newEarlyRetries(1 << 16)}, nil
+	g := &Gateway{cfg: cfg, chain: chain, store: store, up: up, proxy: proxy, metrics: metrics, retries: newEarlyRetries(1 << 16)}
+	proxy.ErrorHandler = func(w http.ResponseWriter, r *http.Request, err error) {
+		answer.WriteProblem(w, g.upstreamFailed(err))
+	}
+	return g, nil
 }
 
 // Upstream returns the connections this Gateway forwards over, for the next one (see New).

@@ -18,6 +18,8 @@ const (
 	TypeQuotaExceeded = "https://iana.org/assignments/http-problem-types#quota-exceeded"
 	// TypeStoreUnavailable: the limiter could not decide and fails closed (503).
 	TypeStoreUnavailable = "https://sluice.dev/problems/store-unavailable"
+	// TypeUpstreamUnavailable: the request was allowed but the upstream did not answer (502, 504).
+	TypeUpstreamUnavailable = "https://sluice.dev/problems/upstream-unavailable"
 	// TypeCostExceedsLimit: the request costs more than a policy ever approves at once (400).
 	TypeCostExceedsLimit = "https://sluice.dev/problems/cost-exceeds-limit"
 	// TypeBlank is RFC 9457's default type: the problem is just what the status code says.
@@ -124,6 +126,17 @@ func CostExceedsLimit(client string, a Applied, cost int64) Problem {
 		Detail: fmt.Sprintf("this request counts as %d requests, but policy %q (%s) never lets %s make more than %d at once, so it can never be approved and retrying will not help; ask the API's operator for a larger quota",
 			cost, a.Policy.Name, describe(a.Policy), who(client), a.Policy.Capacity()),
 	}
+}
+
+// UpstreamUnavailable is the problem for an allowed request the upstream did not answer: 504 if
+// it was too slow (timeout), else 502.
+func UpstreamUnavailable(timeout bool) Problem {
+	status := http.StatusBadGateway
+	if timeout {
+		status = http.StatusGatewayTimeout
+	}
+	return Problem{Type: TypeUpstreamUnavailable, Title: http.StatusText(status), Status: status,
+		Detail: "the upstream did not answer; the request may be retried"}
 }
 
 // BadRequest is a plain 400 problem (type about:blank, title as the status code's phrase) with
