@@ -20,8 +20,9 @@ import (
 //	leaky-bucket    at and after it; for the leaky bucket, the time the queue has drained.
 //	                0 ≤ Frac < Limit always.
 //
-// The fields a decision writes come first, so that a store can keep them, with its own per-key
-// bookkeeping, on one cache line: on a hot path the lines written are what costs.
+// The fields a decision writes come first, then those it only reads, the sliding log's list last,
+// so that a store can keep what a counter or bucket decision touches, with its own per-key
+// bookkeeping, on two adjacent cache lines: on a hot path the lines touched are what costs.
 type State struct {
 	Window int64
 	Count  int64
@@ -31,9 +32,10 @@ type State struct {
 	Alg    Algorithm
 	Limit  int64 // the policy's limit when written
 	Period int64 // the policy's period in µs when written
-	Log    []LogEntry
 
 	cache derived // from Limit and Period, computed when the state was (re)started
+
+	Log []LogEntry
 }
 
 // derived holds what a decision would otherwise divide for, computed once per key when its state

@@ -59,12 +59,20 @@ func TestCollidingKeysSweepAndEvict(t *testing.T) {
 }
 
 // The layout comment on client holds: 192-byte objects start on a cache line, and what a
-// decision writes (the first slot's expiry and counters) lies within the first 64 bytes.
+// counter or bucket decision touches (the key, the first slot but for the sliding log's list)
+// lies within the first 128 bytes.
 func TestClientLayout(t *testing.T) {
 	if size := unsafe.Sizeof(client{}); size <= 176 || size > 192 {
 		t.Errorf("client is %d bytes, want 177..192 (the 192-byte size class)", size)
 	}
-	if end := unsafe.Offsetof(client{}.first) + unsafe.Offsetof(slot{}.state) + unsafe.Offsetof(algorithm.State{}.Frac) + 8; end > 64 {
-		t.Errorf("the written fields end at byte %d, past the first cache line", end)
+	state := unsafe.Offsetof(client{}.first) + unsafe.Offsetof(slot{}.state)
+	if end := state + unsafe.Offsetof(algorithm.State{}.Log); end > 128 {
+		t.Errorf("the fields a decision touches end at byte %d, past the second cache line", end)
+	}
+	if unsafe.Offsetof(client{}.key) >= 64 || unsafe.Offsetof(client{}.first)+unsafe.Offsetof(slot{}.expires) >= 64 {
+		t.Error("the key's header or the first slot's expiry is past the first cache line")
+	}
+	if size := unsafe.Sizeof(shard{}); size != 64 {
+		t.Errorf("shard is %d bytes, want one 64-byte cache line", size)
 	}
 }

@@ -19,10 +19,12 @@ import (
 	"errors"
 	"fmt"
 	"hash/maphash"
+	"math/rand/v2"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/algorithm"
@@ -58,30 +60,58 @@ type Store struct {
 
 type shard struct {
 	mu        sync.Mutex
-	clients   map[uint64]*client // guarded by mu; by the key's hash, colliding keys chained in next
-	slots     int                // guarded by mu; key-and-policy pairs held, what the bound counts
-	nextSweep int64              // guarded by mu; store time (µs) of the next sweep
-	_         [32]byte           // keeps neighbouring shards' locks off one cache line
+	table     []entry // guarded by mu; the shard's clients, see entry
+	clients   int     // guarded by mu; entries in use in table
+	slots     int     // guarded by mu; key-and-policy pairs held, what the bound counts
+	nextSweep int64   // guarded by mu; store time (µs) of the next sweep
+	_         [8]byte // a shard is one cache line: neighbouring shards' locks never share one
 }
 
+// entry is a place in a shard's table: an open-addressing hash table with linear probing,
+// indexed by the key's 64-bit hash (which also picked the shard), so a decision hashes the key
+// string once. Keys whose hashes collide simply take further places. A lookup reads the lock's
+// line, one entry and the client, where Go's map (keyed by the hash) cost three more cache lines
+// and a fifth of a decision on 10,000 keys.
+type entry struct {
+	hash uint64
+	c    *client // nil: the place is empty
+}
+
+// minTable is a shard's table's size when it holds its first client; tables are powers of two,
+// at most three quarters full, and halve when a sweep leaves them an eighth full.
+const minTable = 8
+
 // client is one key's state under each policy it is held under; the first inline, since most
-// keys have one or two. The shard's map is keyed by the key's 64-bit hash, which also picks the
-// shard, so a decision hashes the key string once (a map keyed by the string, or by a struct of
-// key and policy, hashed it again and cost up to a fifth of a decision).
+// keys have one or two.
 //
-// Layout: a client is 192 bytes, a size class whose objects start on a cache line, and the fields
-// a decision writes (first.expires and the state's counters) share the first line.
+// Layout: a client is 192 bytes, a size class whose objects start on a cache line. What a
+// counter or bucket decision reads and writes (the key, the first slot's policy, expiry and
+// state but for the sliding log's list) lies in the first two lines, which the processor fetches
+// as a pair. A key of up to 16 bytes is kept in the client itself (inline), sparing a lookup
+// the cache miss of a separate string.
 type client struct {
-	first slot
-	key   string
-	next  *client // another key with the same hash (rare), or nil
-	more  []slot
+	key    string // its bytes in inline, or allocated if it is longer
+	first  slot
+	more   []slot
+	inline [16]byte
 }
 
 type slot struct {
+	policy  string
 	expires int64 // µs: from then on state is as if never seen (the last approval's now + ResetAfter)
 	state   algorithm.State
-	policy  string
+}
+
+// newClient returns a client for key holding first; it copies key, so a caller's buffer may be reused.
+func newClient(key string, first slot) *client {
+	c := &client{first: first}
+	if len(key) <= len(c.inline) {
+		n := copy(c.inline[:], key)
+		c.key = unsafe.String(&c.inline[0], n)
+	} else {
+		c.key = strings.Clone(key)
+	}
+	return c
 }
 
 // find returns the client's slot for policy, or nil.
@@ -164,7 +194,6 @@ func New(opts ...Option) *Store {
 	s.maxPerShard = (maxKeys + len(s.shards) - 1) / len(s.shards)
 	now := s.now()
 	for i := range s.shards {
-		s.shards[i].clients = make(map[uint64]*client)
 		s.shards[i].nextSweep = now + s.sweepEvery
 	}
 	return s
@@ -207,13 +236,82 @@ func (s *Store) Decide(_ context.Context, key string, p sluice.Policy, cost int6
 	return d, err
 }
 
+// home is where in a table of size mask+1 the probe for hash h starts. The low bits of h chose
+// the shard, so the table uses the high ones.
+func home(h uint64, mask int) int { return int(h>>32) & mask }
+
 // find returns the client whose key is key and hashes to h, or nil.
 func (sh *shard) find(h uint64, key string) *client {
-	c := sh.clients[h]
-	for c != nil && c.key != key {
-		c = c.next
+	mask := len(sh.table) - 1
+	if mask < 0 {
+		return nil
 	}
-	return c
+	for i := home(h, mask); ; i = (i + 1) & mask {
+		e := &sh.table[i]
+		if e.c == nil {
+			return nil // the table is never full, so every probe ends
+		}
+		if e.hash == h && e.c.key == key {
+			return e.c
+		}
+	}
+}
+
+// insert adds c, a client whose key hashes to h and is not in the shard yet.
+func (sh *shard) insert(h uint64, c *client) {
+	if (sh.clients+1)*4 > len(sh.table)*3 {
+		sh.resize(max(minTable, 2*len(sh.table)))
+	}
+	sh.place(h, c)
+	sh.clients++
+}
+
+// place puts c in the first empty place of its probe.
+func (sh *shard) place(h uint64, c *client) {
+	mask := len(sh.table) - 1
+	i := home(h, mask)
+	for sh.table[i].c != nil {
+		i = (i + 1) & mask
+	}
+	sh.table[i] = entry{hash: h, c: c}
+}
+
+// resize moves the shard's clients to a table of size n (a power of two that holds them).
+func (sh *shard) resize(n int) {
+	old := sh.table
+	sh.table = make([]entry, n)
+	for _, e := range old {
+		if e.c != nil {
+			sh.place(e.hash, e.c)
+		}
+	}
+}
+
+// removeAt empties place i, shifting back the entries after it that it kept from their home
+// (so that no probe meets an empty place before its client: no tombstones). Entries move only
+// towards i, never past it, which is what lets a forward scan remove as it goes (see sweepLocked).
+func (sh *shard) removeAt(i int) {
+	t, mask := sh.table, len(sh.table)-1
+	for j := (i + 1) & mask; t[j].c != nil; j = (j + 1) & mask {
+		// The entry at j may fill the hole at i unless its home lies cyclically in (i, j].
+		if k := home(t[j].hash, mask); (j-k)&mask < (j-i)&mask {
+			continue
+		}
+		t[i] = t[j]
+		i = j
+	}
+	t[i] = entry{}
+	sh.clients--
+}
+
+// index returns where client c, whose key hashes to h, is in the table.
+func (sh *shard) index(h uint64, c *client) int {
+	mask := len(sh.table) - 1
+	i := home(h, mask)
+	for sh.table[i].c != c {
+		i = (i + 1) & mask
+	}
+	return i
 }
 
 // decideNewLocked decides for a key that has no state under p (c is its client, if it has one
@@ -234,7 +332,7 @@ func (s *Store) decideNewLocked(sh *shard, c *client, h uint64, key string, p *s
 	}
 	added := slot{policy: p.Name, expires: now + int64(d.ResetAfter/time.Microsecond), state: st}
 	if c == nil {
-		sh.clients[h] = &client{key: strings.Clone(key), next: sh.clients[h], first: added}
+		sh.insert(h, newClient(key, added))
 	} else {
 		c.more = append(c.more, added)
 	}
@@ -244,82 +342,76 @@ func (s *Store) decideNewLocked(sh *shard, c *client, h uint64, key string, p *s
 
 // makeRoomLocked frees one place in a full shard: the idle slots of a sample of clients if there
 // are any, else (unless the store rejects when full) the sampled slot closest to its reset.
-// Sampling keeps this O(1) however large the shard; Go randomises where each range over a map
-// begins.
+// Sampling keeps this O(1) however large the shard: the clients at and after a random place.
 func (s *Store) makeRoomLocked(sh *shard, now int64) bool {
-	var victimHash uint64
 	var victimClient *client
 	var victim *slot
-	n := 0
-	for h, head := range sh.clients {
-		if sh.dropIdleLocked(h, now) > 0 {
+	victimAt := 0
+	if sh.clients == 0 {
+		return false
+	}
+	mask := len(sh.table) - 1
+	for i, n := rand.IntN(len(sh.table)), 0; n < evictionSample && n < sh.clients; i = (i + 1) & mask {
+		c := sh.table[i].c
+		if c == nil {
+			continue
+		}
+		n++
+		if sh.dropIdleAt(i, now) > 0 {
 			return true
 		}
-		for c := head; c != nil; c = c.next {
-			if victim == nil || c.first.expires < victim.expires {
-				victimHash, victimClient, victim = h, c, &c.first
-			}
-			for i := range c.more {
-				if c.more[i].expires < victim.expires {
-					victimHash, victimClient, victim = h, c, &c.more[i]
-				}
-			}
+		if victim == nil || c.first.expires < victim.expires {
+			victimAt, victimClient, victim = i, c, &c.first
 		}
-		if n++; n == evictionSample {
-			break
+		for j := range c.more {
+			if c.more[j].expires < victim.expires {
+				victimAt, victimClient, victim = i, c, &c.more[j]
+			}
 		}
 	}
 	if s.rejectWhenFull || victim == nil {
 		return false
 	}
 	if _, empty := victimClient.removeIf(func(sl *slot) bool { return sl == victim }); empty {
-		sh.unlink(victimHash, victimClient)
+		sh.removeAt(victimAt)
 	}
 	sh.slots--
 	s.evictions.Add(1)
 	return true
 }
 
-// unlink removes client c, whose key hashes to h, from the shard.
-func (sh *shard) unlink(h uint64, c *client) {
-	head := sh.clients[h]
-	if head == c {
-		if c.next == nil {
-			delete(sh.clients, h)
-		} else {
-			sh.clients[h] = c.next
-		}
-		return
+// dropIdleAt drops the idle slots of the client at place i (and the client, if it is left with
+// none), and returns how many slots it dropped.
+func (sh *shard) dropIdleAt(i int, now int64) int {
+	dropped, empty := sh.table[i].c.removeIf(func(sl *slot) bool { return sl.expires <= now })
+	if empty {
+		sh.removeAt(i)
 	}
-	for prev := head; prev != nil; prev = prev.next {
-		if prev.next == c {
-			prev.next = c.next
-			return
-		}
-	}
+	sh.slots -= dropped
+	return dropped
 }
 
-// dropIdleLocked drops the idle slots of the clients whose keys hash to h (and each client that
-// is left with none), and returns how many slots it dropped.
-func (sh *shard) dropIdleLocked(h uint64, now int64) int {
-	total := 0
-	for c := sh.clients[h]; c != nil; {
-		next := c.next
-		dropped, empty := c.removeIf(func(sl *slot) bool { return sl.expires <= now })
-		if empty {
-			sh.unlink(h, c)
-		}
-		total += dropped
-		c = next
-	}
-	sh.slots -= total
-	return total
-}
-
-// sweepLocked drops every key of the shard whose state is as if never seen.
+// sweepLocked drops every key of the shard whose state is as if never seen, and halves the table
+// while it is no more than an eighth full, so that memory follows the active clients.
+//
+// It scans forward and looks at a place again after emptying it, since removeAt may have
+// shifted a later entry into it. An entry from the table's start may be shifted to its end and
+// looked at twice, which is harmless; none is skipped, as entries move only backwards.
 func (sh *shard) sweepLocked(now int64) {
-	for h := range sh.clients {
-		sh.dropIdleLocked(h, now)
+	for i := 0; i < len(sh.table); {
+		if c := sh.table[i].c; c != nil && sh.dropIdleAt(i, now) > 0 && sh.table[i].c != c {
+			continue
+		}
+		i++
+	}
+	n := len(sh.table)
+	for n > minTable && sh.clients*8 <= n {
+		n /= 2
+	}
+	if sh.clients == 0 {
+		sh.table = nil
+	} else if n != len(sh.table) {
+		sh.resize(n)
 	}
 }
 
