@@ -29,3 +29,11 @@ for round in $(seq "${REDIS_ROUNDS:-5}"); do
 done
 echo
 $benchstat -col /impl "$work/redis.txt"
+
+# The same on a 3-master Redis Cluster: batched by hash slot beside one script per decision,
+# on many clients and on a few hot ones.
+for round in $(seq "${REDIS_ROUNDS:-5}"); do
+	"$work/redis.test" -test.run='^$' -test.bench=BenchmarkRedisClusterDecisions -test.benchtime=50000x >>"$work/cluster.txt"
+done
+echo
+$benchstat -col /impl "$work/cluster.txt"

@@ -2,42 +2,85 @@ package redis
 
 import (
 	"context"
+	"crypto/sha1"
+	"encoding/hex"
 	"fmt"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 
 	"github.com/redis/rueidis"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/algorithm"
 )
 
-// batcher decides the requests that wait at the same moment with one script call (batch.lua)
-// instead of one each, on a single server. Each of a few workers takes whatever requests are
-// queued, up to max, and sends them as one call; with one request waiting a batch is that one
-// request, so a quiet store adds no latency. Workers run concurrently, so batches pipeline too.
+// batcher decides the requests that wait at the same moment with as few script calls
+// (batch.lua) as it can instead of one each. A request never waits for a batch to fill: a
+// batch is whatever is waiting when a call can be sent, so a quiet store sends batches of one.
+//
+// On a single server, each of a few workers takes whatever requests are queued, up to max, and
+// sends them as one call; workers run concurrently, so batches pipeline too.
+//
+// On a Redis Cluster a script's keys must share a hash slot, so batches are per slot (all of one
+// client's keys share one): a request whose slot has no call in flight is sent at once, from its
+// own goroutine, as a batch of one; those that arrive for the slot while a call is in flight wait
+// and go together in the next call. Busy slots (a hot client) get batches; the rest pay nothing.
 type batcher struct {
 	s       *Store
-	script  *rueidis.Lua
-	queue   chan *call
+	batch   script    // batch.lua, for several requests
+	single  [6]script // single.lua per algorithm, for a batch of one (a smaller script runs faster)
+	cluster bool
+	queue   chan *call   // single server
+	slots   []slotQueue // cluster: by hash slot
 	max     int
 	stop    chan struct{}
 	stopped sync.WaitGroup
 }
 
+// script is a script's source and its SHA-1: sent as EVALSHA, and as EVAL after NOSCRIPT
+// (the server restarted or failed over and lost its scripts).
+type script struct{ sha, src string }
+
+func newScript(src string) script {
+	sum := sha1.Sum([]byte(src))
+	return script{sha: hex.EncodeToString(sum[:]), src: src}
+}
+
+// slotQueue holds the requests for one hash slot that arrived while a call to it was in flight.
+type slotQueue struct {
+	mu      sync.Mutex
+	busy    bool    // a call to the slot is in flight
+	waiting []*call // for the next call
+}
+
 // call is one decision waiting for its batch.
 type call struct {
+	alg   algorithm.Algorithm
 	keys  [2]string
 	args  [5]string
+	slot  uint16 // keys' hash slot, on a cluster
 	reply [6]int64
 	err   error
 	done  chan struct{} // closed when reply or err is set
 }
 
-const batchWorkers = 4
+const (
+	batchWorkers = 4
+	clusterSlots = 16384
+)
 
-func newBatcher(s *Store, max int) *batcher {
-	b := &batcher{s: s, script: rueidis.NewLuaScript(batchScript()), queue: make(chan *call, 4*batchWorkers*max),
-		max: max, stop: make(chan struct{})}
+func newBatcher(s *Store, max int, cluster bool) *batcher {
+	b := &batcher{s: s, batch: newScript(batchScript()), cluster: cluster, max: max, stop: make(chan struct{})}
+	for _, a := range algorithm.Algorithms {
+		b.single[a] = newScript(singleScript(a))
+	}
+	if cluster {
+		b.slots = make([]slotQueue, clusterSlots)
+		return b
+	}
+	b.queue = make(chan *call, 4*batchWorkers*max)
 	for i := 0; i < batchWorkers; i++ {
 		b.stopped.Add(1)
 		go b.work()
@@ -45,10 +88,22 @@ func newBatcher(s *Store, max int) *batcher {
 	return b
 }
 
+// newCall returns a call for the decision under algorithm a on the keys hash and log with args.
+func (b *batcher) newCall(a algorithm.Algorithm, hash, log string, args [5]string) *call {
+	c := &call{alg: a, keys: [2]string{hash, log}, args: args, done: make(chan struct{})}
+	if b.cluster {
+		c.slot = slot(hash)
+	}
+	return c
+}
+
 var errClosed = fmt.Errorf("%w: redis store: closed", sluice.ErrStoreUnavailable)
 
 // decide queues c and waits for its reply, or for ctx to end.
 func (b *batcher) decide(ctx context.Context, c *call) error {
+	if b.cluster {
+		return b.decideInSlot(ctx, c)
+	}
 	select {
 	case b.queue <- c:
 	case <-ctx.Done():
@@ -64,11 +119,57 @@ func (b *batcher) decide(ctx context.Context, c *call) error {
 	}
 }
 
+// decideInSlot sends c at once if its slot has no call in flight (and then, before it returns,
+// hands the requests that arrived meanwhile to a goroutine of their own); else c waits for the
+// slot's next call. The call in flight is bounded by the store's timeout, not by ctx.
+func (b *batcher) decideInSlot(ctx context.Context, c *call) error {
+	q := &b.slots[c.slot]
+	q.mu.Lock()
+	select {
+	case <-b.stop:
+		q.mu.Unlock()
+		return errClosed
+	default:
+	}
+	if !q.busy {
+		q.busy = true
+		q.mu.Unlock()
+		b.lead(q, []*call{c})
+		return c.err
+	}
+	q.waiting = append(q.waiting, c)
+	q.mu.Unlock()
+	select {
+	case <-c.done:
+		return c.err
+	case <-ctx.Done():
+		return unavailable(ctx.Err()) // the slot's next call still decides c; nobody reads it
+	}
+}
+
+// lead sends batch, all of one slot, then passes on what waits for the slot: to a new
+// goroutine, so that the caller of the first request gets its answer without waiting for more.
+func (b *batcher) lead(q *slotQueue, batch []*call) {
+	w := worker{b: b}
+	w.send(batch)
+	q.mu.Lock()
+	if len(q.waiting) == 0 {
+		q.busy = false
+		q.mu.Unlock()
+		return
+	}
+	n := min(len(q.waiting), b.max)
+	next := slices.Clone(q.waiting[:n])
+	q.waiting = append(q.waiting[:0], q.waiting[n:]...)
+	clear(q.waiting[len(q.waiting) : len(q.waiting)+n]) // (no stale pointers kept)
+	q.mu.Unlock()
+	go b.lead(q, next)
+}
+
 func (b *batcher) work() {
 	defer b.stopped.Done()
 	batch := make([]*call, 0, b.max)
-	keys := make([]string, 0, 2*b.max)
-	args := make([]string, 0, 3+5*b.max)
+	w := &worker{b: b}
 	for {
 		select {
 		case c := <-b.queue:
@@ -86,28 +187,115 @@ func (b *batcher) work() {
 				break fill
 			}
 		}
-		keys, args = keys[:0], args[:0]
-		args = append(args, strconv.Itoa(len(batch)), b.s.now(), b.s.slack)
-		for _, c := range batch {
-			keys = append(keys, c.keys[0], c.keys[1])
-			args = append(args, c.args[:]...)
+		w.send(batch)
+	}
+}
+
+// worker is one worker's scratch space, reused from batch to batch.
+type worker struct {
+	b      *batcher
+	groups [][]*call
+	keys   []string
+	args   []string
+}
+
+// send decides batch: one script call per group of calls that may share one (everything on a
+// single server, each hash slot on a cluster), all pipelined, and hands each call its reply.
+func (w *worker) send(batch []*call) {
+	b := w.b
+	w.groups = w.groups[:0]
+	if !b.cluster {
+		w.groups = append(w.groups, batch)
+	} else {
+	next:
+		for _, c := range batch { // (a batch is small: quadratic is cheaper than a map)
+			for i, g := range w.groups {
+				if g[0].slot == c.slot {
+					w.groups[i] = append(g, c)
+					continue next
+				}
+			}
+			w.groups = append(w.groups, append(make([]*call, 0, 1), c))
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), b.s.timeout)
-		b.s.calls.Add(1)
-		reply, err := b.script.Exec(ctx, b.s.client, keys, args).AsIntSlice()
-		cancel()
-		if err == nil && len(reply) != 6*len(batch) {
-			err = fmt.Errorf("script replied %d numbers, want %d", len(reply), 6*len(batch))
+	}
+	// A fresh slice each time: after a timeout, the client may still be writing the last one.
+	cmds := make(rueidis.Commands, 0, len(w.groups))
+	for _, g := range w.groups {
+		cmds = append(cmds, w.command(true, g))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), b.s.timeout)
+	defer cancel()
+	b.s.calls.Add(uint64(len(cmds)))
+	var results []rueidis.RedisResult
+	if len(cmds) == 1 {
+		results = []rueidis.RedisResult{b.s.client.Do(ctx, cmds[0])}
+	} else {
+		results = b.s.client.DoMulti(ctx, cmds...)
+	}
+	for i, g := range w.groups {
+		if e, ok := rueidis.IsRedisErr(results[i].Error()); ok && e.IsNoScript() {
+			results[i] = b.s.client.Do(ctx, w.command(false, g)) // that server lost its scripts
 		}
-		for i, c := range batch {
+		reply, err := results[i].AsIntSlice()
+		if err == nil && len(reply) != 6*len(g) {
+			err = fmt.Errorf("script replied %d numbers, want %d", len(reply), 6*len(g))
+		}
+		for j, c := range g {
 			if err != nil {
 				c.err = unavailable(err)
 			} else {
-				copy(c.reply[:], reply[6*i:6*i+6])
+				copy(c.reply[:], reply[6*j:6*j+6])
 			}
 			close(c.done)
 		}
 	}
+}
+
+// command builds the call deciding g (EVALSHA if sha, else EVAL with the source): batch.lua,
+// or for one request its algorithm's single.lua, whose arguments are batch.lua's for one
+// request without the count, with now and the TTL slack last.
+func (w *worker) command(sha bool, g []*call) rueidis.Completed {
+	b := w.b
+	w.keys, w.args = w.keys[:0], w.args[:0]
+	sc := b.batch
+	if len(g) == 1 {
+		sc = b.single[g[0].alg]
+		w.keys = append(w.keys, g[0].keys[:]...)
+		w.args = append(append(w.args, g[0].args[:]...), b.s.now(), b.s.slack)
+	} else {
+		w.args = append(w.args, strconv.Itoa(len(g)), b.s.now(), b.s.slack)
+		for _, c := range g {
+			w.keys = append(w.keys, c.keys[0], c.keys[1])
+			w.args = append(w.args, c.args[:]...)
+		}
+	}
+	if sha {
+		return b.s.client.B().Evalsha().Sha1(sc.sha).Numkeys(int64(len(w.keys))).Key(w.keys...).Arg(w.args...).Build()
+	}
+	return b.s.client.B().Eval().Script(sc.src).Numkeys(int64(len(w.keys))).Key(w.keys...).Arg(w.args...).Build()
+}
+
+// slot is Redis Cluster's hash slot of key: the CRC16 (XMODEM) of its hash tag — the text
+// between its first '{' and the first '}' after that, if not empty — or else of the whole key,
+// modulo 16384.
+func slot(key string) uint16 {
+	if i := strings.IndexByte(key, '{'); i >= 0 {
+		if j := strings.IndexByte(key[i+1:], '}'); j > 0 {
+			key = key[i+1 : i+1+j]
+		}
+	}
+	var crc uint16
+	for k := 0; k < len(key); k++ {
+		crc ^= uint16(key[k]) << 8
+		for range 8 {
+			if crc&0x8000 != 0 {
+				crc = crc<<1 ^ 0x1021
+			} else {
+				crc <<= 1
+			}
+		}
+	}
+	return crc & 16383
 }
 
 // drain fails the calls still queued when the store closes.
@@ -125,5 +313,5 @@ func (b *batcher) drain() {
 
 func (b *batcher) close() {
 	close(b.stop)
-	b.stopped.Wait()
+	b.stopped.Wait() // (the cluster's slot calls in flight end with the client's closing)
 }

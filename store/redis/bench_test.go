@@ -96,6 +96,40 @@ func BenchmarkRedisDecisions(b *testing.B) {
 	})
 }
 
+// BenchmarkRedisClusterDecisions measures the same decisions from 64 goroutines on a local
+// 3-master Redis Cluster, batched (one script call per hash slot among the decisions waiting
+// together) beside MaxBatch 1 (one script call per decision), on 10,000 clients and on 100 (hot
+// clients, whose waiting decisions often share a slot).
+func BenchmarkRedisClusterDecisions(b *testing.B) {
+	cluster := redistest.StartCluster(b, 3)
+	policy := sluice.Policy{Name: "bench", Algorithm: sluice.TokenBucket, Limit: 1_000_000, Period: time.Second}
+	for _, nkeys := range []int{10_000, 100, 4} {
+		keys := make([]string, nkeys)
+		for i := range keys {
+			keys[i] = fmt.Sprintf("customer-%d", i)
+		}
+		for _, variant := range []struct {
+			name     string
+			maxBatch int
+		}{{"impl=sluice-unbatched", 1}, {"impl=sluice", 0}} {
+			b.Run(fmt.Sprintf("keys=%d/%s", nkeys, variant.name), func(b *testing.B) {
+				s, err := New(Options{Addrs: cluster.Addrs(), Timeout: time.Second, MaxBatch: variant.maxBatch})
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer s.Close()
+				ctx := context.Background()
+				calls := s.Stats().Calls
+				runDecisions(b, 64, keys, func(key string) error {
+					_, err := s.Decide(ctx, key, policy, 1)
+					return err
+				})
+				b.ReportMetric(float64(b.N)/float64(s.Stats().Calls-calls), "decisions/call")
+			})
+		}
+	}
+}
+
 // runDecisions runs b.N decisions from n goroutines (keys picked round-robin per goroutine) and
 // reports decisions/s and the p50 and p99 latency of one decision.
 func runDecisions(b *testing.B, n int, keys []string, decide func(key string) error) {

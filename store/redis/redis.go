@@ -59,9 +59,10 @@ type Options struct {
 	// NegativeCacheSize bounds the refusals remembered per instance (default
 	// DefaultNegativeCacheSize; negative disables the cache).
 	NegativeCacheSize int
-	// MaxBatch is the most decisions sent to a single server in one script call when several
-	// wait at once (default DefaultMaxBatch; 1 sends one script per decision). A Redis Cluster
-	// always gets one script per decision: different clients' keys lie in different slots.
+	// MaxBatch is the most decisions sent in one script call when several wait at once
+	// (default DefaultMaxBatch; 1 sends one script per decision). On a Redis Cluster, those
+	// waiting together are sent as one call per hash slot among them (a script's keys must
+	// share a slot; all of one client's do), pipelined together.
 	MaxBatch int
 }
 
@@ -141,10 +142,10 @@ func New(opts Options) (*Store, error) {
 		ctx, cancel := context.WithTimeout(context.Background(), max(s.timeout, time.Second))
 		info, err := client.Do(ctx, client.B().Info().Section("cluster").Build()).ToString()
 		cancel()
-		// Batch only where INFO says this is no cluster; a user that may not run INFO gets one
-		// script per decision, which is right everywhere.
-		if err == nil && strings.Contains(info, "cluster_enabled:0") {
-			s.batch = newBatcher(s, maxBatch)
+		// Batch only where INFO says whether this is a cluster; a user that may not run INFO
+		// gets one script per decision, which is right everywhere.
+		if err == nil && (strings.Contains(info, "cluster_enabled:0") || strings.Contains(info, "cluster_enabled:1")) {
+			s.batch = newBatcher(s, maxBatch, strings.Contains(info, "cluster_enabled:1"))
 		}
 	}
 	return s, nil
@@ -255,7 +256,7 @@ func (s *Store) Decide(ctx context.Context, key string, p sluice.Policy, cost in
 	var reply []int64
 	var err error
 	if s.batch != nil {
-		c := &call{keys: [2]string{hash, log}, args: args, done: make(chan struct{})}
+		c := s.batch.newCall(p.Algorithm, hash, log, args)
 		if err = s.batch.decide(ctx, c); err != nil {
 			return sluice.Decision{Limit: p.Capacity()}, err
 		}

@@ -13,7 +13,7 @@ import (
 //	lua/<algorithm>.lua     one decide_<algorithm> function per file, mirroring algorithm/<algorithm>.go
 //	lua/single.lua          the entry point of one decision
 //	lua/multi.lua           the entry point of several limits on one client, all or nothing
-//	lua/batch.lua           the entry point of several independent decisions (single server)
+//	lua/batch.lua           the entry point of several independent decisions (one slot on a cluster)
 //
 // A single decision's script is common + its algorithm + single; the multi script is common +
 // all five + multi. Their contract (KEYS, ARGV, reply) is documented at the top of single.lua and

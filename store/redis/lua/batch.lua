@@ -1,8 +1,7 @@
 -- sluice: several independent decisions in one call, each atomic and in order. Assembled as
--- common.lua + all five algorithm files + this file. The store sends it to a single server (not a
--- cluster, whose keys of different clients lie in different slots) to decide the requests that
--- are waiting at once with one script call instead of one each: fewer script dispatches and one
--- TIME for all.
+-- common.lua + all five algorithm files + this file. The store sends it to decide the requests
+-- that are waiting at once with one script call instead of one each (fewer script dispatches and
+-- one TIME for all): on a single server any of them, on a cluster those of one hash slot.
 --
 -- KEYS     for each decision i = 1..n: its state hash KEYS[2i-1] and its log list KEYS[2i]
 -- ARGV[1]  n
