@@ -14,8 +14,14 @@ import (
 	"github.com/sluicehq/sluice/store/storetest"
 )
 
+// newStore opens a store on opts, with a generous timeout unless opts sets one: these tests are
+// about decisions, and under the race detector on a loaded CI machine a call can take longer
+// than the 50 ms default (the failure tests, which are about timeouts, set their own).
 func newStore(t testing.TB, opts redisstore.Options) *redisstore.Store {
 	t.Helper()
+	if opts.Timeout == 0 {
+		opts.Timeout = 5 * time.Second
+	}
 	s, err := redisstore.New(opts)
 	if err != nil {
 		t.Fatal(err)
