@@ -32,7 +32,7 @@ type batcher struct {
 	batch   script    // batch.lua, for several requests
 	single  [6]script // single.lua per algorithm, for a batch of one (a smaller script runs faster)
 	cluster bool
-	queue   chan *call   // single server
+	queue   chan *call  // single server
 	slots   []slotQueue // cluster: by hash slot
 	max     int
 	stop    chan struct{}
