@@ -304,16 +304,6 @@ func (sh *shard) removeAt(i int) {
 	sh.clients--
 }
 
-// index returns where client c, whose key hashes to h, is in the table.
-func (sh *shard) index(h uint64, c *client) int {
-	mask := len(sh.table) - 1
-	i := home(h, mask)
-	for sh.table[i].c != c {
-		i = (i + 1) & mask
-	}
-	return i
-}
-
 // decideNewLocked decides for a key that has no state under p (c is its client, if it has one
 // under other policies). A key never seen, or dropped when idle, starts from the zero state; it
 // is stored only if the decision changed that state, so peeks and refusals cost no memory.

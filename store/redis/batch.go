@@ -2,8 +2,6 @@ package redis
 
 import (
 	"context"
-	"crypto/sha1"
-	"encoding/hex"
 	"fmt"
 	"slices"
 	"strconv"
@@ -26,26 +24,16 @@ import (
 // On a Redis Cluster a script's keys must share a hash slot, so batches are per slot (all of one
 // client's keys share one): a request whose slot has no call in flight is sent at once, from its
 // own goroutine, as a batch of one; those that arrive for the slot while a call is in flight wait
-// and go together in the next call. Busy slots (a hot client) get batches; the rest pay nothing.
+// and go together in the next call. Busy slots (a hot client) get batches; the rest go one by one.
 type batcher struct {
 	s       *Store
-	batch   script    // batch.lua, for several requests
-	single  [6]script // single.lua per algorithm, for a batch of one (a smaller script runs faster)
+	script  *rueidis.Lua // batch.lua; a batch of one is sent as its algorithm's single script (smaller, faster)
 	cluster bool
 	queue   chan *call  // single server
 	slots   []slotQueue // cluster: by hash slot
 	max     int
 	stop    chan struct{}
 	stopped sync.WaitGroup
-}
-
-// script is a script's source and its SHA-1: sent as EVALSHA, and as EVAL after NOSCRIPT
-// (the server restarted or failed over and lost its scripts).
-type script struct{ sha, src string }
-
-func newScript(src string) script {
-	sum := sha1.Sum([]byte(src))
-	return script{sha: hex.EncodeToString(sum[:]), src: src}
 }
 
 // slotQueue holds the requests for one hash slot that arrived while a call to it was in flight.
@@ -72,10 +60,7 @@ const (
 )
 
 func newBatcher(s *Store, max int, cluster bool) *batcher {
-	b := &batcher{s: s, batch: newScript(batchScript()), cluster: cluster, max: max, stop: make(chan struct{})}
-	for _, a := range algorithm.Algorithms {
-		b.single[a] = newScript(singleScript(a))
-	}
+	b := &batcher{s: s, script: rueidis.NewLuaScript(batchScript()), cluster: cluster, max: max, stop: make(chan struct{})}
 	if cluster {
 		b.slots = make([]slotQueue, clusterSlots)
 		return b
@@ -193,86 +178,41 @@ func (b *batcher) work() {
 
 // worker is one worker's scratch space, reused from batch to batch.
 type worker struct {
-	b      *batcher
-	groups [][]*call
-	keys   []string
-	args   []string
+	b          *batcher
+	keys, args []string
 }
 
-// send decides batch: one script call per group of calls that may share one (everything on a
-// single server, each hash slot on a cluster), all pipelined, and hands each call its reply.
+// send decides batch (on a cluster, all of one slot) with one script call, and hands each call
+// its reply.
 func (w *worker) send(batch []*call) {
 	b := w.b
-	w.groups = w.groups[:0]
-	if !b.cluster {
-		w.groups = append(w.groups, batch)
-	} else {
-	next:
-		for _, c := range batch { // (a batch is small: quadratic is cheaper than a map)
-			for i, g := range w.groups {
-				if g[0].slot == c.slot {
-					w.groups[i] = append(g, c)
-					continue next
-				}
-			}
-			w.groups = append(w.groups, append(make([]*call, 0, 1), c))
-		}
-	}
-	// A fresh slice each time: after a timeout, the client may still be writing the last one.
-	cmds := make(rueidis.Commands, 0, len(w.groups))
-	for _, g := range w.groups {
-		cmds = append(cmds, w.command(true, g))
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), b.s.timeout)
 	defer cancel()
-	b.s.calls.Add(uint64(len(cmds)))
-	var results []rueidis.RedisResult
-	if len(cmds) == 1 {
-		results = []rueidis.RedisResult{b.s.client.Do(ctx, cmds[0])}
+	b.s.calls.Add(1)
+	var result rueidis.RedisResult
+	if len(batch) == 1 {
+		result = b.s.execSingle(ctx, batch[0].alg, batch[0].keys, batch[0].args)
 	} else {
-		results = b.s.client.DoMulti(ctx, cmds...)
-	}
-	for i, g := range w.groups {
-		if e, ok := rueidis.IsRedisErr(results[i].Error()); ok && e.IsNoScript() {
-			results[i] = b.s.client.Do(ctx, w.command(false, g)) // that server lost its scripts
-		}
-		reply, err := results[i].AsIntSlice()
-		if err == nil && len(reply) != 6*len(g) {
-			err = fmt.Errorf("script replied %d numbers, want %d", len(reply), 6*len(g))
-		}
-		for j, c := range g {
-			if err != nil {
-				c.err = unavailable(err)
-			} else {
-				copy(c.reply[:], reply[6*j:6*j+6])
-			}
-			close(c.done)
-		}
-	}
-}
-
-// command builds the call deciding g (EVALSHA if sha, else EVAL with the source): batch.lua,
-// or for one request its algorithm's single.lua, whose arguments are batch.lua's for one
-// request without the count, with now and the TTL slack last.
-func (w *worker) command(sha bool, g []*call) rueidis.Completed {
-	b := w.b
-	w.keys, w.args = w.keys[:0], w.args[:0]
-	sc := b.batch
-	if len(g) == 1 {
-		sc = b.single[g[0].alg]
-		w.keys = append(w.keys, g[0].keys[:]...)
-		w.args = append(append(w.args, g[0].args[:]...), b.s.now(), b.s.slack)
-	} else {
-		w.args = append(w.args, strconv.Itoa(len(g)), b.s.now(), b.s.slack)
-		for _, c := range g {
+		w.keys, w.args = w.keys[:0], w.args[:0]
+		w.args = append(w.args, strconv.Itoa(len(batch)), b.s.now(), b.s.slack)
+		for _, c := range batch {
 			w.keys = append(w.keys, c.keys[0], c.keys[1])
 			w.args = append(w.args, c.args[:]...)
 		}
+		result = b.script.Exec(ctx, b.s.client, w.keys, w.args)
 	}
-	if sha {
-		return b.s.client.B().Evalsha().Sha1(sc.sha).Numkeys(int64(len(w.keys))).Key(w.keys...).Arg(w.args...).Build()
+	reply, err := result.AsIntSlice()
+	if err == nil && len(reply) != 6*len(batch) {
+		err = fmt.Errorf("script replied %d numbers, want %d", len(reply), 6*len(batch))
 	}
-	return b.s.client.B().Eval().Script(sc.src).Numkeys(int64(len(w.keys))).Key(w.keys...).Arg(w.args...).Build()
+	for i, c := range batch {
+		if err != nil {
+			c.err = unavailable(err)
+		} else {
+			copy(c.reply[:], reply[6*i:6*i+6])
+		}
+		close(c.done)
+	}
 }
 
 // slot is Redis Cluster's hash slot of key: the CRC16 (XMODEM) of its hash tag — the text

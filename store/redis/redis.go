@@ -263,7 +263,7 @@ func (s *Store) Decide(ctx context.Context, key string, p sluice.Policy, cost in
 		reply = c.reply[:]
 	} else {
 		s.calls.Add(1)
-		reply, err = s.single[p.Algorithm].Exec(ctx, s.client, []string{hash, log}, append(args[:], s.now(), s.slack)).AsIntSlice()
+		reply, err = s.execSingle(ctx, p.Algorithm, [2]string{hash, log}, args).AsIntSlice()
 		if err != nil {
 			return sluice.Decision{Limit: p.Capacity()}, unavailable(err)
 		}
@@ -282,6 +282,11 @@ func (s *Store) Decide(ctx context.Context, key string, p sluice.Policy, cost in
 		}
 	}
 	return d, nil
+}
+
+// execSingle runs a's single script on the keys with args (single.lua's ARGV[1..5]).
+func (s *Store) execSingle(ctx context.Context, a sluice.Algorithm, keys [2]string, args [5]string) rueidis.RedisResult {
+	return s.single[a].Exec(ctx, s.client, keys[:], append(args[:], s.now(), s.slack))
 }
 
 // DecideAll implements sluice.Store with one script: every limit's key shares the client's hash
