@@ -122,7 +122,8 @@ func (g *guard) fallbackAll(ctx context.Context, key string, limits []Limit, out
 	case FailLocal:
 		local := make([]Limit, len(limits))
 		for i, l := range limits {
-			local[i] = Limit{Policy: g.localPolicy(l.Policy), Cost: l.Cost}
+			local[i] = l
+			local[i].Policy = g.localPolicy(l.Policy)
 		}
 		ok, err := g.local.DecideAll(ctx, key, local, out)
 		for i := range out {

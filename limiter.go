@@ -147,6 +147,22 @@ func (l *Limiter) AllowN(ctx context.Context, key string, cost int64) (Decision,
 	return l.store.Decide(ctx, key, l.policy, cost)
 }
 
+// AllowNWithin is AllowN for a caller that holds an approved leaky-bucket request for at most
+// maxDelay (a proxy or middleware; ≤ 0: no hold at all): a request that would be held longer is
+// refused and consumes nothing, with a RetryAfter until its hold would be maxDelay. For the other
+// algorithms it is AllowN.
+func (l *Limiter) AllowNWithin(ctx context.Context, key string, cost int64, maxDelay time.Duration) (Decision, error) {
+	if l.policy.Algorithm != LeakyBucket {
+		return l.AllowN(ctx, key, cost)
+	}
+	if maxDelay <= 0 {
+		maxDelay = NoDelay
+	}
+	var out [1]Decision
+	_, err := l.store.DecideAll(ctx, key, []Limit{{Policy: l.policy, Cost: cost, MaxDelay: maxDelay}}, out[:])
+	return out[0], err
+}
+
 // StoreAvailable reports whether decisions currently go to the store (false while the breaker is
 // open after repeated failures; always true for an Infallible store).
 func (l *Limiter) StoreAvailable() bool { return l.guard == nil || !l.guard.breaker.open() }

@@ -77,16 +77,41 @@ type Store interface {
 	Decide(ctx context.Context, key string, p Policy, cost int64) (Decision, error)
 
 	// DecideAll decides several limits of one key at once, all or nothing: each limit is decided
-	// as if alone, at one instant, and their costs are consumed only if every one allows, so a
-	// refusal by one consumes nothing from the others ("10 a second and 10,000 a day"). It
-	// fills out[i] for limits[i] and reports whether all allowed. len(out) must be len(limits).
+	// as if alone, at one instant, and their costs are consumed only if every enforced one (not
+	// DryRun) allows, so a refusal by one consumes nothing from the others ("10 a second and
+	// 10,000 a day"). A dry-run limit is decided in the same atomic step: it consumes when the
+	// request is allowed and it allows, it never refuses the request, and it consumes nothing when
+	// an enforced limit refuses. DecideAll fills out[i] for limits[i] and reports whether every
+	// enforced limit allowed. len(out) must be len(limits).
 	DecideAll(ctx context.Context, key string, limits []Limit, out []Decision) (bool, error)
 }
 
-// Limit is one policy and the cost a request takes from it.
+// Limit is one policy, the cost a request takes from it, and how it is applied.
 type Limit struct {
 	Policy Policy
 	Cost   int64
+	// MaxDelay bounds, for a leaky-bucket policy, how long an approval may hold the request:
+	// one that would be held longer is refused, consuming nothing, with a RetryAfter until its
+	// hold would be MaxDelay. 0 means no bound; NoDelay (any negative value) holds nothing, so
+	// a request that would wait at all is refused. The other algorithms ignore it.
+	MaxDelay time.Duration
+	// DryRun: the limit counts but never refuses the request (see DecideAll).
+	DryRun bool
+}
+
+// NoDelay is a Limit.MaxDelay that allows no hold at all.
+const NoDelay time.Duration = -1
+
+// MaxDelayMicros is l's MaxDelay as algorithm.DecideWithin takes it: µs, rounded down (a hold is
+// a whole number of µs), or -1 for no bound.
+func (l *Limit) MaxDelayMicros() int64 {
+	switch {
+	case l.MaxDelay == 0:
+		return -1
+	case l.MaxDelay < 0:
+		return 0
+	}
+	return int64(l.MaxDelay / time.Microsecond)
 }
 
 // PolicyChecker is implemented by stores that cannot take every valid policy (the Redis store

@@ -115,6 +115,19 @@ func Decide(p *Policy, s *State, now, cost int64) (Decision, error) {
 // caller's Decision field by field is several times faster than returning one, which Go builds
 // on the stack and copies out with stalls that cost more than the whole algorithm.
 func DecideInto(p *Policy, s *State, now, cost int64, d *Decision) error {
+	return DecideWithin(p, s, now, cost, -1, d)
+}
+
+// DecideWithin is DecideInto for a caller that holds an approved leaky-bucket request for at most
+// maxDelay µs (negative: no bound). A leaky-bucket request that would be held longer is refused,
+// and like every refusal it changes nothing: its RetryAfter is the wait until its Delay would be
+// maxDelay (or until the queue has room, if that is later). The other algorithms never hold, and
+// ignore maxDelay.
+//
+// Holding at most maxDelay is the queue of a leaky bucket with less room: an approval needs
+// tat - now ≤ maxDelay as well as ≤ Burst·T, so the decision is the leaky bucket's with its room
+// cut to the smaller of the two (see leakyBucket), exact as the rest.
+func DecideWithin(p *Policy, s *State, now, cost, maxDelay int64, d *Decision) error {
 	if err := CheckCost(p, cost, d); err != nil {
 		return err
 	}
@@ -128,7 +141,7 @@ func DecideInto(p *Policy, s *State, now, cost int64, d *Decision) error {
 	case TokenBucket:
 		return tokenBucket(p, s, now, cost, d)
 	case LeakyBucket:
-		return leakyBucket(p, s, now, cost, d)
+		return leakyBucket(p, s, now, cost, maxDelay, d)
 	}
 	d.set(false, 0, 0, -1, 0, 0)
 	return p.Validate()

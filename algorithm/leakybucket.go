@@ -7,9 +7,20 @@ package algorithm
 //
 // and an approved request is held for Delay = max(tat, now) - now (rounded up to a whole µs, so
 // it is never served early), then tat moves on by cost·T.
-func leakyBucket(p *Policy, s *State, now, cost int64, d *Decision) error {
+//
+// A caller that holds a request for at most maxDelay µs (≥ 0; negative: no bound) also needs
+// Delay ≤ maxDelay, that is ceil(tat - now) ≤ maxDelay ⇔ wait ≤ limit·maxDelay (maxDelay is a
+// whole number of µs): the same test with room = min(Burst·period, limit·maxDelay). So a request
+// held too long is refused like one the queue has no room for, changing nothing, and its
+// RetryAfter is exact: ceil(wait/limit) - maxDelay, when its hold would be maxDelay.
+func leakyBucket(p *Policy, s *State, now, cost, maxDelay int64, d *Decision) error {
 	period := p.PeriodMicros()
 	room := mul(p.Burst, period)
+	if maxDelay >= 0 {
+		if hold := mul(p.Limit, maxDelay); hold.less(room) {
+			room = hold
+		}
+	}
 	wait := gcraWait(p, s, now)
 	allowed := wait.lessEq(room)
 	var retry, delay int64

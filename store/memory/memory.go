@@ -209,10 +209,17 @@ func (s *Store) now() int64 {
 
 // Decide implements sluice.Store. It never blocks on I/O, so ctx is not consulted.
 func (s *Store) Decide(_ context.Context, key string, p sluice.Policy, cost int64) (sluice.Decision, error) {
+	var d sluice.Decision
+	err := s.decide(key, &p, cost, -1, &d)
+	return d, err
+}
+
+// decide is Decide for a caller that holds a leaky-bucket request for at most maxDelay µs
+// (negative: no bound; see algorithm.DecideWithin), writing the decision into *d.
+func (s *Store) decide(key string, p *sluice.Policy, cost, maxDelay int64, d *sluice.Decision) error {
 	now := s.now()
 	h := maphash.String(s.seed, key) & s.hashMask
 	sh := &s.shards[h&s.mask]
-	var d sluice.Decision
 	var err error
 	sh.mu.Lock() // unlocked without defer: nothing below can panic, and this is the hot path
 	if now >= sh.nextSweep {
@@ -225,15 +232,15 @@ func (s *Store) Decide(_ context.Context, key string, p sluice.Policy, cost int6
 		sl = c.find(p.Name)
 	}
 	if sl != nil {
-		err = algorithm.DecideInto(&p, &sl.state, now, cost, &d)
+		err = algorithm.DecideWithin(p, &sl.state, now, cost, maxDelay, d)
 		if d.Allowed && cost > 0 {
 			sl.expires = now + int64(d.ResetAfter/time.Microsecond)
 		}
 	} else {
-		err = s.decideNewLocked(sh, c, h, key, &p, now, cost, &d)
+		err = s.decideNewLocked(sh, c, h, key, p, now, cost, maxDelay, d)
 	}
 	sh.mu.Unlock()
-	return d, err
+	return err
 }
 
 // home is where in a table of size mask+1 the probe for hash h starts. The low bits of h chose
@@ -307,18 +314,15 @@ func (sh *shard) removeAt(i int) {
 // decideNewLocked decides for a key that has no state under p (c is its client, if it has one
 // under other policies). A key never seen, or dropped when idle, starts from the zero state; it
 // is stored only if the decision changed that state, so peeks and refusals cost no memory.
-func (s *Store) decideNewLocked(sh *shard, c *client, h uint64, key string, p *sluice.Policy, now, cost int64, d *sluice.Decision) error {
+func (s *Store) decideNewLocked(sh *shard, c *client, h uint64, key string, p *sluice.Policy, now, cost, maxDelay int64, d *sluice.Decision) error {
 	var st algorithm.State
-	err := algorithm.DecideInto(p, &st, now, cost, d)
+	err := algorithm.DecideWithin(p, &st, now, cost, maxDelay, d)
 	if st.Alg == 0 {
 		return err
 	}
-	if sh.slots >= s.maxPerShard {
-		if !s.makeRoomLocked(sh, now) {
-			*d = sluice.Decision{Limit: d.Limit}
-			return fmt.Errorf("%w (%d keys per shard): refusing new key under policy %q", ErrFull, s.maxPerShard, p.Name)
-		}
-		c = sh.find(h, key) // making room may have removed this very client
+	if sh.slots >= s.maxPerShard && !s.makeRoomLocked(sh, now, c) {
+		*d = sluice.Decision{Limit: d.Limit}
+		return s.errFull(p)
 	}
 	added := slot{policy: p.Name, expires: now + int64(d.ResetAfter/time.Microsecond), state: st}
 	if c == nil {
@@ -330,10 +334,16 @@ func (s *Store) decideNewLocked(sh *shard, c *client, h uint64, key string, p *s
 	return err
 }
 
+func (s *Store) errFull(p *sluice.Policy) error {
+	return fmt.Errorf("%w (%d keys per shard): refusing new key under policy %q", ErrFull, s.maxPerShard, p.Name)
+}
+
 // makeRoomLocked frees one place in a full shard: the idle slots of a sample of clients if there
 // are any, else (unless the store rejects when full) the sampled slot closest to its reset.
 // Sampling keeps this O(1) however large the shard: the clients at and after a random place.
-func (s *Store) makeRoomLocked(sh *shard, now int64) bool {
+// It never touches except (the client being decided, if it is held already), so a decision
+// never evicts the key it is deciding for, nor a state it has just read.
+func (s *Store) makeRoomLocked(sh *shard, now int64, except *client) bool {
 	var victimClient *client
 	var victim *slot
 	victimAt := 0
@@ -347,6 +357,9 @@ func (s *Store) makeRoomLocked(sh *shard, now int64) bool {
 			continue
 		}
 		n++
+		if c == except {
+			continue
+		}
 		if sh.dropIdleAt(i, now) > 0 {
 			return true
 		}
@@ -443,15 +456,17 @@ func ceilPow2(n int) int {
 var _ sluice.Store = (*Store)(nil)
 
 // DecideAll implements sluice.Store: every limit of key is decided at one instant under the
-// key's shard lock, on copies of the states, and the copies are kept only if all allow.
+// key's shard lock, on copies of the states; if every enforced limit allows, room is made for the
+// states that are new (or, at the key bound, the whole call fails with ErrFull, writing nothing),
+// and only then are the approvals written, all of them at once.
 func (s *Store) DecideAll(_ context.Context, key string, limits []sluice.Limit, out []sluice.Decision) (bool, error) {
 	if len(out) != len(limits) {
 		return false, fmt.Errorf("memory store: DecideAll: %d decisions for %d limits", len(out), len(limits))
 	}
 	if len(limits) == 1 { // Decide's path: the same decision, without a trial copy
-		d, err := s.Decide(context.Background(), key, limits[0].Policy, limits[0].Cost)
-		out[0] = d
-		return err == nil && d.Allowed, err
+		l := &limits[0]
+		err := s.decide(key, &l.Policy, l.Cost, l.MaxDelayMicros(), &out[0])
+		return err == nil && (out[0].Allowed || l.DryRun), err
 	}
 	for i := range limits {
 		if err := algorithm.CheckCost(&limits[i].Policy, limits[i].Cost, &out[i]); err != nil {
@@ -470,48 +485,61 @@ func (s *Store) DecideAll(_ context.Context, key string, limits []sluice.Limit, 
 		trial = make([]algorithm.State, 0, len(limits))
 	}
 	trial = trial[:len(limits)]
-	all := true
+	all, added := true, 0
 	for i := range limits {
-		p := &limits[i].Policy
+		l := &limits[i]
+		held := false
 		if c != nil {
-			if sl := c.find(p.Name); sl != nil {
+			if sl := c.find(l.Policy.Name); sl != nil {
+				held = true
 				trial[i] = sl.state
 				// The copy shares the sliding log's array; a trial append writes past the
 				// original's length only, so the original stays intact if the trial is dropped.
 				trial[i].Log = sl.state.Log[:len(sl.state.Log):len(sl.state.Log)]
 			}
 		}
-		if err := algorithm.DecideInto(p, &trial[i], now, limits[i].Cost, &out[i]); err != nil {
+		if err := algorithm.DecideWithin(&l.Policy, &trial[i], now, l.Cost, l.MaxDelayMicros(), &out[i]); err != nil {
 			return false, err
 		}
-		all = all && out[i].Allowed
+		if !out[i].Allowed && !l.DryRun {
+			all = false
+		}
+		if out[i].Allowed && l.Cost > 0 && !held {
+			added++
+		}
 	}
 	if !all {
 		return false, nil
 	}
+	// Room first, so that nothing is written unless everything can be.
+	for sh.slots+added > s.maxPerShard {
+		if !s.makeRoomLocked(sh, now, c) {
+			for i := range out {
+				out[i] = sluice.Decision{Limit: out[i].Limit}
+			}
+			return false, s.errFull(&limits[0].Policy)
+		}
+	}
 	for i := range limits {
-		p := &limits[i].Policy
-		if limits[i].Cost == 0 {
+		l := &limits[i]
+		if !out[i].Allowed || l.Cost == 0 {
 			continue
 		}
-		if c == nil {
-			c = sh.find(h, key)
-		}
-		var sl *slot
+		expires := now + int64(out[i].ResetAfter/time.Microsecond)
 		if c != nil {
-			sl = c.find(p.Name)
+			if sl := c.find(l.Policy.Name); sl != nil {
+				sl.state, sl.expires = trial[i], expires
+				continue
+			}
 		}
-		if sl != nil {
-			sl.state = trial[i]
-			sl.expires = now + int64(out[i].ResetAfter/time.Microsecond)
-			continue
+		fresh := slot{policy: l.Policy.Name, expires: expires, state: trial[i]}
+		if c == nil {
+			c = newClient(key, fresh)
+			sh.insert(h, c)
+		} else {
+			c.more = append(c.more, fresh)
 		}
-		var d sluice.Decision
-		// Store the new key's state by deciding it again from zero, at the same instant: the
-		// same decision, and the bound on keys applies as for Decide.
-		if err := s.decideNewLocked(sh, c, h, key, p, now, limits[i].Cost, &d); err != nil {
-			return false, err
-		}
+		sh.slots++
 	}
 	return true, nil
 }

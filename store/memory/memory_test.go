@@ -193,3 +193,65 @@ func TestDefaultClockFollowsWallClock(t *testing.T) {
 		t.Fatalf("ResetAfter %v not within [%v, %v]: the store's clock is not the wall clock", d.ResetAfter, lo, hi)
 	}
 }
+
+// DecideAll at the key bound is all or nothing too: it makes room for every new state before it
+// writes any, never by evicting the key it decides for, and if it cannot it fails with ErrFull
+// having consumed nothing.
+func TestDecideAllAtTheBound(t *testing.T) {
+	ctx := context.Background()
+	p := func(name string) sluice.Policy {
+		return sluice.Policy{Name: name, Algorithm: sluice.FixedWindow, Limit: 5, Period: time.Hour}
+	}
+	remaining := func(s *memory.Store, key, policy string) int64 {
+		d, err := s.Decide(ctx, key, p(policy), 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d.Remaining
+	}
+	out := make([]sluice.Decision, 2)
+
+	// Rejecting when full: one known state and one new one at a full shard. The known one must
+	// not be consumed when the new one finds no room.
+	s := memory.New(memory.WithClock(sluice.NewManualClock(time.UnixMicro(0))), memory.WithShards(1), memory.WithMaxKeys(2), memory.WithRejectWhenFull())
+	for _, key := range []string{"a", "b"} {
+		if ok, err := s.DecideAll(ctx, key, []sluice.Limit{{Policy: p("x"), Cost: 1}}, out[:1]); err != nil || !ok {
+			t.Fatalf("filling: %v %v", ok, err)
+		}
+	}
+	_, err := s.DecideAll(ctx, "a", []sluice.Limit{{Policy: p("x"), Cost: 1}, {Policy: p("y"), Cost: 1}}, out)
+	if !errors.Is(err, memory.ErrFull) {
+		t.Fatalf("a new state at a full shard: %v, want ErrFull", err)
+	}
+	if got := remaining(s, "a", "x"); got != 4 {
+		t.Fatalf("a's known limit has %d left after a DecideAll that failed, want 4 (nothing consumed)", got)
+	}
+
+	// Evicting when full: the only other client is evicted, never the key being decided.
+	s = memory.New(memory.WithClock(sluice.NewManualClock(time.UnixMicro(0))), memory.WithShards(1), memory.WithMaxKeys(3))
+	for _, l := range [][2]string{{"a", "x"}, {"a", "y"}, {"b", "x"}} {
+		if ok, err := s.DecideAll(ctx, l[0], []sluice.Limit{{Policy: p(l[1]), Cost: 1}}, out[:1]); err != nil || !ok {
+			t.Fatalf("filling: %v %v", ok, err)
+		}
+	}
+	// a under x, y (known) and z, w (new): two places are needed, one can be freed (b's):
+	// ErrFull, and a keeps both its states unconsumed beyond the first request.
+	four := []sluice.Limit{{Policy: p("x"), Cost: 1}, {Policy: p("y"), Cost: 1}, {Policy: p("z"), Cost: 1}, {Policy: p("w"), Cost: 1}}
+	_, err = s.DecideAll(ctx, "a", four, make([]sluice.Decision, 4))
+	if !errors.Is(err, memory.ErrFull) {
+		t.Fatalf("two new states, one place to free: %v, want ErrFull", err)
+	}
+	if gx, gy := remaining(s, "a", "x"), remaining(s, "a", "y"); gx != 4 || gy != 4 {
+		t.Fatalf("a's states after a failed DecideAll: x %d, y %d left, want 4 and 4 (not consumed, not evicted)", gx, gy)
+	}
+	// One new state: b is evicted to make room, and a's three states are all there.
+	if ok, err := s.DecideAll(ctx, "a", four[:3], make([]sluice.Decision, 3)); err != nil || !ok {
+		t.Fatalf("one new state, one place to free: %v %v", ok, err)
+	}
+	if gx, gy, gz := remaining(s, "a", "x"), remaining(s, "a", "y"), remaining(s, "a", "z"); gx != 3 || gy != 3 || gz != 4 {
+		t.Fatalf("a's states: x %d, y %d, z %d left, want 3, 3, 4", gx, gy, gz)
+	}
+	if got := remaining(s, "b", "x"); got != 5 || s.Evictions() != 1 {
+		t.Fatalf("b has %d left after %d evictions, want 5 (evicted once)", got, s.Evictions())
+	}
+}

@@ -63,6 +63,9 @@ func (s Suite) Run(t *testing.T) {
 	t.Run("policies-share-nothing", func(t *testing.T) { policiesShareNothing(t, newStore) })
 	t.Run("concurrent-exact", func(t *testing.T) { ConcurrentExact(t, newStore, 32, 3) })
 	t.Run("decide-all", func(t *testing.T) { decideAll(t, newStore) })
+	t.Run("decide-all-concurrent", func(t *testing.T) { ConcurrentDecideAll(t, newStore, 16, 3) })
+	t.Run("dry-run", func(t *testing.T) { dryRun(t, newStore) })
+	t.Run("max-delay", func(t *testing.T) { maxDelay(t, newStore) })
 }
 
 // decideAll: "3 a second and 5 a minute" on one key, all or nothing.
@@ -324,6 +327,164 @@ func ConcurrentExact(t *testing.T, newStore NewStore, goroutines, rounds int) {
 			if got := approved.Load(); got != want {
 				t.Fatalf("%v round %d: %d goroutines approved %d, want exactly %d", a, round, goroutines, got, want)
 			}
+		}
+	}
+}
+
+// ConcurrentDecideAll hammers DecideAll on a few keys of one store from many goroutines at one
+// frozen instant, for every algorithm paired with a looser fixed window: exactly the tighter
+// limit is approved on each key, and the looser one has consumed exactly as much (all or nothing
+// under concurrency: no approval lost, none written half).
+func ConcurrentDecideAll(t *testing.T, newStore NewStore, goroutines, rounds int) {
+	clock := sluice.NewManualClock(time.UnixMicro(1_000_000_000))
+	store := newStore(t, clock)
+	ctx := context.Background()
+	const limit, keys = 30, 4
+	for _, a := range algorithm.Algorithms {
+		tight := sluice.Policy{Name: "tight-" + a.String(), Algorithm: a, Limit: limit, Period: time.Hour}
+		if a == sluice.LeakyBucket {
+			tight.Burst = limit - 1
+		}
+		loose := sluice.Policy{Name: "loose-" + a.String(), Algorithm: sluice.FixedWindow, Limit: 10 * limit, Period: time.Hour}
+		limits := []sluice.Limit{{Policy: loose, Cost: 1}, {Policy: tight, Cost: 1}}
+		for round := 0; round < rounds; round++ {
+			var approved [keys]atomic.Int64
+			var wg sync.WaitGroup
+			start := make(chan struct{})
+			for g := 0; g < goroutines; g++ {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					out := make([]sluice.Decision, 2)
+					<-start
+					for i := 0; i < 3*limit*keys/goroutines+2; i++ {
+						k := (g + i) % keys
+						ok, err := store.DecideAll(ctx, fmt.Sprintf("all-%d-%d", round, k), limits, out)
+						if err != nil {
+							t.Error(err)
+							return
+						}
+						if ok {
+							approved[k].Add(1)
+						}
+					}
+				}()
+			}
+			close(start)
+			wg.Wait()
+			for k := range keys {
+				key := fmt.Sprintf("all-%d-%d", round, k)
+				if got := approved[k].Load(); got != limit {
+					t.Fatalf("%v round %d key %d: %d approved, want exactly %d", a, round, k, got, limit)
+				}
+				if d, err := store.Decide(ctx, key, loose, 0); err != nil || d.Remaining != 9*limit {
+					t.Fatalf("%v round %d key %d: the loose limit has %d left (%v), want %d: it consumed without the tight one",
+						a, round, k, d.Remaining, err, 9*limit)
+				}
+			}
+		}
+	}
+}
+
+// dryRun: a dry-run limit is decided in the same call as the enforced ones; it never refuses, it
+// consumes when the request passes, and it consumes nothing when an enforced limit refuses.
+func dryRun(t *testing.T, newStore NewStore) {
+	clock := sluice.NewManualClock(time.UnixMicro(0))
+	store := newStore(t, clock)
+	ctx := context.Background()
+	enforced := sluice.Policy{Name: "enforced", Algorithm: sluice.FixedWindow, Limit: 2, Period: time.Minute}
+	trial := sluice.Policy{Name: "trial", Algorithm: sluice.SlidingLog, Limit: 1, Period: time.Minute}
+	limits := []sluice.Limit{{Policy: enforced, Cost: 1}, {Policy: trial, Cost: 1, DryRun: true}}
+	out := make([]sluice.Decision, 2)
+	want := []struct {
+		ok, enforced, trial bool
+	}{
+		{true, true, true},   // both allow: both consume
+		{true, true, false},  // the dry-run limit would refuse: the request passes, enforced consumes
+		{false, false, true}, // enforced refuses: the dry-run limit (whose verdict is moot) consumes nothing
+	}
+	trialStore := []sluice.Limit{{Policy: trial, Cost: 1, DryRun: true}}
+	for i, w := range want {
+		if i == 2 {
+			clock.Set(time.UnixMicro(61 * sec)) // trial's log is empty again; enforced's window has 0
+			for j := 0; j < 2; j++ {
+				if ok, err := store.DecideAll(ctx, "e", []sluice.Limit{{Policy: enforced, Cost: 1}}, out[:1]); err != nil || !ok {
+					t.Fatalf("filling enforced: %v %v", ok, err)
+				}
+			}
+		}
+		ok, err := store.DecideAll(ctx, "e", limits, out)
+		if err != nil || ok != w.ok || out[0].Allowed != w.enforced || out[1].Allowed != w.trial {
+			t.Fatalf("request %d: %v %v %+v, want ok %v, enforced %v, dry-run %v", i, ok, err, out, w.ok, w.enforced, w.trial)
+		}
+	}
+	if d, _ := store.Decide(ctx, "e", trial, 0); d.Remaining != 1 {
+		t.Fatalf("dry-run limit: %d left after a request an enforced limit refused, want 1 (nothing consumed)", d.Remaining)
+	}
+	// A dry-run limit alone never refuses, and counts.
+	if ok, err := store.DecideAll(ctx, "alone", trialStore, out[:1]); err != nil || !ok || !out[0].Allowed {
+		t.Fatalf("dry-run alone, first: %v %v %+v", ok, err, out[0])
+	}
+	if ok, err := store.DecideAll(ctx, "alone", trialStore, out[:1]); err != nil || !ok || out[0].Allowed {
+		t.Fatalf("dry-run alone, second: %v %v %+v, want ok (never refuses) with the limit's refusal", ok, err, out[0])
+	}
+}
+
+// maxDelay: a leaky-bucket request that would be held longer than its limit's MaxDelay is refused
+// and consumes nothing. 20 requests at once on 10/s with room for 100, held at most 200ms: 3 pass
+// (held 0, 100ms and 200ms), 17 are refused, and the queue is 300ms deep, not 2s. Alone and
+// together with another limit (the all-or-nothing path).
+func maxDelay(t *testing.T, newStore NewStore) {
+	clock := sluice.NewManualClock(time.UnixMicro(0))
+	store := newStore(t, clock)
+	ctx := context.Background()
+	queue := sluice.Policy{Name: "queue", Algorithm: sluice.LeakyBucket, Limit: 10, Period: time.Second, Burst: 100}
+	other := sluice.Policy{Name: "other", Algorithm: sluice.TokenBucket, Limit: 1000, Period: time.Second}
+	for _, tc := range []struct {
+		key    string
+		limits []sluice.Limit
+	}{
+		{"alone", []sluice.Limit{{Policy: queue, Cost: 1, MaxDelay: 200 * time.Millisecond}}},
+		{"with-other", []sluice.Limit{{Policy: other, Cost: 1}, {Policy: queue, Cost: 1, MaxDelay: 200 * time.Millisecond}}},
+	} {
+		clock.Set(time.UnixMicro(0))
+		out := make([]sluice.Decision, len(tc.limits))
+		q := len(tc.limits) - 1
+		passed := 0
+		for i := 0; i < 20; i++ {
+			ok, err := store.DecideAll(ctx, tc.key, tc.limits, out)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ok {
+				passed++
+				if want := time.Duration(i) * 100 * time.Millisecond; out[q].Delay != want {
+					t.Fatalf("%s request %d: held %v, want %v", tc.key, i, out[q].Delay, want)
+				}
+			} else if out[q].Allowed || out[q].RetryAfter != 100*time.Millisecond {
+				t.Fatalf("%s request %d: %+v, want refused with RetryAfter 100ms (when its hold is 200ms)", tc.key, i, out[q])
+			}
+		}
+		if passed != 3 {
+			t.Fatalf("%s: %d of 20 passed, want 3", tc.key, passed)
+		}
+		if d, _ := store.Decide(ctx, tc.key, queue, 0); d.Remaining != 98 {
+			t.Fatalf("%s: the queue takes %d more, want 98: the 17 refusals consumed", tc.key, d.Remaining)
+		}
+		if len(tc.limits) == 2 {
+			if d, _ := store.Decide(ctx, tc.key, other, 0); d.Remaining != 997 {
+				t.Fatalf("%s: the other limit has %d left, want 997 (3 consumed)", tc.key, d.Remaining)
+			}
+		}
+		clock.Set(time.UnixMicro(100 * ms))
+		if ok, err := store.DecideAll(ctx, tc.key, tc.limits, out); err != nil || !ok || out[q].Delay != 200*time.Millisecond {
+			t.Fatalf("%s at the RetryAfter: %v %v %+v, want passed, held 200ms", tc.key, ok, err, out[q])
+		}
+		// NoDelay holds nothing: the queue is busy, so the request is refused.
+		no := append([]sluice.Limit(nil), tc.limits...)
+		no[q].MaxDelay = sluice.NoDelay
+		if ok, _ := store.DecideAll(ctx, tc.key, no, out); ok || out[q].Allowed {
+			t.Fatalf("%s with NoDelay on a busy queue: %+v, want refused", tc.key, out[q])
 		}
 	}
 }
