@@ -137,7 +137,6 @@ type request struct {
 type scratch struct {
 	limits  [inlinePolicies]sluice.Limit
 	out     [inlinePolicies]sluice.Decision
-	at      [inlinePolicies]int
 	applied [inlinePolicies]answer.Applied
 }
 
@@ -177,23 +176,15 @@ func (g *Gateway) judge(ctx context.Context, req *request) verdict {
 	}
 	v := verdict{fields: req.decision}
 	if !allowed {
+		// Refused by a limit, or by a leaky-bucket queue that would hold it longer than
+		// limits.max_delay (the store refused it, consuming nothing, with a RetryAfter until its
+		// hold would be max_delay).
 		v.problem = answer.QuotaExceeded(req.who.Client, refusedOnes(req.decision, req.applied))
-		return v
-	}
-	if g.holdsTooLong(req) {
-		// The queue took the request but would hold it longer than this gateway holds any:
-		// refuse, and say when the queue will have drained far enough to hold one no longer
-		// than that.
-		v.problem = answer.QuotaExceeded(req.who.Client, delayedOnes(req.decision, req.applied, g.cfg.Limits.MaxDelay))
 		return v
 	}
 	v.hold, v.forward = req.delay, true
 	return v
 }
-
-// holdsTooLong reports whether a leaky-bucket policy would hold req (allowed) longer than
-// limits.max_delay: the gateway refuses it instead.
-func (g *Gateway) holdsTooLong(req *request) bool { return req.delay > g.cfg.Limits.MaxDelay }
 
 // ServeHTTP is the net/http engine: it decides, then forwards (httputil.ReverseProxy), holds or
 // refuses the request. sluice serve runs the fasthttp engine (ServeFast); this one is for a
@@ -294,58 +285,40 @@ func (g *Gateway) identify(r identity.Request, method, path string) request {
 	return request{who: who, client: name, applied: g.cfg.AppliedPoliciesFor(client, route), cost: cost}
 }
 
-// decide decides every applied policy of req: the enforced ones all or nothing, the dry-run ones
-// on their own (they count, but never refuse, and never stop the others from consuming).
+// decide decides every applied policy of req in one atomic store call: the enforced ones all or
+// nothing, the dry-run ones alongside (they count, but never refuse, and consume nothing when an
+// enforced one refuses). A leaky-bucket policy holds at most limits.max_delay: a request it
+// would hold longer is refused by the store itself, consuming nothing.
 func (g *Gateway) decide(ctx context.Context, req *request) (bool, error) {
 	start := time.Now()
 	n := len(req.applied)
 	var limits []sluice.Limit
-	var out []sluice.Decision
-	var at []int
 	if n <= inlinePolicies {
 		req.sc = scratches.Get().(*scratch)
-		limits, out, at, req.decision = req.sc.limits[:n], req.sc.out[:n], req.sc.at[:n], req.sc.applied[:n]
+		limits, req.decision = req.sc.limits[:n], req.sc.applied[:n]
 	} else {
-		limits, out, at, req.decision = make([]sluice.Limit, n), make([]sluice.Decision, n), make([]int, n), make([]answer.Applied, n)
+		limits, req.decision = make([]sluice.Limit, n), make([]answer.Applied, n)
 	}
-	// The enforced policies first, then the dry-run ones; at maps each back to applied.
-	k := 0
+	out := req.outs(n)
+	hold := g.cfg.Limits.MaxDelay
+	if hold <= 0 {
+		hold = sluice.NoDelay
+	}
 	for i := range req.applied {
-		if !req.applied[i].DryRun {
-			limits[k], at[k] = sluice.Limit{Policy: req.applied[i].Policy, Cost: req.cost}, i
-			k++
-		}
+		a := &req.applied[i]
+		limits[i] = sluice.Limit{Policy: a.Policy, Cost: req.cost, MaxDelay: hold, DryRun: a.DryRun}
 	}
-	enforced := k
+	allowed, err := g.store.DecideAll(ctx, req.who.Key, limits, out)
+	if err != nil {
+		return false, err
+	}
 	for i := range req.applied {
-		if req.applied[i].DryRun {
-			limits[k], at[k] = sluice.Limit{Policy: req.applied[i].Policy, Cost: req.cost}, i
-			k++
-		}
-	}
-	allowed := true
-	for _, part := range [2][2]int{{0, enforced}, {enforced, n}} {
-		lo, hi := part[0], part[1]
-		if lo == hi {
-			continue
-		}
-		ok, err := g.store.DecideAll(ctx, req.who.Key, limits[lo:hi], out[lo:hi])
-		if err != nil {
-			return false, err
-		}
-		dry := lo == enforced
-		for j := lo; j < hi; j++ {
-			i := at[j]
-			a := &req.applied[i]
-			req.decision[i] = answer.Applied{Policy: a.Policy, Decision: out[j]}
-			req.decision[i].Policy.Name = a.PolicyName
-			g.metrics.counters(req.client, a.PolicyName).count(out[j], dry)
-			if out[j].Fallback != algorithm.NoFallback {
-				g.metrics.fallbacks.Add(1)
-			}
-		}
-		if !dry {
-			allowed = ok
+		a := &req.applied[i]
+		req.decision[i] = answer.Applied{Policy: a.Policy, Decision: out[i]}
+		req.decision[i].Policy.Name = a.PolicyName
+		g.metrics.counters(req.client, a.PolicyName).count(out[i], a.DryRun, allowed)
+		if out[i].Fallback != algorithm.NoFallback {
+			g.metrics.fallbacks.Add(1)
 		}
 	}
 	now := time.Now()
@@ -361,9 +334,7 @@ func (g *Gateway) decide(ctx context.Context, req *request) (bool, error) {
 	}
 	switch {
 	case !allowed:
-		outcome, retryAt = outcomeRefused, now.Add(answer.Wait(enforcedOnly(req.decision, req.applied)))
-	case g.holdsTooLong(req): // refused by judge
-		outcome, retryAt = outcomeRefused, now.Add(req.delay-g.cfg.Limits.MaxDelay)
+		outcome, retryAt = outcomeRefused, now.Add(answer.Wait(refusedOnes(req.decision, req.applied)))
 	case req.delay > 0:
 		outcome = outcomeDelayed
 	}
@@ -372,6 +343,14 @@ func (g *Gateway) decide(ctx context.Context, req *request) (bool, error) {
 	}
 	g.metrics.activity.record(req.client, outcome, now, retryAt)
 	return allowed, nil
+}
+
+// outs is where the store writes req's n decisions: the scratch's, if req has one.
+func (req *request) outs(n int) []sluice.Decision {
+	if req.sc != nil {
+		return req.sc.out[:n]
+	}
+	return make([]sluice.Decision, n)
 }
 
 // failure is the answer to a request the store could not decide.
@@ -401,29 +380,6 @@ func refusedOnes(ds []answer.Applied, applied []config.AppliedPolicy) []answer.A
 	var out []answer.Applied
 	for i, d := range ds {
 		if !applied[i].DryRun && !d.Decision.Allowed {
-			out = append(out, d)
-		}
-	}
-	return out
-}
-
-func enforcedOnly(ds []answer.Applied, applied []config.AppliedPolicy) []answer.Applied {
-	var out []answer.Applied
-	for i, d := range ds {
-		if !applied[i].DryRun {
-			out = append(out, d)
-		}
-	}
-	return out
-}
-
-// delayedOnes are the leaky-bucket decisions that would hold the request longer than maxHold, as
-// refusals for the answer: retry when the hold would be maxHold.
-func delayedOnes(ds []answer.Applied, applied []config.AppliedPolicy, maxHold time.Duration) []answer.Applied {
-	var out []answer.Applied
-	for i, d := range ds {
-		if !applied[i].DryRun && d.Decision.Delay > maxHold {
-			d.Decision.Allowed, d.Decision.RetryAfter = false, d.Decision.Delay-maxHold
 			out = append(out, d)
 		}
 	}

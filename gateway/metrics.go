@@ -52,10 +52,11 @@ const (
 	resultDryRunRefused
 	resultFallbackOpen
 	resultFallbackLocal
+	resultNotConsumed
 	numResults
 )
 
-var resultNames = [numResults]string{"allowed", "refused", "delayed", "dry_run_refused", "fallback_open", "fallback_local"}
+var resultNames = [numResults]string{"allowed", "refused", "delayed", "dry_run_refused", "fallback_open", "fallback_local", "not_consumed"}
 
 // resultCounters are one client's decision counters for one policy, by result; created on first use.
 type resultCounters struct {
@@ -74,7 +75,7 @@ func (m *Metrics) counters(client, policy string) *resultCounters {
 func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_decisions_total",
-			Help: "Decisions by client, policy and result: allowed, refused, delayed (allowed, held by a leaky bucket), dry_run_refused (would have been refused), fallback_open, fallback_local."},
+			Help: "Decisions by client, policy and result: allowed, refused, delayed (allowed, held by a leaky bucket), dry_run_refused (would have been refused), fallback_open, fallback_local, not_consumed (would have allowed, but another policy refused the request, so nothing was consumed)."},
 			[]string{"client", "policy", "result"}),
 		earlyRetries: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_early_retries_total",
 			Help: "Requests that came back before the Retry-After of their client's last refusal ran out."}, []string{"client"}),
@@ -94,10 +95,14 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	return m
 }
 
-// count counts one decision.
-func (rc *resultCounters) count(d sluice.Decision, dry bool) {
+// count counts one policy's decision of a request that passed (passed) or was refused. A policy
+// that would have allowed a request another policy refused consumed nothing: it is not_consumed,
+// not allowed.
+func (rc *resultCounters) count(d sluice.Decision, dry, passed bool) {
 	result := resultAllowed
 	switch {
+	case d.Allowed && !passed:
+		result = resultNotConsumed
 	case d.Fallback == sluice.FallbackOpen:
 		result = resultFallbackOpen
 	case d.Fallback == sluice.FallbackLocal && d.Allowed:

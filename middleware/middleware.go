@@ -41,8 +41,8 @@ func KeyFunc(f func(r *http.Request) (string, error)) Option { return func(c *co
 // answered 400.
 func CostFunc(f func(r *http.Request) int64) Option { return func(c *config) { c.cost = f } }
 
-// MaxDelay bounds how long a leaky-bucket policy holds a request (default 10s): one that would be
-// held longer is refused 429.
+// MaxDelay bounds how long a leaky-bucket policy holds a request (default 10s; 0 holds none): one
+// that would be held longer is refused 429 and consumes nothing from the queue.
 func MaxDelay(d time.Duration) Option { return func(c *config) { c.maxDelay = d } }
 
 // LegacyHeaders also sends X-RateLimit-Limit, -Remaining and -Reset.
@@ -77,7 +77,9 @@ func New(lim *sluice.Limiter, opts ...Option) func(http.Handler) http.Handler {
 			if c.cost != nil {
 				cost = c.cost(r)
 			}
-			d, err := lim.AllowN(r.Context(), key, cost)
+			// A leaky-bucket request that would be held longer than maxDelay is refused by the
+			// store, consuming nothing (as the gateway and /v1/check refuse it).
+			d, err := lim.AllowNWithin(r.Context(), key, cost, c.maxDelay)
 			applied := []answer.Applied{{Policy: policy, Decision: d}}
 			switch {
 			case errors.Is(err, sluice.ErrCostExceedsLimit):
@@ -96,12 +98,6 @@ func New(lim *sluice.Limiter, opts ...Option) func(http.Handler) http.Handler {
 				return
 			}
 			if d.Delay > 0 {
-				if d.Delay > c.maxDelay {
-					refused := applied[0]
-					refused.Decision.Allowed, refused.Decision.RetryAfter = false, d.Delay-c.maxDelay
-					answer.WriteProblem(w, answer.QuotaExceeded("", []answer.Applied{refused}))
-					return
-				}
 				t := time.NewTimer(d.Delay)
 				select {
 				case <-t.C:

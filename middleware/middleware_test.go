@@ -169,3 +169,46 @@ func TestStoreDownIs503(t *testing.T) {
 		t.Fatalf("Redis down: %d %s (served %d)", r.StatusCode, body, served.Load())
 	}
 }
+
+// A leaky-bucket request that would be held longer than MaxDelay is refused and consumes
+// nothing: 20 at once on 10 in 10s with room for 100, MaxDelay 2s, are 3 held and 17 refused,
+// and the queue is left exactly 3s deep (the store's clock stands still), not 20s.
+func TestHeldTooLongConsumesNothing(t *testing.T) {
+	clock := sluice.NewManualClock(time.Unix(1_000_000, 0))
+	lim := limiter(t, sluice.Policy{Name: "queue", Algorithm: sluice.LeakyBucket, Limit: 10, Period: 10 * time.Second, Burst: 100}, memory.WithClock(clock))
+	srv, served := serve(t, lim, middleware.MaxDelay(2*time.Second))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	refused := make(chan string, 20)
+	for i := 0; i < 20; i++ {
+		go func() {
+			req, _ := http.NewRequestWithContext(ctx, http.MethodGet, srv.URL, nil)
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				return // held, then abandoned
+			}
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusTooManyRequests {
+				refused <- resp.Header.Get("Retry-After")
+			}
+		}()
+	}
+	for i := 0; i < 17; i++ {
+		select {
+		case ra := <-refused:
+			if ra != "1" {
+				t.Errorf("Retry-After %q, want 1 (until the hold would be 2s)", ra)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%d refusals, want 17", i)
+		}
+	}
+	d, err := lim.AllowN(context.Background(), "ip:127.0.0.1", 0)
+	if err != nil || d.ResetAfter != 3*time.Second {
+		t.Fatalf("the queue drains in %v (%v) after 3 held and 17 refused, want 3s: the refusals consumed", d.ResetAfter, err)
+	}
+	cancel()
+	if n := served.Load(); n > 1 {
+		t.Fatalf("%d served at once, want at most the one not held", n)
+	}
+}
