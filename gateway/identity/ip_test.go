@@ -340,7 +340,7 @@ func BenchmarkIPIdentify(b *testing.B) {
 		}
 	})
 	b.Run("trusted-forwarded-v6", func(b *testing.B) {
-		ip := IP{TrustedProxies: prefixes(b, "10.0.0.0/8")}
+		ip := IP{TrustedProxies: prefixes(b, "10.0.0.0/8"), ForwardedHeader: HeaderForwarded}
 		r := request(b, "10.0.0.2:1", fwd(`for="[2001:db8:cafe::17]:4711";proto=https, for=10.0.0.5`))
 		b.ReportAllocs()
 		for b.Loop() {
