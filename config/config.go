@@ -158,13 +158,13 @@ type JWTSource struct {
 }
 
 // IPSource names an anonymous client by its address: the peer's, or the rightmost untrusted one
-// in X-Forwarded-For / Forwarded when the peer is a trusted proxy (gateway/identity.IP takes these
-// fields).
+// in the forwarding header the proxies write when the peer is a trusted proxy
+// (gateway/identity.IP takes these fields).
 type IPSource struct {
 	TrustedProxies  []netip.Prefix // masked; single addresses are /32 or /128, IPv4-mapped CIDRs are IPv4
 	IPv4Prefix      int            // IPv4 clients are grouped by this prefix; default 32 (each address alone)
 	IPv6Prefix      int            // IPv6 clients are grouped by this prefix; default 64 (one per subnet)
-	ForwardedHeader string         // "X-Forwarded-For" or "Forwarded": the only header believed; "" both (they must agree)
+	ForwardedHeader string         // "X-Forwarded-For" or "Forwarded": the only header believed, the one the proxies write; "" X-Forwarded-For
 }
 
 // Policy is one configured policy.

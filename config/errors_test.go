@@ -201,6 +201,7 @@ var errorCases = []struct {
 	{"identity: empty list", up + "identity: []\n", []wantErr{at(2, "identity is an empty list")}},
 	{"identity: unreachable", up + "identity:\n  - ip: {}\n  - api_key: {}\n", []wantErr{at(4, "api_key is never reached: the ip source at line 3")}},
 	{"ip: forwarded_header", up + "identity:\n  - ip: {forwarded_header: X-Real-IP}\n", []wantErr{at(3, `forwarded_header "X-Real-IP" must be X-Forwarded-For or Forwarded`)}},
+	{"ip: forwarded_header list", up + "identity:\n  - ip: {forwarded_header: [X-Forwarded-For, Forwarded]}\n", []wantErr{at(3, `forwarded_header must be a string`)}},
 	{"public key: ed25519 for ES256", up + "identity:\n  - jwt: {algorithms: [ES256], public_key_file: $DIR/ed25519.pem}\n",
 		[]wantErr{at(3, "holds an Ed25519 key, which cannot verify ES256")}},
 	{"identity: header", up + "identity:\n  - api_key: {header: \"X Key\"}\n", []wantErr{at(3, `header "X Key" is not a header name`)}},

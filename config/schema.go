@@ -787,7 +787,7 @@ func (p *parser) ip(n, at *yaml.Node, path string) *IPSource {
 			case strings.EqualFold(v, "Forwarded"):
 				s.ForwardedHeader = "Forwarded"
 			default:
-				p.errorf(n, path, nil, "forwarded_header %q must be X-Forwarded-For or Forwarded (or left out for both)", v)
+				p.errorf(n, path, nil, "forwarded_header %q must be X-Forwarded-For or Forwarded, the one header your proxies write (left out: X-Forwarded-For)", v)
 			}
 		}
 	}

@@ -24,23 +24,28 @@ const (
 // Identity.Client is "", and Identity.Key is the address group, "ip:203.0.113.7" or
 // "ip:2001:db8:1:2::/64".
 //
-// The address is the peer's (r.RemoteAddr). Only when the peer is in TrustedProxies are the
-// forwarding headers believed: X-Forwarded-For (every field line, each a comma-separated list)
-// and Forwarded (RFC 7239, its for= parameters: IPv4, or quoted "[IPv6]", either with an optional
-// port). They are walked from the right, the end the nearest proxy wrote, skipping addresses
-// that are themselves trusted proxies; the first untrusted address is the client. If every
-// address is a trusted proxy, the leftmost one is.
+// The address is the peer's (r.RemoteAddr). Only when the peer is in TrustedProxies is a
+// forwarding header believed, and only the one ForwardedHeader names, the one the proxies write:
+// X-Forwarded-For (the default; every field line, each a comma-separated list) or Forwarded
+// (RFC 7239, its for= parameters: IPv4, or quoted "[IPv6]", either with an optional port). The
+// other one, and X-Real-IP, are never read: a proxy that writes one header passes the others on
+// from the client unchanged, so they say whatever the client likes. (Were both read, a client
+// behind a proxy that writes X-Forwarded-For could add "Forwarded: for=8.8.8.8" and be counted
+// as 8.8.8.8, or, if disagreement fell back to the peer, as the proxy, sharing and draining the
+// quota of everything counted as the proxy.) The header is walked from the right, the end the
+// nearest proxy wrote, skipping addresses that are themselves trusted proxies; the first
+// untrusted address is the client. If every address is a trusted proxy, the leftmost one is.
 //
 // The walk stops conservatively at any entry it cannot use: a malformed address, an element
 // without for=, a for= given twice, an obfuscated identifier ("_hidden") or "unknown". The client
 // is then the last address the walk reached, which is a trusted proxy (the peer itself if the
-// nearest entry is the bad one). So a request whose chain cannot be followed is counted against
-// that proxy, never against an address written further left, which a client could have chosen.
-//
-// Which headers to walk is ForwardedHeader. When it is empty and a request carries both, both
-// are walked and must agree; if they do not, the client is the peer. This matters when a proxy
-// writes one header and passes the other through from the client unchanged: set ForwardedHeader
-// to the one your proxies write, and the other is ignored.
+// nearest entry is the bad one). Whatever a client sends lies left of the address its proxy
+// appended, so the walk stops at that address before it reaches the client's entries: no value a
+// client can send, well-formed or not, changes whom it is counted as. For Forwarded, where a
+// quoted string may hide commas, a field line that does not parse as a whole (a client's
+// unterminated quote would swallow the element its proxy appended to the same line) is split at
+// every comma and each piece read as one element, so that the elements proxies appended still
+// count.
 //
 // IPv4-mapped IPv6 addresses (::ffff:192.0.2.1) count as the IPv4 address, zones are dropped,
 // and addresses are grouped by IPv4Prefix and IPv6Prefix, so that one host cannot take a fresh
@@ -49,7 +54,7 @@ type IP struct {
 	TrustedProxies  []netip.Prefix // peers whose forwarding headers are believed (IPv4-mapped prefixes also match IPv4 addresses)
 	IPv4Prefix      int            // bits of an IPv4 address that name a client; 0 means 32 (one address)
 	IPv6Prefix      int            // bits of an IPv6 address that name a client; 0 means 64
-	ForwardedHeader string         // HeaderXForwardedFor or HeaderForwarded: the only header believed; "" means both (see above)
+	ForwardedHeader string         // HeaderXForwardedFor or HeaderForwarded: the only header believed, the one the proxies write; "" means HeaderXForwardedFor
 }
 
 // Validate reports what is wrong with the configuration; nil if it can be used.
@@ -66,7 +71,7 @@ func (ip IP) Validate() error {
 		}
 	}
 	if _, ok := forwardedHeader(ip.ForwardedHeader); !ok {
-		return fmt.Errorf("identity: ip: forwarded header %q is not %q or %q (or empty for both)", ip.ForwardedHeader, HeaderXForwardedFor, HeaderForwarded)
+		return fmt.Errorf("identity: ip: forwarded header %q is not %q or %q (empty means %[2]q)", ip.ForwardedHeader, HeaderXForwardedFor, HeaderForwarded)
 	}
 	return nil
 }
@@ -91,23 +96,14 @@ func (ip IP) ClientAddr(r Request) (netip.Addr, bool) {
 	if !ip.trusted(peer) {
 		return peer, true
 	}
-	header, ok := forwardedHeader(ip.ForwardedHeader)
-	if !ok { // an invalid configuration believes nothing
-		return peer, true
+	header, _ := forwardedHeader(ip.ForwardedHeader)
+	switch header {
+	case HeaderXForwardedFor:
+		return ip.walk(peer, xffHops(r.HeaderValues(HeaderXForwardedFor))), true
+	case HeaderForwarded:
+		return ip.walk(peer, forwardedHops(r.HeaderValues(HeaderForwarded))), true
 	}
-	xff, fwd := r.HeaderValues(HeaderXForwardedFor), r.HeaderValues(HeaderForwarded)
-	switch {
-	case header == HeaderXForwardedFor || header == "" && len(fwd) == 0:
-		return ip.walk(peer, xffHops(xff)), true
-	case header == HeaderForwarded || len(xff) == 0:
-		return ip.walk(peer, forwardedHops(fwd)), true
-	}
-	// Both headers, and no word on which one the proxies write: believe them only if they agree.
-	a, b := ip.walk(peer, xffHops(xff)), ip.walk(peer, forwardedHops(fwd))
-	if a != b {
-		return peer, true
-	}
-	return a, true
+	return peer, true // an invalid configuration believes nothing
 }
 
 // walk follows hops (nearest first) from the trusted peer; see IP.
@@ -159,11 +155,12 @@ func (ip IP) group(a netip.Addr) string {
 	return string(b)
 }
 
-// forwardedHeader canonicalises a ForwardedHeader setting; ok is false if it names neither header.
+// forwardedHeader canonicalises a ForwardedHeader setting ("" is HeaderXForwardedFor); ok is
+// false if it names neither header.
 func forwardedHeader(h string) (string, bool) {
 	switch {
 	case h == "":
-		return "", true
+		return HeaderXForwardedFor, true
 	case strings.EqualFold(h, HeaderXForwardedFor):
 		return HeaderXForwardedFor, true
 	case strings.EqualFold(h, HeaderForwarded):
@@ -237,13 +234,13 @@ func xffHop(s string) hop {
 
 // forwardedHops yields the for= nodes of Forwarded (RFC 7239) from the right. Each field line is
 // parsed on its own (a quoted string cannot span lines), so a malformed line written by a client
-// does not hide the well-formed lines that proxies appended after it; within a line, a syntax
-// error ends the line with a hop the walk stops at.
+// does not hide the well-formed lines that proxies appended after it; see forwardedLine for a
+// malformed line.
 func forwardedHops(lines []string) iter.Seq[hop] {
 	return func(yield func(hop) bool) {
 		var buf [8]hop
 		for i := len(lines) - 1; i >= 0; i-- {
-			hops := parseForwardedLine(lines[i], buf[:0])
+			hops := forwardedLine(lines[i], buf[:0])
 			for j := len(hops) - 1; j >= 0; j-- {
 				if !yield(hops[j]) {
 					return
@@ -251,6 +248,25 @@ func forwardedHops(lines []string) iter.Seq[hop] {
 			}
 		}
 	}
+}
+
+// forwardedLine appends to hops the for= nodes of one Forwarded field line. A line that does not
+// parse as a whole is split at every comma and each piece parsed on its own, a piece in error
+// giving a hop the walk stops at. The syntax error is then the client's: a proxy appends its
+// element (which holds no comma) after a comma, to the end of what the client sent, and if that
+// ends inside a quoted string, parsing the whole line would swallow the proxy's element and
+// count the client as the proxy. Split, the proxy's element is a piece of its own, nearest.
+// (A line that parses as a whole does so with the proxy's element intact: a quoted string the
+// client left open would end at the proxy's first quote, and what follows it, the start of the
+// proxy's quoted value, "[2001:db8::1]" or "192.0.2.1:4711", cannot follow a value.)
+func forwardedLine(s string, hops []hop) []hop {
+	if all, ok := parseForwardedLine(s, hops); ok {
+		return all
+	}
+	for piece := range strings.SplitSeq(s, ",") {
+		hops, _ = parseForwardedLine(piece, hops)
+	}
+	return hops
 }
 
 // parseForwardedLine appends to hops the for= node of each forwarded-element of one field line:
@@ -261,8 +277,9 @@ func forwardedHops(lines []string) iter.Seq[hop] {
 //	value             = token / quoted-string
 //
 // An element without for=, or with two, gives a stopping hop; so does a syntax error, after
-// which the rest of the line is not read. Optional whitespace is accepted around ";" and ",".
-func parseForwardedLine(s string, hops []hop) []hop {
+// which the rest of the line is not read and the result is false. Optional whitespace is
+// accepted around ";" and ",".
+func parseForwardedLine(s string, hops []hop) ([]hop, bool) {
 	i := 0
 	skipOWS := func() {
 		for i < len(s) && (s[i] == ' ' || s[i] == '\t') {
@@ -272,7 +289,7 @@ func parseForwardedLine(s string, hops []hop) []hop {
 	for {
 		skipOWS()
 		if i == len(s) {
-			return hops
+			return hops, true
 		}
 		if s[i] == ',' { // an empty list element
 			i++
@@ -290,12 +307,12 @@ func parseForwardedLine(s string, hops []hop) []hop {
 				}
 				name := s[start:i]
 				if name == "" || i == len(s) || s[i] != '=' {
-					return append(hops, hop{})
+					return append(hops, hop{}), false
 				}
 				i++
 				value, n, ok := forwardedValue(s[i:])
 				if !ok {
-					return append(hops, hop{})
+					return append(hops, hop{}), false
 				}
 				i += n
 				if strings.EqualFold(name, "for") {
@@ -311,7 +328,7 @@ func parseForwardedLine(s string, hops []hop) []hop {
 			break
 		}
 		if i < len(s) && s[i] != ',' {
-			return append(hops, hop{})
+			return append(hops, hop{}), false
 		}
 		if fors == 1 {
 			hops = append(hops, forwardedNode(node))

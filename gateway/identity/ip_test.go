@@ -33,7 +33,8 @@ func prefixes(t testing.TB, ps ...string) []netip.Prefix {
 }
 
 func TestIPKey(t *testing.T) {
-	proxy := IP{TrustedProxies: prefixes(t, "10.0.0.0/8", "2001:db8:ffff::/48")}
+	proxy := IP{TrustedProxies: prefixes(t, "10.0.0.0/8", "2001:db8:ffff::/48")}           // whose proxies write X-Forwarded-For (the default)
+	fwdProxy := IP{TrustedProxies: proxy.TrustedProxies, ForwardedHeader: HeaderForwarded} // whose proxies write Forwarded
 	tests := []struct {
 		name    string
 		ip      IP
@@ -81,38 +82,64 @@ func TestIPKey(t *testing.T) {
 		{name: "v4-mapped trusted prefix", ip: IP{TrustedProxies: prefixes(t, "::ffff:10.0.0.0/104")}, peer: "10.0.0.2:1", headers: [][2]string{xff("203.0.113.7")}, want: "ip:203.0.113.7"},
 
 		// Forwarded (RFC 7239) from trusted proxies.
-		{name: "Forwarded v4", ip: proxy, peer: "10.0.0.2:1", headers: [][2]string{fwd("for=192.0.2.43")}, want: "ip:192.0.2.43"},
-		{name: "Forwarded parameter name any case", ip: proxy, peer: "10.0.0.2:1", headers: [][2]string{fwd("For=192.0.2.43")}, want: "ip:192.0.2.43"},
-		{name: "Forwarded quoted v4 with port", ip: proxy, peer: "10.0.0.2:1", headers: [][2]string{fwd(`for="192.0.2.43:4711"`)}, want: "ip:192.0.2.43"},
-		{name: "Forwarded quoted v6 with port", ip: proxy, peer: "10.0.0.2:1", headers: [][2]string{fwd(`for="[2001:db8:cafe::17]:4711"`)}, want: "ip:2001:db8:cafe::/64"},
-		{name: "Forwarded quoted v6", ip: proxy, peer: "10.0.0.2:1", headers: [][2]string{fwd(`for="[2001:db8:cafe::17]"`)}, want: "ip:2001:db8:cafe::/64"},
-		{name: "Forwarded quoted-pair", ip: proxy, peer: "10.0.0.2:1", headers: [][2]string{fwd(`for="\[2001:db8:cafe::17\]"`)}, want: "ip:2001:db8:cafe::/64"},
-		{name: "Forwarded obfuscated port", ip: proxy, peer: "10.0.0.2:1", headers: [][2]string{fwd(`for="192.0.2.43:_p1"`)}, want: "ip:192.0.2.43"},
-		{name: "Forwarded with other parameters", ip: proxy, peer: "10.0.0.2:1", headers: [][2]string{fwd("for=192.0.2.43, for=198.51.100.17;by=203.0.113.60;proto=http;host=example.com")}, want: "ip:198.51.100.17"},
-		{name: "Forwarded chain of proxies", ip: IP{TrustedProxies: prefixes(t, "10.0.0.0/8", "198.51.100.0/24")}, peer: "10.0.0.2:1", headers: [][2]string{fwd("for=192.0.2.43, for=198.51.100.17;by=203.0.113.60;proto=http;host=example.com")}, want: "ip:192.0.2.43"},
-		{name: "Forwarded spaces around separators", ip: proxy, peer: "10.0.0.2:1", headers: [][2]string{fwd(`proto=https ; for=192.0.2.43 ;by=10.0.0.2 , for=10.0.0.9`)}, want: "ip:192.0.2.43"},
-		{name: "Forwarded over several lines", ip: proxy, peer: "10.0.0.2:1", headers: [][2]string{fwd("for=192.0.2.43"), fwd("for=10.0.0.9;proto=https")}, want: "ip:192.0.2.43"},
-		{name: "Forwarded _hidden stops", ip: proxy, peer: "10.0.0.2:1", headers: [][2]string{fwd("for=203.0.113.7, for=_hidden")}, want: "ip:10.0.0.2"},
-		{name: "Forwarded unknown stops", ip: proxy, peer: "10.0.0.2:1", headers: [][2]string{fwd("for=203.0.113.7, for=unknown")}, want: "ip:10.0.0.2"},
-		{name: "Forwarded quoted unknown stops", ip: proxy, peer: "10.0.0.2:1", headers: [][2]string{fwd(`for=203.0.113.7, for="unknown"`)}, want: "ip:10.0.0.2"},
-		{name: "Forwarded obfuscated after a trusted hop: that hop", ip: proxy, peer: "10.0.0.2:1", headers: [][2]string{fwd("for=203.0.113.7, for=_hidden, for=10.0.0.5")}, want: "ip:10.0.0.5"},
-		{name: "Forwarded unquoted v6 is malformed", ip: proxy, peer: "10.0.0.2:1", headers: [][2]string{fwd("for=[2001:db8::1]")}, want: "ip:10.0.0.2"},
-		{name: "Forwarded bare v6 in quotes is malformed", ip: proxy, peer: "10.0.0.2:1", headers: [][2]string{fwd(`for="2001:db8::1"`)}, want: "ip:10.0.0.2"},
-		{name: "Forwarded element without for stops", ip: proxy, peer: "10.0.0.2:1", headers: [][2]string{fwd("for=203.0.113.7, proto=https;by=10.0.0.2")}, want: "ip:10.0.0.2"},
-		{name: "Forwarded for twice stops", ip: proxy, peer: "10.0.0.2:1", headers: [][2]string{fwd("for=203.0.113.7;for=198.51.100.1")}, want: "ip:10.0.0.2"},
-		{name: "Forwarded bad port stops", ip: proxy, peer: "10.0.0.2:1", headers: [][2]string{fwd(`for="203.0.113.7:123456"`)}, want: "ip:10.0.0.2"},
-		{name: "Forwarded unterminated quote on its own line", ip: proxy, peer: "10.0.0.2:1", headers: [][2]string{fwd(`for="1.2.3.4`), fwd("for=203.0.113.7")}, want: "ip:203.0.113.7"},
-		{name: "Forwarded unterminated quote swallowing the proxy's entry", ip: proxy, peer: "10.0.0.2:1", headers: [][2]string{fwd(`for="1.2.3.4, for=203.0.113.7`)}, want: "ip:10.0.0.2"},
-		{name: "Forwarded garbage line left of the client is never reached", ip: proxy, peer: "10.0.0.2:1", headers: [][2]string{fwd(`for=1.2.3.4;;x`), fwd("for=203.0.113.7")}, want: "ip:203.0.113.7"},
-		{name: "Forwarded syntax error ends its line", ip: proxy, peer: "10.0.0.2:1", headers: [][2]string{fwd(`for=1.2.3.4;;x, for=203.0.113.7`)}, want: "ip:10.0.0.2"},
-		{name: "Forwarded bad element value left of the client is never reached", ip: proxy, peer: "10.0.0.2:1", headers: [][2]string{fwd(`for=not-an-ip, for=203.0.113.7`)}, want: "ip:203.0.113.7"},
+		{name: "Forwarded v4", ip: fwdProxy, peer: "10.0.0.2:1", headers: [][2]string{fwd("for=192.0.2.43")}, want: "ip:192.0.2.43"},
+		{name: "Forwarded parameter name any case", ip: fwdProxy, peer: "10.0.0.2:1", headers: [][2]string{fwd("For=192.0.2.43")}, want: "ip:192.0.2.43"},
+		{name: "Forwarded quoted v4 with port", ip: fwdProxy, peer: "10.0.0.2:1", headers: [][2]string{fwd(`for="192.0.2.43:4711"`)}, want: "ip:192.0.2.43"},
+		{name: "Forwarded quoted v6 with port", ip: fwdProxy, peer: "10.0.0.2:1", headers: [][2]string{fwd(`for="[2001:db8:cafe::17]:4711"`)}, want: "ip:2001:db8:cafe::/64"},
+		{name: "Forwarded quoted v6", ip: fwdProxy, peer: "10.0.0.2:1", headers: [][2]string{fwd(`for="[2001:db8:cafe::17]"`)}, want: "ip:2001:db8:cafe::/64"},
+		{name: "Forwarded quoted-pair", ip: fwdProxy, peer: "10.0.0.2:1", headers: [][2]string{fwd(`for="\[2001:db8:cafe::17\]"`)}, want: "ip:2001:db8:cafe::/64"},
+		{name: "Forwarded obfuscated port", ip: fwdProxy, peer: "10.0.0.2:1", headers: [][2]string{fwd(`for="192.0.2.43:_p1"`)}, want: "ip:192.0.2.43"},
+		{name: "Forwarded with other parameters", ip: fwdProxy, peer: "10.0.0.2:1", headers: [][2]string{fwd("for=192.0.2.43, for=198.51.100.17;by=203.0.113.60;proto=http;host=example.com")}, want: "ip:198.51.100.17"},
+		{name: "Forwarded chain of proxies", ip: IP{TrustedProxies: prefixes(t, "10.0.0.0/8", "198.51.100.0/24"), ForwardedHeader: HeaderForwarded}, peer: "10.0.0.2:1", headers: [][2]string{fwd("for=192.0.2.43, for=198.51.100.17;by=203.0.113.60;proto=http;host=example.com")}, want: "ip:192.0.2.43"},
+		{name: "Forwarded spaces around separators", ip: fwdProxy, peer: "10.0.0.2:1", headers: [][2]string{fwd(`proto=https ; for=192.0.2.43 ;by=10.0.0.2 , for=10.0.0.9`)}, want: "ip:192.0.2.43"},
+		{name: "Forwarded over several lines", ip: fwdProxy, peer: "10.0.0.2:1", headers: [][2]string{fwd("for=192.0.2.43"), fwd("for=10.0.0.9;proto=https")}, want: "ip:192.0.2.43"},
+		{name: "Forwarded _hidden stops", ip: fwdProxy, peer: "10.0.0.2:1", headers: [][2]string{fwd("for=203.0.113.7, for=_hidden")}, want: "ip:10.0.0.2"},
+		{name: "Forwarded unknown stops", ip: fwdProxy, peer: "10.0.0.2:1", headers: [][2]string{fwd("for=203.0.113.7, for=unknown")}, want: "ip:10.0.0.2"},
+		{name: "Forwarded quoted unknown stops", ip: fwdProxy, peer: "10.0.0.2:1", headers: [][2]string{fwd(`for=203.0.113.7, for="unknown"`)}, want: "ip:10.0.0.2"},
+		{name: "Forwarded obfuscated after a trusted hop: that hop", ip: fwdProxy, peer: "10.0.0.2:1", headers: [][2]string{fwd("for=203.0.113.7, for=_hidden, for=10.0.0.5")}, want: "ip:10.0.0.5"},
+		{name: "Forwarded unquoted v6 is malformed", ip: fwdProxy, peer: "10.0.0.2:1", headers: [][2]string{fwd("for=[2001:db8::1]")}, want: "ip:10.0.0.2"},
+		{name: "Forwarded bare v6 in quotes is malformed", ip: fwdProxy, peer: "10.0.0.2:1", headers: [][2]string{fwd(`for="2001:db8::1"`)}, want: "ip:10.0.0.2"},
+		{name: "Forwarded element without for stops", ip: fwdProxy, peer: "10.0.0.2:1", headers: [][2]string{fwd("for=203.0.113.7, proto=https;by=10.0.0.2")}, want: "ip:10.0.0.2"},
+		{name: "Forwarded for twice stops", ip: fwdProxy, peer: "10.0.0.2:1", headers: [][2]string{fwd("for=203.0.113.7;for=198.51.100.1")}, want: "ip:10.0.0.2"},
+		{name: "Forwarded bad port stops", ip: fwdProxy, peer: "10.0.0.2:1", headers: [][2]string{fwd(`for="203.0.113.7:123456"`)}, want: "ip:10.0.0.2"},
+		{name: "Forwarded unterminated quote on its own line", ip: fwdProxy, peer: "10.0.0.2:1", headers: [][2]string{fwd(`for="1.2.3.4`), fwd("for=203.0.113.7")}, want: "ip:203.0.113.7"},
+		{name: "Forwarded unterminated quote cannot swallow the proxy's entry", ip: fwdProxy, peer: "10.0.0.2:1", headers: [][2]string{fwd(`for="1.2.3.4, for=203.0.113.7`)}, want: "ip:203.0.113.7"},
+		{name: "Forwarded garbage line left of the client is never reached", ip: fwdProxy, peer: "10.0.0.2:1", headers: [][2]string{fwd(`for=1.2.3.4;;x`), fwd("for=203.0.113.7")}, want: "ip:203.0.113.7"},
+		{name: "Forwarded syntax error: the pieces right of it still count", ip: fwdProxy, peer: "10.0.0.2:1", headers: [][2]string{fwd(`for=1.2.3.4;;x, for=203.0.113.7`)}, want: "ip:203.0.113.7"},
+		{name: "Forwarded syntax error in the nearest piece stops", ip: fwdProxy, peer: "10.0.0.2:1", headers: [][2]string{fwd(`for=203.0.113.7, for=1.2.3.4;;x`)}, want: "ip:10.0.0.2"},
+		{name: "Forwarded bad element value left of the client is never reached", ip: fwdProxy, peer: "10.0.0.2:1", headers: [][2]string{fwd(`for=not-an-ip, for=203.0.113.7`)}, want: "ip:203.0.113.7"},
 
-		// Both headers.
+		// Only the header the proxies write is read: whatever a client adds to the request, its
+		// proxy passes on, so no header but that one, and no entry in it left of the one its
+		// proxy appended, may move the client: not to an address of its choice, and not to
+		// the proxy (whose quota everything counted as the proxy shares).
 		{name: "both agree", ip: proxy, peer: "10.0.0.2:1", headers: [][2]string{xff("203.0.113.7"), fwd("for=203.0.113.7")}, want: "ip:203.0.113.7"},
-		{name: "both disagree: the peer", ip: proxy, peer: "10.0.0.2:1", headers: [][2]string{xff("203.0.113.7"), fwd("for=1.2.3.4")}, want: "ip:10.0.0.2"},
-		{name: "XFF only believed", ip: IP{TrustedProxies: proxy.TrustedProxies, ForwardedHeader: "x-forwarded-for"}, peer: "10.0.0.2:1", headers: [][2]string{xff("203.0.113.7"), fwd("for=1.2.3.4")}, want: "ip:203.0.113.7"},
-		{name: "Forwarded only believed", ip: IP{TrustedProxies: proxy.TrustedProxies, ForwardedHeader: HeaderForwarded}, peer: "10.0.0.2:1", headers: [][2]string{xff("1.2.3.4"), fwd("for=203.0.113.7")}, want: "ip:203.0.113.7"},
-		{name: "Forwarded only believed, none sent", ip: IP{TrustedProxies: proxy.TrustedProxies, ForwardedHeader: HeaderForwarded}, peer: "10.0.0.2:1", headers: [][2]string{xff("1.2.3.4")}, want: "ip:10.0.0.2"},
+		{name: "client's Forwarded ignored: the XFF address", ip: proxy, peer: "10.0.0.2:1", headers: [][2]string{xff("203.0.113.7"), fwd("for=8.8.8.8")}, want: "ip:203.0.113.7"},
+		{name: "client's Forwarded v6 ignored", ip: proxy, peer: "10.0.0.2:1", headers: [][2]string{fwd(`for="[2001:db8::8]:1"`), xff("203.0.113.7")}, want: "ip:203.0.113.7"},
+		{name: "client's Forwarded naming the proxy ignored", ip: proxy, peer: "10.0.0.2:1", headers: [][2]string{xff("203.0.113.7"), fwd("for=10.0.0.2")}, want: "ip:203.0.113.7"},
+		{name: "client's malformed Forwarded ignored", ip: proxy, peer: "10.0.0.2:1", headers: [][2]string{xff("203.0.113.7"), fwd(`for="8.8.8.8`)}, want: "ip:203.0.113.7"},
+		{name: "Forwarded alone is not read by default", ip: proxy, peer: "10.0.0.2:1", headers: [][2]string{fwd("for=8.8.8.8")}, want: "ip:10.0.0.2"},
+		{name: "XFF named", ip: IP{TrustedProxies: proxy.TrustedProxies, ForwardedHeader: "x-forwarded-for"}, peer: "10.0.0.2:1", headers: [][2]string{xff("203.0.113.7"), fwd("for=1.2.3.4")}, want: "ip:203.0.113.7"},
+		{name: "X-Real-IP ignored", ip: proxy, peer: "10.0.0.2:1", headers: [][2]string{xff("203.0.113.7"), {"X-Real-IP", "8.8.8.8"}}, want: "ip:203.0.113.7"},
+		{name: "X-Real-IP alone ignored", ip: proxy, peer: "10.0.0.2:1", headers: [][2]string{{"X-Real-IP", "8.8.8.8"}}, want: "ip:10.0.0.2"},
+		{name: "client's XFF line before the proxy's", ip: proxy, peer: "10.0.0.2:1", headers: [][2]string{xff("8.8.8.8"), xff("203.0.113.7")}, want: "ip:203.0.113.7"},
+		{name: "client's XFF naming a trusted proxy", ip: proxy, peer: "10.0.0.2:1", headers: [][2]string{xff("10.0.0.9, 203.0.113.7")}, want: "ip:203.0.113.7"},
+		{name: "client's garbage XFF line before the proxy's", ip: proxy, peer: "10.0.0.2:1", headers: [][2]string{xff(`"8.8.8.8`), xff("203.0.113.7")}, want: "ip:203.0.113.7"},
+		{name: "client's garbage XFF, proxy appends", ip: proxy, peer: "10.0.0.2:1", headers: [][2]string{xff("8.8.8.8; for=[::1], unknown, 203.0.113.7")}, want: "ip:203.0.113.7"},
+		{name: "client's XFF through two proxies", ip: proxy, peer: "10.0.0.2:1", headers: [][2]string{xff("8.8.8.8, junk, 203.0.113.7, 10.0.0.5")}, want: "ip:203.0.113.7"},
+		{name: "client's v6 XFF", ip: proxy, peer: "10.0.0.2:1", headers: [][2]string{xff("[2001:db8::8]:1, fe80::1%eth0, 2001:db8:1:2::99")}, want: "ip:2001:db8:1:2::/64"},
+		{name: "Forwarded named: client's XFF ignored", ip: fwdProxy, peer: "10.0.0.2:1", headers: [][2]string{xff("1.2.3.4"), fwd("for=203.0.113.7")}, want: "ip:203.0.113.7"},
+		{name: "Forwarded named, none sent", ip: fwdProxy, peer: "10.0.0.2:1", headers: [][2]string{xff("1.2.3.4")}, want: "ip:10.0.0.2"},
+		{name: "Forwarded: client's open quote, proxy's v6 appended", ip: fwdProxy, peer: "10.0.0.2:1", headers: [][2]string{fwd(`for=8.8.8.8;x=", for="[2001:db8:cafe::17]:4711"`)}, want: "ip:2001:db8:cafe::/64"},
+		{name: "Forwarded: client's open quote pair, proxy appended", ip: fwdProxy, peer: "10.0.0.2:1", headers: [][2]string{fwd(`for=8.8.8.8;x="\, for=203.0.113.7`)}, want: "ip:203.0.113.7"},
+		{name: "Forwarded: client's quoted comma, proxy appended", ip: fwdProxy, peer: "10.0.0.2:1", headers: [][2]string{fwd(`for=8.8.8.8;x="a, for=9.9.9.9", for=203.0.113.7`)}, want: "ip:203.0.113.7"},
+		{name: "Forwarded: client's value missing, proxy appended", ip: fwdProxy, peer: "10.0.0.2:1", headers: [][2]string{fwd(`for=, for=203.0.113.7`)}, want: "ip:203.0.113.7"},
+
+		// An untrusted peer is the client, whatever it sends.
+		{name: "untrusted peer with every header", ip: proxy, peer: "198.51.100.1:1", headers: [][2]string{xff("203.0.113.7"), fwd("for=8.8.8.8"), {"X-Real-IP", "9.9.9.9"}}, want: "ip:198.51.100.1"},
+		{name: "untrusted peer with every header, Forwarded named", ip: fwdProxy, peer: "198.51.100.1:1", headers: [][2]string{xff("203.0.113.7"), fwd("for=8.8.8.8"), {"X-Real-IP", "9.9.9.9"}}, want: "ip:198.51.100.1"},
+		{name: "untrusted peer with garbage", ip: proxy, peer: "198.51.100.1:1", headers: [][2]string{xff("garbage"), fwd(`for="x`)}, want: "ip:198.51.100.1"},
+		{name: "untrusted v6 peer with headers", ip: fwdProxy, peer: "[2001:db8:1:2::1]:1", headers: [][2]string{xff("203.0.113.7"), fwd("for=8.8.8.8")}, want: "ip:2001:db8:1:2::/64"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -198,7 +225,8 @@ func FuzzParseForwardedLine(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
-		for _, h := range parseForwardedLine(s, nil) {
+		hops, _ := parseForwardedLine(s, nil)
+		for _, h := range append(hops, forwardedLine(s, nil)...) {
 			if h.ok && (!h.addr.IsValid() || h.addr.Zone() != "" || h.addr.Is4In6()) {
 				t.Fatalf("parseForwardedLine(%q) gave address %v", s, h.addr)
 			}
@@ -237,6 +265,63 @@ func FuzzIPIdentify(f *testing.F) {
 	})
 }
 
+// FuzzClientCannotMoveIdentity: whatever a client sends in X-Forwarded-For, Forwarded and
+// X-Real-IP, behind trusted proxies that append its address to the header they write (joined to
+// what the client sent, as net/http/httputil's proxy does, or on a line of their own), it is
+// counted by that address: never by one it chose, and never as a proxy.
+func FuzzClientCannotMoveIdentity(f *testing.F) {
+	for _, s := range [][3]string{
+		{"8.8.8.8", "for=8.8.8.8", "8.8.8.8"},
+		{"garbage, 10.0.0.9", `for="8.8.8.8`, ""},
+		{"", `for=8.8.8.8;x="\`, ""},
+		{`"8.8.8.8`, `for=8.8.8.8;x="a, for=9.9.9.9"`, ""},
+		{"unknown", `for=8.8.8.8;x="`, "10.0.0.2"},
+		{"10.0.0.2, ::ffff:10.0.0.3", `for=;by="`, ""},
+	} {
+		f.Add(s[0], s[1], s[2])
+	}
+	xffIP := IP{TrustedProxies: prefixes(f, "10.0.0.0/8")}
+	fwdIP := IP{TrustedProxies: xffIP.TrustedProxies, ForwardedHeader: HeaderForwarded}
+	type proxied struct {
+		ip      IP
+		header  string
+		entries []string // what the proxies append, the client's proxy first
+		want    netip.Addr
+	}
+	cases := []proxied{
+		{xffIP, HeaderXForwardedFor, []string{"203.0.113.7"}, netip.MustParseAddr("203.0.113.7")},
+		{xffIP, HeaderXForwardedFor, []string{"[2001:db8:cafe::17]:4711", "10.0.0.5"}, netip.MustParseAddr("2001:db8:cafe::17")},
+		{fwdIP, HeaderForwarded, []string{"for=203.0.113.7"}, netip.MustParseAddr("203.0.113.7")},
+		{fwdIP, HeaderForwarded, []string{`for="[2001:db8:cafe::17]:4711";proto=https`, "for=10.0.0.5"}, netip.MustParseAddr("2001:db8:cafe::17")},
+		{fwdIP, HeaderForwarded, []string{`for="203.0.113.7:_p";by="[2001:db8::1]"`}, netip.MustParseAddr("203.0.113.7")},
+	}
+	f.Fuzz(func(t *testing.T, x, fw, realIP string) {
+		sent := map[string]string{HeaderXForwardedFor: x, HeaderForwarded: fw, "X-Real-IP": realIP}
+		for _, c := range cases {
+			for _, ownLine := range []bool{false, true} {
+				r := httptest.NewRequest(http.MethodGet, "http://api.example/", nil)
+				r.RemoteAddr = "10.0.0.2:1"
+				for name, v := range sent {
+					if v != "" {
+						r.Header.Add(name, v)
+					}
+				}
+				for _, e := range c.entries {
+					if prior := r.Header.Values(c.header); !ownLine && len(prior) > 0 {
+						r.Header.Set(c.header, strings.Join(prior, ", ")+", "+e)
+					} else {
+						r.Header.Add(c.header, e)
+					}
+				}
+				a, ok := c.ip.ClientAddr(HTTP(r))
+				if !ok || a != c.want {
+					t.Fatalf("%s %q (own line %v): client %v, want %v", c.header, r.Header.Values(c.header), ownLine, a, c.want)
+				}
+			}
+		}
+	})
+}
+
 func BenchmarkIPIdentify(b *testing.B) {
 	b.Run("peer", func(b *testing.B) {
 		ip := IP{}
@@ -255,7 +340,7 @@ func BenchmarkIPIdentify(b *testing.B) {
 		}
 	})
 	b.Run("trusted-forwarded-v6", func(b *testing.B) {
-		ip := IP{TrustedProxies: prefixes(b, "10.0.0.0/8")}
+		ip := IP{TrustedProxies: prefixes(b, "10.0.0.0/8"), ForwardedHeader: HeaderForwarded}
 		r := request(b, "10.0.0.2:1", fwd(`for="[2001:db8:cafe::17]:4711";proto=https, for=10.0.0.5`))
 		b.ReportAllocs()
 		for b.Loop() {
