@@ -9,7 +9,7 @@ import (
 
 // Fuzz targets. Each derives a small policy (limit 1..20, period 1ms..2s in whole µs, burst
 // 0..30 for the buckets) and a trace of up to 64 requests from its input, runs the trace, and
-// checks it with the property checks of property_test.go. Their f.Add seeds run as ordinary
+// checks it with the property checks of property_test.go. Their f.Add entries run as ordinary
 // tests; `go test -fuzz=FuzzDecide ./algorithm/` explores further.
 
 // fuzzPolicy derives a valid policy from four fuzzed numbers.
@@ -80,7 +80,7 @@ func fuzzTrace(p *Policy, alg uint8, data []byte, backward bool) []request {
 	return reqs
 }
 
-// addSeeds gives every target the same seed corpus: each algorithm, the seeds' policies, and
+// addSeeds gives every target the same seed corpus: each algorithm, a few typical policies, and
 // traces of bursts, steady streams, window edges and costs.
 func addSeeds(f *testing.F) {
 	burst := func(n int, gap uint16, cost byte) []byte {
@@ -97,16 +97,16 @@ func addSeeds(f *testing.F) {
 		}
 		return b
 	}
-	ukrainian := join(burst(12, 0x4000|0x4000/5, 1), burst(20, 0x4000|0x4000/40, 1), burst(12, 0x4000|0x4000/5, 1))
+	steadyBurst := join(burst(12, 0x4000|0x4000/5, 1), burst(20, 0x4000|0x4000/40, 1), burst(12, 0x4000|0x4000/5, 1))
 	mixed := join(burst(5, 0, 1), burst(3, 0x4100, 0xc3), burst(4, 0xc001, 0xf1), burst(3, 0x8800, 0x81), burst(2, 0x0001, 0xff), burst(6, 0x0100, 0xe0))
 	edges := join(burst(3, 0xc000, 1), burst(3, 0xc001, 1), burst(3, 0xc002, 1), burst(4, 0x0000, 0xf0))
 	for alg := range uint8(5) {
-		f.Add(alg, uint8(4), uint8(4), uint32(999_000), ukrainian)    // 5 per 1s, burst 5
+		f.Add(alg, uint8(4), uint8(4), uint32(999_000), steadyBurst)  // 5 per 1s, burst 5
 		f.Add(alg, uint8(2), uint8(10), uint32(999_000), mixed)       // 3 per 1s: T not whole µs
 		f.Add(alg|0x40, uint8(19), uint8(30), uint32(0), edges)       // 20 per 1ms, at a Unix time
 		f.Add(alg|0x80, uint8(0), uint8(0), uint32(1_999_000), mixed) // 1 per 2s, before the epoch
 		f.Add(alg|0xc0, uint8(6), uint8(3), uint32(1), join(mixed, edges))
-		f.Add(alg|0xc1, uint8(9), uint8(19), uint32(123_457), join(edges, ukrainian))
+		f.Add(alg|0xc1, uint8(9), uint8(19), uint32(123_457), join(edges, steadyBurst))
 	}
 }
 

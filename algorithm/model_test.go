@@ -7,7 +7,7 @@ import (
 )
 
 // This file holds the tests' reference models: each algorithm written again, as plainly as the
-// table in DESIGN.md ("Policies and exact semantics") states it, in exact rational arithmetic
+// docs/design.md#the-algorithms-exactly states it, in exact rational arithmetic
 // (math/big) and with no cleverness: no GCRA, no 128-bit tricks, no clamping of the clock.
 // The property and fuzz tests compare Decide with them decision by decision.
 //

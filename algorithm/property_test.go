@@ -9,7 +9,7 @@ import (
 	"time"
 )
 
-// Property tests: random traces (fixed seeds) on every algorithm, each decision checked against
+// Property tests: random traces (reproducible) on every algorithm, each decision checked against
 // the reference model (model_test.go) and against the properties the design promises. The fuzz
 // targets (fuzz_test.go) run the same checks on traces the fuzzer makes.
 

@@ -10,11 +10,11 @@ import (
 	"time"
 )
 
-// The seeds' scenarios and the edges every algorithm shares, run on all five algorithms.
+// Typical traffic and the edges every algorithm shares, run on all five algorithms.
 
-// ukrainianTraffic is the seed's trace "5/s for 10s; 40 in 1s; 5/s for 10s": evenly spaced, each
+// steadyBurstTraffic is the trace "5/s for 10s; 40 in 1s; 5/s for 10s": evenly spaced, each
 // segment's first request at its start. It returns the instants (µs) and each one's segment.
-func ukrainianTraffic() (at []int64, segment []int) {
+func steadyBurstTraffic() (at []int64, segment []int) {
 	add := func(seg int, start, n, gap int64) {
 		for i := range n {
 			at, segment = append(at, start+i*gap), append(segment, seg)
@@ -26,7 +26,7 @@ func ukrainianTraffic() (at []int64, segment []int) {
 	return at, segment
 }
 
-func TestUkrainianScenario(t *testing.T) {
+func TestSteadyBurstSteady(t *testing.T) {
 	// Approved per segment, worked out by hand:
 	//   fixed-window: 5 per aligned second, so 5 of the 40 in [10s, 11s).
 	//   sliding-log: at 10s the requests at 9.2..9.8s still count (4), so 10.0s fits; then one
@@ -50,7 +50,7 @@ func TestUkrainianScenario(t *testing.T) {
 		{TokenBucket, 40, [3]int{50, 40, 50}},
 		{LeakyBucket, 40, [3]int{50, 40, 50}},
 	}
-	at, segment := ukrainianTraffic()
+	at, segment := steadyBurstTraffic()
 	for _, c := range cases {
 		t.Run(c.alg.String(), func(t *testing.T) {
 			p := Policy{Algorithm: c.alg, Limit: 5, Period: sec, Burst: c.burst}

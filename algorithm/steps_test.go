@@ -108,7 +108,7 @@ func checkRetryExact(t testing.TB, where string, p *Policy, s *State, now, cost 
 }
 
 func TestFixedWindow(t *testing.T) {
-	t.Run("seed: 100 at 59s and 100 at 60s all pass", func(t *testing.T) {
+	t.Run("100 at 59s and 100 at 60s all pass", func(t *testing.T) {
 		runSteps(t, Policy{Algorithm: FixedWindow, Limit: 100, Period: time.Minute}, []step{
 			{at: 59 * sec, cost: 0, allowed: true, remaining: left(100), reset: after(0)},
 			{at: 59 * sec, cost: 1, n: 100, allowed: true, remaining: left(0), reset: after(1 * sec)},
@@ -162,7 +162,7 @@ func TestFixedWindow(t *testing.T) {
 }
 
 func TestSlidingLog(t *testing.T) {
-	t.Run("seed: the second 100 wait for the first to expire", func(t *testing.T) {
+	t.Run("the second 100 wait for the first to expire", func(t *testing.T) {
 		runSteps(t, Policy{Algorithm: SlidingLog, Limit: 100, Period: time.Minute}, []step{
 			{at: 59 * sec, cost: 1, n: 100, allowed: true, remaining: left(0), reset: after(60 * sec)},
 			// The first approved at 59s counts until 119s: Retry-After at 60s is 59s, exactly.
@@ -209,7 +209,7 @@ func TestSlidingLog(t *testing.T) {
 }
 
 func TestSlidingWindow(t *testing.T) {
-	t.Run("seed: 80 before, 20 now, 15s in: 20 more fit", func(t *testing.T) {
+	t.Run("80 before, 20 now, 15s in: 20 more fit", func(t *testing.T) {
 		// estimate = 80·(60-15)/60 + 20 = 80; the 21st waits until 80·(60-e)/60 + 41 ≤ 100, i.e. e =
 		// 60 - 59·60/80 = 15.75s: RetryAfter 750ms exactly.
 		runSteps(t, Policy{Algorithm: SlidingWindow, Limit: 100, Period: time.Minute}, []step{
@@ -268,7 +268,7 @@ func TestSlidingWindow(t *testing.T) {
 }
 
 func TestTokenBucket(t *testing.T) {
-	t.Run("seed: a bucket of 20 refilling 5/s", func(t *testing.T) {
+	t.Run("a bucket of 20 refilling 5/s", func(t *testing.T) {
 		runSteps(t, Policy{Algorithm: TokenBucket, Limit: 5, Period: sec, Burst: 20}, []step{
 			{at: 0, cost: 0, allowed: true, remaining: left(20), reset: after(0)},
 			{at: 0, cost: 1, allowed: true, remaining: left(19), reset: after(200 * ms)},

@@ -15,7 +15,7 @@ import (
 	"github.com/sluicehq/sluice"
 )
 
-// designYAML is DESIGN.md's "Configuration (contract)" file, unchanged but for real hashes.
+// designYAML is the realistic file of docs/config.md, unchanged but for real hashes and a comment.
 var designYAML = `listen: 127.0.0.1:8080          # the proxy
 admin_listen: 127.0.0.1:9090    # /metrics, /healthz, /readyz, /v1/check, the web page
 upstream: http://127.0.0.1:9000

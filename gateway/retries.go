@@ -7,7 +7,7 @@ import (
 )
 
 // earlyRetries remembers, per rate-limit key, until when its last refusal holds, to count the
-// seed's "immediate retry" mistake: a client that comes back before its Retry-After ran out.
+// common "immediate retry" mistake: a client that comes back before its Retry-After ran out.
 // Bounded: a full shard forgets new refusals rather than grow (client input never grows memory).
 type earlyRetries struct {
 	seed   maphash.Seed

@@ -11,8 +11,8 @@ import (
 	"github.com/sluicehq/sluice/algorithm"
 )
 
-// Peeking between requests changes no decision: a session peeked at every 37ms decides the seed
-// scenario, and random ones, exactly as Run does.
+// Peeking between requests changes no decision: a session peeked at every 37ms decides steady
+// traffic with a burst (seedPattern), and random traffic, exactly as Run does.
 func TestSessionPeekChangesNothing(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	for trial := range 50 {

@@ -12,7 +12,7 @@ import (
 	"github.com/sluicehq/sluice/algorithm"
 )
 
-// The seed scenario: steady traffic at the limit, a burst of 40 in a second, steady again.
+// Steady traffic at the limit, a burst of 40 in a second, steady again.
 const seedPattern = "5/s for 10s; 40 in 1s; 5/s for 10s"
 
 func seed(t *testing.T) []Request {
@@ -51,7 +51,7 @@ func span(from, to int, except ...int) []int {
 	return idx
 }
 
-func TestCompareSeedScenario(t *testing.T) {
+func TestCompareSteadyBurstSteady(t *testing.T) {
 	results, err := Compare(5, time.Second, 40, seed(t))
 	if err != nil {
 		t.Fatal(err)

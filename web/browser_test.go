@@ -20,7 +20,7 @@ import (
 	"github.com/sluicehq/sluice/web/scenario"
 )
 
-// The seed scenario: 5/s for 10s, 40 in a second, 5/s for 10s; 5 a second, burst 40.
+// The first preset: 5/s for 10s, 40 in a second, 5/s for 10s; 5 a second, burst 40.
 const seedQuery = "traffic=5/s+for+10s%3B+40+in+1s%3B+5/s+for+10s&limit=5&period=1s&burst=40"
 
 // compareSummaries is what `sluice simulate --compare --format json` writes as each run's
@@ -67,7 +67,7 @@ func canonical(t *testing.T, query string) string {
 	return sc.Encode()
 }
 
-// The seed scenario runs live; a number changed while the clock runs takes effect at once, the
+// The first preset runs live; a number changed while the clock runs takes effect at once, the
 // clock goes on, and at its end the summary is sluice simulate --compare's for the new numbers.
 // Screenshots at a laptop's and a phone's width go to artifacts/.
 func TestBrowserLiveChange(t *testing.T) {

@@ -925,7 +925,7 @@ default_policy: one-per-second
 	if ra, _ := retryAfter(r.header); ra != 1 {
 		t.Fatalf("second request: Retry-After %d; want 1", ra)
 	}
-	r = get(t, p.proxy, path) // the seed's mistake: retrying at once
+	r = get(t, p.proxy, path) // the classic mistake: retrying at once
 	if err := checkQuotaExceeded(r, "one-per-second", "", 1, 1); err != nil {
 		t.Fatalf("an immediate retry: %v\n%s", err, r.body)
 	}

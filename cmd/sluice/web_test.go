@@ -150,7 +150,7 @@ func TestWebServes(t *testing.T) {
 	}
 }
 
-// The end-to-end test of the page: `sluice web` serves it to a real Chromium, the seed scenario
+// The end-to-end test of the page: `sluice web` serves it to a real Chromium, 5/s then 40 in 1s
 // runs live, a number changes while the clock runs, and at the clock's end the page's summary is,
 // number for number, what `sluice simulate --compare --format json` prints for the final inputs.
 func TestWebPageMatchesSimulate(t *testing.T) {

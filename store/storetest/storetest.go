@@ -166,7 +166,7 @@ const (
 	min = 60 * sec
 )
 
-// GoldenTraces are the seeds' scenarios and the edges of each algorithm.
+// GoldenTraces are typical traffic and the edges of each algorithm.
 func GoldenTraces() []Trace {
 	var out []Trace
 	add := func(name string, p sluice.Policy, steps []Step) {
@@ -216,14 +216,14 @@ func GoldenTraces() []Trace {
 		}
 		add("cost-5-"+a.String(), p, cat(burst(0, 3, "c", 5), []Step{{At: 100 * ms, Key: "c", Cost: 0}, {At: 200 * ms, Key: "c", Cost: 13}, {At: 300 * ms, Key: "c", Cost: 5}, {At: 1500 * ms, Key: "c", Cost: 5}}))
 	}
-	// The Ukrainian scenario: 5/s for 10 s, 40 in one second, 5/s for 10 s.
-	ukr := cat(every(0, 200*ms, 50, "c"), every(10*sec, 25*ms, 40, "c"), every(11*sec, 200*ms, 50, "c"))
+	// Steady, a burst, steady: 5/s for 10 s, 40 in one second, 5/s for 10 s.
+	bursty := cat(every(0, 200*ms, 50, "c"), every(10*sec, 25*ms, 40, "c"), every(11*sec, 200*ms, 50, "c"))
 	for _, a := range algorithm.Algorithms {
 		p := sluice.Policy{Algorithm: a, Limit: 5, Period: time.Second}
 		if a == sluice.TokenBucket || a == sluice.LeakyBucket {
 			p.Burst = 40
 		}
-		add("ukrainian-"+a.String(), p, ukr)
+		add("steady-burst-"+a.String(), p, bursty)
 	}
 	// Emission intervals that are not whole µs (3 per second), over a long steady stream.
 	for _, a := range []sluice.Algorithm{sluice.TokenBucket, sluice.LeakyBucket} {

@@ -1,6 +1,6 @@
 package scenario
 
-// Preset is a ready-made scenario from the articles sluice was designed from.
+// Preset is a ready-made scenario of typical traffic.
 type Preset struct {
 	Name        string // a short identifier, e.g. "burst"
 	Title       string // for the page's preset buttons

@@ -36,7 +36,7 @@ const MaxRequests = 200_000
 type Scenario struct {
 	Traffic string        // a sim.ParseTraffic pattern, normalised: "5/s for 10s; 40 in 1s"
 	Jitter  time.Duration // each request arrives up to Jitter later than the pattern says; 0: none
-	Seed    uint64        // seeds the jitter, so that a jittered scenario is reproducible
+	Seed    uint64        // the jitter's random seed, so that a jittered scenario is reproducible
 
 	// The shared policy, as `sluice simulate --compare` takes it: Burst goes to the token bucket
 	// (its capacity; 0 means Limit) and the leaky bucket (its queue room) only.
@@ -331,7 +331,7 @@ func (sc *Scenario) Encode() string {
 
 func formatDuration(d time.Duration) string { return sim.FormatDuration(int64(d / time.Microsecond)) }
 
-// jitterStream is the PCG stream of the jitter (the text "sluice" as a number): with the seed,
+// jitterStream is the PCG stream of the jitter (the text "sluice" as a number): with Seed,
 // it fixes every offset.
 const jitterStream = 0x736c75696365
 

@@ -105,7 +105,7 @@ func TestPresets(t *testing.T) {
 		}
 	}
 	if Presets[0].Query != seedQuery {
-		t.Errorf("the first preset is %q, want the seed scenario", Presets[0].Query)
+		t.Errorf("the first preset is %q, want 5/s, then 40 in a second", Presets[0].Query)
 	}
 }
 
@@ -219,7 +219,7 @@ func TestRunMatchesCompare(t *testing.T) {
 	}
 }
 
-// The state the seed scenario plots, at a few instants: requests at a boundary count before the
+// The state the first preset plots, at a few instants: requests at a boundary count before the
 // peek there.
 func TestRunLevels(t *testing.T) {
 	res := mustRun(t, mustParse(t, seedQuery))
