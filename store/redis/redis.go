@@ -243,10 +243,10 @@ func (s *Store) Decide(ctx context.Context, key string, p sluice.Policy, cost in
 	if err := s.check(&p, cost, &d); err != nil {
 		return d, err
 	}
-	cacheKey := p.Name + "\x00" + key
+	cacheKey, fp := p.Name+"\x00"+key, fingerprintOf(&p)
 	sent := s.localNow()
 	if s.refused != nil {
-		if d, ok := s.refused.lookup(cacheKey, cost, sent); ok {
+		if d, ok := s.refused.lookup(cacheKey, fp, cost, sent); ok {
 			s.cacheHits.Add(1)
 			return d, nil
 		}
@@ -281,7 +281,7 @@ func (s *Store) Decide(ctx context.Context, key string, p sluice.Policy, cost in
 				s.refused.forget(cacheKey) // the state moved: a cached refusal's numbers are stale
 			}
 		} else {
-			s.refused.remember(cacheKey, cost, sent, d)
+			s.refused.remember(cacheKey, fp, cost, sent, d)
 		}
 	}
 	return d, nil
