@@ -658,6 +658,18 @@ func TestLuaOldSlidingLogLayout(t *testing.T) {
 		t.Fatalf("full: %v", got)
 	}
 	e.checkState(key, &s, &history) // the hash is gone, the list is the new state
+	// A header without entries, which no decision writes, is not a state either (a count that no
+	// entry would ever expire): never seen, and replaced by the first approval.
+	key = "rate-limit:{old}:header-only"
+	if err := e.c.Do(ctx, e.c.B().Arbitrary("RPUSH", key+":log", "2:3:1000000:3").Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	s = algorithm.State{}
+	if got, _ := e.step(key, &p, &s, t0, 0, &history); got[2] != 3 || got[4] != 0 {
+		t.Fatalf("a peek on a header without entries: %v, want a fresh state", got)
+	}
+	e.step(key, &p, &s, t0, 1, &history)
+	e.checkState(key, &s, &history)
 	for _, a := range []algorithm.Algorithm{algorithm.FixedWindow, algorithm.SlidingWindow, algorithm.TokenBucket, algorithm.LeakyBucket} {
 		key := "rate-limit:{old}:" + a.String()
 		old(key)

@@ -164,9 +164,9 @@ func TestEvictionOnlyGivesQuotaBack(t *testing.T) {
 			t.FailNow()
 		}
 		if round == 2 {
-			// The states have about grown to their size (the logs grow for a period, 60 s, and
-			// then hold): leave room for three quarters of what they take now, so that Redis
-			// evicts some of them from now on, while other clients may keep theirs.
+			// Leave room for three quarters of what the states take now (they grow further: a
+			// log for a whole period, 60 s), measured rather than guessed, so that from now on
+			// Redis evicts some of them, as on any server and build, while other clients keep theirs.
 			used := usedMemory()
 			mustDo(t, srv, "CONFIG", "SET", "maxmemory", strconv.FormatInt(empty+(used-empty)*3/4, 10))
 			t.Logf("used %d of which states %d", used, used-empty)
