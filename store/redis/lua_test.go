@@ -131,7 +131,8 @@ func luaUncached(s *algorithm.State) algorithm.State {
 		Alg: s.Alg, Limit: s.Limit, Period: s.Period, Log: s.Log}
 }
 
-// checkState fails unless the state stored under key is s.
+// checkState fails unless the state stored under key is s: a hash at key, or for the sliding
+// log a list at key:log (a header "alg:limit:period:count", then its entries), and nothing else.
 func (e *luaEnv) checkState(key string, s *algorithm.State, history fmt.Stringer) {
 	e.t.Helper()
 	ctx := context.Background()
@@ -146,18 +147,21 @@ func (e *luaEnv) checkState(key string, s *algorithm.State, history fmt.Stringer
 	want := map[string]string{}
 	var wantList []string
 	if s.Alg != 0 {
-		want = map[string]string{"alg": strconv.Itoa(int(s.Alg)), "limit": i64(s.Limit), "period": i64(s.Period)}
+		stamp := map[string]string{"alg": strconv.Itoa(int(s.Alg)), "limit": i64(s.Limit), "period": i64(s.Period)}
 		switch s.Alg {
 		case algorithm.FixedWindow:
+			want = stamp
 			want["w"], want["count"] = i64(s.Window), i64(s.Count)
 		case algorithm.SlidingWindow:
+			want = stamp
 			want["w"], want["count"], want["prev"] = i64(s.Window), i64(s.Count), i64(s.Prev)
 		case algorithm.SlidingLog:
-			want["count"] = i64(s.Count)
+			wantList = []string{strconv.Itoa(int(s.Alg)) + ":" + i64(s.Limit) + ":" + i64(s.Period) + ":" + i64(s.Count)}
 			for _, le := range s.Log {
 				wantList = append(wantList, i64(le.At)+":"+i64(le.Cost))
 			}
 		case algorithm.TokenBucket, algorithm.LeakyBucket:
+			want = stamp
 			want["tat"], want["frac"] = i64(s.TAT), i64(s.Frac)
 		}
 	}
@@ -482,8 +486,8 @@ func TestLuaMultiScript(t *testing.T) {
 }
 
 // TestLuaTTL: an approval sets the TTL to the reset plus the slack (rounded up to ms), on the
-// hash and the sliding log's list; a refusal or a peek leaves it alone; a peek of a never-seen
-// key creates nothing.
+// state's one key (the hash, or the sliding log's list); a refusal or a peek leaves it alone; a
+// peek of a never-seen key creates nothing.
 func TestLuaTTL(t *testing.T) {
 	e := newLuaEnv(t)
 	ctx := context.Background()
@@ -527,7 +531,10 @@ func TestLuaTTL(t *testing.T) {
 		ms := (got[4] + slack + 999) / 1000
 		keys := []string{key}
 		if a == algorithm.SlidingLog {
-			keys = append(keys, key+":log")
+			keys = []string{key + ":log"}
+		}
+		if n, _ := e.c.Do(ctx, e.c.B().Exists().Key(key, key+":log").Build()).AsInt64(); n != 1 {
+			t.Fatalf("%v: an approval left %d keys, want the state's one", a, n)
 		}
 		for _, k := range keys {
 			at := expireAt(k)
@@ -613,6 +620,66 @@ func TestLuaRenew(t *testing.T) {
 	step(luaPolicy(algorithm.LeakyBucket, 4, 2_000_000, 10), t0+9, 1)
 	step(luaPolicy(algorithm.FixedWindow, 4, 2_000_000, 0), t0+10, 1)
 	step(log, t0+11, 1)
+}
+
+// TestLuaOldSlidingLogLayout: a sliding log written by an earlier sluice, its count and stamp
+// in the hash and its entries alone in the list, reads as never seen (under its own policy as
+// under any other); a peek or a refusal leaves it alone, and the first approval replaces both
+// keys with the one list. The hash algorithms never take the old hash for their own state.
+func TestLuaOldSlidingLogLayout(t *testing.T) {
+	e := newLuaEnv(t)
+	ctx := context.Background()
+	t0 := int64(1_800_000_000_000_000)
+	p := luaPolicy(algorithm.SlidingLog, 3, 1_000_000, 0)
+	old := func(key string) {
+		t.Helper()
+		for _, cmd := range [][]string{
+			{"HSET", key, "alg", "2", "limit", "3", "period", "1000000", "count", "3"},
+			{"RPUSH", key + ":log", i64(t0) + ":1", i64(t0+1) + ":2"},
+		} {
+			if err := e.c.Do(ctx, e.c.B().Arbitrary(cmd...).Build()).Error(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	var history strings.Builder
+	key := "rate-limit:{old}:log"
+	old(key)
+	var s algorithm.State
+	if got, _ := e.step(key, &p, &s, t0+2, 0, &history); got[2] != 3 || got[4] != 0 {
+		t.Fatalf("a peek on the old layout: %v, want a fresh state", got)
+	}
+	if n, _ := e.c.Do(ctx, e.c.B().Exists().Key(key, key+":log").Build()).AsInt64(); n != 2 {
+		t.Fatalf("a peek changed the old layout's keys: %d left", n)
+	}
+	e.step(key, &p, &s, t0+3, 2, &history)
+	e.step(key, &p, &s, t0+4, 1, &history)
+	if got, _ := e.step(key, &p, &s, t0+5, 1, &history); got[0] != 0 {
+		t.Fatalf("full: %v", got)
+	}
+	e.checkState(key, &s, &history) // the hash is gone, the list is the new state
+	// A header without entries, which no decision writes, is not a state either (a count that no
+	// entry would ever expire): never seen, and replaced by the first approval.
+	key = "rate-limit:{old}:header-only"
+	if err := e.c.Do(ctx, e.c.B().Arbitrary("RPUSH", key+":log", "2:3:1000000:3").Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	s = algorithm.State{}
+	if got, _ := e.step(key, &p, &s, t0, 0, &history); got[2] != 3 || got[4] != 0 {
+		t.Fatalf("a peek on a header without entries: %v, want a fresh state", got)
+	}
+	e.step(key, &p, &s, t0, 1, &history)
+	e.checkState(key, &s, &history)
+	for _, a := range []algorithm.Algorithm{algorithm.FixedWindow, algorithm.SlidingWindow, algorithm.TokenBucket, algorithm.LeakyBucket} {
+		key := "rate-limit:{old}:" + a.String()
+		old(key)
+		q := luaPolicy(a, 3, 1_000_000, 0)
+		var s algorithm.State
+		if got, _ := e.step(key, &q, &s, t0+2, 1, &history); got[0] != 1 {
+			t.Fatalf("%v on an old sliding log's keys: %v", a, got)
+		}
+		e.checkState(key, &s, &history)
+	}
 }
 
 // TestLuaRedisTime: now "" decides at Redis's TIME.

@@ -25,6 +25,11 @@ import (
 // not move while nothing is approved); its Remaining is the refusal's, which refills may have
 // raised since. An approval through this instance forgets the key's entry; approvals through
 // other instances only lower Remaining and delay the reset further.
+//
+// All this holds under the policy the refusal was decided under. A reload may change a policy's
+// numbers and keep its name (which is what the entries are keyed by, with the client's key), so
+// each entry also holds the policy's fingerprint, and a lookup under another one misses and drops
+// the entry: the new policy's decision is Redis's, from the first request.
 type negativeCache struct {
 	seed   maphash.Seed
 	shards [64]negShard
@@ -40,7 +45,19 @@ type negEntry struct {
 	until int64 // local µs: refused before then
 	sent  int64 // local µs: when the refused request was sent
 	cost  int64 // the refused cost; only requests of this cost are answered
+	fp    fingerprint
 	d     sluice.Decision
+}
+
+// fingerprint is what of a policy its decisions depend on: all of it but the name.
+type fingerprint struct {
+	alg          sluice.Algorithm
+	limit, burst int64
+	period       time.Duration
+}
+
+func fingerprintOf(p *sluice.Policy) fingerprint {
+	return fingerprint{alg: p.Algorithm, limit: p.Limit, burst: p.Burst, period: p.Period}
 }
 
 func newNegativeCache(size int) *negativeCache {
@@ -55,12 +72,13 @@ func (c *negativeCache) shard(key string) *negShard {
 	return &c.shards[maphash.String(c.seed, key)%uint64(len(c.shards))]
 }
 
-// lookup returns the cached refusal of key for cost at now, if there is one.
-func (c *negativeCache) lookup(key string, cost, now int64) (sluice.Decision, bool) {
+// lookup returns the cached refusal of key under the policy fp for cost at now, if there is one.
+// An entry of another policy (changed by a reload) is dropped.
+func (c *negativeCache) lookup(key string, fp fingerprint, cost, now int64) (sluice.Decision, bool) {
 	sh := c.shard(key)
 	sh.mu.Lock()
 	e, ok := sh.m[key]
-	if ok && now >= e.until {
+	if ok && (now >= e.until || e.fp != fp) {
 		delete(sh.m, key)
 		ok = false
 	}
@@ -83,8 +101,8 @@ func (c *negativeCache) forget(key string) {
 	sh.mu.Unlock()
 }
 
-// remember records a refusal decided for a request sent at sent.
-func (c *negativeCache) remember(key string, cost, sent int64, d sluice.Decision) {
+// remember records a refusal decided under the policy fp for a request sent at sent.
+func (c *negativeCache) remember(key string, fp fingerprint, cost, sent int64, d sluice.Decision) {
 	if d.RetryAfter <= 0 {
 		return // Never (the cost can never fit) is answered before Redis anyway
 	}
@@ -109,5 +127,5 @@ func (c *negativeCache) remember(key string, cost, sent int64, d sluice.Decision
 			return
 		}
 	}
-	sh.m[key] = negEntry{until: until, sent: sent, cost: cost, d: d}
+	sh.m[key] = negEntry{until: until, sent: sent, cost: cost, fp: fp, d: d}
 }

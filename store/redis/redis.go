@@ -7,10 +7,12 @@
 // read-then-write from the gateway. Concurrent decisions share a few connections through
 // rueidis's automatic pipelining.
 //
-// Keys: one hash per client and policy, hash-tagged by client — prefix + "{customer-42}:orders-api"
+// Keys: one key per client and policy, hash-tagged by client — prefix + "{customer-42}:orders-api"
 // — so that all of a client's limits share a Redis Cluster slot and can be decided together
-// (DecideAll); the sliding log keeps its entries in a list beside it (…":log"). Every key has a
-// TTL equal to the time until its state is as if never seen, so idle clients leave nothing.
+// (DecideAll). The key is a hash, except for the sliding log, whose whole state is one list
+// beside it (…":log": a header, then the entries). A state is never split over keys, so losing a
+// key (eviction, DEL) only ever gives its client quota back. Every key has a TTL equal to the
+// time until its state is as if never seen, so idle clients leave nothing.
 //
 // Lua numbers are doubles, exact below 2^53: CheckPolicy (which sluice.NewLimiter calls) refuses
 // the sliding-window and bucket policies whose limit·period products could pass that.
@@ -192,7 +194,8 @@ func CheckPolicy(p sluice.Policy) error {
 	return nil
 }
 
-// keys returns the state hash's key and the sliding log's list key of key under policy.
+// keys returns the state hash's key and the sliding log's list key of key under policy (a
+// state uses one of them: the scripts' KEYS[1] and KEYS[2]).
 func (s *Store) keys(key, policy string) (string, string) {
 	k := s.prefix + "{" + key + "}:" + policy
 	return k, k + ":log"
@@ -240,10 +243,10 @@ func (s *Store) Decide(ctx context.Context, key string, p sluice.Policy, cost in
 	if err := s.check(&p, cost, &d); err != nil {
 		return d, err
 	}
-	cacheKey := p.Name + "\x00" + key
+	cacheKey, fp := p.Name+"\x00"+key, fingerprintOf(&p)
 	sent := s.localNow()
 	if s.refused != nil {
-		if d, ok := s.refused.lookup(cacheKey, cost, sent); ok {
+		if d, ok := s.refused.lookup(cacheKey, fp, cost, sent); ok {
 			s.cacheHits.Add(1)
 			return d, nil
 		}
@@ -278,7 +281,7 @@ func (s *Store) Decide(ctx context.Context, key string, p sluice.Policy, cost in
 				s.refused.forget(cacheKey) // the state moved: a cached refusal's numbers are stale
 			}
 		} else {
-			s.refused.remember(cacheKey, cost, sent, d)
+			s.refused.remember(cacheKey, fp, cost, sent, d)
 		}
 	}
 	return d, nil

@@ -66,6 +66,7 @@ func (s Suite) Run(t *testing.T) {
 	t.Run("decide-all-concurrent", func(t *testing.T) { ConcurrentDecideAll(t, newStore, 16, 3) })
 	t.Run("dry-run", func(t *testing.T) { dryRun(t, newStore) })
 	t.Run("max-delay", func(t *testing.T) { maxDelay(t, newStore) })
+	t.Run("policy-change", func(t *testing.T) { s.policyChange(t) })
 }
 
 // decideAll: "3 a second and 5 a minute" on one key, all or nothing.
@@ -487,4 +488,113 @@ func maxDelay(t *testing.T, newStore NewStore) {
 			t.Fatalf("%s with NoDelay on a busy queue: %+v, want refused", tc.key, out[q])
 		}
 	}
+}
+
+// policyChange: a policy changed under the same name (a reload that changed its numbers) takes
+// effect at once, for every algorithm and every kind of change, exactly as the core defines it:
+// a state written under another algorithm, limit or period is never seen, and a changed burst
+// carries over. Each trace spends the key under the first policy and repeats a refused request
+// (which a store with a negative cache answers from it: with CachedRefusals, at least one
+// refusal of the case must be Cached, or the case would not cover the cache), switches to the
+// changed policy at that same instant, and then back and forth.
+func (s Suite) policyChange(t *testing.T) {
+	var cached atomic.Int64
+	t.Run("cases", func(t *testing.T) {
+		for _, a := range algorithm.Algorithms {
+			for _, c := range policyChanges(a) {
+				t.Run(a.String()+"/"+c.name, func(t *testing.T) { cached.Add(s.replayPolicyChange(t, c.from, c.to)) })
+			}
+		}
+	})
+	if s.CachedRefusals && !t.Failed() && cached.Load() == 0 {
+		t.Fatal("no refusal was answered from the store's cache: the case does not cover it")
+	}
+}
+
+type policyChangeCase struct {
+	name     string
+	from, to sluice.Policy
+}
+
+// policyChanges returns the changes of a policy of a (3 a second; burst 2 for the buckets): its
+// limit raised and lowered, its period longer and shorter, its burst raised and lowered (buckets),
+// and its algorithm changed to each other one.
+func policyChanges(a sluice.Algorithm) []policyChangeCase {
+	bucket := func(b sluice.Algorithm) bool { return b == sluice.TokenBucket || b == sluice.LeakyBucket }
+	policy := func(b sluice.Algorithm, limit int64, period time.Duration, burst int64) sluice.Policy {
+		if !bucket(b) {
+			burst = 0
+		}
+		return sluice.Policy{Name: "changed", Algorithm: b, Limit: limit, Period: period, Burst: burst}
+	}
+	from := policy(a, 3, time.Second, 2)
+	out := []policyChangeCase{
+		{"raise-limit", from, policy(a, 10, time.Second, 2)},
+		{"lower-limit", from, policy(a, 1, time.Second, 2)},
+		{"longer-period", from, policy(a, 3, time.Minute, 2)},
+		{"shorter-period", from, policy(a, 3, 100*time.Millisecond, 2)},
+	}
+	if bucket(a) {
+		out = append(out, policyChangeCase{"raise-burst", from, policy(a, 3, time.Second, 6)},
+			policyChangeCase{"lower-burst", from, policy(a, 3, time.Second, 0)})
+	}
+	for _, b := range algorithm.Algorithms {
+		if b != a {
+			out = append(out, policyChangeCase{"to-" + b.String(), from, policy(b, 3, time.Second, 2)})
+		}
+	}
+	return out
+}
+
+// replayPolicyChange decides a trace on one key of a fresh store, each request under from or to,
+// and on the core (one reference state, decided under whichever policy each request names), and
+// fails at the first decision that differs. It returns how many decisions were Cached.
+func (s Suite) replayPolicyChange(t *testing.T, from, to sluice.Policy) int64 {
+	t.Helper()
+	type step struct {
+		p        *sluice.Policy
+		at, cost int64
+	}
+	var steps []step
+	add := func(p *sluice.Policy, at, cost int64, n int64) {
+		for ; n > 0; n-- {
+			steps = append(steps, step{p, at, cost})
+		}
+	}
+	t0 := 10 * sec
+	add(&from, t0, 1, from.Capacity()+2) // spent, then refused twice
+	add(&to, t0, 1, to.Capacity()+2)     // changed at that instant
+	add(&to, t0+1, 0, 1)
+	add(&from, t0+250*ms, 1, 2) // and back
+	add(&to, t0+250*ms, 1, 2)
+	add(&from, t0+700*ms, 2, 1)
+	add(&to, t0+700*ms, 2, 1)
+	add(&from, t0+1300*ms, 1, 2)
+	add(&to, t0+1300*ms, 1, 2)
+	add(&to, t0+3*sec, 1, 1)
+	add(&from, t0+3*sec, 1, 1)
+
+	clock := sluice.NewManualClock(time.UnixMicro(0))
+	store := s.New(t, clock)
+	ctx := context.Background()
+	var ref algorithm.State
+	var cached int64
+	for i, st := range steps {
+		clock.Set(time.UnixMicro(st.at))
+		want, wantErr := algorithm.Decide(st.p, &ref, st.at, st.cost)
+		got, gotErr := store.Decide(ctx, "c", *st.p, st.cost)
+		if (wantErr == nil) != (gotErr == nil) || (wantErr != nil && !sameKind(wantErr, gotErr)) {
+			t.Fatalf("step %d (policy %+v, at %d, cost %d): error %v, want %v", i, *st.p, st.at, st.cost, gotErr, wantErr)
+		}
+		if got.Cached {
+			cached++
+		}
+		if s.CachedRefusals && !want.Allowed && got.Cached && got.Remaining <= want.Remaining {
+			got.Remaining, got.Cached = want.Remaining, false
+		}
+		if got != want {
+			t.Fatalf("step %d (policy %+v, at %d, cost %d), changed from %+v to %+v:\n got %+v\nwant %+v", i, *st.p, st.at, st.cost, from, to, got, want)
+		}
+	}
+	return cached
 }

@@ -3,7 +3,7 @@
 -- that are waiting at once with one script call instead of one each (fewer script dispatches and
 -- one TIME for all): on a single server any of them, on a cluster those of one hash slot.
 --
--- KEYS     for each decision i = 1..n: its state hash KEYS[2i-1] and its log list KEYS[2i]
+-- KEYS     for each decision i = 1..n: its state hash KEYS[2i-1] and its sliding log's list KEYS[2i]
 -- ARGV[1]  n
 -- ARGV[2]  now, µs; empty: Redis TIME
 -- ARGV[3]  ttl_slack, µs (empty: 0)

@@ -80,7 +80,8 @@ local function now_arg(arg)
   return tonumber(arg)
 end
 
--- read_state reads the state hash key: current (State.current: the hash's stamp alg, limit,
+-- read_state reads the state hash key (every algorithm's state but the sliding log's, which is
+-- the list logkey alone: sliding_log.lua): current (State.current: the hash's stamp alg, limit,
 -- period equals the policy's), then the values of the given fields, 0 if missing. A state
 -- that is not current is never seen: all its fields read 0, as in a fresh algorithm.State.
 local function read_state(key, alg, limit, period, ...)
@@ -95,8 +96,9 @@ local function read_state(key, alg, limit, period, ...)
 end
 
 -- write_state writes fields (name, number, name, number, ...) of the state hash key. If renew
--- (the state was not current: State.renew), it first deletes the hash and the log list, so that
--- nothing of the old state leaks into the new one, and stamps the new one.
+-- (the state was not current: State.renew), it first deletes the hash and the log list (where the
+-- sliding log keeps its whole state: sliding_log.lua), so that nothing of the old state leaks
+-- into the new one, and stamps the new one.
 local function write_state(key, logkey, renew, alg, limit, period, ...)
   local args = {}
   if renew then

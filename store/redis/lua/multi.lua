@@ -1,7 +1,7 @@
 -- sluice: several limits of one client, all or nothing, atomically. Assembled as common.lua + all
 -- five algorithm files + this file. Every key shares the client's hash tag, so one slot.
 --
--- KEYS     for each limit i = 1..n: its state hash KEYS[2i-1] and its log list KEYS[2i]
+-- KEYS     for each limit i = 1..n: its state hash KEYS[2i-1] and its sliding log's list KEYS[2i]
 --          (as KEYS[1], KEYS[2] of single.lua); the limits' keys must be distinct
 -- ARGV[1]  n, the number of limits
 -- ARGV[2]  now, µs; empty: Redis TIME
