@@ -107,7 +107,7 @@ func (g *Gateway) forward(ctx *fasthttp.RequestCtx) {
 	target(req, up)
 
 	out, body := req, (*clientBody)(nil)
-	if req.IsBodyStream() {
+	if req.IsBodyStream() && req.Header.ContentLength() != 0 {
 		// The upstream is sent a request of its own whose body reads the client's through a
 		// clientBody, so that a body the client never finishes, or malforms, is the client's
 		// fault (400, 408), not the upstream's (502, 504). (The client's request keeps its stream:
