@@ -42,6 +42,9 @@ const (
 	DefaultIPv6Prefix   = 64
 	DefaultCost         = 1
 	DefaultMaxDelay     = 10 * time.Second
+	DefaultBodyTimeout  = 10 * time.Second
+	DefaultBodyMinRate  = 1024 // bytes per second
+	DefaultDrainTimeout = 30 * time.Second
 )
 
 // Store types.
@@ -68,6 +71,7 @@ type Config struct {
 	Clients       []*Client // in file order
 	Routes        []*Route  // in file order (Route matches in its own order)
 	Limits        Limits
+	Server        Server
 
 	policies  map[string]*Policy
 	byName    map[string]*Client
@@ -204,6 +208,19 @@ type Route struct {
 type Limits struct {
 	MaxDelay      time.Duration // the longest a leaky-bucket policy may hold a request; default 10s
 	LegacyHeaders bool          // also send X-RateLimit-Limit, -Remaining, -Reset
+}
+
+// Server is how the proxy listener treats slow clients, and how long a shutdown waits.
+//
+// A request body gets BodyTimeout from the end of its header, and every byte that arrives adds
+// 1/BodyMinRate of a second to that, never to more than BodyTimeout from now: a body may pause for
+// at most BodyTimeout, and one that comes slower than BodyMinRate falls behind by BodyTimeout in
+// the end and is cut (408, or the connection closed if part of it was forwarded). BodyMinRate 0:
+// the whole body must arrive within BodyTimeout.
+type Server struct {
+	BodyTimeout  time.Duration // > 0; default DefaultBodyTimeout
+	BodyMinRate  int64         // bytes per second, ≥ 0; default DefaultBodyMinRate
+	DrainTimeout time.Duration // ≥ 0: on SIGTERM, how long requests in flight may take to finish; default DefaultDrainTimeout
 }
 
 // AppliedPolicy is a policy as it applies to a request.

@@ -154,6 +154,13 @@ var errorCases = []struct {
 		[]wantErr{at(7, `policies[0] "gold": burst -5 must be ≥ 0`)}},
 	{"limit zero", up + "policies:\n  - {name: a, algorithm: fixed-window, limit: 0, period: 1s}\n", []wantErr{at(3, "limit 0 must be > 0")}},
 	{"policy fields missing", up + "policies:\n  - {name: a}\n", []wantErr{at(3, "algorithm is required"), at(3, "limit is required"), at(3, "period is required")}},
+	// Every problem of one policy, each at its own line: Validate alone stops at the first.
+	{"policy: bad limit, period and burst", up + "policies:\n  - name: a\n    algorithm: token-bucket\n    limit: 0\n    period: 100us\n    burst: -1\n",
+		[]wantErr{at(5, `policies[0] "a": limit 0 must be > 0`), at(6, `policies[0] "a": period 100µs must be ≥ 1ms`), at(7, `policies[0] "a": burst -1 must be ≥ 0`)}},
+	{"policy: bad name and bad limit", up + "policies:\n  - {name: Gold Plan, algorithm: fixed-window, limit: -3, period: 1s}\n",
+		[]wantErr{at(3, `name "Gold Plan" may only have a-z`), at(3, "limit -3 must be > 0")}},
+	{"policy: bad algorithm and bad period", up + "policies:\n  - name: a\n    algorithm: bucket\n    limit: 5\n    period: 1500ns\n",
+		[]wantErr{at(4, `algorithm "bucket" is unknown`), at(6, "period 1.5µs must be ≥ 1ms")}},
 	{"policy name", up + "policies:\n  - {name: Gold Plan, algorithm: fixed-window, limit: 1, period: 1s}\n", []wantErr{at(3, `name "Gold Plan" may only have a-z`)}},
 	{"policy without name", up + "policies:\n  - {algorithm: fixed-window, limit: 1, period: 1s}\n", []wantErr{at(3, "policies[0]: name is required")}},
 	{"policy too large for redis", up + "store: {type: redis, addrs: [r:6379]}\npolicies:\n  - {name: big, algorithm: token-bucket, limit: 100000000, period: 24h}\n",
@@ -182,6 +189,13 @@ var errorCases = []struct {
 	{"local_share above 1", up + "store: {type: redis, addrs: [r:6379], on_error: local, local_share: 1.5}\n", []wantErr{at(2, "local_share 1.5 must be in (0, 1]")}},
 	{"local_share type", up + "store: {type: redis, addrs: [r:6379], local_share: half}\n", []wantErr{at(2, `local_share "half" must be a number`)}},
 	{"max_keys negative", up + "store: {max_keys: -1}\n", []wantErr{at(2, "max_keys -1 must be from 0")}},
+
+	// Server.
+	{"server: body_timeout zero", up + "server:\n  body_timeout: 0s\n", []wantErr{at(3, "server: body_timeout 0s must be > 0")}},
+	{"server: body_min_rate", up + "server: {body_min_rate: -1, drain_timeout: -1s}\n",
+		[]wantErr{at(2, "server: body_min_rate -1 must be from 0"), at(2, "server: drain_timeout -1s must be ≥ 0")}},
+	{"server: body_min_rate type", up + "server: {body_min_rate: 1KiB}\n", []wantErr{at(2, `body_min_rate "1KiB" must be an integer`)}},
+	{"server: unknown", up + "server: {body_timout: 1s}\n", []wantErr{at(2, `server: unknown field "body_timout"`, `did you mean "body_timeout"`)}},
 
 	// Routes.
 	{"path_prefix without /", up + "routes:\n  - {method: POST, path_prefix: reports, cost: 5}\n", []wantErr{at(3, `routes[0] "POST reports": path_prefix "reports" must start with /`)}},

@@ -21,6 +21,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"go.yaml.in/yaml/v3"
 
@@ -78,7 +79,7 @@ func decodeYAML(data []byte, name string) (root *yaml.Node, e *Error) {
 
 // Field names, in the order docs/config.md lists them.
 var (
-	topFields     = []string{"listen", "admin_listen", "upstream", "tls", "store", "identity", "policies", "default_policy", "clients", "routes", "limits"}
+	topFields     = []string{"listen", "admin_listen", "upstream", "tls", "store", "identity", "policies", "default_policy", "clients", "routes", "limits", "server"}
 	tlsFields     = []string{"cert_file", "key_file"}
 	storeFields   = []string{"type", "addrs", "url", "username", "password", "password_env", "prefix", "timeout", "on_error", "local_share", "max_keys"}
 	redisOnly     = []string{"addrs", "url", "username", "password", "password_env", "prefix", "timeout", "on_error", "local_share"}
@@ -90,6 +91,7 @@ var (
 	clientFields  = []string{"name", "api_key_sha256", "jwt_subject", "policy"}
 	routeFields   = []string{"method", "path_prefix", "cost", "policy", "scope"}
 	limitsFields  = []string{"max_delay", "legacy_headers"}
+	serverFields  = []string{"body_timeout", "body_min_rate", "drain_timeout"}
 	jwtAlgorithms = []string{"HS256", "HS384", "HS512", "RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "ES512", "EdDSA"}
 	policyNameRE  = regexp.MustCompile(`^[a-z0-9._-]+$`)
 	clientNameRE  = regexp.MustCompile(`^[A-Za-z0-9._-]+$`)
@@ -123,6 +125,7 @@ func (p *parser) config(root *yaml.Node) *Config {
 		File: p.file, Listen: DefaultListen, AdminListen: DefaultAdminListen,
 		Store:  Store{Type: StoreMemory, Prefix: DefaultStorePrefix, Timeout: DefaultStoreTimeout, LocalShare: DefaultLocalShare},
 		Limits: Limits{MaxDelay: DefaultMaxDelay},
+		Server: Server{BodyTimeout: DefaultBodyTimeout, BodyMinRate: DefaultBodyMinRate, DrainTimeout: DefaultDrainTimeout},
 	}
 	start := &yaml.Node{Line: 1, Column: 1} // where an empty file's problems are
 	if root != nil {
@@ -186,6 +189,9 @@ func (p *parser) config(root *yaml.Node) *Config {
 	}
 	if n := p.get(m, "limits"); n != nil {
 		p.limits(n, &c.Limits)
+	}
+	if n := p.get(m, "server"); n != nil {
+		p.server(n, &c.Server)
 	}
 	p.references(c, &r)
 	if len(p.errs) == 0 {
@@ -894,7 +900,7 @@ func (p *parser) policies(n *yaml.Node, c *Config) {
 		pol := &Policy{Line: item.Line}
 		name, nameOK := p.name(m, path, policyNameRE, "a-z, 0-9, '.', '_' and '-'", seen)
 		pol.Name = name
-		good := nameOK
+		good := true // the fields that make the policy; the name is not one of them
 		algN, limitN, periodN, burstN := p.get(m, "algorithm"), p.get(m, "limit"), p.get(m, "period"), p.get(m, "burst")
 		if algN == nil {
 			p.errorf(m.node, path, nil, "algorithm is required (fixed-window, sliding-log, sliding-window, token-bucket or leaky-bucket)")
@@ -909,11 +915,24 @@ func (p *parser) policies(n *yaml.Node, c *Config) {
 		} else {
 			good = false
 		}
+		at := map[string]*yaml.Node{"algorithm": algN, "limit": limitN, "period": periodN, "burst": burstN}
+		// Validate stops at a policy's first problem; each field's own bounds are checked alone
+		// first, so that a bad limit and a bad period are both reported, each at its line. A
+		// probe is a valid policy with that one field replaced.
+		probe := func(field string, set func(*sluice.Policy)) {
+			pr := sluice.Policy{Name: "probe", Algorithm: sluice.FixedWindow, Limit: 1, Period: time.Second}
+			set(&pr)
+			if err := pr.Validate(); err != nil {
+				p.policyError(err, pr.Name, path, m.node, map[string]*yaml.Node{field: at[field]})
+				good = false
+			}
+		}
 		if limitN == nil {
 			p.errorf(m.node, path, nil, "limit is required: the requests (cost units) allowed per period")
 			good = false
 		} else if v, ok := p.int(limitN, path, "limit"); ok {
 			pol.Limit = v
+			probe("limit", func(pr *sluice.Policy) { pr.Limit = v })
 		} else {
 			good = false
 		}
@@ -922,12 +941,18 @@ func (p *parser) policies(n *yaml.Node, c *Config) {
 			good = false
 		} else if d, ok := p.duration(periodN, path, "period"); ok {
 			pol.Period = d
+			probe("period", func(pr *sluice.Policy) { pr.Period = d })
 		} else {
 			good = false
 		}
 		if burstN != nil {
 			if v, ok := p.int(burstN, path, "burst"); ok {
 				pol.Burst = v
+				// A token bucket takes any burst in range; its limit and period keep the
+				// refill-time bound out of the way.
+				probe("burst", func(pr *sluice.Policy) {
+					pr.Algorithm, pr.Limit, pr.Period, pr.Burst = sluice.TokenBucket, algorithm.MaxLimit, time.Millisecond, v
+				})
 			} else {
 				good = false
 			}
@@ -935,14 +960,15 @@ func (p *parser) policies(n *yaml.Node, c *Config) {
 		if n := p.get(m, "dry_run"); n != nil {
 			pol.DryRun, _ = p.bool(n, path, "dry_run")
 		}
-		if good {
-			at := map[string]*yaml.Node{"algorithm": algN, "limit": limitN, "period": periodN, "burst": burstN}
-			if err := pol.Validate(); err != nil {
-				p.policyError(err, pol, path, m.node, at)
+		if good { // every field good on its own (the name aside): what is left is how they combine
+			whole := pol.Policy
+			whole.Name = "probe" // the name is checked above; it is only cut out of the message
+			if err := whole.Validate(); err != nil {
+				p.policyError(err, whole.Name, path, m.node, at)
 			} else if c.Store.Type == StoreRedis {
 				// CheckPolicy looks at the policy only; the Redis store need not exist yet.
-				if err := redisstore.CheckPolicy(pol.Policy); err != nil {
-					p.policyError(err, pol, path, m.node, at)
+				if err := redisstore.CheckPolicy(whole); err != nil {
+					p.policyError(err, whole.Name, path, m.node, at)
 				}
 			}
 		}
@@ -953,10 +979,11 @@ func (p *parser) policies(n *yaml.Node, c *Config) {
 	})
 }
 
-// policyError reports a Validate error at the field it names ("burst -5 must be ≥ 0").
-func (p *parser) policyError(err error, pol *Policy, path string, item *yaml.Node, at map[string]*yaml.Node) {
+// policyError reports a Validate error of the policy called name at the field it names
+// ("burst -5 must be ≥ 0").
+func (p *parser) policyError(err error, name string, path string, item *yaml.Node, at map[string]*yaml.Node) {
 	msg := err.Error()
-	if _, rest, ok := strings.Cut(msg, fmt.Sprintf("policy %q: ", pol.Name)); ok {
+	if _, rest, ok := strings.Cut(msg, fmt.Sprintf("policy %q: ", name)); ok {
 		msg = rest
 	}
 	where := item
@@ -1133,6 +1160,42 @@ func (p *parser) limits(n *yaml.Node, l *Limits) {
 	}
 	if n := p.get(m, "legacy_headers"); n != nil {
 		l.LegacyHeaders, _ = p.bool(n, path, "legacy_headers")
+	}
+}
+
+func (p *parser) server(n *yaml.Node, s *Server) {
+	const path = "server"
+	m := p.mapping(n, n, "", "server")
+	if m == nil {
+		return
+	}
+	p.checkKnown(m, path, serverFields...)
+	if n := p.get(m, "body_timeout"); n != nil {
+		if d, ok := p.duration(n, path, "body_timeout"); ok {
+			if d <= 0 {
+				p.errorf(n, path, nil, "body_timeout %v must be > 0", d)
+			} else {
+				s.BodyTimeout = d
+			}
+		}
+	}
+	if n := p.get(m, "body_min_rate"); n != nil {
+		if v, ok := p.int(n, path, "body_min_rate"); ok {
+			if v < 0 || v > 1<<40 {
+				p.errorf(n, path, nil, "body_min_rate %d must be from 0 (no rate: the whole body within body_timeout) to 2^40 bytes per second", v)
+			} else {
+				s.BodyMinRate = v
+			}
+		}
+	}
+	if n := p.get(m, "drain_timeout"); n != nil {
+		if d, ok := p.duration(n, path, "drain_timeout"); ok {
+			if d < 0 {
+				p.errorf(n, path, nil, "drain_timeout %v must be ≥ 0", d)
+			} else {
+				s.DrainTimeout = d
+			}
+		}
 	}
 }
 

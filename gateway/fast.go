@@ -38,10 +38,15 @@ func (g *Gateway) ServeFast(ctx *fasthttp.RequestCtx) {
 		g.fields(&ctx.Response.Header, v.fields)
 		return
 	}
-	if v.hold > 0 && !hold(ctx.Conn(), v.hold) { // the client left while held: do not forward
-		g.metrics.abandon(req.client)
-		ctx.SetConnectionClose()
-		return
+	if v.hold > 0 {
+		// The hold moves the read deadline; the body (if any) gets its allowance again after.
+		stayed := hold(ctx.Conn(), v.hold)
+		restartBody(ctx.Conn(), g.cfg.Server.BodyTimeout)
+		if !stayed { // the client left while held: do not forward
+			g.metrics.abandon(req.client)
+			ctx.SetConnectionClose()
+			return
+		}
 	}
 	g.forward(ctx)
 	g.fields(&ctx.Response.Header, v.fields)
@@ -101,8 +106,27 @@ func (g *Gateway) forward(ctx *fasthttp.RequestCtx) {
 	g.forwardedFor(ctx)
 	target(req, up)
 
-	err := up.client.Do(req, resp)
+	out, body := req, (*clientBody)(nil)
+	if req.IsBodyStream() && req.Header.ContentLength() != 0 {
+		// The upstream is sent a request of its own whose body reads the client's through a
+		// clientBody, so that a body the client never finishes, or malforms, is the client's
+		// fault (400, 408), not the upstream's (502, 504). (The client's request keeps its stream:
+		// the server drains what is left of it.)
+		out = fasthttp.AcquireRequest()
+		defer fasthttp.ReleaseRequest(out)
+		req.Header.CopyTo(&out.Header)
+		req.URI().CopyTo(out.URI())
+		body = &clientBody{r: ctx.RequestBodyStream()}
+		out.SetBodyStream(body, req.Header.ContentLength())
+	}
+	err := up.client.Do(out, resp)
 	if err != nil {
+		if berr := body.failed(); berr != nil {
+			bc := bodyConnOf(ctx.Conn())
+			writeProblem(ctx, g.clientBodyFailed(ctx.RemoteAddr().String(), bc != nil && bc.timedOut, berr))
+			ctx.SetConnectionClose() // the rest of the body, if any, cannot be found
+			return
+		}
 		writeProblem(ctx, g.upstreamFailed(err))
 		return
 	}

@@ -55,6 +55,9 @@ func New(cfg *config.Config, store sluice.Store, metrics *Metrics, up *Upstream)
 				pr.Out.Header["X-Forwarded-For"] = append([]string(nil), xff...)
 			}
 			pr.SetXForwarded()
+			if pr.Out.Body != nil && pr.Out.Body != http.NoBody { // see forwardFailed
+				pr.Out.Body = netBody{&clientBody{r: pr.Out.Body, closer: pr.Out.Body}}
+			}
 		},
 		Transport:  transport,
 		BufferPool: copyBuffers, // without one, every response body copy allocates 32 KiB
@@ -62,9 +65,7 @@ func New(cfg *config.Config, store sluice.Store, metrics *Metrics, up *Upstream)
 		// is still flushed as it comes; others are written as the copy goes.
 	}
 	g := &Gateway{cfg: cfg, chain: chain, store: store, up: up, proxy: proxy, metrics: metrics, retries: newEarlyRetries(1 << 16)}
-	proxy.ErrorHandler = func(w http.ResponseWriter, r *http.Request, err error) {
-		answer.WriteProblem(w, g.upstreamFailed(err))
-	}
+	proxy.ErrorHandler = g.forwardFailed
 	return g, nil
 }
 

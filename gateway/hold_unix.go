@@ -14,10 +14,10 @@ import (
 // woken when the socket is readable, and peeks. It returns false if the peer closed (or reset)
 // the connection, true at the deadline. It returns true early when it cannot tell: the peer sent
 // more (a pipelined request, or TLS records) before the deadline, or conn is not a socket.
+//
+// It moves the socket's read deadline; the caller puts the body's back (restartBody).
 func watchClose(conn net.Conn, deadline time.Time) bool {
-	if nc, ok := conn.(interface{ NetConn() net.Conn }); ok { // *tls.Conn: watch the socket under it
-		conn = nc.NetConn()
-	}
+	conn = socketOf(conn) // *tls.Conn, bodyConn: watch the socket under them
 	sc, ok := conn.(syscall.Conn)
 	if !ok {
 		return true
@@ -29,10 +29,6 @@ func watchClose(conn net.Conn, deadline time.Time) bool {
 	if conn.SetReadDeadline(deadline) != nil {
 		return true
 	}
-	// Ours replaces the server's, which bounded the read of the request's body (bodyTimeout, see
-	// FastServer): put a bound of that length back. (The server sets its own again before it reads
-	// the next request.)
-	defer conn.SetReadDeadline(time.Now().Add(bodyTimeout))
 	gone := false
 	var b [1]byte
 	err = raw.Read(func(fd uintptr) bool {

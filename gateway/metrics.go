@@ -27,6 +27,7 @@ type Metrics struct {
 
 	activity  *activity     // per client, for the operator page
 	fallbacks atomic.Uint64 // decisions made by a failure mode (fail-open, local), not the store
+	malformed *rateLog      // requests that could not be read; nil: not logged
 }
 
 // storeErrorTotal is the storeErrors counter's value, for the operator page.

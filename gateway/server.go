@@ -2,13 +2,16 @@ package gateway
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"reflect"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -38,6 +41,8 @@ type Server struct {
 	metrics  *Metrics
 	registry *prometheus.Registry
 	log      *slog.Logger
+
+	listen, adminListen atomic.Pointer[string] // the addresses listened on (Proxy.Serve, AdminServer)
 }
 
 // NewServer opens cfg's store and returns a Server for it; path is the file Reload reads.
@@ -45,6 +50,7 @@ func NewServer(cfg *config.Config, path string, log *slog.Logger) (*Server, erro
 	s := &Server{path: path, log: log, registry: prometheus.NewRegistry()}
 	s.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	s.metrics = NewMetrics(s.registry)
+	s.metrics.malformed = newRateLog(log, malformedPerSecond)
 	var raw sluice.Store
 	switch cfg.Store.Type {
 	case config.StoreRedis:
@@ -66,6 +72,9 @@ func NewServer(cfg *config.Config, path string, log *slog.Logger) (*Server, erro
 		return nil, err
 	}
 	s.store = guarded
+	if a, ok := guarded.(sluice.Available); ok {
+		s.store = &watchedStore{Store: guarded, avail: a, log: log, mode: cfg.Store.OnError.String()}
+	}
 	g, err := New(cfg, s.store, s.metrics, nil)
 	if err != nil {
 		s.closer()
@@ -85,27 +94,57 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.current.L
 // ServeFast serves a request on the current configuration with the fasthttp engine.
 func (s *Server) ServeFast(ctx *fasthttp.RequestCtx) { s.current.Load().ServeFast(ctx) }
 
-// Limits of the proxy listener (the fasthttp engine's).
-var headerTimeout = 10 * time.Second // to read a request's header; a variable for the tests
+// Limits of the proxy listener (the fasthttp engine's) and of the admin listener. The body's
+// allowance is the configuration's (server.body_timeout, server.body_min_rate; see bodyConn).
+var (
+	headerTimeout = 10 * time.Second // to read a request's header; a variable for the tests
+	idleTimeout   = 120 * time.Second
+	// The admin listener's: a request whole (its body is at most maxCheckBody), and an answer
+	// (the largest is the simulation's WebAssembly, a few MB).
+	adminReadTimeout  = 30 * time.Second
+	adminWriteTimeout = 60 * time.Second
+)
 
 const (
-	bodyTimeout    = time.Hour // to read a body that streams (an upload)
-	idleTimeout    = 120 * time.Second
 	maxHeaderBytes = 32 << 10 // a request's header, with its line; larger ones get 431
 	maxBufferBody  = 64 << 10 // larger bodies are streamed to the upstream, not buffered
+	maxCheckBody   = 64 << 10 // the body of POST /v1/check; larger ones get 413
 )
+
+// Proxy is the proxy listener's server: the fasthttp engine serving a Server. Serve and ServeTLS
+// (not the embedded server's other Listen and Serve methods) put the body allowance on every
+// connection, and note the address for GET /v1/stats.
+type Proxy struct {
+	*fasthttp.Server
+	s *Server
+}
+
+// Serve serves plain HTTP on ln until Shutdown.
+func (p *Proxy) Serve(ln net.Listener) error {
+	p.s.listen.Store(ptr(ln.Addr().String()))
+	return p.Server.Serve(bodyListener{ln, p.s})
+}
+
+// ServeTLS serves HTTPS on ln (a TCP listener) with tc until Shutdown. The body allowance is
+// on the TCP connection under the TLS one.
+func (p *Proxy) ServeTLS(ln net.Listener, tc *tls.Config) error {
+	p.s.listen.Store(ptr(ln.Addr().String()))
+	return p.Server.Serve(tls.NewListener(bodyListener{ln, p.s}, tc))
+}
+
+func ptr[T any](v T) *T { return &v }
 
 // FastServer returns the proxy listener's server: the fasthttp engine serving s, with the
 // timeouts and limits above, bodies streamed both ways, and errors logged to log.
-func (s *Server) FastServer() *fasthttp.Server {
+func (s *Server) FastServer() *Proxy {
 	headerTimeout := headerTimeout
-	return &fasthttp.Server{
+	return &Proxy{s: s, Server: &fasthttp.Server{
 		Handler: s.ServeFast,
-		// The header must come within headerTimeout; a body that streams gets bodyTimeout.
+		// The header must come within headerTimeout; a body gets its allowance (bodyMarker).
 		ReadTimeout: headerTimeout,
 		HeaderReceived: func(h *fasthttp.RequestHeader) fasthttp.RequestConfig {
 			if h.ContentLength() != 0 {
-				return fasthttp.RequestConfig{ReadTimeout: bodyTimeout}
+				return fasthttp.RequestConfig{ReadTimeout: bodyMarker}
 			}
 			return fasthttp.RequestConfig{}
 		},
@@ -117,28 +156,48 @@ func (s *Server) FastServer() *fasthttp.Server {
 		NoDefaultServerHeader:        true,
 		NoDefaultContentType:         true,
 		CloseOnShutdown:              true,
+		SecureErrorLogMessage:        true, // fasthttp's errors do not quote the request (they are not logged either)
 		Logger:                       fastLogger{s.log},
 		ErrorHandler: func(ctx *fasthttp.RequestCtx, err error) {
-			status, detail := fasthttp.StatusBadRequest, "the request could not be read as HTTP/1.1"
+			status, detail := fasthttp.StatusBadRequest, "the request could not be read"
 			var big *fasthttp.ErrSmallBuffer
+			bc := bodyConnOf(ctx.Conn())
 			switch {
 			case errors.As(err, &big):
 				status, detail = fasthttp.StatusRequestHeaderFieldsTooLarge, "the request's header is over 32 KiB"
+			case isTimeout(err) && bc != nil && bc.body:
+				cfg := s.cfg.Load().Server
+				status, detail = fasthttp.StatusRequestTimeout, fmt.Sprintf("the request's body stopped coming, or came slower than %d bytes a second for %v (server.body_timeout, server.body_min_rate)",
+					cfg.BodyMinRate, cfg.BodyTimeout)
 			case isTimeout(err):
 				status, detail = fasthttp.StatusRequestTimeout, fmt.Sprintf("the request's header did not arrive within %v", headerTimeout)
+			default:
+				detail += ": " + describeReadError(err)
 			}
+			s.metrics.malformed.warn(ctx.RemoteAddr().String(), detail)
 			// Not err's text: fasthttp's can quote the request, and with it a credential.
 			writeProblem(ctx, answer.Problem{Type: answer.TypeBlank, Title: fasthttp.StatusMessage(status), Status: status, Detail: detail})
 			ctx.SetConnectionClose()
 		},
-	}
+	}}
 }
 
-// fastLogger sends fasthttp's own messages to the log, as warnings, without their arguments:
-// those can quote a request, and with it a credential.
+// fastLogger sends fasthttp's own messages to the log, without their arguments: those can quote
+// a request, and with it a credential. Its line for each connection that ended in an error is
+// left to debugging: the errors of reading a request are logged (and rate limited) by the
+// ErrorHandler, and the others are those of writing to a client that left.
 type fastLogger struct{ log *slog.Logger }
 
-func (l fastLogger) Printf(format string, args ...any) { l.log.Warn("http server", "message", format) }
+func (l fastLogger) Printf(format string, args ...any) {
+	if strings.HasPrefix(format, "error when serving connection") {
+		if len(args) == 3 {
+			err, _ := args[2].(error)
+			l.log.Debug("http server: connection ended", "peer", fmt.Sprint(args[1]), "problem", describeReadError(err))
+		}
+		return
+	}
+	l.log.Warn("http server", "message", format)
+}
 
 // ErrStoreChanged is returned by Reload for a file whose store section differs: the store's
 // connections cannot be swapped under running requests; restart to change it.
@@ -171,7 +230,10 @@ func (s *Server) reload() error {
 		return ErrStoreChanged
 	}
 	if cfg.Listen != old.Listen || cfg.AdminListen != old.AdminListen || !reflect.DeepEqual(cfg.TLS, old.TLS) {
-		s.log.Warn("listen, admin_listen and tls take effect at the next restart", "file", s.path)
+		s.log.Warn("listen, admin_listen and tls take effect at the next restart; the running ones stay",
+			"file", s.path, "listen", old.Listen, "admin_listen", old.AdminListen)
+		// The running configuration says what runs: the listeners are the old ones until then.
+		cfg.Listen, cfg.AdminListen, cfg.TLS = old.Listen, old.AdminListen, old.TLS
 	}
 	g, err := New(cfg, s.store, s.metrics, s.current.Load().Upstream())
 	if err != nil {
@@ -185,18 +247,35 @@ func (s *Server) reload() error {
 // Close closes the store.
 func (s *Server) Close() { s.closer() }
 
+// AdminServer returns the admin listener's server: Admin's handler, with a bound on everything a
+// client can make it wait for (a header, a request whole, an answer, an idle connection, a
+// header's size; /v1/check bounds its body), and the address it serves on noted for /v1/stats.
+func (s *Server) AdminServer() *http.Server {
+	return &http.Server{
+		Handler:           s.Admin(),
+		ReadHeaderTimeout: headerTimeout,
+		ReadTimeout:       adminReadTimeout,
+		WriteTimeout:      adminWriteTimeout,
+		IdleTimeout:       idleTimeout,
+		MaxHeaderBytes:    maxHeaderBytes,
+		BaseContext: func(ln net.Listener) context.Context {
+			s.adminListen.Store(ptr(ln.Addr().String()))
+			return context.Background()
+		},
+	}
+}
+
 // Admin returns the admin listener's handler: /metrics (Prometheus), /healthz (the process is
-// up), /readyz (the store answers), POST /v1/check (the decision API), GET /v1/stats and the
-// operator page that shows them (/operator/), and the browser simulation (/).
+// up), /readyz (decisions go to the store), POST /v1/check (the decision API), GET /v1/stats and
+// the operator page that shows them (/operator/), and the browser simulation (/).
 func (s *Server) Admin() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.registry, promhttp.HandlerOpts{}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { fmt.Fprintln(w, "ok") })
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
-		// Ready is the store answering a ping now, not the breaker's state: the breaker closes
-		// only when a request probes the store, and a load balancer that stopped sending
-		// requests to a not-ready instance would never let it.
-		if err := s.ping(r.Context()); err != nil {
+		ctx, cancel := context.WithTimeout(r.Context(), time.Second)
+		defer cancel()
+		if err := s.ready(ctx); err != nil {
 			answer.WriteProblem(w, answer.StoreUnavailable("", time.Second))
 			return
 		}
@@ -206,7 +285,96 @@ func (s *Server) Admin() http.Handler {
 	mux.HandleFunc("GET /v1/stats", s.stats)
 	mux.Handle("GET /operator/", http.StripPrefix("/operator/", operator.Handler()))
 	mux.Handle("GET /", web.Handler()) // the browser simulation, and what no other pattern matches
-	return mux
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/v1/check" && r.Method != http.MethodPost {
+			// The mux would give GET to the simulation and answer the others in plain text.
+			w.Header().Set("Allow", http.MethodPost)
+			answer.WriteProblem(w, answer.Problem{Type: answer.TypeBlank, Title: http.StatusText(http.StatusMethodNotAllowed),
+				Status: http.StatusMethodNotAllowed, Detail: "the decision API takes POST /v1/check with a JSON body, not " + r.Method})
+			return
+		}
+		mux.ServeHTTP(w, r)
+	})
+}
+
+// readyKey and readyPolicy are what /readyz decides on: a key no client's can be (client names
+// have no ':'), and a policy it only peeks at (cost 0).
+const readyKey = "sluice:readyz"
+
+var readyPolicy = sluice.Policy{Name: "readyz", Algorithm: sluice.FixedWindow, Limit: 1, Period: time.Second}
+
+// errFallback is /readyz's answer while the failure mode decides.
+var errFallback = errors.New("the store's breaker is open: the failure mode decides")
+
+// ready reports whether decisions go to the store: it makes one, through the breaker, like a
+// request's. So ready means that a request decided now is decided by the store, not merely that
+// the store answers a PING; and a breaker whose cooldown has passed is probed by /readyz itself
+// (closed again, or kept open), so that an instance its load balancer stopped sending requests
+// to comes back once the store does. The memory store is always ready.
+func (s *Server) ready(ctx context.Context) error {
+	if _, ok := s.store.(sluice.Available); !ok {
+		return s.ping(ctx)
+	}
+	var out [1]sluice.Decision
+	if _, err := s.store.DecideAll(ctx, readyKey, []sluice.Limit{{Policy: readyPolicy, Cost: 0}}, out[:]); err != nil {
+		return err
+	}
+	if out[0].Fallback != sluice.NoFallback {
+		return errFallback
+	}
+	return nil
+}
+
+// watchedStore is the guarded store, with its breaker's changes logged once each: when it opens
+// (the store stopped answering; the failure mode decides) and when it closes (decisions go to
+// the store again). It looks after every decision; that is two atomic loads.
+type watchedStore struct {
+	sluice.Store
+	avail sluice.Available
+	log   *slog.Logger
+	mode  string      // the failure mode, for the log
+	down  atomic.Bool // as last logged
+}
+
+func (w *watchedStore) Decide(ctx context.Context, key string, p sluice.Policy, cost int64) (sluice.Decision, error) {
+	d, err := w.Store.Decide(ctx, key, p, cost)
+	w.observe(err)
+	return d, err
+}
+
+func (w *watchedStore) DecideAll(ctx context.Context, key string, limits []sluice.Limit, out []sluice.Decision) (bool, error) {
+	ok, err := w.Store.DecideAll(ctx, key, limits, out)
+	w.observe(err)
+	return ok, err
+}
+
+// Available is the guarded store's.
+func (w *watchedStore) Available() bool { return w.avail.Available() }
+
+// CheckPolicy passes the question on to the guarded store.
+func (w *watchedStore) CheckPolicy(p sluice.Policy) error {
+	if pc, ok := w.Store.(sluice.PolicyChecker); ok {
+		return pc.CheckPolicy(p)
+	}
+	return nil
+}
+
+// observe logs a change of the breaker since the last one logged; of the decisions that see the
+// same change at once, one logs it.
+func (w *watchedStore) observe(err error) {
+	down := !w.avail.Available()
+	if down == w.down.Load() || !w.down.CompareAndSwap(!down, down) {
+		return
+	}
+	if down {
+		args := []any{"on_error", w.mode}
+		if err != nil {
+			args = append(args, "error", err.Error())
+		}
+		w.log.Warn("store unavailable: its breaker opened after repeated failures; the failure mode decides until it answers again", args...)
+		return
+	}
+	w.log.Info("store available again: its breaker closed; decisions go to it")
 }
 
 // Stats is the body of GET /v1/stats: what the operator page shows.
@@ -217,6 +385,10 @@ type Stats struct {
 	Config        string        `json:"config"` // the running configuration, in one line (no secrets)
 	Store         StoreStats    `json:"store"`
 	Clients       []ClientStats `json:"clients"` // the limited first, then by name
+	// The addresses listened on (a port 0 resolved), which a reload does not change; "" for a
+	// listener this Server does not serve (see Proxy.Serve, AdminServer).
+	Listen      string `json:"listen"`
+	AdminListen string `json:"admin_listen"`
 }
 
 // StoreStats is the store's health as the gateway sees it.
@@ -237,6 +409,12 @@ func (s *Server) stats(w http.ResponseWriter, r *http.Request) {
 	now := time.Now()
 	cfg := s.cfg.Load()
 	st := Stats{Time: now.UTC(), UptimeSeconds: now.Sub(s.metrics.activity.started).Seconds(), Config: cfg.String()}
+	if a := s.listen.Load(); a != nil {
+		st.Listen = *a
+	}
+	if a := s.adminListen.Load(); a != nil {
+		st.AdminListen = *a
+	}
 	st.Clients, st.RateSeconds = s.metrics.activity.snapshot(now)
 	st.Store = StoreStats{Type: cfg.Store.Type, OnError: cfg.Store.OnError.String(), Reachable: true,
 		Errors: s.metrics.storeErrorTotal(), Fallbacks: s.metrics.fallbacks.Load()}
@@ -262,6 +440,40 @@ type checkRequest struct {
 	Cost   *int64 `json:"cost"`    // default 1; 0 peeks
 }
 
+// parseCheck reads the body of POST /v1/check: one JSON object of the fields above, of at most
+// maxCheckBody bytes, with nothing after it, and a cost ≥ 0. A problem is the answer to send:
+// 413 for a body over the bound, 400 for anything else.
+func parseCheck(w http.ResponseWriter, r *http.Request) (checkRequest, *answer.Problem) {
+	var body checkRequest
+	tooLarge := &answer.Problem{Type: answer.TypeBlank, Title: http.StatusText(http.StatusRequestEntityTooLarge), Status: http.StatusRequestEntityTooLarge,
+		Detail: fmt.Sprintf("the body of POST /v1/check is at most %d KiB", maxCheckBody>>10)}
+	if r.ContentLength > maxCheckBody {
+		return body, tooLarge
+	}
+	var big *http.MaxBytesError
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxCheckBody))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&body); err != nil {
+		if errors.As(err, &big) {
+			return body, tooLarge
+		}
+		p := answer.BadRequest("the body must be JSON like {\"client\":\"partner-a\",\"policy\":\"standard\",\"cost\":1}: " + err.Error())
+		return body, &p
+	}
+	switch err := dec.Decode(new(json.RawMessage)); {
+	case errors.As(err, &big):
+		return body, tooLarge
+	case err != io.EOF:
+		p := answer.BadRequest("the body must be one JSON object, with nothing after it")
+		return body, &p
+	}
+	if body.Cost != nil && *body.Cost < 0 {
+		p := answer.InvalidCost(*body.Cost)
+		return body, &p
+	}
+	return body, nil
+}
+
 type checkDecision struct {
 	Policy       string  `json:"policy"`
 	Allowed      bool    `json:"allowed"`
@@ -277,11 +489,9 @@ type checkDecision struct {
 // 429 (with Retry-After and the RateLimit fields) if not.
 func (s *Server) check(w http.ResponseWriter, r *http.Request) {
 	g := s.current.Load()
-	var body checkRequest
-	dec := json.NewDecoder(io.LimitReader(r.Body, 64<<10))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&body); err != nil {
-		answer.WriteProblem(w, answer.BadRequest("the body must be JSON like {\"client\":\"partner-a\",\"policy\":\"standard\",\"cost\":1}: "+err.Error()))
+	body, problem := parseCheck(w, r)
+	if problem != nil {
+		answer.WriteProblem(w, *problem)
 		return
 	}
 	req := request{client: "anonymous", cost: 1}

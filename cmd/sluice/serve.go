@@ -44,8 +44,11 @@ Without --config it runs a demo: the memory store, a built-in demo backend, and 
 policy; it prints what to try with curl.
 
 The configuration is reloaded on SIGHUP and when the file changes; an invalid one is logged
-with its lines and the running one stays. SIGTERM or SIGINT shut down gracefully: requests in
-flight finish. A bad configuration at start exits with code 2. See docs/config.md.`,
+with its lines and the running one stays (listen, admin_listen and tls change at a restart).
+SIGTERM or SIGINT shut down gracefully: requests in flight may finish for server.drain_timeout
+(default 30s), then they are cut. A request body must keep coming: server.body_timeout and
+server.body_min_rate bound a slow one. /readyz is 200 when decisions go to the store. A bad
+configuration at start exits with code 2. See docs/config.md.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return serve(cmd.Context(), path, watch, cmd.OutOrStdout(), cmd.ErrOrStderr())
@@ -87,24 +90,31 @@ func serve(ctx context.Context, path string, watch time.Duration, stdout, stderr
 		return failure{fmt.Errorf("listen %s: %w", cfg.Listen, err)}
 	}
 	proxy := srv.FastServer()
+	var tlsConfig *tls.Config
 	if cfg.TLS != nil {
 		cert, err := tls.LoadX509KeyPair(cfg.TLS.CertFile, cfg.TLS.KeyFile)
 		if err != nil {
 			proxyLn.Close()
 			return configError{fmt.Errorf("%s: tls: %w", cfg.File, err)}
 		}
-		proxyLn = tls.NewListener(proxyLn, &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12})
+		tlsConfig = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
 	}
 	var servers []*http.Server
 	errs := make(chan error, 2)
-	go func() { errs <- proxy.Serve(proxyLn) }()
+	go func() {
+		if tlsConfig != nil {
+			errs <- proxy.ServeTLS(proxyLn, tlsConfig)
+		} else {
+			errs <- proxy.Serve(proxyLn)
+		}
+	}()
 	if cfg.AdminListen != "" {
 		adminLn, err := net.Listen("tcp", cfg.AdminListen)
 		if err != nil {
 			_ = proxy.Shutdown()
 			return failure{fmt.Errorf("listen %s (admin): %w", cfg.AdminListen, err)}
 		}
-		admin := &http.Server{Handler: srv.Admin(), ReadHeaderTimeout: 10 * time.Second}
+		admin := srv.AdminServer()
 		servers = append(servers, admin)
 		go func() { errs <- admin.Serve(adminLn) }()
 		log.Info("admin listening", "addr", adminLn.Addr().String())
@@ -132,10 +142,12 @@ func serve(ctx context.Context, path string, watch time.Duration, stdout, stderr
 				_ = srv.Reload()
 				continue
 			}
-			log.Info("shutting down; requests in flight finish", "signal", sig.String())
-			shutdown, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			drain := srv.Config().Server.DrainTimeout
+			log.Info("shutting down; requests in flight may finish", "signal", sig.String(), "drain_timeout", drain.String())
+			shutdown, cancel := context.WithTimeout(context.Background(), drain)
 			defer cancel()
-			// Requests in flight finish (held ones too); idle connections close at once.
+			// Requests in flight finish (held ones too) within server.drain_timeout; idle
+			// connections close at once. Those still running then are cut: the process exits.
 			done := make(chan struct{})
 			go func() {
 				for _, s := range servers {
@@ -143,8 +155,11 @@ func serve(ctx context.Context, path string, watch time.Duration, stdout, stderr
 				}
 				close(done)
 			}()
-			_ = proxy.ShutdownWithContext(shutdown)
+			err := proxy.ShutdownWithContext(shutdown)
 			<-done
+			if err != nil {
+				log.Warn("drain_timeout passed with requests in flight; they are cut", "drain_timeout", drain.String())
+			}
 			return nil
 		case <-tick:
 			if now := statFile(path); now != stamp {

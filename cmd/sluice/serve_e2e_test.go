@@ -872,12 +872,9 @@ func TestServeE2EFailClosedRedisKilled(t *testing.T) {
 		t.Errorf("sluice_store_errors_total over the instances = %v; want %d", storeErrors, n)
 	}
 
-	// Recovery is automatic: the breaker lets one decision probe the store every 250ms.
-	//
-	// Requests first, /readyz second: /readyz reports the breaker's state, and the breaker only
-	// closes when a decision probes the store; without traffic /readyz stays 503 after Redis is
-	// back (see the report of this test's author: a load balancer that stops sending traffic to
-	// an instance that is not ready never brings it back).
+	// Recovery is automatic: the breaker lets one decision probe the store every 250ms, a
+	// request's or /readyz's own (TestServeE2EReadyzFollowsDecisions: /readyz comes back without
+	// traffic too, so a load balancer that stopped sending requests brings the instance back).
 	rs.Restart()
 	for i, p := range procs {
 		deadline := time.Now().Add(5 * time.Second)
@@ -1159,8 +1156,7 @@ func TestServeE2EHelp(t *testing.T) {
 
 // TestServeE2EBreakerProbeAbandoned: the breaker's probe belongs to a request whose client gives
 // up while Redis hangs. The probe must be handed back, so that once Redis answers again the next
-// request probes and the instance recovers (it once stayed on 503 for good), and /readyz follows
-// Redis, not the breaker.
+// request probes and the instance recovers (it once stayed on 503 for good).
 func TestServeE2EBreakerProbeAbandoned(t *testing.T) {
 	t.Parallel()
 	rs := redistest.Start(t)

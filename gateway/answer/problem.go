@@ -145,6 +145,12 @@ func BadRequest(detail string) Problem {
 	return Problem{Type: TypeBlank, Title: http.StatusText(http.StatusBadRequest), Status: http.StatusBadRequest, Detail: detail}
 }
 
+// InvalidCost is the 400 problem for a request whose cost is negative: a cost counts requests, 0
+// or more (0 checks without consuming). It is a plain Bad Request, as the middleware answers it.
+func InvalidCost(cost int64) Problem {
+	return BadRequest(fmt.Sprintf("cost %d is negative; a cost is the number of requests this one counts as, 0 or more (0 checks without consuming)", cost))
+}
+
 // who names the client in a detail sentence.
 func who(client string) string {
 	if client == "" {
