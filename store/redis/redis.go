@@ -34,6 +34,21 @@ import (
 	"github.com/sluicehq/sluice/algorithm"
 )
 
+// ACLRules are the Redis ACL rules of the user the store connects as (Options.Username), for the
+// default prefix — exactly what the store needs, and what the documentation quotes:
+//
+//	ACL SETUSER sluice on >PASSWORD <ACLRules>
+//
+// With another Prefix, change ~rate-limit:* to it. The rules grant: SELECT for a URL's database
+// and PING for readiness checks (logging in, HELLO with AUTH, needs no grant; the client
+// library's CLIENT SETINFO may fail); the scripts (EVALSHA, and EVAL when Redis does
+// not have them yet) and the commands they run on the prefix's keys; TIME, with which the store
+// reads Redis's clock (deadlines); and, on a Redis Cluster, the slot map (CLUSTER SLOTS, or
+// SHARDS from Redis 8) and ASKING for redirections while slots move. Nothing else: no other keys,
+// no channels, no FLUSHALL, no CONFIG.
+const ACLRules = "resetkeys ~rate-limit:* resetchannels -@all +select +ping +time " +
+	"+evalsha +eval +hmget +hset +del +pexpire +rpush +lrange +ltrim +llen +cluster|slots +cluster|shards +asking"
+
 // Defaults.
 const (
 	DefaultPrefix            = "rate-limit:"
