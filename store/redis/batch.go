@@ -213,11 +213,12 @@ func (w *worker) send(batch []*call) {
 	if b.cluster {
 		sl = batch[0].slot
 	}
+	est, ok := b.c.estimate(sl)
 	deadline := func(c *call) string {
 		if sendBy.Before(c.deadline) {
-			return b.c.deadlineArg(sl, sendBy)
+			return deadlineArg(est, ok, sendBy)
 		}
-		return b.c.deadlineArg(sl, c.deadline)
+		return deadlineArg(est, ok, c.deadline)
 	}
 	b.s.calls.Add(1)
 	if len(batch) == 1 {

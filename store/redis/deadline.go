@@ -46,7 +46,7 @@ import (
 //     (200 ppm) for the time since each was measured, which covers a quiet slot, a hang, or
 //     nodes that stop answering.
 //
-// Bounds and limits, as documented: a step of Redis's clock backward by s makes est too high by s
+// Limits: a step of Redis's clock backward by s makes est too high by s
 // until the samples from before it age out (2·offsetWindow): a call queued on a hung Redis in
 // those two seconds may consume if it runs less than s after its caller gave up. A step forward
 // makes est too low: calls are refused early (and nothing consumed) until the next sample —
@@ -74,11 +74,14 @@ type offsets struct {
 }
 
 // offsetSamples holds the largest lower bound of a slot's replies in the current and the previous
-// offsetWindow.
+// offsetWindow. Readers take no lock (every decision reads it); writers lock, and only to raise a
+// bound or start a window (most replies raise nothing). Writers store cur and prev before epoch,
+// so a reader that sees a window sees its bounds; one that sees the older window with newer
+// bounds takes bounds that are as fresh or fresher: either way only true lower bounds.
 type offsetSamples struct {
-	mu        sync.Mutex
-	epoch     int64 // the window of cur: local µs / offsetWindow
-	cur, prev int64 // math.MinInt64: none
+	mu        sync.Mutex   // serializes writers
+	epoch     atomic.Int64 // the window of cur: local µs / offsetWindow
+	cur, prev atomic.Int64 // math.MinInt64: none
 }
 
 type offsetSample struct{ bound, at int64 }
@@ -90,7 +93,8 @@ func newOffsets(cluster bool) *offsets {
 	}
 	o := &offsets{slots: make([]offsetSamples, n), nodes: map[string]offsetSample{}}
 	for i := range o.slots {
-		o.slots[i].cur, o.slots[i].prev = math.MinInt64, math.MinInt64
+		o.slots[i].cur.Store(math.MinInt64)
+		o.slots[i].prev.Store(math.MinInt64)
 	}
 	return o
 }
@@ -108,19 +112,23 @@ const windowMicros = int64(offsetWindow / time.Microsecond)
 func (o *offsets) learn(slot uint16, redisNow, received int64) {
 	bound, epoch := redisNow-received, received/windowMicros
 	s := o.samples(slot)
+	if s.epoch.Load() == epoch && bound <= s.cur.Load() {
+		return // not tighter than what the window has
+	}
 	s.mu.Lock()
-	switch {
-	case epoch > s.epoch:
-		if epoch == s.epoch+1 {
-			s.prev = s.cur
+	switch e := s.epoch.Load(); {
+	case epoch > e:
+		if epoch == e+1 {
+			s.prev.Store(s.cur.Load())
 		} else {
-			s.prev = math.MinInt64
+			s.prev.Store(math.MinInt64)
 		}
-		s.epoch, s.cur = epoch, bound
-	case epoch == s.epoch:
-		s.cur = max(s.cur, bound)
-	default: // a reply of the previous window, received late by its goroutine
-		s.prev = max(s.prev, bound)
+		s.cur.Store(bound)
+		s.epoch.Store(epoch)
+	case epoch == e:
+		s.cur.Store(max(s.cur.Load(), bound))
+	case epoch == e-1: // a reply of the previous window, received late by its goroutine
+		s.prev.Store(max(s.prev.Load(), bound))
 	}
 	s.mu.Unlock()
 }
@@ -137,14 +145,12 @@ func (o *offsets) estimate(slot uint16, now int64) (int64, bool) {
 	}
 	epoch := now / windowMicros
 	s := o.samples(slot)
-	s.mu.Lock()
-	switch s.epoch {
+	switch s.epoch.Load() {
 	case epoch:
-		est = max(est, s.cur, s.prev)
+		est = max(est, s.cur.Load(), s.prev.Load())
 	case epoch - 1:
-		est = max(est, s.cur)
+		est = max(est, s.cur.Load())
 	}
-	s.mu.Unlock()
 	if est == math.MinInt64 {
 		return 0, false
 	}
@@ -206,7 +212,7 @@ func (o *offsets) measure(ctx context.Context, client rueidis.Client, timeout ti
 	for _, s := range o.nodes {
 		floor = min(floor, s.bound-drift(at-s.at))
 	}
-	o.floor.Store(floor)
+	o.floor.Store(floor) // before floorAt: a reader that sees the new floor with the old time deducts more drift, never less
 	o.floorAt.Store(at)
 	return nil
 }
@@ -255,10 +261,20 @@ func monoMicros() int64 { return int64(time.Since(processStart) / time.Microseco
 // deadlineArg returns the deadline argument of a call on slot that the store gives up on at
 // local deadline dl: "" if there is no estimate of Redis's clock (or with a Clock).
 func (c *conn) deadlineArg(slot uint16, dl time.Time) string {
+	est, ok := c.estimate(slot)
+	return deadlineArg(est, ok, dl)
+}
+
+// estimate is the offsets' estimate for slot now; false with a Clock, or before any sample.
+func (c *conn) estimate(slot uint16) (int64, bool) {
 	if c.offsets == nil {
-		return ""
+		return 0, false
 	}
-	est, ok := c.offsets.estimate(slot, monoMicros())
+	return c.offsets.estimate(slot, monoMicros())
+}
+
+// deadlineArg is the deadline argument for the local deadline dl with the estimate est (if ok).
+func deadlineArg(est int64, ok bool, dl time.Time) string {
 	if !ok {
 		return ""
 	}

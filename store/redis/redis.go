@@ -5,7 +5,8 @@
 // restart or a failover) that reads Redis's own clock (TIME), so the instances' clocks never
 // matter, and that implements exactly the transitions of package algorithm. There is no
 // read-then-write from the gateway. Concurrent decisions share a few connections through
-// rueidis's automatic pipelining.
+// rueidis's automatic pipelining. A call the store gave up on (its timeout passed) decides
+// nothing, even if it still reaches a Redis that hung: each carries its deadline (deadline.go).
 //
 // Keys: one hash per client and policy, hash-tagged by client — prefix + "{customer-42}:orders-api"
 // — so that all of a client's limits share a Redis Cluster slot and can be decided together
