@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/redis/rueidis"
 
@@ -27,6 +28,7 @@ import (
 // and go together in the next call. Busy slots (a hot client) get batches; the rest go one by one.
 type batcher struct {
 	s       *Store
+	c       *conn
 	script  *rueidis.Lua // batch.lua; a batch of one is sent as its algorithm's single script (smaller, faster)
 	cluster bool
 	queue   chan *call  // single server
@@ -45,13 +47,14 @@ type slotQueue struct {
 
 // call is one decision waiting for its batch.
 type call struct {
-	alg   algorithm.Algorithm
-	keys  [2]string
-	args  [5]string
-	slot  uint16 // keys' hash slot, on a cluster
-	reply [6]int64
-	err   error
-	done  chan struct{} // closed when reply or err is set
+	alg      algorithm.Algorithm
+	keys     [2]string
+	args     [5]string
+	deadline time.Time // when the caller stops waiting
+	slot     uint16    // keys' hash slot, on a cluster
+	reply    [6]int64
+	err      error
+	done     chan struct{} // closed when reply or err is set
 }
 
 const (
@@ -59,8 +62,8 @@ const (
 	clusterSlots = 16384
 )
 
-func newBatcher(s *Store, max int, cluster bool) *batcher {
-	b := &batcher{s: s, script: rueidis.NewLuaScript(batchScript()), cluster: cluster, max: max, stop: make(chan struct{})}
+func newBatcher(s *Store, c *conn, max int, cluster bool) *batcher {
+	b := &batcher{s: s, c: c, script: rueidis.NewLuaScript(batchScript()), cluster: cluster, max: max, stop: make(chan struct{})}
 	if cluster {
 		b.slots = make([]slotQueue, clusterSlots)
 		return b
@@ -73,9 +76,10 @@ func newBatcher(s *Store, max int, cluster bool) *batcher {
 	return b
 }
 
-// newCall returns a call for the decision under algorithm a on the keys hash and log with args.
-func (b *batcher) newCall(a algorithm.Algorithm, hash, log string, args [5]string) *call {
-	c := &call{alg: a, keys: [2]string{hash, log}, args: args, done: make(chan struct{})}
+// newCall returns a call for the decision under algorithm a on the keys hash and log with args,
+// whose caller waits until deadline.
+func (b *batcher) newCall(a algorithm.Algorithm, hash, log string, args [5]string, deadline time.Time) *call {
+	c := &call{alg: a, keys: [2]string{hash, log}, args: args, deadline: deadline, done: make(chan struct{})}
 	if b.cluster {
 		c.slot = slot(hash)
 	}
@@ -180,35 +184,81 @@ func (b *batcher) work() {
 type worker struct {
 	b          *batcher
 	keys, args []string
+	live       []*call
 }
 
 // send decides batch (on a cluster, all of one slot) with one script call, and hands each call
-// its reply.
+// its reply. Calls whose callers no longer wait are not sent; each call sent carries its
+// deadline — its caller's, or this call's own timeout if sooner.
 func (w *worker) send(batch []*call) {
 	b := w.b
 	ctx, cancel := context.WithTimeout(context.Background(), b.s.timeout)
 	defer cancel()
-	b.s.calls.Add(1)
-	var result rueidis.RedisResult
-	if len(batch) == 1 {
-		result = b.s.execSingle(ctx, batch[0].alg, batch[0].keys, batch[0].args)
-	} else {
-		w.keys, w.args = w.keys[:0], w.args[:0]
-		w.args = append(w.args, strconv.Itoa(len(batch)), b.s.now(), b.s.slack)
-		for _, c := range batch {
-			w.keys = append(w.keys, c.keys[0], c.keys[1])
-			w.args = append(w.args, c.args[:]...)
+	sendBy, _ := ctx.Deadline()
+	now := time.Now()
+	w.live = w.live[:0]
+	for _, c := range batch {
+		if now.Before(c.deadline) {
+			w.live = append(w.live, c)
+		} else {
+			c.err = unavailable(context.DeadlineExceeded)
+			close(c.done)
 		}
-		result = b.script.Exec(ctx, b.s.client, w.keys, w.args)
 	}
-	reply, err := result.AsIntSlice()
-	if err == nil && len(reply) != 6*len(batch) {
-		err = fmt.Errorf("script replied %d numbers, want %d", len(reply), 6*len(batch))
+	batch = w.live
+	if len(batch) == 0 {
+		return
+	}
+	var sl uint16 // the offsets' slot: the batch's on a cluster
+	if b.cluster {
+		sl = batch[0].slot
+	}
+	est, ok := b.c.estimate(sl)
+	deadline := func(c *call) string {
+		if sendBy.Before(c.deadline) {
+			return deadlineArg(est, ok, sendBy)
+		}
+		return deadlineArg(est, ok, c.deadline)
+	}
+	b.s.calls.Add(1)
+	if len(batch) == 1 {
+		c := batch[0]
+		reply, err := b.s.execSingle(ctx, b.c, c.alg, c.keys, c.args, deadline(c)).AsIntSlice()
+		switch {
+		case err != nil:
+			c.err = b.c.failed(sl, err)
+		case len(reply) != 7:
+			c.err = unavailable(fmt.Errorf("script replied %d numbers, want 7", len(reply)))
+		default:
+			b.c.learn(sl, reply[6])
+			copy(c.reply[:], reply[:6])
+		}
+		close(c.done)
+		return
+	}
+	w.keys, w.args = w.keys[:0], w.args[:0]
+	w.args = append(w.args, strconv.Itoa(len(batch)), b.s.now(), b.s.slack)
+	for _, c := range batch {
+		w.keys = append(w.keys, c.keys[0], c.keys[1])
+		w.args = append(w.args, c.args[:]...)
+	}
+	for _, c := range batch {
+		w.args = append(w.args, deadline(c))
+	}
+	reply, err := b.script.Exec(ctx, b.c.client, w.keys, w.args).AsIntSlice()
+	if err == nil && len(reply) != 6*len(batch)+1 {
+		err = fmt.Errorf("script replied %d numbers, want %d", len(reply), 6*len(batch)+1)
+	}
+	if err == nil {
+		b.c.learn(sl, reply[6*len(batch)])
 	}
 	for i, c := range batch {
-		if err != nil {
+		switch {
+		case err != nil:
 			c.err = unavailable(err)
-		} else {
+		case reply[6*i] == -1:
+			c.err = errDeadlinePassed
+		default:
 			copy(c.reply[:], reply[6*i:6*i+6])
 		}
 		close(c.done)

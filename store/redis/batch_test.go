@@ -34,7 +34,7 @@ func TestClusterBatchesBySlot(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	if s.batch == nil || !s.batch.cluster {
+	if c := s.conn.Load(); c == nil || c.batch == nil || !c.batch.cluster {
 		t.Fatal("the store does not batch on a cluster")
 	}
 	const clients, limit, goroutines, perGoroutine = 6, 40, 48, 10

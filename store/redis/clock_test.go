@@ -29,15 +29,17 @@ import (
 // hashKey is the store's documented key of key under policy: prefix + "{" + key + "}:" + policy.
 func hashKey(key, policy string) string { return redis.DefaultPrefix + "{" + key + "}:" + policy }
 
-// scriptCall is a decision script call seen by MONITOR: its first key and its `now` argument.
+// scriptCall is a decision script call seen by MONITOR: its first key, its `now` argument and
+// its deadline.
 type scriptCall struct {
-	Key, Now string
-	Multi    bool
+	Key, Now, Deadline string
+	Multi              bool
 }
 
-// scriptCalls returns the EVAL/EVALSHA calls that clients (not scripts) made, and the number of
-// TIME commands that scripts ran.
-func scriptCalls(t *testing.T, lines []monitorLine) (calls []scriptCall, luaTime int) {
+// scriptCalls returns the EVAL/EVALSHA calls that clients (not scripts) made, the number of TIME
+// commands that scripts ran, and the number that clients ran (the test's own, and the stores'
+// readings of Redis's clock for deadlines).
+func scriptCalls(t *testing.T, lines []monitorLine) (calls []scriptCall, luaTime, clientTime int) {
 	t.Helper()
 	for _, l := range lines {
 		if l.Source == "lua" {
@@ -45,6 +47,9 @@ func scriptCalls(t *testing.T, lines []monitorLine) (calls []scriptCall, luaTime
 				luaTime++
 			}
 			continue
+		}
+		if l.Args[0] == "TIME" {
+			clientTime++
 		}
 		if l.Args[0] != "EVAL" && l.Args[0] != "EVALSHA" {
 			continue
@@ -54,14 +59,15 @@ func scriptCalls(t *testing.T, lines []monitorLine) (calls []scriptCall, luaTime
 			t.Fatalf("unexpected script call %q", l.Args)
 		}
 		keys, argv := l.Args[3:3+numkeys], l.Args[3+numkeys:]
-		// single.lua: 7 arguments, now is ARGV[6]; multi.lua: n, now, slack, then 5 per limit.
-		if len(argv) == 7 {
-			calls = append(calls, scriptCall{Key: keys[0], Now: argv[5]})
+		// single.lua: 8 arguments, now is ARGV[6], the deadline ARGV[8]; multi.lua: n, now,
+		// slack, then 5 per limit, then the deadline.
+		if len(argv) == 8 {
+			calls = append(calls, scriptCall{Key: keys[0], Now: argv[5], Deadline: argv[7]})
 		} else {
-			calls = append(calls, scriptCall{Key: keys[0], Now: argv[1], Multi: true})
+			calls = append(calls, scriptCall{Key: keys[0], Now: argv[1], Deadline: argv[len(argv)-1], Multi: true})
 		}
 	}
-	return calls, luaTime
+	return calls, luaTime, clientTime
 }
 
 // awaitWindowStart polls Redis's clock until it is in the first quarter of a window of period
@@ -172,7 +178,7 @@ func TestClockFromRedis(t *testing.T) {
 	}
 
 	mon.sync(t, srv)
-	calls, luaTime := scriptCalls(t, mon.snapshot())
+	calls, luaTime, clientTime := scriptCalls(t, mon.snapshot())
 	if len(calls) < decisions {
 		t.Fatalf("MONITOR saw %d script calls for %d decisions", len(calls), decisions)
 	}
@@ -180,12 +186,20 @@ func TestClockFromRedis(t *testing.T) {
 		if c.Now != "" {
 			t.Fatalf("a store without a Clock sent now = %q for %s (multi %v); it must send none, so that Redis's TIME decides", c.Now, c.Key, c.Multi)
 		}
+		if _, err := strconv.ParseInt(c.Deadline, 10, 64); err != nil {
+			t.Fatalf("a store without a Clock sent deadline %q for %s (multi %v); want Redis µs", c.Deadline, c.Key, c.Multi)
+		}
 	}
 	if luaTime != decisions {
 		t.Fatalf("the scripts ran TIME %d times for %d decisions; want once each", luaTime, decisions)
 	}
-	if n := cmdstat(t, srv, "time", "calls"); n != int64(decisions+timeCalls) {
-		t.Fatalf("INFO commandstats counts %d TIME calls: the test's %d + the scripts' should be %d, one per decision", n, timeCalls, decisions)
+	// The stores read Redis's clock themselves too (about once a second each, for deadlines):
+	// those are not decisions' — they come from clients, not scripts.
+	if clientTime < timeCalls {
+		t.Fatalf("MONITOR saw %d TIME calls from clients; the test alone made %d", clientTime, timeCalls)
+	}
+	if n := cmdstat(t, srv, "time", "calls"); n != int64(luaTime+clientTime) {
+		t.Fatalf("INFO commandstats counts %d TIME calls; MONITOR saw %d by the scripts (one per decision) and %d by clients", n, luaTime, clientTime)
 	}
 	t.Logf("%d decisions by 2 stores, each read Redis TIME once and sent no time", decisions)
 }
@@ -287,10 +301,13 @@ func TestClockOption(t *testing.T) {
 
 	// What each sent: its own clock's µs, or nothing; and only Redis-time decisions read TIME.
 	mon.sync(t, srv)
-	calls, luaTime := scriptCalls(t, mon.snapshot())
+	calls, luaTime, _ := scriptCalls(t, mon.snapshot())
 	sent := map[string][]string{}
 	for _, c := range calls {
 		sent[c.Key] = append(sent[c.Key], c.Now)
+		if c.Key != hashKey("redis", p.Name) && c.Deadline != "" {
+			t.Fatalf("a store with a Clock sent deadline %q for %s; want none (its clock is not Redis's)", c.Deadline, c.Key)
+		}
 	}
 	aheadStart := strconv.FormatInt(base+fiveMin+250_000, 10)
 	behindStart := strconv.FormatInt(base-fiveMin+1_500_000, 10)

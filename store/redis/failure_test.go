@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -324,22 +325,110 @@ func TestFailure(t *testing.T) {
 	}
 }
 
-// TestNewUnreachable: a store cannot be created on an address where nothing listens; the error
-// wraps ErrStoreUnavailable and comes at once.
+// TestNewUnreachable: a store can be created while nothing listens on Redis's address — a program
+// must start, and limit, during a Redis outage. New returns at once with a store whose decisions
+// fail with ErrStoreUnavailable (so a Limiter's failure mode applies: fail-open approves with
+// FallbackOpen); once a redis-server answers on the address, the store connects by itself and
+// decisions go to Redis. Close works at any time, also while the store is still connecting, and
+// twice; options that retrying cannot mend (a malformed address) still fail New at once.
 func TestNewUnreachable(t *testing.T) {
 	srv := redistest.Start(t)
 	srv.Kill()
 	t0 := time.Now()
 	s, err := redis.New(redis.Options{Addrs: []string{srv.Addr}, Timeout: 50 * time.Millisecond})
-	if err == nil {
-		s.Close()
-		t.Fatal("New on a dead address succeeded")
+	if err != nil {
+		t.Fatalf("New with Redis down: %v; want a store that connects when Redis answers", err)
 	}
-	if !errors.Is(err, sluice.ErrStoreUnavailable) {
-		t.Fatalf("New on a dead address: %v; want an error wrapping ErrStoreUnavailable", err)
-	}
+	defer s.Close()
 	if d := time.Since(t0); d > time.Second {
 		t.Fatalf("New on a dead address took %v", d)
+	}
+	p := sluice.Policy{Name: "down-at-start", Algorithm: sluice.FixedWindow, Limit: 5, Period: time.Hour}
+	if d, err := s.Decide(bg, "c", p, 1); !errors.Is(err, sluice.ErrStoreUnavailable) || d.Allowed {
+		t.Fatalf("Decide with Redis down: %+v %v; want a refusal and ErrStoreUnavailable", d, err)
+	}
+	out := make([]sluice.Decision, 2)
+	limits := []sluice.Limit{{Policy: p, Cost: 1}, {Policy: sluice.Policy{Name: "b", Algorithm: sluice.TokenBucket, Limit: 5, Period: time.Hour}, Cost: 1}}
+	if ok, err := s.DecideAll(bg, "c", limits, out); ok || !errors.Is(err, sluice.ErrStoreUnavailable) {
+		t.Fatalf("DecideAll with Redis down: %v %v; want ErrStoreUnavailable", ok, err)
+	}
+	if err := s.Ping(bg); !errors.Is(err, sluice.ErrStoreUnavailable) {
+		t.Fatalf("Ping with Redis down: %v; want ErrStoreUnavailable", err)
+	}
+	open, err := sluice.NewLimiter(s, p, sluice.WithFailureMode(sluice.FailOpen))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d, err := open.Allow(bg, "c"); err != nil || !d.Allowed || d.Fallback != sluice.FallbackOpen {
+		t.Fatalf("fail-open limiter with Redis down since New: %+v %v; want allowed with FallbackOpen", d, err)
+	}
+
+	// A second store on the dead address, closed while it is still connecting: Close returns
+	// promptly; and again.
+	other, err := redis.New(redis.Options{Addrs: []string{srv.Addr}, Timeout: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t1 := time.Now()
+	other.Close()
+	other.Close()
+	if d := time.Since(t1); d > time.Second {
+		t.Fatalf("Close while connecting took %v", d)
+	}
+	if _, err := other.Decide(bg, "c", p, 1); !errors.Is(err, sluice.ErrStoreUnavailable) {
+		t.Fatalf("Decide on a closed store: %v", err)
+	}
+	var none *redis.Store
+	none.Close() // a failed New's nil store: `defer rs.Close()` before checking err must not panic
+
+	// Redis comes up on the address: the store connects, and decisions go to it.
+	srv.Restart()
+	var d sluice.Decision
+	if !pollUntil(time.Now().Add(10*time.Second), func() bool {
+		d, err = s.Decide(bg, "c", p, 1)
+		return err == nil
+	}) {
+		t.Fatalf("10s after Redis came up, Decide still fails: %v", err)
+	}
+	if !d.Allowed || d.Remaining != p.Limit-1 {
+		t.Fatalf("the first decision on Redis: %+v; want approved, Remaining %d", d, p.Limit-1)
+	}
+	if keys := mustDo(t, srv, "KEYS", "*{c}*"); !strings.Contains(keys, "rate-limit:{c}:down-at-start") {
+		t.Fatalf("keys in Redis after the decision: %q", keys)
+	}
+	if ok, err := s.DecideAll(bg, "c", limits, out); err != nil || !ok || out[0].Remaining != p.Limit-2 || out[1].Remaining != 4 {
+		t.Fatalf("DecideAll once connected: %v %v %+v", ok, err, out)
+	}
+	if err := s.Ping(bg); err != nil {
+		t.Fatalf("Ping once connected: %v", err)
+	}
+	if !pollUntil(time.Now().Add(5*time.Second), func() bool { // the breaker's next probe
+		d, err = open.Allow(bg, "c")
+		return err == nil && d.Fallback == sluice.NoFallback
+	}) {
+		t.Fatalf("the fail-open limiter does not decide on Redis once it answers: %+v %v", d, err)
+	}
+	if d.Remaining != p.Limit-3 {
+		t.Fatalf("the limiter's decision on Redis: %+v; want Remaining %d", d, p.Limit-3)
+	}
+
+	// What retrying cannot mend is an error at once.
+	for _, bad := range []redis.Options{
+		{Addrs: []string{"127.0.0.1"}},
+		{Addrs: []string{srv.Addr, "127.0.0.1:http"}},
+		{Addrs: []string{"127.0.0.1:70000"}},
+		{URL: "redis://127.0.0.1:0"},
+	} {
+		t0 := time.Now()
+		s, err := redis.New(bad)
+		if err == nil {
+			s.Close()
+			t.Errorf("New(%+v): no error", bad)
+			continue
+		}
+		if time.Since(t0) > 100*time.Millisecond || (!strings.Contains(err.Error(), "Addrs[") && !strings.Contains(err.Error(), "URL")) {
+			t.Errorf("New(%+v): %v after %v; want at once an error naming the field", bad, err, time.Since(t0))
+		}
 	}
 }
 

@@ -58,13 +58,31 @@ func luaArgs(p *algorithm.Policy, cost int64) []string {
 	return []string{strconv.Itoa(int(p.Algorithm)), i64(p.Limit), i64(p.PeriodMicros()), i64(p.Burst), i64(cost)}
 }
 
-// run runs the single script of p's algorithm on key (and key:log); now "" means Redis TIME.
+// run runs the single script of p's algorithm on key (and key:log), without a deadline; now ""
+// means Redis TIME. It returns the decision's six numbers, having checked the seventh, the
+// script's time: now, when given.
 func (e *luaEnv) run(key string, p *algorithm.Policy, cost int64, now string, slack int64) ([]int64, error) {
 	args := append(luaArgs(p, cost), now, i64(slack))
-	return e.single[p.Algorithm].Exec(context.Background(), e.c, []string{key, key + ":log"}, args).AsIntSlice()
+	got, err := e.single[p.Algorithm].Exec(context.Background(), e.c, []string{key, key + ":log"}, args).AsIntSlice()
+	return e.trimTime(got, err, now)
 }
 
-// runMulti runs the multi script for limits ps with costs on keys.
+// trimTime checks and drops a reply's last number, the script's time.
+func (e *luaEnv) trimTime(got []int64, err error, now string) ([]int64, error) {
+	e.t.Helper()
+	if err != nil {
+		return got, err
+	}
+	if len(got)%6 != 1 {
+		e.t.Fatalf("script replied %d numbers; want 6n+1", len(got))
+	}
+	if time := got[len(got)-1]; now != "" && i64(time) != now {
+		e.t.Fatalf("script replied time %d; want now %s", time, now)
+	}
+	return got[:len(got)-1], nil
+}
+
+// runMulti runs the multi script for limits ps with costs on keys, without a deadline.
 func (e *luaEnv) runMulti(keys []string, ps []algorithm.Policy, costs []int64, now string, slack int64) ([]int64, error) {
 	var ks []string
 	args := []string{strconv.Itoa(len(ps)), now, i64(slack)}
@@ -72,7 +90,8 @@ func (e *luaEnv) runMulti(keys []string, ps []algorithm.Policy, costs []int64, n
 		ks = append(ks, keys[i], keys[i]+":log")
 		args = append(args, luaArgs(&ps[i], costs[i])...)
 	}
-	return e.multi.Exec(context.Background(), e.c, ks, args).AsIntSlice()
+	got, err := e.multi.Exec(context.Background(), e.c, ks, append(args, "")).AsIntSlice()
+	return e.trimTime(got, err, now)
 }
 
 // luaWant is d as the scripts reply it.

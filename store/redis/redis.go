@@ -5,7 +5,8 @@
 // restart or a failover) that reads Redis's own clock (TIME), so the instances' clocks never
 // matter, and that implements exactly the transitions of package algorithm. There is no
 // read-then-write from the gateway. Concurrent decisions share a few connections through
-// rueidis's automatic pipelining.
+// rueidis's automatic pipelining. A call the store gave up on (its timeout passed) decides
+// nothing, even if it still reaches a Redis that hung: each carries its deadline (deadline.go).
 //
 // Keys: one key per client and policy, hash-tagged by client — prefix + "{customer-42}:orders-api"
 // — so that all of a client's limits share a Redis Cluster slot and can be decided together
@@ -23,8 +24,10 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"log/slog"
+	"net"
 	"strconv"
-	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -33,6 +36,21 @@ import (
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/algorithm"
 )
+
+// ACLRules are the Redis ACL rules of the user the store connects as (Options.Username), for the
+// default prefix — exactly what the store needs, and what the documentation quotes:
+//
+//	ACL SETUSER sluice on >PASSWORD <ACLRules>
+//
+// With another Prefix, change ~rate-limit:* to it. The rules grant: SELECT for a URL's database
+// and PING for readiness checks (logging in, HELLO with AUTH, needs no grant; the client
+// library's CLIENT SETINFO may fail); the scripts (EVALSHA, and EVAL when Redis does
+// not have them yet) and the commands they run on the prefix's keys; TIME, with which the store
+// reads Redis's clock (deadlines); and, on a Redis Cluster, the slot map (CLUSTER SLOTS, or
+// SHARDS from Redis 8) and ASKING for redirections while slots move. Nothing else: no other keys,
+// no channels, no FLUSHALL, no CONFIG.
+const ACLRules = "resetkeys ~rate-limit:* resetchannels -@all +select +ping +time " +
+	"+evalsha +eval +hmget +hset +del +pexpire +rpush +lrange +ltrim +llen +cluster|slots +cluster|shards +asking"
 
 // Defaults.
 const (
@@ -66,24 +84,60 @@ type Options struct {
 	// waiting together are sent as one call per hash slot among them (a script's keys must
 	// share a slot; all of one client's do), pipelined together.
 	MaxBatch int
+	// Logger, if set, is told when Redis did not answer at New and when the store connects
+	// later (or Redis refuses it meanwhile). Nil: nothing is logged.
+	Logger *slog.Logger
 }
 
 // Store is the Redis store. Create it with New; Close it when done.
 type Store struct {
-	client  rueidis.Client
-	prefix  string
-	timeout time.Duration
-	clock   sluice.Clock
-	slack   string // ttl_slack argument, µs
-	single  [6]*rueidis.Lua
-	multi   *rueidis.Lua
-	refused *negativeCache // nil: disabled
-	batch   *batcher       // nil: one script per decision
+	co       rueidis.ClientOption
+	prefix   string
+	timeout  time.Duration
+	clock    sluice.Clock
+	slack    string // ttl_slack argument, µs
+	maxBatch int    // 1: one script per decision
+	log      *slog.Logger
+	single   [6]*rueidis.Lua
+	multi    *rueidis.Lua
+	refused  *negativeCache // nil: disabled
+
+	conn    atomic.Pointer[conn]  // nil until connected
+	lastErr atomic.Pointer[error] // why the last attempt to connect failed
+	ctx     context.Context       // ended by Close: stops connecting
+	cancel  context.CancelFunc
+	done    chan struct{} // closed when connecting in the background ends; nil if it never ran
+	closed  sync.Once
 
 	calls, cacheHits atomic.Uint64
 }
 
-// New connects to Redis (a first PING must succeed within the timeout) and returns the store.
+// conn is a store's connection to Redis, made once Redis answered.
+type conn struct {
+	client    rueidis.Client
+	cluster   bool
+	batch     *batcher      // nil: one script per decision
+	offsets   *offsets      // Redis's clock, for deadlines; nil with Options.Clock
+	stop      chan struct{} // ends refresh
+	refreshed chan struct{} // closed when refresh has ended; nil if it never ran
+}
+
+// Backoff between the attempts to connect in the background.
+var (
+	connectFirstRetry = 250 * time.Millisecond
+	connectMaxRetry   = 5 * time.Second
+)
+
+// New returns a store on Redis. It connects at once if Redis answers; if Redis does not (nothing
+// listens, or it does not reply within the timeout) New still returns the store, which connects
+// in the background, retrying with backoff: until then every decision and Ping fails with an
+// error wrapping sluice.ErrStoreUnavailable, so a Limiter's failure mode decides, and from then
+// on decisions go to Redis. A program therefore starts, and limits, during a Redis outage.
+//
+// New fails at once on what retrying cannot mend: bad options (no address, both Addrs and URL, a
+// malformed URL or address) and a Redis that answers but refuses the connection (a wrong
+// password, an ACL user without TIME, a certificate the TLS config does not trust); that error
+// wraps sluice.ErrStoreUnavailable too.
 func New(opts Options) (*Store, error) {
 	var co rueidis.ClientOption
 	if opts.URL != "" {
@@ -94,9 +148,15 @@ func New(opts Options) (*Store, error) {
 		if co, err = rueidis.ParseURL(opts.URL); err != nil {
 			return nil, fmt.Errorf("redis store: URL: %w", err)
 		}
+		if err := checkAddrs("URL", co.InitAddress); err != nil {
+			return nil, err
+		}
 	} else {
 		if len(opts.Addrs) == 0 {
 			return nil, errors.New("redis store: no address (set Addrs, e.g. [127.0.0.1:6379], or URL)")
+		}
+		if err := checkAddrs("Addrs", opts.Addrs); err != nil {
+			return nil, err
 		}
 		co.InitAddress = opts.Addrs
 	}
@@ -110,15 +170,22 @@ func New(opts Options) (*Store, error) {
 		co.Password = opts.Password
 	}
 	co.DisableCache = true // no client-side caching: every decision is a script
-	s := &Store{prefix: opts.Prefix, timeout: opts.Timeout, clock: opts.Clock, slack: "0"}
+	s := &Store{prefix: opts.Prefix, timeout: opts.Timeout, clock: opts.Clock, slack: "0", maxBatch: opts.MaxBatch, log: opts.Logger}
 	if s.prefix == "" {
 		s.prefix = DefaultPrefix
 	}
 	if s.timeout <= 0 {
 		s.timeout = DefaultTimeout
 	}
+	if s.maxBatch <= 0 {
+		s.maxBatch = DefaultMaxBatch
+	}
+	if s.log == nil {
+		s.log = slog.New(slog.DiscardHandler)
+	}
 	co.Dialer.Timeout = max(s.timeout, 100*time.Millisecond)
 	co.ConnWriteTimeout = max(s.timeout, 100*time.Millisecond)
+	s.co = co
 	if s.clock != nil {
 		s.slack = strconv.FormatInt(int64(virtualClockSlack/time.Microsecond), 10)
 	}
@@ -128,37 +195,146 @@ func New(opts Options) (*Store, error) {
 		}
 		s.refused = newNegativeCache(size)
 	}
-	client, err := rueidis.NewClient(co)
-	if err != nil {
-		return nil, fmt.Errorf("%w: redis store: connecting to %v: %w", sluice.ErrStoreUnavailable, co.InitAddress, err)
-	}
-	s.client = client
 	for _, a := range algorithm.Algorithms {
 		s.single[a] = rueidis.NewLuaScript(singleScript(a))
 	}
 	s.multi = rueidis.NewLuaScript(multiScript())
-	if maxBatch := opts.MaxBatch; maxBatch != 1 {
-		if maxBatch <= 0 {
-			maxBatch = DefaultMaxBatch
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), max(s.timeout, time.Second))
-		info, err := client.Do(ctx, client.B().Info().Section("cluster").Build()).ToString()
-		cancel()
-		// Batch only where INFO says whether this is a cluster; a user that may not run INFO
-		// gets one script per decision, which is right everywhere.
-		if err == nil && (strings.Contains(info, "cluster_enabled:0") || strings.Contains(info, "cluster_enabled:1")) {
-			s.batch = newBatcher(s, maxBatch, strings.Contains(info, "cluster_enabled:1"))
-		}
+	s.ctx, s.cancel = context.WithCancel(context.Background())
+	c, err := s.connect()
+	if err == nil {
+		s.conn.Store(c)
+		return s, nil
 	}
+	err = fmt.Errorf("%w: redis store: connecting to %v: %w", sluice.ErrStoreUnavailable, co.InitAddress, err)
+	if !unreachable(err) {
+		s.cancel()
+		return nil, err
+	}
+	s.lastErr.Store(&err)
+	s.log.Warn("Redis does not answer; serving anyway, the failure mode decides until it does (connecting in the background)", "error", err.Error())
+	s.done = make(chan struct{})
+	go s.connectLater()
 	return s, nil
 }
 
-// Close stops the store's workers and closes the connections.
-func (s *Store) Close() {
-	if s.batch != nil {
-		s.batch.close()
+// checkAddrs refuses addresses that are not host:port with a port number.
+func checkAddrs(field string, addrs []string) error {
+	for i, a := range addrs {
+		_, port, err := net.SplitHostPort(a)
+		if err == nil {
+			if n, perr := strconv.ParseUint(port, 10, 16); perr != nil || n == 0 {
+				err = fmt.Errorf("port %q is not a number in 1..65535", port)
+			}
+		}
+		if err != nil {
+			if field == "URL" {
+				return fmt.Errorf("redis store: URL: address %q: %w", a, err)
+			}
+			return fmt.Errorf("redis store: Addrs[%d] %q: want host:port: %w", i, a, err)
+		}
 	}
-	s.client.Close()
+	return nil
+}
+
+// unreachable reports whether err says Redis did not answer (nothing listens, or no reply in
+// time): worth waiting for, unlike a Redis that answers and refuses.
+func unreachable(err error) bool {
+	var netErr net.Error // (context.DeadlineExceeded is one too)
+	return errors.As(err, &netErr)
+}
+
+// connect makes one attempt to connect: the client (which authenticates and learns whether
+// Redis is a cluster), then a first reading of the nodes' clocks.
+func (s *Store) connect() (*conn, error) {
+	client, err := rueidis.NewClient(s.co)
+	if err != nil {
+		return nil, err
+	}
+	c := &conn{client: client, cluster: client.Mode() == rueidis.ClientModeCluster, stop: make(chan struct{})}
+	if s.clock == nil {
+		c.offsets = newOffsets(c.cluster)
+		if err := c.offsets.measure(s.ctx, client, max(s.timeout, time.Second), monoMicros); err != nil {
+			client.Close()
+			return nil, fmt.Errorf("reading Redis's clock (TIME): %w", err)
+		}
+		c.refreshed = make(chan struct{})
+		go c.refresh(c.stop, max(s.timeout, 100*time.Millisecond))
+	}
+	if s.maxBatch != 1 {
+		c.batch = newBatcher(s, c, s.maxBatch, c.cluster)
+	}
+	return c, nil
+}
+
+// connectLater retries connecting, with backoff, until it succeeds or the store is closed.
+func (s *Store) connectLater() {
+	defer close(s.done)
+	wait := connectFirstRetry
+	for {
+		t := time.NewTimer(wait)
+		select {
+		case <-s.ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		c, err := s.connect()
+		if err == nil {
+			if s.ctx.Err() != nil { // closed meanwhile
+				c.close()
+				return
+			}
+			s.conn.Store(c)
+			s.log.Info("Redis answers; decisions go to it")
+			return
+		}
+		err = fmt.Errorf("%w: redis store: connecting to %v: %w", sluice.ErrStoreUnavailable, s.co.InitAddress, err)
+		s.lastErr.Store(&err)
+		if !unreachable(err) { // it answers, and refuses: say so, and keep trying
+			s.log.Error("Redis answers but refuses the connection; the failure mode decides", "error", err.Error())
+		}
+		wait = min(2*wait, connectMaxRetry)
+	}
+}
+
+// connected returns the connection, or the error to answer with until there is one.
+func (s *Store) connected() (*conn, error) {
+	if c := s.conn.Load(); c != nil {
+		return c, nil
+	}
+	if err := s.lastErr.Load(); err != nil {
+		return nil, fmt.Errorf("%w: redis store: not connected (Redis has not answered since the store was created; the last attempt: %v)",
+			sluice.ErrStoreUnavailable, *err)
+	}
+	return nil, fmt.Errorf("%w: redis store: not connected", sluice.ErrStoreUnavailable)
+}
+
+// Close stops connecting (if the store still is), stops the store's workers and closes the
+// connections. It may be called at any time, more than once, and on a nil *Store.
+func (s *Store) Close() {
+	if s == nil {
+		return
+	}
+	s.closed.Do(func() {
+		s.cancel()
+		if s.done != nil {
+			<-s.done
+		}
+		if c := s.conn.Load(); c != nil {
+			c.close()
+		}
+	})
+}
+
+func (c *conn) close() {
+	close(c.stop)
+	if c.refreshed != nil {
+		<-c.refreshed
+	}
+	if c.batch != nil {
+		c.batch.close()
+	}
+	c.client.Close()
 }
 
 // Stats are counters of one Store instance.
@@ -251,28 +427,34 @@ func (s *Store) Decide(ctx context.Context, key string, p sluice.Policy, cost in
 			return d, nil
 		}
 	}
+	c, err := s.connected()
+	if err != nil {
+		return sluice.Decision{Limit: p.Capacity()}, err
+	}
 	hash, log := s.keys(key, p.Name)
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
+	deadline, _ := ctx.Deadline()
 	args := [5]string{strconv.Itoa(int(p.Algorithm)), strconv.FormatInt(p.Limit, 10), strconv.FormatInt(p.PeriodMicros(), 10),
 		strconv.FormatInt(p.Burst, 10), strconv.FormatInt(cost, 10)}
 	var reply []int64
-	var err error
-	if s.batch != nil {
-		c := s.batch.newCall(p.Algorithm, hash, log, args)
-		if err = s.batch.decide(ctx, c); err != nil {
+	if c.batch != nil {
+		call := c.batch.newCall(p.Algorithm, hash, log, args, deadline)
+		if err = c.batch.decide(ctx, call); err != nil {
 			return sluice.Decision{Limit: p.Capacity()}, err
 		}
-		reply = c.reply[:]
+		reply = call.reply[:]
 	} else {
 		s.calls.Add(1)
-		reply, err = s.execSingle(ctx, p.Algorithm, [2]string{hash, log}, args).AsIntSlice()
+		sl := c.slot(hash)
+		reply, err = s.execSingle(ctx, c, p.Algorithm, [2]string{hash, log}, args, c.deadlineArg(sl, deadline)).AsIntSlice()
 		if err != nil {
-			return sluice.Decision{Limit: p.Capacity()}, unavailable(err)
+			return sluice.Decision{Limit: p.Capacity()}, c.failed(sl, err)
 		}
-	}
-	if len(reply) != 6 {
-		return sluice.Decision{Limit: p.Capacity()}, fmt.Errorf("%w: redis store: script replied %d numbers, want 6", sluice.ErrStoreUnavailable, len(reply))
+		if len(reply) != 7 {
+			return sluice.Decision{Limit: p.Capacity()}, fmt.Errorf("%w: redis store: script replied %d numbers, want 7", sluice.ErrStoreUnavailable, len(reply))
+		}
+		c.learn(sl, reply[6])
 	}
 	d = algorithm.MakeDecision(reply[0] == 1, reply[1], reply[2], reply[3], reply[4], reply[5])
 	if s.refused != nil {
@@ -287,9 +469,29 @@ func (s *Store) Decide(ctx context.Context, key string, p sluice.Policy, cost in
 	return d, nil
 }
 
-// execSingle runs a's single script on the keys with args (single.lua's ARGV[1..5]).
-func (s *Store) execSingle(ctx context.Context, a sluice.Algorithm, keys [2]string, args [5]string) rueidis.RedisResult {
-	return s.single[a].Exec(ctx, s.client, keys[:], append(args[:], s.now(), s.slack))
+// execSingle runs a's single script on c, on the keys with args (single.lua's ARGV[1..5]) and
+// the deadline argument (ARGV[8]).
+func (s *Store) execSingle(ctx context.Context, c *conn, a sluice.Algorithm, keys [2]string, args [5]string, deadline string) rueidis.RedisResult {
+	return s.single[a].Exec(ctx, c.client, keys[:], append(args[:], s.now(), s.slack, deadline))
+}
+
+// slot is the key's hash slot on a cluster, 0 on a single server (the offsets' index).
+func (c *conn) slot(key string) uint16 {
+	if !c.cluster {
+		return 0
+	}
+	return slot(key)
+}
+
+// failed returns the error of a script call on slot that failed with err: errDeadlinePassed if
+// the script came after its deadline (and its Redis TIME is learned: the reply did arrive), else
+// unavailable.
+func (c *conn) failed(slot uint16, err error) error {
+	if t, ok := deadlinePassed(err); ok {
+		c.learn(slot, t)
+		return errDeadlinePassed
+	}
+	return unavailable(err)
 }
 
 // DecideAll implements sluice.Store with one script: every limit's key shares the client's hash
@@ -306,7 +508,7 @@ func (s *Store) DecideAll(ctx context.Context, key string, limits []sluice.Limit
 		return err == nil && d.Allowed, err
 	}
 	keys := make([]string, 0, 2*len(limits))
-	args := make([]string, 0, 3+5*len(limits))
+	args := make([]string, 0, 4+5*len(limits))
 	args = append(args, strconv.Itoa(len(limits)), s.now(), s.slack)
 	for i := range limits {
 		l := &limits[i]
@@ -318,16 +520,24 @@ func (s *Store) DecideAll(ctx context.Context, key string, limits []sluice.Limit
 		args = append(args, strconv.Itoa(int(l.Policy.Algorithm)), strconv.FormatInt(l.Policy.Limit, 10),
 			strconv.FormatInt(l.Policy.PeriodMicros(), 10), strconv.FormatInt(l.Policy.Burst, 10), strconv.FormatInt(l.Cost, 10))
 	}
+	c, err := s.connected()
+	if err != nil {
+		return false, err
+	}
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
+	deadline, _ := ctx.Deadline()
+	sl := c.slot(keys[0])
+	args = append(args, c.deadlineArg(sl, deadline))
 	s.calls.Add(1)
-	reply, err := s.multi.Exec(ctx, s.client, keys, args).AsIntSlice()
+	reply, err := s.multi.Exec(ctx, c.client, keys, args).AsIntSlice()
 	if err != nil {
-		return false, unavailable(err)
+		return false, c.failed(sl, err)
 	}
-	if len(reply) != 6*len(limits) {
-		return false, fmt.Errorf("%w: redis store: script replied %d numbers, want %d", sluice.ErrStoreUnavailable, len(reply), 6*len(limits))
+	if len(reply) != 6*len(limits)+1 {
+		return false, fmt.Errorf("%w: redis store: script replied %d numbers, want %d", sluice.ErrStoreUnavailable, len(reply), 6*len(limits)+1)
 	}
+	c.learn(sl, reply[6*len(limits)])
 	all := true
 	for i := range limits {
 		r := reply[6*i : 6*i+6]
@@ -348,9 +558,13 @@ var (
 
 // Ping reports whether Redis answers within the store's timeout (readiness checks).
 func (s *Store) Ping(ctx context.Context) error {
+	c, err := s.connected()
+	if err != nil {
+		return err
+	}
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
-	if err := s.client.Do(ctx, s.client.B().Ping().Build()).Error(); err != nil {
+	if err := c.client.Do(ctx, c.client.B().Ping().Build()).Error(); err != nil {
 		return unavailable(err)
 	}
 	return nil

@@ -8,29 +8,43 @@
 -- ARGV[2]  now, µs; empty: Redis TIME
 -- ARGV[3]  ttl_slack, µs (empty: 0)
 -- ARGV[4+5(i-1) .. 8+5(i-1)]  decision i's alg, limit, period (µs), burst, cost (single.lua's ARGV[1..5])
+-- ARGV[#ARGV-n+i]  (the last n arguments, after the decisions') decision i's deadline, µs of Redis
+--          TIME (common.lua, DEADLINES); empty: none. Each decision has its own: the requests of
+--          a batch come from different callers.
 --
 -- Decision i is exactly single.lua's, made after decisions 1..i-1 were written: the same as n
--- single calls at the same instant, in this order (several may be on one key).
+-- single calls at the same instant, in this order (several may be on one key). A decision whose
+-- deadline has passed is not made: it writes nothing, and its reply is {-1, 0, 0, 0, 0, 0}.
 --
--- Reply: 6·n integers, decision i's {allowed, capacity, remaining, retry, reset, delay} at
--- 6(i-1)+1 .. 6i.
+-- Reply: 6·n + 1 integers, decision i's {allowed, capacity, remaining, retry, reset, delay} at
+-- 6(i-1)+1 .. 6i, then time (as single.lua's).
 local n = tonumber(ARGV[1])
-if n == nil or #KEYS ~= 2 * n or #ARGV ~= 3 + 5 * n then
-  return redis.error_reply('ERR sluice: batch script wants 2n keys and 3+5n arguments')
+if n == nil or #KEYS ~= 2 * n or #ARGV ~= 3 + 6 * n then
+  return redis.error_reply('ERR sluice: batch script wants 2n keys and 3+6n arguments')
 end
-local now = now_arg(ARGV[2])
+local deadlines = #ARGV - n
+local with_time = false
+for i = 1, n do
+  with_time = with_time or has_deadline(ARGV[deadlines + i])
+end
+local now, time = now_arg(ARGV[2], with_time)
 local ttl_slack = tonumber(ARGV[3]) or 0
 local reply = {}
 for i = 1, n do
-  local allowed, capacity, remaining, retry, reset, delay, commit = decide_nth(i, now)
-  if allowed == nil then
-    return capacity -- the error reply
-  end
-  if commit ~= nil then
-    commit(ttl_slack)
-  end
   local r = 6 * (i - 1)
-  reply[r + 1], reply[r + 2], reply[r + 3], reply[r + 4], reply[r + 5], reply[r + 6] =
-    allowed, capacity, remaining, retry, reset, delay
+  if past_deadline(ARGV[deadlines + i], time) then
+    reply[r + 1], reply[r + 2], reply[r + 3], reply[r + 4], reply[r + 5], reply[r + 6] = -1, 0, 0, 0, 0, 0
+  else
+    local allowed, capacity, remaining, retry, reset, delay, commit = decide_nth(i, now)
+    if allowed == nil then
+      return capacity -- the error reply
+    end
+    if commit ~= nil then
+      commit(ttl_slack)
+    end
+    reply[r + 1], reply[r + 2], reply[r + 3], reply[r + 4], reply[r + 5], reply[r + 6] =
+      allowed, capacity, remaining, retry, reset, delay
+  end
 end
+reply[6 * n + 1] = time or now
 return reply

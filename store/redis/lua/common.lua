@@ -71,13 +71,41 @@ local function idivceil(a, b)
   return q
 end
 
--- now_arg returns now in µs: the argument, or Redis TIME if it is empty.
-local function now_arg(arg)
-  if arg == nil or arg == '' then
+-- now_arg returns now in µs — the argument, or Redis TIME if it is empty — and Redis TIME in µs
+-- if it was read, else nil. It is read once, when arg is empty or with_time is true (a deadline
+-- is to be checked: deadlines are always on Redis's clock, whatever decides now).
+local function now_arg(arg, with_time)
+  local time = nil
+  if arg == nil or arg == '' or with_time then
     local t = redis.call('TIME')
-    return tonumber(t[1]) * 1000000 + tonumber(t[2])
+    time = tonumber(t[1]) * 1000000 + tonumber(t[2])
   end
-  return tonumber(arg)
+  if arg == nil or arg == '' then
+    return time, time
+  end
+  return tonumber(arg), time
+end
+
+-- DEADLINES. A deadline argument is the µs of Redis TIME after which the caller no longer waits
+-- for the reply: it has been told that the store is unavailable, so the call must use no quota.
+-- A call that runs later (it waited on the socket of a Redis that hung) decides nothing and
+-- writes nothing. Empty: no deadline. The store computes it from its own clock and a
+-- conservative estimate of Redis's (redis.go).
+
+-- has_deadline reports whether d is a deadline argument (not empty).
+local function has_deadline(d)
+  return d ~= nil and d ~= ''
+end
+
+-- past_deadline reports whether the deadline d has passed at time (Redis TIME, µs).
+local function past_deadline(d, time)
+  return has_deadline(d) and time > tonumber(d)
+end
+
+-- deadline_error is the reply of a call that came after its deadline d: an error, which the store
+-- tells apart by its prefix, carrying time so that the store learns Redis's clock from it.
+local function deadline_error(d, time)
+  return redis.error_reply('ERR sluice: deadline passed: time ' .. fmt(time) .. ' deadline ' .. d)
 end
 
 -- read_state reads the state hash key (every algorithm's state but the sliding log's, which is

@@ -7,18 +7,25 @@
 -- ARGV[2]  now, µs; empty: Redis TIME
 -- ARGV[3]  ttl_slack, µs (empty: 0)
 -- ARGV[4+5(i-1) .. 8+5(i-1)]  limit i's alg, limit, period (µs), burst, cost, as single.lua's ARGV[1..5]
+-- ARGV[#ARGV]  (after the limits' arguments) the call's deadline, µs of Redis TIME (common.lua,
+--          DEADLINES); empty: none
 --
 -- Each limit is decided as if alone, all at the same now. If every one is allowed, every approval
 -- is written; if any is refused, nothing is written at all (so the decisions of the allowed ones
--- describe a consumption that did not happen).
+-- describe a consumption that did not happen). After the deadline: the error
+-- 'ERR sluice: deadline passed: ...', and nothing written.
 --
--- Reply: 6·n integers, limit i's {allowed, capacity, remaining, retry, reset, delay} (as
--- single.lua's reply) at 6(i-1)+1 .. 6i.
+-- Reply: 6·n + 1 integers, limit i's {allowed, capacity, remaining, retry, reset, delay} (as
+-- single.lua's reply) at 6(i-1)+1 .. 6i, then time (as single.lua's).
 local n = tonumber(ARGV[1])
-if n == nil or #KEYS ~= 2 * n or #ARGV ~= 3 + 5 * n then
-  return redis.error_reply('ERR sluice: multi script wants 2n keys and 3+5n arguments')
+if n == nil or #KEYS ~= 2 * n or #ARGV ~= 4 + 5 * n then
+  return redis.error_reply('ERR sluice: multi script wants 2n keys and 4+5n arguments')
 end
-local now = now_arg(ARGV[2])
+local deadline = ARGV[#ARGV]
+local now, time = now_arg(ARGV[2], has_deadline(deadline))
+if past_deadline(deadline, time) then
+  return deadline_error(deadline, time)
+end
 local ttl_slack = tonumber(ARGV[3]) or 0
 local reply, commits, all = {}, {}, true
 for i = 1, n do
@@ -41,4 +48,5 @@ if all then
     commit(ttl_slack)
   end
 end
+reply[6 * n + 1] = time or now
 return reply
