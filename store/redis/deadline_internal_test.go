@@ -65,7 +65,7 @@ func TestLuaDeadline(t *testing.T) {
 
 	// Multi: the call's deadline is its last argument.
 	keys := []string{"rate-limit:{multi-late}:a", "rate-limit:{multi-late}:a:log", "rate-limit:{multi-late}:b", "rate-limit:{multi-late}:b:log"}
-	args := append(append(append([]string{"2", "", "0"}, luaArgs(&fw, 1)...), luaArgs(&fw, 1)...), i64(redisNow()-1))
+	args := append(append(append([]string{"2", "", "0"}, luaMultiArgs(&fw, 1)...), luaMultiArgs(&fw, 1)...), i64(redisNow()-1))
 	if _, ok := deadlinePassed(e.multi.Exec(ctx, e.c, keys, args).Error()); !ok {
 		t.Fatal("multi after its deadline: no deadline error")
 	}

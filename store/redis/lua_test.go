@@ -82,13 +82,16 @@ func (e *luaEnv) trimTime(got []int64, err error, now string) ([]int64, error) {
 	return got[:len(got)-1], nil
 }
 
+// luaMultiArgs are multi.lua's arguments of one limit: single.lua's, no bound on the hold, enforced.
+func luaMultiArgs(p *algorithm.Policy, cost int64) []string { return append(luaArgs(p, cost), "-1", "0") }
+
 // runMulti runs the multi script for limits ps with costs on keys, without a deadline.
 func (e *luaEnv) runMulti(keys []string, ps []algorithm.Policy, costs []int64, now string, slack int64) ([]int64, error) {
 	var ks []string
 	args := []string{strconv.Itoa(len(ps)), now, i64(slack)}
 	for i := range ps {
 		ks = append(ks, keys[i], keys[i]+":log")
-		args = append(args, luaArgs(&ps[i], costs[i])...)
+		args = append(args, luaMultiArgs(&ps[i], costs[i])...)
 	}
 	got, err := e.multi.Exec(context.Background(), e.c, ks, append(args, "")).AsIntSlice()
 	return e.trimTime(got, err, now)
@@ -762,7 +765,7 @@ func TestLuaScriptContract(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "does not decide algorithm 1") {
 		t.Errorf("token-bucket script asked for fixed-window: %v", err)
 	}
-	err = e.multi.Exec(ctx, e.c, []string{"k", "k:log"}, append([]string{"2", "1", "0"}, luaArgs(&fw, 1)...)).Error()
+	err = e.multi.Exec(ctx, e.c, []string{"k", "k:log"}, append([]string{"2", "1", "0"}, luaMultiArgs(&fw, 1)...)).Error()
 	if err == nil || !strings.Contains(err.Error(), "2n keys") {
 		t.Errorf("multi script with a wrong count: %v", err)
 	}

@@ -500,15 +500,16 @@ func (s *Store) DecideAll(ctx context.Context, key string, limits []sluice.Limit
 	if len(out) != len(limits) {
 		return false, fmt.Errorf("redis store: DecideAll: %d decisions for %d limits", len(out), len(limits))
 	}
-	if len(limits) == 1 {
+	if len(limits) == 1 && (limits[0].Policy.Algorithm != sluice.LeakyBucket || limits[0].MaxDelay == 0) {
 		// One limit is one decision: Decide's path, with the negative cache and batching (the
-		// gateway asks DecideAll for every request, most of which have one policy).
+		// gateway asks DecideAll for every request, most of which have one policy). A leaky
+		// bucket with a bound on its hold goes to the multi script, which takes the bound.
 		d, err := s.Decide(ctx, key, limits[0].Policy, limits[0].Cost)
 		out[0] = d
-		return err == nil && d.Allowed, err
+		return err == nil && (d.Allowed || limits[0].DryRun), err
 	}
 	keys := make([]string, 0, 2*len(limits))
-	args := make([]string, 0, 4+5*len(limits))
+	args := make([]string, 0, 4+multiArgs*len(limits))
 	args = append(args, strconv.Itoa(len(limits)), s.now(), s.slack)
 	for i := range limits {
 		l := &limits[i]
@@ -517,8 +518,13 @@ func (s *Store) DecideAll(ctx context.Context, key string, limits []sluice.Limit
 		}
 		hash, log := s.keys(key, l.Policy.Name)
 		keys = append(keys, hash, log)
+		dry := "0"
+		if l.DryRun {
+			dry = "1"
+		}
 		args = append(args, strconv.Itoa(int(l.Policy.Algorithm)), strconv.FormatInt(l.Policy.Limit, 10),
-			strconv.FormatInt(l.Policy.PeriodMicros(), 10), strconv.FormatInt(l.Policy.Burst, 10), strconv.FormatInt(l.Cost, 10))
+			strconv.FormatInt(l.Policy.PeriodMicros(), 10), strconv.FormatInt(l.Policy.Burst, 10), strconv.FormatInt(l.Cost, 10),
+			strconv.FormatInt(l.MaxDelayMicros(), 10), dry)
 	}
 	c, err := s.connected()
 	if err != nil {
@@ -542,10 +548,14 @@ func (s *Store) DecideAll(ctx context.Context, key string, limits []sluice.Limit
 	for i := range limits {
 		r := reply[6*i : 6*i+6]
 		out[i] = algorithm.MakeDecision(r[0] == 1, r[1], r[2], r[3], r[4], r[5])
-		all = all && out[i].Allowed
+		all = all && (out[i].Allowed || limits[i].DryRun)
 	}
 	return all, nil
 }
+
+// multiArgs is how many arguments multi.lua takes per limit: alg, limit, period, burst, cost,
+// max_delay (µs; -1: no bound) and dry_run (0/1).
+const multiArgs = 7
 
 func unavailable(err error) error {
 	return fmt.Errorf("%w: redis store: %v", sluice.ErrStoreUnavailable, err)

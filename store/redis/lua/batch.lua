@@ -35,7 +35,7 @@ for i = 1, n do
   if past_deadline(ARGV[deadlines + i], time) then
     reply[r + 1], reply[r + 2], reply[r + 3], reply[r + 4], reply[r + 5], reply[r + 6] = -1, 0, 0, 0, 0, 0
   else
-    local allowed, capacity, remaining, retry, reset, delay, commit = decide_nth(i, now)
+    local allowed, capacity, remaining, retry, reset, delay, commit = decide_nth(i, now, 5)
     if allowed == nil then
       return capacity -- the error reply
     end

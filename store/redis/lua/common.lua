@@ -206,15 +206,20 @@ local function gcra_until(tat, frac, now)
   return tat - now
 end
 
--- decide_nth decides request i of a multi.lua or batch.lua call — its keys KEYS[2i-1], KEYS[2i],
--- its alg, limit, period, burst and cost ARGV[4+5(i-1) .. 8+5(i-1)] — at now, returning what the
--- decider returns; or nil and an error reply for an unknown algorithm.
-local function decide_nth(i, now)
-  local a = 3 + 5 * (i - 1)
+-- decide_nth decides request i of a multi.lua or batch.lua call, whose requests take stride
+-- arguments each — its keys KEYS[2i-1], KEYS[2i], its alg, limit, period, burst and cost
+-- ARGV[4+stride(i-1) .. 8+stride(i-1)], and with a stride of 7 its max_delay after them — at now,
+-- returning what the decider returns; or nil and an error reply for an unknown algorithm.
+local function decide_nth(i, now, stride)
+  local a = 3 + stride * (i - 1)
   local decide = deciders[tonumber(ARGV[a + 1])]
   if decide == nil then
     return nil, redis.error_reply('ERR sluice: unknown algorithm ' .. tostring(ARGV[a + 1]))
   end
+  local max_delay = -1
+  if stride >= 6 then
+    max_delay = tonumber(ARGV[a + 6])
+  end
   return decide(KEYS[2 * i - 1], KEYS[2 * i], tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4]),
-    tonumber(ARGV[a + 5]), now)
+    tonumber(ARGV[a + 5]), now, max_delay)
 end

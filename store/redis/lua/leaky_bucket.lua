@@ -9,8 +9,14 @@
 --
 -- and an approved request is held for Delay = max(tat, now) - now (rounded up to a whole µs, so
 -- it is never served early), then tat moves on by cost·T.
-local function decide_leaky_bucket(key, logkey, limit, period, burst, cost, now)
+--
+-- A caller that holds a request for at most max_delay µs (≥ 0; nil or negative: no bound) also
+-- needs Delay ≤ max_delay ⇔ wait ≤ limit·max_delay: room = min(burst·period, limit·max_delay).
+local function decide_leaky_bucket(key, logkey, limit, period, burst, cost, now, max_delay)
   local room = burst * period
+  if max_delay ~= nil and max_delay >= 0 and limit * max_delay < room then
+    room = limit * max_delay
+  end
   local current, s_tat, s_frac = read_state(key, LEAKY_BUCKET, limit, period, 'tat', 'frac')
   local wait_d, wait_f = gcra_wait(current, s_tat, s_frac, now)
   local allowed = gcra_le(limit, wait_d, wait_f, room)

@@ -6,20 +6,23 @@
 -- ARGV[1]  n, the number of limits
 -- ARGV[2]  now, µs; empty: Redis TIME
 -- ARGV[3]  ttl_slack, µs (empty: 0)
--- ARGV[4+5(i-1) .. 8+5(i-1)]  limit i's alg, limit, period (µs), burst, cost, as single.lua's ARGV[1..5]
+-- ARGV[4+7(i-1) .. 10+7(i-1)]  limit i's alg, limit, period (µs), burst, cost (as single.lua's
+--          ARGV[1..5]), max_delay (µs a leaky bucket may hold the request; -1: no bound) and
+--          dry_run (1: the limit counts but never refuses the request; else 0)
 -- ARGV[#ARGV]  (after the limits' arguments) the call's deadline, µs of Redis TIME (common.lua,
 --          DEADLINES); empty: none
 --
--- Each limit is decided as if alone, all at the same now. If every one is allowed, every approval
--- is written; if any is refused, nothing is written at all (so the decisions of the allowed ones
--- describe a consumption that did not happen). After the deadline: the error
+-- Each limit is decided as if alone, all at the same now. If every enforced one (dry_run 0) is
+-- allowed, every approval is written, the dry-run limits' included; if any enforced one is
+-- refused, nothing is written at all (so the decisions of the allowed ones describe a
+-- consumption that did not happen). A dry-run limit's refusal refuses nothing. After the deadline: the error
 -- 'ERR sluice: deadline passed: ...', and nothing written.
 --
 -- Reply: 6·n + 1 integers, limit i's {allowed, capacity, remaining, retry, reset, delay} (as
 -- single.lua's reply) at 6(i-1)+1 .. 6i, then time (as single.lua's).
 local n = tonumber(ARGV[1])
-if n == nil or #KEYS ~= 2 * n or #ARGV ~= 4 + 5 * n then
-  return redis.error_reply('ERR sluice: multi script wants 2n keys and 4+5n arguments')
+if n == nil or #KEYS ~= 2 * n or #ARGV ~= 4 + 7 * n then
+  return redis.error_reply('ERR sluice: multi script wants 2n keys and 4+7n arguments')
 end
 local deadline = ARGV[#ARGV]
 local now, time = now_arg(ARGV[2], has_deadline(deadline))
@@ -29,14 +32,14 @@ end
 local ttl_slack = tonumber(ARGV[3]) or 0
 local reply, commits, all = {}, {}, true
 for i = 1, n do
-  local allowed, capacity, remaining, retry, reset, delay, commit = decide_nth(i, now)
+  local allowed, capacity, remaining, retry, reset, delay, commit = decide_nth(i, now, 7)
   if allowed == nil then
     return capacity -- the error reply
   end
   local r = 6 * (i - 1)
   reply[r + 1], reply[r + 2], reply[r + 3], reply[r + 4], reply[r + 5], reply[r + 6] =
     allowed, capacity, remaining, retry, reset, delay
-  if allowed == 0 then
+  if allowed == 0 and ARGV[3 + 7 * i] ~= '1' then
     all = false
   end
   if commit ~= nil then
