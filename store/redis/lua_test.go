@@ -83,7 +83,9 @@ func (e *luaEnv) trimTime(got []int64, err error, now string) ([]int64, error) {
 }
 
 // luaMultiArgs are multi.lua's arguments of one limit: single.lua's, no bound on the hold, enforced.
-func luaMultiArgs(p *algorithm.Policy, cost int64) []string { return append(luaArgs(p, cost), "-1", "0") }
+func luaMultiArgs(p *algorithm.Policy, cost int64) []string {
+	return append(luaArgs(p, cost), "-1", "0")
+}
 
 // runMulti runs the multi script for limits ps with costs on keys, without a deadline.
 func (e *luaEnv) runMulti(keys []string, ps []algorithm.Policy, costs []int64, now string, slack int64) ([]int64, error) {
