@@ -10,22 +10,31 @@
 -- ARGV[4+5(i-1) .. 8+5(i-1)]  decision i's alg, limit, period (µs), burst, cost (single.lua's ARGV[1..5])
 --
 -- Decision i is exactly single.lua's, made after decisions 1..i-1 were written: the same as n
--- single calls at the same instant, in this order (several may be on one key).
+-- single calls at the same instant, in this order (several may be on one key). Every decision's
+-- arguments are checked first (check_all): one out of range fails the call with an error reply
+-- naming it, and nothing is written.
 --
--- Reply: 6·n integers, decision i's {allowed, capacity, remaining, retry, reset, delay} at
--- 6(i-1)+1 .. 6i.
+-- Reply: 6·n integers, decision i's {allowed, capacity, remaining, retry, reset, delay} (as
+-- single.lua's reply) at 6(i-1)+1 .. 6i.
 local n = tonumber(ARGV[1])
 if n == nil or #KEYS ~= 2 * n or #ARGV ~= 3 + 5 * n then
   return redis.error_reply('ERR sluice: batch script wants 2n keys and 3+5n arguments')
 end
-local now = now_arg(ARGV[2])
-local ttl_slack = tonumber(ARGV[3]) or 0
+local now, err = now_arg(ARGV[2])
+if now == nil then
+  return err
+end
+local ttl_slack, err = slack_arg(ARGV[3])
+if ttl_slack == nil then
+  return err
+end
+err = check_all(n)
+if err ~= nil then
+  return err
+end
 local reply = {}
 for i = 1, n do
   local allowed, capacity, remaining, retry, reset, delay, commit = decide_nth(i, now)
-  if allowed == nil then
-    return capacity -- the error reply
-  end
   if commit ~= nil then
     commit(ttl_slack)
   end

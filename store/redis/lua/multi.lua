@@ -10,7 +10,8 @@
 --
 -- Each limit is decided as if alone, all at the same now. If every one is allowed, every approval
 -- is written; if any is refused, nothing is written at all (so the decisions of the allowed ones
--- describe a consumption that did not happen).
+-- describe a consumption that did not happen). Every limit's arguments are checked first
+-- (check_all): one out of range fails the call with an error reply naming it, and nothing is written.
 --
 -- Reply: 6·n integers, limit i's {allowed, capacity, remaining, retry, reset, delay} (as
 -- single.lua's reply) at 6(i-1)+1 .. 6i.
@@ -18,14 +19,21 @@ local n = tonumber(ARGV[1])
 if n == nil or #KEYS ~= 2 * n or #ARGV ~= 3 + 5 * n then
   return redis.error_reply('ERR sluice: multi script wants 2n keys and 3+5n arguments')
 end
-local now = now_arg(ARGV[2])
-local ttl_slack = tonumber(ARGV[3]) or 0
+local now, err = now_arg(ARGV[2])
+if now == nil then
+  return err
+end
+local ttl_slack, err = slack_arg(ARGV[3])
+if ttl_slack == nil then
+  return err
+end
+err = check_all(n)
+if err ~= nil then
+  return err
+end
 local reply, commits, all = {}, {}, true
 for i = 1, n do
   local allowed, capacity, remaining, retry, reset, delay, commit = decide_nth(i, now)
-  if allowed == nil then
-    return capacity -- the error reply
-  end
   local r = 6 * (i - 1)
   reply[r + 1], reply[r + 2], reply[r + 3], reply[r + 4], reply[r + 5], reply[r + 6] =
     allowed, capacity, remaining, retry, reset, delay

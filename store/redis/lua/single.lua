@@ -12,19 +12,31 @@
 -- ARGV[6]  now, µs; empty: Redis TIME (seconds·10^6 + µs)
 -- ARGV[7]  ttl_slack, µs, added to the TTL of the keys an approval writes (empty: 0)
 --
--- The caller has run algorithm.CheckCost and the store's bounds (common.lua) first.
+-- The caller has run algorithm.CheckCost first; the script checks its arguments again
+-- (check_args, now_arg, slack_arg in common.lua) and replies an error naming a bad one.
 --
 -- Reply: {allowed (0/1), capacity, remaining, retry, reset, delay}, integers, times in µs, as
--- algorithm.Decision.set takes them (retry 0 when allowed). Only an approval of a cost > 0
--- writes (the state and its TTL); a refusal or a peek writes nothing.
+-- algorithm.Decision.set takes them (retry 0 when allowed); one beyond 2^53 as its decimal string.
+-- Only an approval of a cost > 0 writes (the state and its TTL); a refusal or a peek writes nothing.
 local decide = deciders[tonumber(ARGV[1])]
 if decide == nil then
   return redis.error_reply('ERR sluice: this script does not decide algorithm ' .. tostring(ARGV[1]))
 end
-local now = now_arg(ARGV[6])
+local alg, limit, period, burst, cost = check_args(ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5])
+if alg == nil then
+  return limit -- the error reply
+end
+local now, err = now_arg(ARGV[6])
+if now == nil then
+  return err
+end
+local ttl_slack, err = slack_arg(ARGV[7])
+if ttl_slack == nil then
+  return err
+end
 local allowed, capacity, remaining, retry, reset, delay, commit =
-  decide(KEYS[1], KEYS[2], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5]), now)
+  decided(decide(KEYS[1], KEYS[2], limit, period, burst, cost, now))
 if commit ~= nil then
-  commit(tonumber(ARGV[7]) or 0)
+  commit(ttl_slack)
 end
 return {allowed, capacity, remaining, retry, reset, delay}

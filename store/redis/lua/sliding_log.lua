@@ -1,6 +1,6 @@
 -- decide_sliding_log mirrors algorithm/slidinglog.go line for line. State.Count is the hash field
--- count; State.Log is the list logkey of "at:cost" strings, oldest first. Precondition: CheckCost
--- passed (0 ≤ cost ≤ limit), policy valid.
+-- count; State.Log is the list logkey of "at:cost" strings, oldest first. Precondition: check_args
+-- passed (0 ≤ cost ≤ limit), so limit, sum and the costs are numbers; times are ints.
 
 -- log_reader returns entry(i): the at, cost of log entry i (0-based), read LRANGE_CHUNK at a time,
 -- so that a decision reads only the entries it looks at (as the Go loops do).
@@ -12,7 +12,7 @@ local function log_reader(logkey)
       chunk, base = redis.call('LRANGE', logkey, fmt(i), fmt(i + LRANGE_CHUNK - 1)), i
     end
     local at, c = string.match(chunk[i - base + 1], '^(%-?%d+):(%d+)$')
-    return tonumber(at), tonumber(c)
+    return int_of(at), tonumber(c)
   end
 end
 
@@ -29,7 +29,7 @@ local function decide_sliding_log(key, logkey, limit, period, burst, cost, now)
   local start = 0
   while start < n do
     local at, c = entry(start)
-    if at > now - period then
+    if lt(sub(now, period), at) then
       break
     end
     sum = sum - c
@@ -45,7 +45,7 @@ local function decide_sliding_log(key, logkey, limit, period, burst, cost, now)
   if allowed then
     if cost > 0 then
       local at = now
-      if n > 0 and last > now then
+      if n > 0 and lt(now, last) then
         at = last -- the clock ran backward: keep the log sorted, conservatively
       end
       -- Drop the expired prefix (LTRIM) and append (RPUSH), in commit.
@@ -70,13 +70,13 @@ local function decide_sliding_log(key, logkey, limit, period, burst, cost, now)
       local at, c = entry(i)
       left = left - c
       if cost <= limit - left then
-        retry = at + period - now
+        retry = sub(add(at, period), now)
         break
       end
     end
   end
   if sum > 0 then
-    reset = last + period - now
+    reset = sub(add(last, period), now)
   end
   return allowed and 1 or 0, limit, limit - sum, retry, reset, 0, commit
 end
