@@ -156,8 +156,6 @@ var errorCases = []struct {
 	{"policy fields missing", up + "policies:\n  - {name: a}\n", []wantErr{at(3, "algorithm is required"), at(3, "limit is required"), at(3, "period is required")}},
 	{"policy name", up + "policies:\n  - {name: Gold Plan, algorithm: fixed-window, limit: 1, period: 1s}\n", []wantErr{at(3, `name "Gold Plan" may only have a-z`)}},
 	{"policy without name", up + "policies:\n  - {algorithm: fixed-window, limit: 1, period: 1s}\n", []wantErr{at(3, "policies[0]: name is required")}},
-	{"policy too large for redis", up + "store: {type: redis, addrs: [r:6379]}\npolicies:\n  - {name: big, algorithm: token-bucket, limit: 100000000, period: 24h}\n",
-		[]wantErr{at(4, `policies[0] "big": (limit or burst) × period`, "too large for the Redis store")}},
 
 	// Clients.
 	{"hash: not hex", up + "clients:\n  - {name: a, api_key_sha256: " + strings.Repeat("g", 64) + "}\n", []wantErr{at(3, "must be 64 hex digits (0-9, a-f)")}},

@@ -27,7 +27,6 @@ import (
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/algorithm"
 	"github.com/sluicehq/sluice/store/memory"
-	redisstore "github.com/sluicehq/sluice/store/redis"
 )
 
 // parse is Parse with the environment as a parameter, for tests.
@@ -939,11 +938,6 @@ func (p *parser) policies(n *yaml.Node, c *Config) {
 			at := map[string]*yaml.Node{"algorithm": algN, "limit": limitN, "period": periodN, "burst": burstN}
 			if err := pol.Validate(); err != nil {
 				p.policyError(err, pol, path, m.node, at)
-			} else if c.Store.Type == StoreRedis {
-				// CheckPolicy looks at the policy only; the Redis store need not exist yet.
-				if err := redisstore.CheckPolicy(pol.Policy); err != nil {
-					p.policyError(err, pol, path, m.node, at)
-				}
 			}
 		}
 		if nameOK {

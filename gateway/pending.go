@@ -93,9 +93,6 @@ func (p *pendingRedis) DecideAll(ctx context.Context, key string, limits []sluic
 	return false, errNotConnected
 }
 
-// CheckPolicy is the Redis store's: it looks at the policy only.
-func (p *pendingRedis) CheckPolicy(policy sluice.Policy) error { return redisstore.CheckPolicy(policy) }
-
 // Ping reports whether the store answers: not before it has connected.
 func (p *pendingRedis) Ping(ctx context.Context) error {
 	if s := p.store.Load(); s != nil {

@@ -102,6 +102,16 @@ type slot struct {
 	state   algorithm.State
 }
 
+// expiresAt is when a key decided at now (µs) with ResetAfter reset is as if never seen. A reset
+// of time.Duration's most (292 years) may have saturated, the key's true one being later: such a
+// key never expires by time (holding a state past its reset changes no decision).
+func expiresAt(now int64, reset time.Duration) int64 {
+	if reset == 1<<63-1 {
+		return 1<<63 - 1
+	}
+	return now + int64(reset/time.Microsecond)
+}
+
 // newClient returns a client for key holding first; it copies key, so a caller's buffer may be reused.
 func newClient(key string, first slot) *client {
 	c := &client{first: first}
@@ -227,7 +237,7 @@ func (s *Store) Decide(_ context.Context, key string, p sluice.Policy, cost int6
 	if sl != nil {
 		err = algorithm.DecideInto(&p, &sl.state, now, cost, &d)
 		if d.Allowed && cost > 0 {
-			sl.expires = now + int64(d.ResetAfter/time.Microsecond)
+			sl.expires = expiresAt(now, d.ResetAfter)
 		}
 	} else {
 		err = s.decideNewLocked(sh, c, h, key, &p, now, cost, &d)
@@ -320,7 +330,7 @@ func (s *Store) decideNewLocked(sh *shard, c *client, h uint64, key string, p *s
 		}
 		c = sh.find(h, key) // making room may have removed this very client
 	}
-	added := slot{policy: p.Name, expires: now + int64(d.ResetAfter/time.Microsecond), state: st}
+	added := slot{policy: p.Name, expires: expiresAt(now, d.ResetAfter), state: st}
 	if c == nil {
 		sh.insert(h, newClient(key, added))
 	} else {
@@ -503,7 +513,7 @@ func (s *Store) DecideAll(_ context.Context, key string, limits []sluice.Limit, 
 		}
 		if sl != nil {
 			sl.state = trial[i]
-			sl.expires = now + int64(out[i].ResetAfter/time.Microsecond)
+			sl.expires = expiresAt(now, out[i].ResetAfter)
 			continue
 		}
 		var d sluice.Decision
