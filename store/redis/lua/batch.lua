@@ -1,7 +1,8 @@
 -- sluice: several independent decisions in one call, each atomic and in order. Assembled as
--- common.lua + all five algorithm files + this file. The store sends it to decide the requests
--- that are waiting at once with one script call instead of one each (fewer script dispatches and
--- one TIME for all): on a single server any of them, on a cluster those of one hash slot.
+-- common.lua + all five algorithm files + nth.lua + this file. The store sends it to decide the
+-- requests that are waiting at once with one script call instead of one each (fewer script
+-- dispatches and one TIME for all): on a single server any of them, on a cluster those of one
+-- hash slot.
 --
 -- KEYS     for each decision i = 1..n: its state hash KEYS[2i-1] and its log list KEYS[2i]
 -- ARGV[1]  n
@@ -20,15 +21,11 @@ local n = tonumber(ARGV[1])
 if n == nil or #KEYS ~= 2 * n or #ARGV ~= 3 + 5 * n then
   return redis.error_reply('ERR sluice: batch script wants 2n keys and 3+5n arguments')
 end
-local now, err = now_arg(ARGV[2])
+local now, ttl_slack = time_args(ARGV[2], ARGV[3])
 if now == nil then
-  return err
+  return ttl_slack -- the error reply
 end
-local ttl_slack, err = slack_arg(ARGV[3])
-if ttl_slack == nil then
-  return err
-end
-err = check_all(n)
+local err = check_all(n)
 if err ~= nil then
   return err
 end

@@ -1,20 +1,20 @@
 -- sluice: helpers shared by every script (see scripts.go for how the scripts are assembled).
 --
 -- Every file is one part of a single Lua chunk: common.lua, then one or all five algorithm files,
--- then single.lua or multi.lua. Redis forbids global variables in scripts, so every name is a
+-- then single.lua, or nth.lua and multi.lua or batch.lua. Redis forbids global variables in scripts, so every name is a
 -- local of that chunk, and each algorithm file registers its decide function in `deciders`.
 --
 -- EXACTNESS. Lua numbers are doubles, exact for integers only up to 2^53; package algorithm
 -- computes in int64 and forms products such as limit·period in 128 bits (u128). So the scripts
 -- compute on ints (below): exact integers of any size, a plain Lua number while |x| ≤ 2^53 and a
 -- table of limbs beyond. Every formula is the Go one, term for term, with add, sub, mul, divmod,
--- divceil, cmp, lt, le where Go uses u128, or int64 arithmetic that could pass 2^53; plain Lua
+-- divceil, lt, le where Go uses u128, or int64 arithmetic that could pass 2^53; plain Lua
 -- arithmetic only where both operands are numbers and the result is at most 2^53 in magnitude,
 -- as noted at each place. While every value is below 2^53 (nearly every call), the ints are
 -- numbers and the operations compute on doubles, checking each result.
 --
 -- The scripts take every policy Policy.Validate accepts and every cost CheckCost accepts, and
--- check their arguments themselves (check_args, now_arg, slack_arg: an error reply names a bad one):
+-- check their arguments themselves (check_args, time_args: an error reply names a bad one):
 --
 --   limit 1..2^53, burst 0..2^53 (0 for the window algorithms), period 1000 µs .. 2^63-1 ns
 --     (9223372036854775 µs, just above 2^53), and for the buckets capacity·period/limit < 2^53 µs;
@@ -49,16 +49,15 @@ local deciders = {}
 -- equal to a number, and is larger in magnitude than every number. Tables are never changed once
 -- made.
 --
--- wide is false until this call makes its first table: until then every int is a number, and
--- add, sub, mul, cmp, lt, le, divmod compute on doubles, keeping a result only if it is provably
--- exact — a sum or product strictly between -2^53 and 2^53 is (an exact result of that size is
--- representable, and rounding is monotonic: one of 2^53 or more rounds to 2^53 or more) — and
--- otherwise redo it on limbs, as every operation does once wide is true. A limb product is below
--- 2^48 and a column of them with its carry stays below 2^53, so every limb step is exact too.
--- The limb code is built only when first needed (big()): most calls never need it, and every
--- function a script defines is made again on every call. (The literal 9007199254740992 is 2^53.)
-local wide = false
-local W = nil -- the limb operations, once built: see big
+-- The limb code, W, is built only when a call first needs it (big()): most calls never do, and
+-- every function a script defines is made again on every call. Only W makes tables, so while W
+-- is nil every int is a number, and add, sub, mul, lt, le, divmod compute on doubles, keeping a
+-- result only if it is provably exact — a sum or product strictly between -2^53 and 2^53 is (an
+-- exact result of that size is representable, and rounding is monotonic: one of 2^53 or more
+-- rounds to 2^53 or more) — and otherwise redo it on limbs, as every operation does once W is
+-- built. A limb product is below 2^48 and a column of them with its carry stays below 2^53, so
+-- every limb step is exact too. (The literal 9007199254740992 is 2^53.)
+local W = nil
 
 local function big()
   if W ~= nil then
@@ -101,7 +100,6 @@ local function big()
       end
     end
     z.neg = neg
-    wide = true
     return z
   end
 
@@ -318,7 +316,7 @@ local function big()
   end
 
   W = {limbs = limbs, mag_cmp = mag_cmp, add = add, mul = mul, cmp = cmp, divmod = divmod, parse = parse, fmt = fmt,
-    -- the bounds of check_args and now_arg beyond 2^53 (see EXACTNESS):
+    -- the bounds of check_args and time_args beyond 2^53 (see EXACTNESS):
     PERIOD_MAX = {14898167, 12884901, 32, neg = false}, -- 9223372036854775 µs: time.Duration's most
     INT64_MAX = {16777215, 16777215, 32767, neg = false}, -- 2^63 - 1
     TWO62 = {0, 0, 16384, neg = false},
@@ -327,7 +325,7 @@ local function big()
 end
 
 local function add(a, b)
-  if not wide then
+  if W == nil then
     local s = a + b
     if s < 9007199254740992 and s > -9007199254740992 then
       return s
@@ -337,7 +335,7 @@ local function add(a, b)
 end
 
 local function sub(a, b)
-  if not wide then
+  if W == nil then
     local s = a - b
     if s < 9007199254740992 and s > -9007199254740992 then
       return s
@@ -347,7 +345,7 @@ local function sub(a, b)
 end
 
 local function mul(a, b)
-  if not wide then
+  if W == nil then
     local p = a * b
     if p < 9007199254740992 and p > -9007199254740992 then
       return p
@@ -356,33 +354,18 @@ local function mul(a, b)
   return big().mul(a, b)
 end
 
--- cmp compares two ints: -1, 0 or 1.
-local function cmp(a, b)
-  if not wide then
-    return a < b and -1 or (a > b and 1 or 0)
-  end
-  return W.cmp(a, b)
-end
-
 local function lt(a, b)
-  if not wide then
+  if W == nil then
     return a < b
   end
   return W.cmp(a, b) < 0
 end
 
 local function le(a, b)
-  if not wide then
+  if W == nil then
     return a <= b
   end
   return W.cmp(a, b) <= 0
-end
-
-local function imax(a, b)
-  if lt(a, b) then
-    return b
-  end
-  return a
 end
 
 -- divmod returns floor(a/d) and a - d·floor(a/d) for ints a and d > 0 (u128.divmod,
@@ -392,7 +375,7 @@ end
 -- 1/d, cannot reach an integer, so the corrections never run; they are kept so that the result
 -- never depends on that argument.) Beyond that, on limbs.
 local function divmod(a, d)
-  if not wide and a < 9007199254740992 - d and a > d - 9007199254740992 then
+  if W == nil and a < 9007199254740992 - d and a > d - 9007199254740992 then
     local q = math.floor(a / d)
     local r = a - q * d
     while r < 0 do
@@ -415,117 +398,123 @@ local function divceil(a, d)
   return q
 end
 
--- parse_int returns the int that the argument s spells, or nil if it is not an integer: a string
+-- parse_int returns the int that the string s spells, or nil if it is not an integer: a string
 -- of decimal digits, optionally after '-', of up to 40 characters; or a shorter one, of up to 15,
 -- that Lua reads as a whole number (of at most 15 significant digits, a decimal is read exactly,
 -- and one with a fraction never reads as a whole number). tonumber is strtod, correctly rounded:
 -- a decimal strictly inside ±2^53 is read exactly, and any other is read as ±2^53 or beyond.
-local function parse_int(s)
+-- written: s is a number the scripts wrote (fmt), read back from Redis (nil if missing: false),
+-- which needs no checking.
+local function parse_int(s, written)
   local v = tonumber(s)
   if v ~= nil and v < 9007199254740992 and v > -9007199254740992 then
-    if #s <= 15 then
-      if v % 1 == 0 then
-        return v
-      end
-    elseif #s <= 40 and string.find(s, '^%-?%d+$') then
+    if written or (#s <= 15 and v % 1 == 0) or (#s <= 40 and string.find(s, '^%-?%d+$')) then
       return v
     end
+    return nil
+  elseif written and v == nil then
     return nil
   end
   return big().parse(s) -- beyond 2^53, or not a number at all
 end
 
--- int_of is an int the scripts wrote (fmt), read back from Redis: nil for a missing one (false).
-local function int_of(s)
-  local v = tonumber(s)
-  if v == nil or (v < 9007199254740992 and v > -9007199254740992) then
-    return v
-  end
-  return big().parse(s)
-end
-
 local function fmt(x)
-  if not wide then
+  if W == nil then
     return string.format('%d', x)
   end
   return W.fmt(x)
 end
 
-local function bad_arg(name, arg, want)
-  return nil, redis.error_reply('ERR sluice: ' .. name .. ' ' .. string.format('%q', string.sub(tostring(arg), 1, 40)) .. ' ' .. want)
-end
-
 -- check_args parses and checks one decision's arguments, single.lua's ARGV[1..5], as
 -- Policy.Validate and CheckCost would: it returns alg, limit, period, burst, cost as ints, or nil
 -- and an error reply naming the first bad one. (The store checks the same before it calls a
--- script; this keeps a script from computing on what no policy allows.) A bound beyond 2^53 is
--- compared only if wide: else the int is a number, below it.
+-- script; this keeps a script from computing on what no policy allows.) alg, limit and burst
+-- must be numbers (at most 2^53); a bound beyond 2^53 is compared only if W is built, as
+-- otherwise every int is a number, below it.
 local function check_args(a_alg, a_limit, a_period, a_burst, a_cost)
-  local alg, limit, period, burst, cost = parse_int(a_alg), parse_int(a_limit), parse_int(a_period), parse_int(a_burst), parse_int(a_cost)
-  if alg == nil or lt(alg, 1) or lt(5, alg) then
-    return bad_arg('algorithm', a_alg, 'must be 1..5')
-  elseif limit == nil or lt(limit, 1) or lt(9007199254740992, limit) then
-    return bad_arg('limit', a_limit, 'must be an integer in 1..2^53')
-  elseif period == nil or lt(period, 1000) or (wide and W.cmp(period, W.PERIOD_MAX) > 0) then
-    return bad_arg('period', a_period, 'must be an integer number of µs in 1000..9223372036854775')
-  elseif burst == nil or lt(burst, 0) or lt(9007199254740992, burst) then
-    return bad_arg('burst', a_burst, 'must be an integer in 0..2^53')
-  elseif burst ~= 0 and alg ~= TOKEN_BUCKET and alg ~= LEAKY_BUCKET then
-    return bad_arg('burst', a_burst, 'must be 0 for a window algorithm')
-  elseif cost == nil or lt(cost, 0) then
-    return bad_arg('cost', a_cost, 'must be an integer ≥ 0')
+  -- parse_int's first case, inline, for what the store sends (short whole numbers); else parse_int.
+  local alg, limit, period, burst, cost = tonumber(a_alg), tonumber(a_limit), tonumber(a_period), tonumber(a_burst), tonumber(a_cost)
+  if not (alg and limit and period and burst and cost and #a_alg <= 15 and #a_limit <= 15 and #a_period <= 15 and
+      #a_burst <= 15 and #a_cost <= 15 and alg % 1 == 0 and limit % 1 == 0 and period % 1 == 0 and burst % 1 == 0 and
+      cost % 1 == 0 and period < 9007199254740992 and cost < 9007199254740992 and limit < 9007199254740992 and
+      burst < 9007199254740992 and alg < 9007199254740992) then -- (the lower bounds are checked below)
+    alg, limit, period, burst, cost = parse_int(a_alg), parse_int(a_limit), parse_int(a_period), parse_int(a_burst), parse_int(a_cost)
   end
-  -- limit and burst are numbers now (at most 2^53).
-  local capacity = limit -- Policy.Capacity
-  if alg == TOKEN_BUCKET and burst > 0 then
-    capacity = burst
-  elseif alg == LEAKY_BUCKET then
-    capacity = add(burst, 1)
-  end
-  if alg == TOKEN_BUCKET or alg == LEAKY_BUCKET then
-    local t = mul(capacity, period) -- the refill (drain) time, times limit: below 2^53, so is the time
-    if not lt(t, 9007199254740992) and not lt(divmod(t, limit), 9007199254740992) then
-      return bad_arg('burst', a_burst, '× period / limit must be below 2^53 µs')
+  if W ~= nil then -- an argument may be beyond 2^53
+    if type(alg) == 'table' then
+      alg = nil
+    end
+    if type(limit) == 'table' then
+      limit = nil
+    end
+    if type(burst) == 'table' then
+      burst = nil
     end
   end
-  if alg == LEAKY_BUCKET then
-    local drain = 0 -- floor(cost·period/limit) µs, as algorithm.fits: below 2^62 unless a table
-    if not lt(cost, 512) then
+  local bad, arg, want -- the first bad argument's name, its value and what it must be
+  if alg == nil or alg < 1 or alg > 5 then
+    bad, arg, want = 'algorithm', a_alg, 'must be 1..5'
+  elseif limit == nil or limit < 1 then
+    bad, arg, want = 'limit', a_limit, 'must be an integer in 1..2^53'
+  elseif period == nil or lt(period, 1000) or (W ~= nil and W.cmp(period, W.PERIOD_MAX) > 0) then
+    bad, arg, want = 'period', a_period, 'must be an integer number of µs in 1000..9223372036854775'
+  elseif burst == nil or burst < 0 then
+    bad, arg, want = 'burst', a_burst, 'must be an integer in 0..2^53'
+  elseif burst ~= 0 and alg ~= TOKEN_BUCKET and alg ~= LEAKY_BUCKET then
+    bad, arg, want = 'burst', a_burst, 'must be 0 for a window algorithm'
+  elseif cost == nil or lt(cost, 0) then
+    bad, arg, want = 'cost', a_cost, 'must be an integer ≥ 0'
+  else
+    local capacity = limit -- Policy.Capacity
+    if alg == TOKEN_BUCKET and burst > 0 then
+      capacity = burst
+    elseif alg == LEAKY_BUCKET then
+      capacity = add(burst, 1)
+    end
+    local drain = 0 -- a leaky bucket's floor(cost·period/limit) µs, as algorithm.fits: below 2^62 unless a table
+    if alg == LEAKY_BUCKET and not lt(cost, 512) then
       drain = divmod(mul(cost, period), limit)
     end
-    if wide and (W.cmp(cost, W.INT64_MAX) > 0 or W.cmp(drain, W.TWO62) >= 0) then
-      return bad_arg('cost', a_cost, 'takes longer to drain than any clock runs (cost × period / limit must be below 2^62 µs)')
+    if (alg == TOKEN_BUCKET or alg == LEAKY_BUCKET) and not lt(mul(capacity, period), 9007199254740992) and
+        not lt(divmod(mul(capacity, period), limit), 9007199254740992) then -- the refill (drain) time, times limit
+      bad, arg, want = 'burst', a_burst, '× period / limit must be below 2^53 µs'
+    elseif alg == LEAKY_BUCKET then
+      if W ~= nil and (W.cmp(cost, W.INT64_MAX) > 0 or W.cmp(drain, W.TWO62) >= 0) then
+        bad, arg, want = 'cost', a_cost, 'takes longer to drain than any clock runs (cost × period / limit must be below 2^62 µs)'
+      end
+    elseif lt(capacity, cost) then
+      bad, arg, want = 'cost', a_cost, 'exceeds the capacity ' .. fmt(capacity)
     end
-  elseif lt(capacity, cost) then
-    return bad_arg('cost', a_cost, 'exceeds the capacity ' .. fmt(capacity))
+  end
+  if bad ~= nil then
+    return nil, redis.error_reply('ERR sluice: ' .. bad .. ' ' .. string.format('%q', string.sub(tostring(arg), 1, 40)) .. ' ' .. want)
   end
   return alg, limit, period, burst, cost
 end
 
--- now_arg returns now in µs: the argument, or Redis TIME if it is empty; or nil and an error
--- reply.
-local function now_arg(arg)
-  if arg == nil or arg == '' then
+-- time_args returns now and ttl_slack in µs from their arguments: now, or Redis TIME if it is
+-- empty; ttl_slack, or 0 if it is empty. Or nil and an error reply.
+local function time_args(a_now, a_slack)
+  local now, slack, bad, arg, want = 0, 0, nil, nil, nil
+  if a_now == nil or a_now == '' then
     local t = redis.call('TIME')
-    return tonumber(t[1]) * 1000000 + tonumber(t[2])
+    now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  else
+    now = parse_int(a_now)
+    if now == nil or (W ~= nil and type(now) == 'table' and W.mag_cmp(now, W.TWO60) >= 0) then
+      bad, arg, want = 'now', a_now, 'must be an integer number of µs, |now| < 2^60'
+    end
   end
-  local now = parse_int(arg)
-  if now == nil or (wide and type(now) == 'table' and W.mag_cmp(now, W.TWO60) >= 0) then
-    return bad_arg('now', arg, 'must be an integer number of µs, |now| < 2^60')
+  if a_slack ~= nil and a_slack ~= '' then
+    slack = parse_int(a_slack)
+    if slack == nil or lt(slack, 0) or lt(9007199254740992, slack) then
+      bad, arg, want = 'ttl_slack', a_slack, 'must be an integer number of µs in 0..2^53'
+    end
   end
-  return now
-end
-
--- slack_arg returns the ttl_slack argument in µs (empty: 0), or nil and an error reply.
-local function slack_arg(arg)
-  if arg == nil or arg == '' then
-    return 0
+  if bad ~= nil then
+    return nil, redis.error_reply('ERR sluice: ' .. bad .. ' ' .. string.format('%q', string.sub(tostring(arg), 1, 40)) .. ' ' .. want)
   end
-  local slack = parse_int(arg)
-  if slack == nil or lt(slack, 0) or lt(9007199254740992, slack) then
-    return bad_arg('ttl_slack', arg, 'must be an integer number of µs in 0..2^53')
-  end
-  return slack
+  return now, slack
 end
 
 -- read_state reads the state hash key: current (State.current: the hash's stamp alg, limit,
@@ -533,12 +522,12 @@ end
 -- that is not current is never seen: all its fields read 0, as in a fresh algorithm.State.
 local function read_state(key, alg, limit, period, ...)
   local v = redis.call('HMGET', key, 'alg', 'limit', 'period', ...)
-  local stamp = int_of(v[3])
-  local current = tonumber(v[1]) == alg and int_of(v[2]) == limit and stamp ~= nil and cmp(stamp, period) == 0
+  local stamp = parse_int(v[3], true) -- (numbers compare by ==; an int beyond 2^53 only if W is built)
+  local current = tonumber(v[1]) == alg and parse_int(v[2], true) == limit and (stamp == period or (W ~= nil and stamp ~= nil and W.cmp(stamp, period) == 0))
   local n = select('#', ...)
   local vals = {}
   for i = 1, n do
-    vals[i] = current and int_of(v[3 + i]) or 0
+    vals[i] = current and parse_int(v[3 + i], true) or 0
   end
   return current, unpack(vals, 1, n)
 end
@@ -565,7 +554,7 @@ end
 -- so Redis deleting it then changes no decision.
 local function expire(key, reset, ttl_slack)
   local ms = divceil(add(reset, ttl_slack), 1000)
-  if lt(ms, 1) then
+  if ms == 0 then -- (reset and ttl_slack are ≥ 0)
     ms = 1
   end
   redis.call('PEXPIRE', key, fmt(ms))
@@ -577,12 +566,14 @@ end
 
 -- gcra_wait is gcraWait: limit·max(tat - now, 0) for the state (current, tat, frac) at now.
 local function gcra_wait(limit, current, tat, frac, now)
-  if not current then
+  if not current or lt(tat, now) or (frac == 0 and le(tat, now)) then -- (le: tat == now, as not lt)
     return 0
   end
-  local c = cmp(tat, now)
-  if c < 0 or (c == 0 and frac == 0) then
-    return 0
+  if W == nil then -- on numbers, at once: every step is ≥ 0, so a result below 2^53 means each was, exactly
+    local wait = limit * (tat - now) + frac
+    if wait < 9007199254740992 then
+      return wait
+    end
   end
   return add(mul(limit, sub(tat, now)), frac)
 end
@@ -593,11 +584,8 @@ end
 -- q = floor(cost·period/limit) < 2^62 (check_args), and |now| < 2^60: the result is below 2^63 - 1.
 local function gcra_advance(limit, period, current, s_tat, s_frac, now, cost)
   local tat, frac = now, 0
-  if current then
-    local c = cmp(s_tat, now)
-    if c > 0 or (c == 0 and s_frac > 0) then
-      tat, frac = s_tat, s_frac
-    end
+  if current and (lt(now, s_tat) or (s_frac > 0 and le(now, s_tat))) then -- (le: s_tat == now, as not lt)
+    tat, frac = s_tat, s_frac
   end
   local q, r = divmod(mul(cost, period), limit) -- (Go uses the cached period/limit when cost is 1: the same)
   tat = add(tat, q)
@@ -620,7 +608,7 @@ end
 -- decided is what a decider returned, as the entry scripts reply it: an int beyond 2^53 as its
 -- decimal string, which the Go side parses as it parses an integer reply.
 local function decided(allowed, capacity, remaining, retry, reset, delay, commit)
-  if wide then
+  if W ~= nil then
     local function out(x)
       if type(x) == 'table' then
         return W.fmt(x)
@@ -630,34 +618,4 @@ local function decided(allowed, capacity, remaining, retry, reset, delay, commit
     capacity, remaining, retry, reset, delay = out(capacity), out(remaining), out(retry), out(reset), out(delay)
   end
   return allowed, capacity, remaining, retry, reset, delay, commit
-end
-
--- nth_args holds the arguments of each request of a multi.lua or batch.lua call, parsed and
--- checked by check_all: nth_args[i] = {alg, limit, period, burst, cost} for request i, whose
--- keys are KEYS[2i-1], KEYS[2i] and whose alg, limit, period, burst and cost are
--- ARGV[4+5(i-1) .. 8+5(i-1)].
-local nth_args = {}
-
--- check_all checks the arguments of all n requests (check_args) before any is decided, so that a
--- bad one fails the call with nothing written: nil, or the error reply.
-local function check_all(n)
-  for i = 1, n do
-    local a = 3 + 5 * (i - 1)
-    if deciders[tonumber(ARGV[a + 1])] == nil then
-      return redis.error_reply('ERR sluice: unknown algorithm ' .. tostring(ARGV[a + 1]))
-    end
-    local alg, limit, period, burst, cost = check_args(ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4], ARGV[a + 5])
-    if alg == nil then
-      return limit -- the error reply
-    end
-    nth_args[i] = {alg, limit, period, burst, cost}
-  end
-  return nil
-end
-
--- decide_nth decides request i of a multi.lua or batch.lua call, checked by check_all, at now,
--- returning what the decider returns (through decided).
-local function decide_nth(i, now)
-  local a = nth_args[i]
-  return decided(deciders[a[1]](KEYS[2 * i - 1], KEYS[2 * i], a[2], a[3], a[4], a[5], now))
 end

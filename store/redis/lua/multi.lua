@@ -1,5 +1,5 @@
 -- sluice: several limits of one client, all or nothing, atomically. Assembled as common.lua + all
--- five algorithm files + this file. Every key shares the client's hash tag, so one slot.
+-- five algorithm files + nth.lua + this file. Every key shares the client's hash tag, so one slot.
 --
 -- KEYS     for each limit i = 1..n: its state hash KEYS[2i-1] and its log list KEYS[2i]
 --          (as KEYS[1], KEYS[2] of single.lua); the limits' keys must be distinct
@@ -19,15 +19,11 @@ local n = tonumber(ARGV[1])
 if n == nil or #KEYS ~= 2 * n or #ARGV ~= 3 + 5 * n then
   return redis.error_reply('ERR sluice: multi script wants 2n keys and 3+5n arguments')
 end
-local now, err = now_arg(ARGV[2])
+local now, ttl_slack = time_args(ARGV[2], ARGV[3])
 if now == nil then
-  return err
+  return ttl_slack -- the error reply
 end
-local ttl_slack, err = slack_arg(ARGV[3])
-if ttl_slack == nil then
-  return err
-end
-err = check_all(n)
+local err = check_all(n)
 if err ~= nil then
   return err
 end

@@ -13,7 +13,7 @@
 -- ARGV[7]  ttl_slack, µs, added to the TTL of the keys an approval writes (empty: 0)
 --
 -- The caller has run algorithm.CheckCost first; the script checks its arguments again
--- (check_args, now_arg, slack_arg in common.lua) and replies an error naming a bad one.
+-- (check_args, time_args in common.lua) and replies an error naming a bad one.
 --
 -- Reply: {allowed (0/1), capacity, remaining, retry, reset, delay}, integers, times in µs, as
 -- algorithm.Decision.set takes them (retry 0 when allowed); one beyond 2^53 as its decimal string.
@@ -26,13 +26,9 @@ local alg, limit, period, burst, cost = check_args(ARGV[1], ARGV[2], ARGV[3], AR
 if alg == nil then
   return limit -- the error reply
 end
-local now, err = now_arg(ARGV[6])
+local now, ttl_slack = time_args(ARGV[6], ARGV[7])
 if now == nil then
-  return err
-end
-local ttl_slack, err = slack_arg(ARGV[7])
-if ttl_slack == nil then
-  return err
+  return ttl_slack -- the error reply
 end
 local allowed, capacity, remaining, retry, reset, delay, commit =
   decided(decide(KEYS[1], KEYS[2], limit, period, burst, cost, now))

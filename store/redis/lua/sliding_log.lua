@@ -12,7 +12,7 @@ local function log_reader(logkey)
       chunk, base = redis.call('LRANGE', logkey, fmt(i), fmt(i + LRANGE_CHUNK - 1)), i
     end
     local at, c = string.match(chunk[i - base + 1], '^(%-?%d+):(%d+)$')
-    return int_of(at), tonumber(c)
+    return parse_int(at, true), tonumber(c)
   end
 end
 

@@ -17,7 +17,10 @@ local function decide_sliding_window(key, logkey, limit, period, burst, cost, no
   if current and lt(now, mul(s_window + 1, period)) then
     -- In the recorded window, or before it if the clock ran backward: then decide at its start.
     w, prev, cur = s_window, s_prev, s_count
-    at = imax(now, mul(w, period))
+    local start = mul(w, period)
+    if lt(now, start) then
+      at = start -- max(now, w·period)
+    end
   else
     w = divmod(now, period)
     if current and s_window == w - 1 then

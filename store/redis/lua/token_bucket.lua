@@ -36,7 +36,10 @@ local function decide_token_bucket(key, logkey, limit, period, burst, cost, now)
   local remaining, reset = capacity, 0
   local after = gcra_wait(limit, current, s_tat, s_frac, now)
   if after ~= 0 then
-    remaining = imax(0, sub(capacity, divceil(after, period))) -- below 0 only if the clock ran backward
+    remaining = sub(capacity, divceil(after, period)) -- max(0, ...): below 0 only if the clock ran backward
+    if lt(remaining, 0) then
+      remaining = 0
+    end
     reset = gcra_until(s_tat, s_frac, now)
   end
   return allowed and 1 or 0, capacity, remaining, retry, reset, 0, commit
