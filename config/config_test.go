@@ -386,6 +386,26 @@ routes: [{path_prefix: /x}]
 	}
 }
 
+// TestRedisTakesEveryValidPolicy: on the Redis store, a policy is bounded only as on the memory
+// store (Policy.Validate): large daily and monthly contracts and the extremes load.
+func TestRedisTakesEveryValidPolicy(t *testing.T) {
+	cfg, err := parseTest(t, `upstream: http://127.0.0.1:9000
+store: {type: redis, addrs: [127.0.0.1:6379]}
+policies:
+  - {name: daily, algorithm: sliding-window, limit: 100000, period: 24h}
+  - {name: monthly, algorithm: token-bucket, limit: 1000000, period: 720h, burst: 1000000}
+  - {name: hourly, algorithm: leaky-bucket, limit: 700000, period: 1h, burst: 699999}
+  - {name: huge, algorithm: token-bucket, limit: 100000000, period: 24h}
+  - {name: most, algorithm: sliding-window, limit: 9007199254740992, period: 2562047h}
+`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cfg.Policies) != 5 || cfg.Policies[4].Limit != 1<<53 || cfg.Policies[4].Period != 2562047*time.Hour {
+		t.Errorf("policies %+v", cfg.Policies)
+	}
+}
+
 // BenchmarkLookup is the gateway's per-request path through a configuration: the client by its
 // key, the route, the policies. The baseline is hashing the key alone, which ClientByAPIKey must do.
 func BenchmarkLookup(b *testing.B) {

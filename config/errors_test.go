@@ -163,8 +163,6 @@ var errorCases = []struct {
 		[]wantErr{at(4, `algorithm "bucket" is unknown`), at(6, "period 1.5µs must be ≥ 1ms")}},
 	{"policy name", up + "policies:\n  - {name: Gold Plan, algorithm: fixed-window, limit: 1, period: 1s}\n", []wantErr{at(3, `name "Gold Plan" may only have a-z`)}},
 	{"policy without name", up + "policies:\n  - {algorithm: fixed-window, limit: 1, period: 1s}\n", []wantErr{at(3, "policies[0]: name is required")}},
-	{"policy too large for redis", up + "store: {type: redis, addrs: [r:6379]}\npolicies:\n  - {name: big, algorithm: token-bucket, limit: 100000000, period: 24h}\n",
-		[]wantErr{at(4, `policies[0] "big": (limit or burst) × period`, "too large for the Redis store")}},
 
 	// Clients.
 	{"hash: not hex", up + "clients:\n  - {name: a, api_key_sha256: " + strings.Repeat("g", 64) + "}\n", []wantErr{at(3, "must be 64 hex digits (0-9, a-f)")}},

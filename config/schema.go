@@ -28,7 +28,6 @@ import (
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/algorithm"
 	"github.com/sluicehq/sluice/store/memory"
-	redisstore "github.com/sluicehq/sluice/store/redis"
 )
 
 // parse is Parse with the environment as a parameter, for tests.
@@ -965,11 +964,6 @@ func (p *parser) policies(n *yaml.Node, c *Config) {
 			whole.Name = "probe" // the name is checked above; it is only cut out of the message
 			if err := whole.Validate(); err != nil {
 				p.policyError(err, whole.Name, path, m.node, at)
-			} else if c.Store.Type == StoreRedis {
-				// CheckPolicy looks at the policy only; the Redis store need not exist yet.
-				if err := redisstore.CheckPolicy(whole); err != nil {
-					p.policyError(err, whole.Name, path, m.node, at)
-				}
 			}
 		}
 		if nameOK {

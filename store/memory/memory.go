@@ -102,6 +102,16 @@ type slot struct {
 	state   algorithm.State
 }
 
+// expiresAt is when a key decided at now (µs) with ResetAfter reset is as if never seen. A reset
+// of time.Duration's most (292 years) may have saturated, the key's true one being later: such a
+// key never expires by time (holding a state past its reset changes no decision).
+func expiresAt(now int64, reset time.Duration) int64 {
+	if reset == 1<<63-1 {
+		return 1<<63 - 1
+	}
+	return now + int64(reset/time.Microsecond)
+}
+
 // newClient returns a client for key holding first; it copies key, so a caller's buffer may be reused.
 func newClient(key string, first slot) *client {
 	c := &client{first: first}
@@ -234,7 +244,7 @@ func (s *Store) decide(key string, p *sluice.Policy, cost, maxDelay int64, d *sl
 	if sl != nil {
 		err = algorithm.DecideWithin(p, &sl.state, now, cost, maxDelay, d)
 		if d.Allowed && cost > 0 {
-			sl.expires = now + int64(d.ResetAfter/time.Microsecond)
+			sl.expires = expiresAt(now, d.ResetAfter)
 		}
 	} else {
 		err = s.decideNewLocked(sh, c, h, key, p, now, cost, maxDelay, d)
@@ -324,7 +334,7 @@ func (s *Store) decideNewLocked(sh *shard, c *client, h uint64, key string, p *s
 		*d = sluice.Decision{Limit: d.Limit}
 		return s.errFull(p)
 	}
-	added := slot{policy: p.Name, expires: now + int64(d.ResetAfter/time.Microsecond), state: st}
+	added := slot{policy: p.Name, expires: expiresAt(now, d.ResetAfter), state: st}
 	if c == nil {
 		sh.insert(h, newClient(key, added))
 	} else {
@@ -525,7 +535,7 @@ func (s *Store) DecideAll(_ context.Context, key string, limits []sluice.Limit, 
 		if !out[i].Allowed || l.Cost == 0 {
 			continue
 		}
-		expires := now + int64(out[i].ResetAfter/time.Microsecond)
+		expires := expiresAt(now, out[i].ResetAfter)
 		if c != nil {
 			if sl := c.find(l.Policy.Name); sl != nil {
 				sl.state, sl.expires = trial[i], expires

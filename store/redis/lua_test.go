@@ -3,6 +3,7 @@ package redis
 import (
 	"context"
 	"fmt"
+	"math/big"
 	"math/rand/v2"
 	"slices"
 	"strconv"
@@ -117,7 +118,7 @@ func luaWant(d *algorithm.Decision) []int64 {
 func (e *luaEnv) step(key string, p *algorithm.Policy, s *algorithm.State, now, cost int64, history *strings.Builder) ([]int64, bool) {
 	e.t.Helper()
 	var d algorithm.Decision
-	if algorithm.CheckCost(p, cost, &d) != nil {
+	if algorithm.CheckCost(p, cost, &d) != nil || p.Validate() != nil {
 		return nil, false
 	}
 	gs := s
@@ -137,10 +138,26 @@ func (e *luaEnv) step(key string, p *algorithm.Policy, s *algorithm.State, now, 
 	if err != nil {
 		e.t.Fatalf("%s: script: %v\nhistory:\n%s", key, err, history)
 	}
-	if !slices.Equal(got, want) {
+	if !luaMatch(got, want) {
 		e.t.Fatalf("%s: script replied %v, Go decided %v {allowed capacity remaining retry reset delay}\nhistory:\n%s", key, got, want, history)
 	}
 	return got, true
+}
+
+// luaMatch reports whether the script's reply got is the decision want (luaWant). They must be
+// equal, but for a time the Decision saturated (at time.Duration's most, 292 years), which the
+// script replies exactly: then got must be at least that.
+func luaMatch(got, want []int64) bool {
+	if len(got) != len(want) {
+		return false
+	}
+	const saturated = int64(1<<63-1) / int64(time.Microsecond)
+	for i := range got {
+		if got[i] != want[i] && !(i >= 3 && want[i] == saturated && got[i] > saturated) {
+			return false
+		}
+	}
+	return true
 }
 
 // luaUncached returns a copy of s without its derived cache. The core's leakyBucket divides
@@ -194,57 +211,166 @@ func (e *luaEnv) checkState(key string, s *algorithm.State, history fmt.Stringer
 	}
 }
 
-// luaRandomPolicy returns a small policy of a: limit 1..12, period 1ms..3s, burst 0..14 for the buckets.
+// Bounds of the full range the core accepts (Policy.Validate, CheckCost) and the scripts' now.
+const (
+	luaMaxPeriod = int64(1<<63-1) / int64(time.Microsecond) // µs: time.Duration's most, 292 years
+	luaNowMax    = 1<<60 - 1                                // µs: |now| < 2^60 (common.lua)
+	luaDay       = int64(24 * time.Hour / time.Microsecond)
+)
+
+// luaRandomPolicy returns a policy of a: two in three small (limit 1..12, period 1ms..3s, burst
+// 0..14 for the buckets), the rest anywhere in the range Policy.Validate accepts: limits and bursts
+// up to 2^53, periods up to 292 years (a bucket whose refill time Validate refuses is drawn again).
 func luaRandomPolicy(r *rand.Rand, a algorithm.Algorithm) algorithm.Policy {
-	periods := []int64{1000, 1001, 7919, 100_000, 333_333, 1_000_000, 3_000_000}
-	period := periods[r.IntN(len(periods))]
-	if r.IntN(3) == 0 {
-		period = 1000 + r.Int64N(3_000_000-1000+1)
+	bucket := a == algorithm.TokenBucket || a == algorithm.LeakyBucket
+	if r.IntN(3) != 0 {
+		periods := []int64{1000, 1001, 7919, 100_000, 333_333, 1_000_000, 3_000_000}
+		period := periods[r.IntN(len(periods))]
+		if r.IntN(3) == 0 {
+			period = 1000 + r.Int64N(3_000_000-1000+1)
+		}
+		var burst int64
+		if bucket {
+			burst = r.Int64N(15)
+		}
+		return luaPolicy(a, 1+r.Int64N(12), period, burst)
 	}
-	var burst int64
-	if a == algorithm.TokenBucket || a == algorithm.LeakyBucket {
-		burst = r.Int64N(15)
+	for {
+		p := luaPolicy(a, luaRandomCount(r), luaRandomPeriod(r), 0)
+		if bucket && r.IntN(4) != 0 {
+			p.Burst = luaRandomCount(r)
+			if r.IntN(3) == 0 { // at Validate's bound: capacity·period/limit just below 2^53 µs
+				c := new(big.Int).Lsh(big.NewInt(p.Limit), 53)
+				c.Sub(c, big.NewInt(1)).Div(c, big.NewInt(p.PeriodMicros()))
+				if c.IsInt64() && c.Int64() <= algorithm.MaxLimit {
+					p.Burst = max(c.Int64()-r.Int64N(3), 0)
+					if a == algorithm.LeakyBucket {
+						p.Burst = max(p.Burst-1, 0)
+					}
+				}
+			}
+		}
+		if p.Validate() == nil {
+			return p
+		}
 	}
-	return luaPolicy(a, 1+r.Int64N(12), period, burst)
+}
+
+// luaRandomCount is a limit or a burst: small, about a million, near 2^53 or 2^53 itself, a power
+// of two, or anything in 1..2^53.
+func luaRandomCount(r *rand.Rand) int64 {
+	switch r.IntN(6) {
+	case 0:
+		return 1 + r.Int64N(12)
+	case 1:
+		return 1 + r.Int64N(2_000_000)
+	case 2:
+		return algorithm.MaxLimit - r.Int64N(3)
+	case 3:
+		return 1 << r.IntN(54)
+	default:
+		return 1 + r.Int64N(algorithm.MaxLimit)
+	}
+}
+
+// luaRandomPeriod is a period in µs: seconds, a day, a 30-day month, a year, about 2^53, the
+// most a time.Duration holds, or anything in between.
+func luaRandomPeriod(r *rand.Rand) int64 {
+	switch r.IntN(7) {
+	case 0:
+		return 1000 + r.Int64N(3_000_000)
+	case 1:
+		return luaDay
+	case 2:
+		return 30 * luaDay
+	case 3:
+		return 365 * luaDay
+	case 4:
+		return 1<<53 - 1 + r.Int64N(3)
+	case 5:
+		return luaMaxPeriod - r.Int64N(2)
+	default:
+		return 1000 + r.Int64N(luaMaxPeriod-999)
+	}
+}
+
+// luaMaxCost is the largest cost CheckCost lets through for p: the limit, the bucket's capacity,
+// or the leaky bucket's largest cost that drains in under 2^62 µs (at most MaxInt64).
+func luaMaxCost(p *algorithm.Policy) int64 {
+	switch p.Algorithm {
+	case algorithm.TokenBucket:
+		return p.Capacity()
+	case algorithm.LeakyBucket:
+		c := new(big.Int).Lsh(big.NewInt(p.Limit), 62) // cost·period < 2^62·limit
+		c.Sub(c, big.NewInt(1)).Div(c, big.NewInt(p.PeriodMicros()))
+		if !c.IsInt64() {
+			return 1<<63 - 1
+		}
+		return c.Int64()
+	}
+	return p.Limit
 }
 
 // luaNextNow moves now on: repeats, small steps (around the emission interval), steps within a
-// period, long pauses, and a few steps backward.
+// period, long pauses, a few steps backward, and a few jumps anywhere in |now| < 2^60 (far back
+// or far ahead), never leaving that range.
 func luaNextNow(r *rand.Rand, p *algorithm.Policy, now int64) int64 {
 	period := p.PeriodMicros()
 	t := period/p.Limit + 1
+	var next int64
 	switch x := r.IntN(100); {
 	case x < 25:
 		return now
 	case x < 60:
-		return now + r.Int64N(2*t+1)
+		next = now + r.Int64N(2*t+1)
 	case x < 80:
-		return now + r.Int64N(period+1)
+		next = now + r.Int64N(period+1)
 	case x < 88:
-		return now + period + r.Int64N(3*period+1)
+		next = now + period + r.Int64N(3*period+1)
 	case x < 93:
-		return now + 4*period + r.Int64N(50*period)
+		next = now + 4*period + r.Int64N(50*period)
+	case x < 98:
+		next = now - r.Int64N(period+1)
 	default:
-		return max(0, now-r.Int64N(period+1))
+		next = r.Int64N(2*luaNowMax+1) - luaNowMax
 	}
+	return min(max(next, -luaNowMax), luaNowMax)
 }
 
-func luaRandomCost(r *rand.Rand) int64 {
-	switch x := r.IntN(10); {
-	case x == 0:
+// luaRandomCost is a cost for p: mostly 1, some 0 and small ones, and some up to the most that
+// CheckCost lets through (near it, half of it, or anything below).
+func luaRandomCost(r *rand.Rand, p *algorithm.Policy) int64 {
+	switch x := r.IntN(20); {
+	case x < 2:
 		return 0
-	case x < 6:
+	case x < 11:
 		return 1
+	case x < 15:
+		return min(2+r.Int64N(3), luaMaxCost(p))
+	case x < 17:
+		return max(0, luaMaxCost(p)-r.Int64N(3))
+	case x < 18:
+		return luaMaxCost(p) / 2
 	default:
-		return 2 + r.Int64N(3)
+		return r.Int64N(luaMaxCost(p)) + 1
 	}
 }
 
+// luaBase is a trace's first now: near the epoch, a real Unix time, just around 2^53 µs (where
+// now stops being a Lua number), far ahead near 2^60, or before the epoch.
 func luaBase(r *rand.Rand) int64 {
-	if r.IntN(2) == 0 {
+	switch r.IntN(8) {
+	case 0, 1, 2:
 		return r.Int64N(1_000_000_000)
+	case 3, 4:
+		return 1_800_000_000_000_000 + r.Int64N(1_000_000_000_000) // real Unix time in µs
+	case 5:
+		return 1<<53 - 1_000_000 + r.Int64N(2_000_000)
+	case 6:
+		return luaNowMax - r.Int64N(1<<50)
+	default:
+		return -r.Int64N(luaNowMax)
 	}
-	return 1_800_000_000_000_000 + r.Int64N(1_000_000_000_000) // real Unix time in µs
 }
 
 // TestLuaTraces runs randomized traces through each algorithm's single script, comparing every
@@ -278,7 +404,7 @@ func TestLuaTraces(t *testing.T) {
 						p = &policies[r.IntN(len(policies))]
 					}
 					now = luaNextNow(r, p, now)
-					e.step(key, p, &s, now, luaRandomCost(r), &history)
+					e.step(key, p, &s, now, luaRandomCost(r, p), &history)
 				}
 				e.checkState(key, &s, &history)
 			}
@@ -345,8 +471,10 @@ func TestLuaGoldenFractionalEmission(t *testing.T) {
 	}
 }
 
-// TestLuaGoldenLargeNumbers: policies at the bounds of exactness, real Unix times, and a clock
-// that jumps far backward (the buckets' wait limit·(tat - now) then passes 2^53).
+// TestLuaGoldenLargeNumbers: policies whose products pass 2^53 (the contracts the store used to
+// refuse, worked out by hand), the extremes of the core's range (limit 2^53, a period of 292
+// years, replies and states beyond 2^53), real Unix times, and a clock that jumps far backward
+// (the buckets' wait limit·(tat - now) then passes 2^53).
 func TestLuaGoldenLargeNumbers(t *testing.T) {
 	e := newLuaEnv(t)
 	t0 := int64(1_800_000_000_000_000)
@@ -362,8 +490,8 @@ func TestLuaGoldenLargeNumbers(t *testing.T) {
 	r := rand.New(rand.NewPCG(3, 3))
 	day := int64(24 * time.Hour / time.Microsecond)
 	for _, p := range []algorithm.Policy{
-		luaPolicy(algorithm.SlidingWindow, 26_000, day, 0), // (limit+1)·period ≤ 2^51: the store's bound
-		luaPolicy(algorithm.SlidingWindow, 30_000, day, 0), // beyond it: the script is still exact below 2^53
+		luaPolicy(algorithm.SlidingWindow, 26_000, day, 0), // (limit+1)·period ≤ 2^51: the store's old bound
+		luaPolicy(algorithm.SlidingWindow, 30_000, day, 0), // beyond it: products past 2^53
 		luaPolicy(algorithm.SlidingWindow, 1<<20-1, 1<<31, 0),
 		luaPolicy(algorithm.TokenBucket, 26_000, day, 0),
 		luaPolicy(algorithm.TokenBucket, 1<<20-1, 1<<31, 1<<20-1),
@@ -406,6 +534,91 @@ func TestLuaGoldenLargeNumbers(t *testing.T) {
 		}
 		e.luaTrace(fmt.Sprintf("rate-limit:{big}:log-%d", p.Limit), p, steps)
 	}
+	// The contracts, by hand. 100,000 a day: 60,000 today; tomorrow at 6:00 they weigh 45,000, so
+	// 55,000 fit; then one more each 1.44 s (a day / 60,000) as their weight falls.
+	golden := func(name string, p algorithm.Policy, steps [][2]int64, wants [][]int64) {
+		t.Helper()
+		got, _ := e.luaTrace("rate-limit:{golden}:"+name, p, steps)
+		for i := range wants {
+			if !slices.Equal(got[i], wants[i]) {
+				t.Errorf("%s step %d: %v, want %v", name, i, got[i], wants[i])
+			}
+		}
+	}
+	td := 20_000 * day // a day boundary (2024-10-04)
+	at6 := td + day + day/4
+	golden("100000-a-day", luaPolicy(algorithm.SlidingWindow, 100_000, day, 0),
+		[][2]int64{{td, 60_000}, {at6, 55_000}, {at6, 1}, {at6 + 1_439_999, 1}, {at6 + 1_440_000, 1}},
+		[][]int64{
+			{1, 100_000, 40_000, 0, 2 * day, 0},
+			{1, 100_000, 0, 0, 151_200_000_000, 0},
+			{0, 100_000, 0, 1_440_000, 151_200_000_000, 0},
+			{0, 100_000, 0, 1, 151_198_560_001, 0},
+			{1, 100_000, 0, 0, 151_198_560_000, 0},
+		})
+	// A million a month (30 days), burst a million: all of it at once, then one token each 2.592 s.
+	month := 30 * day
+	golden("1000000-a-month", luaPolicy(algorithm.TokenBucket, 1_000_000, month, 1_000_000),
+		[][2]int64{{td, 1_000_000}, {td, 1}, {td + month/2, 500_001}, {td + month/2, 500_000}, {td + month/2 + 2_591_999, 1}, {td + month/2 + 2_592_000, 1}},
+		[][]int64{
+			{1, 1_000_000, 0, 0, month, 0},
+			{0, 1_000_000, 0, 2_592_000, month, 0},
+			{0, 1_000_000, 500_000, 2_592_000, month / 2, 0},
+			{1, 1_000_000, 0, 0, month, 0},
+			{0, 1_000_000, 0, 1, month - 2_591_999, 0},
+			{1, 1_000_000, 0, 0, month, 0},
+		})
+	// 700,000 an hour (5142.857… µs apart), a queue of an hour: full at once; the next fits after
+	// 5143 µs and is held for the rest of the hour.
+	hour := int64(time.Hour / time.Microsecond)
+	golden("700000-an-hour", luaPolicy(algorithm.LeakyBucket, 700_000, hour, 699_999),
+		[][2]int64{{td, 700_000}, {td, 1}, {td + 5143, 1}},
+		[][]int64{
+			{1, 700_000, 0, 0, hour, 0},
+			{0, 700_000, 0, 5143, hour, 0},
+			{1, 700_000, 0, 0, hour, hour - 5143},
+		})
+	// ... and a queue of a million hours (burst × period = 3.6·10^21): 10^12 take 5142857142857142
+	// µs and 600,000/700,000 of one, so room is left for exactly one more.
+	golden("700000-an-hour-deep", luaPolicy(algorithm.LeakyBucket, 700_000, hour, 1_000_000_000_000),
+		[][2]int64{{td, 1_000_000_000_000}, {td, 1}, {td, 1}},
+		[][]int64{
+			{1, 1_000_000_000_001, 1, 0, 5_142_857_142_857_143, 0},
+			{1, 1_000_000_000_001, 0, 0, 5_142_857_142_862_286, 5_142_857_142_857_143},
+			{0, 1_000_000_000_001, 0, 5143, 5_142_857_142_862_286, 0},
+		})
+	// The extremes: limit 2^53 and a period of 292 years, whose second window ends past 2^53 µs
+	// (the script replies it as a string).
+	golden("largest-fixed-window", luaPolicy(algorithm.FixedWindow, max, luaMaxPeriod, 0),
+		[][2]int64{{t0, max}, {t0, 0}, {luaMaxPeriod, 1}, {2*luaMaxPeriod - 1, max}},
+		[][]int64{
+			{1, max, 0, 0, luaMaxPeriod - t0, 0},
+			{1, max, 0, 0, luaMaxPeriod - t0, 0},
+			{1, max, max - 1, 0, luaMaxPeriod, 0},
+			{0, max, max - 1, 1, 1, 0},
+		})
+	for _, a := range algorithm.Algorithms {
+		p := luaPolicy(a, max, luaMaxPeriod, 0)
+		if a == algorithm.TokenBucket || a == algorithm.LeakyBucket {
+			p = luaPolicy(a, max, luaMaxPeriod, 8_796_093_022_207_999) // capacity·period/limit just below 2^53 µs
+		}
+		most := luaMaxCost(&p)
+		var steps [][2]int64
+		for _, now := range []int64{-luaNowMax, -luaNowMax + 1, -1 << 53, 0, t0, 1<<53 - 1, 1 << 53, 1<<53 + 1, luaNowMax - luaMaxPeriod, luaNowMax} {
+			steps = append(steps, [2]int64{now, most}, [2]int64{now, 1}, [2]int64{now, most / 2}, [2]int64{now, 0})
+		}
+		got, s := e.luaTrace("rate-limit:{largest}:"+a.String(), p, steps)
+		if len(got) != len(steps) || (a == algorithm.LeakyBucket && s.TAT <= 1<<60) {
+			t.Errorf("%v: %d replies, tat %d", a, len(got), s.TAT)
+		}
+	}
+	// A leaky bucket drains a cost of 2^63 - 1 in a moment when the limit is 2^53 a millisecond,
+	// and one of nearly 2^62 µs when it is 3.
+	e.luaTrace("rate-limit:{largest}:drain", luaPolicy(algorithm.LeakyBucket, max, 1000, 0),
+		[][2]int64{{t0, 1<<63 - 1}, {t0, 1}, {t0 + 1_023_999, 1}, {t0 + 1_024_000, 1}})
+	lb := luaPolicy(algorithm.LeakyBucket, 3, 1000, 5)
+	e.luaTrace("rate-limit:{largest}:long-drain", lb, [][2]int64{{t0, luaMaxCost(&lb)}, {t0, 1}, {luaNowMax, 1}, {luaNowMax, luaMaxCost(&lb)}})
+
 	// Far backward: from real time to 1970.
 	for _, p := range []algorithm.Policy{
 		luaPolicy(algorithm.TokenBucket, 5, 1_000_000, 10),
@@ -479,10 +692,7 @@ func TestLuaMultiScript(t *testing.T) {
 			next := make([]algorithm.State, n)
 			all := true
 			for i := range ps {
-				costs[i] = min(luaRandomCost(r), ps[i].Capacity())
-				if ps[i].Algorithm != algorithm.TokenBucket && ps[i].Algorithm != algorithm.LeakyBucket {
-					costs[i] = min(costs[i], ps[i].Limit)
-				}
+				costs[i] = luaRandomCost(r, &ps[i]) // (CheckCost lets it through)
 				next[i] = luaClone(states[i])
 				var d algorithm.Decision
 				if err := algorithm.DecideInto(&ps[i], &next[i], now, costs[i], &d); err != nil {
@@ -499,7 +709,7 @@ func TestLuaMultiScript(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if !slices.Equal(got, want) {
+			if !luaMatch(got, want) {
 				t.Fatalf("client %d: multi replied %v, Go %v\nhistory:\n%s", client, got, want, &history)
 			}
 		}
@@ -773,41 +983,287 @@ func TestLuaScriptContract(t *testing.T) {
 	}
 }
 
-// TestLuaScriptHelpers checks common.lua's exact division against Go's, over the range the
-// scripts use (|a| < 2^53), with quotients just below and at integers.
-func TestLuaScriptHelpers(t *testing.T) {
+// TestLuaScriptArgs: every script checks its own arguments against the core's bounds (the store
+// never sends others): an argument out of range is an error reply naming it, and nothing is
+// written; the bounds themselves are taken.
+func TestLuaScriptArgs(t *testing.T) {
 	e := newLuaEnv(t)
-	script := rueidis.NewLuaScript(luaFile("lua/common.lua") + `
-local a, b = tonumber(ARGV[1]), tonumber(ARGV[2])
-local q, r = idivmod(a, b)
-return {q, r, idiv(a, b), idivceil(a, b)}`)
+	ctx := context.Background()
+	batch := rueidis.NewLuaScript(batchScript())
+	const now = "1800000000000000"
+	// args: alg, limit, period, burst, cost, now, ttl_slack (single.lua's ARGV).
+	type call struct {
+		name string // the argument the error must name ("" if the call is valid)
+		args []string
+	}
+	calls := []call{
+		{"limit", []string{"4", "0", "1000000", "0", "1", now, "0"}},
+		{"limit", []string{"4", "-1", "1000000", "0", "1", now, "0"}},
+		{"limit", []string{"4", "1.5", "1000000", "0", "1", now, "0"}},
+		{"limit", []string{"4", "ten", "1000000", "0", "1", now, "0"}},
+		{"limit", []string{"4", "", "1000000", "0", "1", now, "0"}},
+		{"limit", []string{"4", "9007199254740993", "1000000", "0", "1", now, "0"}},
+		{"period", []string{"4", "10", "999", "0", "1", now, "0"}},
+		{"period", []string{"4", "10", "1000.5", "0", "1", now, "0"}},
+		{"period", []string{"4", "10", "-1000000", "0", "1", now, "0"}},
+		{"period", []string{"1", "10", "9223372036854776", "0", "1", now, "0"}},
+		{"period", []string{"1", "10", "1e400", "0", "1", now, "0"}},
+		{"burst", []string{"4", "10", "1000000", "-1", "1", now, "0"}},
+		{"burst", []string{"4", "10", "1000000", "9007199254740993", "1", now, "0"}},
+		{"burst", []string{"1", "10", "1000000", "1", "1", now, "0"}},          // a window takes no burst
+		{"burst", []string{"4", "1", "10000000000000", "1000", "1", now, "0"}}, // refill time 10^16 µs ≥ 2^53
+		{"burst", []string{"5", "1", "9007199254740992", "0", "1", now, "0"}},  // drain time of the one served
+		{"cost", []string{"4", "10", "1000000", "0", "-1", now, "0"}},
+		{"cost", []string{"4", "10", "1000000", "0", "0.5", now, "0"}},
+		{"cost", []string{"4", "10", "1000000", "0", "11", now, "0"}},  // beyond the capacity
+		{"cost", []string{"4", "10", "1000000", "12", "13", now, "0"}}, // beyond the burst
+		{"cost", []string{"1", "10", "1000000", "0", "11", now, "0"}},  // beyond the limit
+		{"cost", []string{"2", "10", "1000000", "0", "9223372036854775807", now, "0"}},
+		{"cost", []string{"5", "1", "1000", "0", "4611686018427388", now, "0"}},                   // drains in 2^62 µs
+		{"cost", []string{"5", "9007199254740992", "1000", "0", "9223372036854775808", now, "0"}}, // beyond int64
+		{"now", []string{"4", "10", "1000000", "0", "1", "yesterday", "0"}},
+		{"now", []string{"4", "10", "1000000", "0", "1", "1.5", "0"}},
+		{"now", []string{"4", "10", "1000000", "0", "1", "1152921504606846976", "0"}},  // 2^60
+		{"now", []string{"4", "10", "1000000", "0", "1", "-1152921504606846976", "0"}}, // -2^60
+		{"ttl_slack", []string{"4", "10", "1000000", "0", "1", now, "-1"}},
+		{"ttl_slack", []string{"4", "10", "1000000", "0", "1", now, "soon"}},
+		// The bounds themselves.
+		{"", []string{"1", "9007199254740992", "9223372036854775", "0", "9007199254740992", now, "0"}},
+		{"", []string{"4", "9007199254740992", "1000", "9007199254740992", "9007199254740992", "1152921504606846975", "0"}},
+		{"", []string{"5", "9007199254740992", "1000", "0", "9223372036854775807", "-1152921504606846975", "0"}},
+		{"", []string{"5", "1", "1000", "0", "4611686018427387", now, "0"}}, // drains just within 2^62 µs
+		{"", []string{"3", "1", "1000", "0", "0", "", ""}},                  // Redis TIME, no slack
+	}
+	for i, c := range calls {
+		alg, _ := strconv.Atoi(c.args[0])
+		key := fmt.Sprintf("rate-limit:{args-%d}:p", i)
+		keys := []string{key, key + ":log"}
+		// The single script of the algorithm, then the multi and the batch script with a valid
+		// limit first (on another key of the client) and this one second.
+		other := "rate-limit:{args-" + strconv.Itoa(i) + "}:other"
+		// multi.lua takes max_delay and dry_run after each limit's five and the deadline last;
+		// batch.lua the decisions' deadlines last (empty: none).
+		multi := append(append([]string{"2", c.args[5], c.args[6], "1", "5", "1000000", "0", "1", "-1", "0"}, c.args[:5]...), "-1", "0", "")
+		two := append(append([]string{"2", c.args[5], c.args[6], "1", "5", "1000000", "0", "1"}, c.args[:5]...), "", "")
+		results := map[string]error{
+			"single": e.single[algorithm.Algorithm(alg)].Exec(ctx, e.c, keys, c.args).Error(),
+			"multi":  e.multi.Exec(ctx, e.c, append([]string{other, other + ":log"}, keys...), multi).Error(),
+			"batch":  batch.Exec(ctx, e.c, append([]string{other, other + ":log"}, keys...), two).Error(),
+		}
+		for script, err := range results {
+			if c.name == "" {
+				if err != nil {
+					t.Errorf("%s script, %q: %v", script, c.args, err)
+				}
+				continue
+			}
+			if err == nil || !strings.Contains(err.Error(), "sluice: "+c.name+" ") {
+				t.Errorf("%s script, %q: error %v, want one naming %s", script, c.args, err, c.name)
+			}
+		}
+		if c.name != "" {
+			if n, _ := e.c.Do(ctx, e.c.B().Exists().Key(key, key+":log", other, other+":log").Build()).AsInt64(); n != 0 {
+				t.Errorf("%q: a refused call left %d keys", c.args, n)
+			}
+		}
+	}
+}
+
+// luaIntScript runs common.lua's int operations on its arguments: ARGV is a list of (op, a, b)
+// triples, each reply one string: the result (q and r for divmod, joined by a space), or "nil"
+// for an operand parse_int refuses, and "BAD" if a result breaks the representation's invariant
+// (a number iff |x| ≤ 2^53; a table's limbs in 0..2^24-1, its top one non-zero). Each triple
+// starts with no limb code built (W nil: numbers take the double paths); an op prefixed "w:"
+// runs with it built (every path is the limbs').
+const luaIntScript = `
+local function ok(x)
+  if type(x) == 'number' then
+    return x == math.floor(x) and x <= 9007199254740992 and x >= -9007199254740992
+  end
+  if type(x) ~= 'table' or #x == 0 or x[#x] == 0 or type(x.neg) ~= 'boolean' or W == nil then
+    return false
+  end
+  for i = 1, #x do
+    if x[i] ~= math.floor(x[i]) or x[i] < 0 or x[i] >= 16777216 then
+      return false
+    end
+  end
+  return W.mag_cmp(x, W.limbs(9007199254740992)) > 0
+end
+local function show(...)
+  local s = {}
+  for i, x in ipairs({...}) do
+    if type(x) == 'boolean' then
+      s[i] = tostring(x)
+    elseif not ok(x) then
+      return 'BAD'
+    else
+      s[i] = fmt(x)
+    end
+  end
+  return table.concat(s, ' ')
+end
+local reply = {}
+for i = 1, #ARGV, 3 do
+  W = nil -- (the tables of the triples before are not used again)
+  local op = ARGV[i]
+  if string.sub(op, 1, 2) == 'w:' then
+    big()
+    op = string.sub(op, 3)
+  end
+  local a, b = parse_int(ARGV[i + 1]), parse_int(ARGV[i + 2])
+  local r
+  if a == nil or (b == nil and op ~= 'parse') then
+    r = 'nil'
+  elseif op == 'parse' then
+    r = show(a)
+  elseif op == 'add' then
+    r = show(add(a, b))
+  elseif op == 'sub' then
+    r = show(sub(a, b))
+  elseif op == 'mul' then
+    r = show(mul(a, b))
+  elseif op == 'divmod' then
+    r = show(divmod(a, b))
+  elseif op == 'divceil' then
+    r = show(divceil(a, b))
+  elseif op == 'cmp' then
+    r = show(lt(a, b), le(a, b), lt(b, a), le(b, a))
+  end
+  reply[#reply + 1] = r
+end
+return reply`
+
+// luaBig draws an integer for TestLuaInts: small, near ±2^53 (the edge of the numbers), near
+// a power of 2^24 (a limb boundary), up to 2^64 or up to 2^120; either sign unless positive.
+func luaBig(r *rand.Rand, positive bool) *big.Int {
+	x := new(big.Int)
+	switch r.IntN(6) {
+	case 0:
+		x.SetInt64(r.Int64N(1 << 20))
+	case 1:
+		x.SetInt64(1<<53 - 1000 + r.Int64N(2001))
+	case 2:
+		x.Lsh(big.NewInt(1), uint(24*(1+r.IntN(4))))
+		x.Add(x, big.NewInt(r.Int64N(5)-2))
+	case 3:
+		x.SetUint64(r.Uint64() >> r.IntN(64))
+	default: // 65..120 bits
+		x.SetUint64(r.Uint64())
+		x.Lsh(x, 64)
+		x.Or(x, new(big.Int).SetUint64(r.Uint64()))
+		x.Rsh(x, uint(8+r.IntN(56)))
+	}
+	if x.Sign() == 0 && positive {
+		x.SetInt64(1)
+	}
+	if !positive && r.IntN(2) == 0 {
+		x.Neg(x)
+	}
+	return x
+}
+
+// TestLuaInts checks common.lua's exact integers (add, sub, mul, divmod, divceil, lt, le,
+// parse_int, fmt) against math/big on a real redis-server, around every edge of their
+// representation: ±2^53, the limb boundaries, and products and quotients up to 2^120.
+func TestLuaInts(t *testing.T) {
+	e := newLuaEnv(t)
+	script := rueidis.NewLuaScript(luaFile("lua/common.lua") + luaIntScript)
 	r := rand.New(rand.NewPCG(5, 5))
-	for i := 0; i < 3000; i++ {
-		b := 1 + r.Int64N(1<<uint(1+r.IntN(52)))
-		a := r.Int64N(1<<53 - b)
-		switch r.IntN(4) {
-		case 0:
-			a -= a % b // a multiple
-		case 1:
-			a = a - a%b - 1 // just below one
-		}
-		if r.IntN(2) == 0 {
-			a = -a
-		}
-		q, m := a/b, a%b
-		if m < 0 {
-			q, m = q-1, m+b
-		}
-		c := q
-		if m != 0 {
-			c++
-		}
-		got, err := script.Exec(context.Background(), e.c, nil, []string{i64(a), i64(b)}).AsIntSlice()
+	var args, wants []string
+	flush := func() {
+		t.Helper()
+		got, err := script.Exec(context.Background(), e.c, nil, args).AsStrSlice()
 		if err != nil {
 			t.Fatal(err)
 		}
-		if want := []int64{q, m, q, c}; !slices.Equal(got, want) {
-			t.Fatalf("idivmod(%d, %d): %v, want %v", a, b, got, want)
+		for i := range wants {
+			if got[i] != wants[i] {
+				t.Fatalf("%s(%s, %s) = %s, want %s", args[3*i], args[3*i+1], args[3*i+2], got[i], wants[i])
+			}
+		}
+		args, wants = args[:0], wants[:0]
+	}
+	check := func(op string, a, b *big.Int, want string) {
+		for _, prefix := range []string{"", "w:"} {
+			args = append(args, prefix+op, a.String(), b.String())
+			wants = append(wants, want)
+		}
+		if len(wants) >= 500 {
+			flush()
+		}
+	}
+	for i := 0; i < 10000; i++ {
+		a, b := luaBig(r, false), luaBig(r, false)
+		if a.BitLen() > 120 || b.BitLen() > 120 {
+			continue
+		}
+		check("add", a, b, new(big.Int).Add(a, b).String())
+		check("sub", a, b, new(big.Int).Sub(a, b).String())
+		if a.BitLen()+b.BitLen() <= 124 {
+			check("mul", a, b, new(big.Int).Mul(a, b).String())
+		}
+		c := a.Cmp(b)
+		check("cmp", a, b, fmt.Sprintf("%t %t %t %t", c < 0, c <= 0, c > 0, c >= 0))
+		check("cmp", a, a, "false true false true")
+		d := luaBig(r, true)
+		if d.BitLen() > 64 {
+			d.Rsh(d, uint(d.BitLen()-64))
+		}
+		if r.IntN(3) == 0 { // a quotient and a remainder just at an edge
+			q := luaBig(r, false)
+			if q.BitLen()+d.BitLen() > 118 {
+				q.Rsh(q, uint(q.BitLen()+d.BitLen()-118))
+			}
+			a = new(big.Int).Mul(q, d)
+			a.Add(a, big.NewInt(r.Int64N(3)-1))
+		}
+		q, m := new(big.Int).DivMod(a, d, new(big.Int)) // Euclidean: floor for d > 0
+		check("divmod", a, d, q.String()+" "+m.String())
+		if m.Sign() != 0 {
+			q.Add(q, big.NewInt(1))
+		}
+		check("divceil", a, d, q.String())
+	}
+	// parse_int takes decimal integers of up to 40 characters, and nothing else; fmt spells them back.
+	for _, s := range []string{"0", "-0", "7", "-7", "9007199254740991", "9007199254740992", "9007199254740993", "-9007199254740993",
+		"9223372036854775807", "-9223372036854775808", "18446744073709551615", "00000000000000000012", "-1000000000000000000",
+		"1329227995784915872903807060280344575", "-000000000000000000000000000000000000001"} {
+		want, _ := new(big.Int).SetString(s, 10)
+		args = append(args, "parse", s, "", "w:parse", s, "")
+		wants = append(wants, want.String(), want.String())
+	}
+	// Up to 15 characters, whatever Lua reads as a whole number is one (exactly).
+	for s, want := range map[string]string{"+1": "1", "1.0": "1", "1e3": "1000", "0x10": "16", " 1": "1", "1 ": "1", "-2.5e1": "-25"} {
+		args = append(args, "parse", s, "", "w:parse", s, "")
+		wants = append(wants, want, want)
+	}
+	for _, s := range []string{"", "-", "--1", "1.5", "1e-1", "nan", "inf", "-inf", "1e20", "12345678901234567890123456789012345678901",
+		"١٢", "4503599627370495.5", "9007199254740993.0", "+9007199254740993", " 9007199254740993", "1800000000000000 "} {
+		args = append(args, "parse", s, "", "w:parse", s, "")
+		wants = append(wants, "nil", "nil")
+	}
+	flush()
+}
+
+// multi.lua checks the two arguments it takes beyond single.lua's: a bad max_delay or dry_run is
+// an error reply naming it, and nothing is written.
+func TestLuaMultiHoldArgs(t *testing.T) {
+	e := newLuaEnv(t)
+	ctx := context.Background()
+	lb := luaPolicy(algorithm.LeakyBucket, 10, 1_000_000, 5)
+	for _, c := range []struct{ name, maxDelay, dry string }{
+		{"max_delay", "soon", "0"}, {"max_delay", "-2", "0"}, {"max_delay", "1.5", "0"},
+		{"max_delay", "9007199254740992", "0"}, {"dry_run", "-1", "yes"}, {"dry_run", "-1", ""},
+	} {
+		keys := []string{"rate-limit:{hold-args}:q", "rate-limit:{hold-args}:q:log"}
+		args := append(append([]string{"1", "", "0"}, luaArgs(&lb, 1)...), c.maxDelay, c.dry, "")
+		err := e.multi.Exec(ctx, e.c, keys, args).Error()
+		if err == nil || !strings.Contains(err.Error(), "sluice: "+c.name+" ") {
+			t.Errorf("max_delay %q, dry_run %q: %v, want an error naming %s", c.maxDelay, c.dry, err, c.name)
+		}
+		if n, _ := e.c.Do(ctx, e.c.B().Exists().Key(keys...).Build()).AsInt64(); n != 0 {
+			t.Errorf("a refused call wrote %d keys", n)
 		}
 	}
 }

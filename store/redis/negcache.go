@@ -106,6 +106,9 @@ func (c *negativeCache) remember(key string, fp fingerprint, cost, sent int64, d
 	if d.RetryAfter <= 0 {
 		return // Never (the cost can never fit) is answered before Redis anyway
 	}
+	if d.RetryAfter == 1<<63-1 || d.ResetAfter == 1<<63-1 {
+		return // time.Duration's most (292 years) may be a saturated longer wait: aged, it would be a guess
+	}
 	until := sent + int64(d.RetryAfter/time.Microsecond)
 	sh := c.shard(key)
 	sh.mu.Lock()

@@ -15,8 +15,8 @@
 // key (eviction, DEL) only ever gives its client quota back. Every key has a TTL equal to the
 // time until its state is as if never seen, so idle clients leave nothing.
 //
-// Lua numbers are doubles, exact below 2^53: CheckPolicy (which sluice.NewLimiter calls) refuses
-// the sliding-window and bucket policies whose limit·period products could pass that.
+// Lua numbers are doubles, exact below 2^53; the scripts compute beyond that on exact integers of
+// their own (lua/common.lua), so the store takes every valid policy, as the memory store does.
 package redis
 
 import (
@@ -74,7 +74,8 @@ type Options struct {
 	Prefix  string        // key prefix; default DefaultPrefix
 	Timeout time.Duration // bound on every store call; default DefaultTimeout
 	// Clock, if set, supplies now instead of Redis TIME: for running real Redis on virtual time
-	// in tests. Production leaves it nil.
+	// in tests. Production leaves it nil. The scripts take times within 2^60 µs (36,000 years)
+	// of the epoch and answer an error for any other.
 	Clock sluice.Clock
 	// NegativeCacheSize bounds the refusals remembered per instance (default
 	// DefaultNegativeCacheSize; negative disables the cache).
@@ -346,30 +347,6 @@ type Stats struct {
 // Stats returns the store's counters.
 func (s *Store) Stats() Stats { return Stats{Calls: s.calls.Load(), CacheHits: s.cacheHits.Load()} }
 
-// luaExact is the bound under which the scripts' products of limit, capacity and period stay
-// exact in Lua's doubles (they reach about four times it).
-const luaExact = 1 << 51
-
-// CheckPolicy implements sluice.PolicyChecker: see the package function CheckPolicy.
-func (s *Store) CheckPolicy(p sluice.Policy) error { return CheckPolicy(p) }
-
-// CheckPolicy refuses the policies whose arithmetic the scripts could not do exactly (and invalid
-// ones): configuration checks it before any store exists.
-func CheckPolicy(p sluice.Policy) error {
-	if err := p.Validate(); err != nil {
-		return err
-	}
-	switch p.Algorithm {
-	case sluice.SlidingWindow, sluice.TokenBucket, sluice.LeakyBucket:
-		n := max(p.Limit, p.Capacity()) + 1
-		if n > luaExact/p.PeriodMicros() {
-			return fmt.Errorf("%w: policy %q: (limit or burst) × period = %d × %v is too large for the Redis store, which computes in Lua's doubles (at most 2^51 µs, e.g. 26,000 per 24h); lower it, or use fixed-window or sliding-log, which have no such bound",
-				sluice.ErrInvalidPolicy, p.Name, n-1, p.Period)
-		}
-	}
-	return nil
-}
-
 // keys returns the state hash's key and the sliding log's list key of key under policy (a
 // state uses one of them: the scripts' KEYS[1] and KEYS[2]).
 func (s *Store) keys(key, policy string) (string, string) {
@@ -396,19 +373,17 @@ func (s *Store) localNow() int64 {
 
 var processStart = time.Now()
 
-// check runs the checks that need no Redis: the core's cost rules and the Lua bounds.
+// check runs the checks that need no Redis: the core's policy and cost rules, nothing more (the
+// scripts compute exactly whatever the core accepts). CheckCost leaves out one bound of
+// Policy.Validate, a bucket's refill time below 2^53 µs, which the scripts check too: a policy
+// beyond it is the caller's error, answered here, not an error of Redis's.
 func (s *Store) check(p *sluice.Policy, cost int64, d *sluice.Decision) error {
 	if err := algorithm.CheckCost(p, cost, d); err != nil {
 		return err
 	}
-	if err := CheckPolicy(*p); err != nil {
-		*d = sluice.Decision{RetryAfter: sluice.Never}
+	if err := p.Validate(); err != nil {
+		*d = algorithm.MakeDecision(false, 0, 0, -1, 0, 0)
 		return err
-	}
-	if p.Algorithm == sluice.LeakyBucket && cost > luaExact/p.PeriodMicros() {
-		*d = algorithm.MakeDecision(false, p.Capacity(), 0, -1, 0, 0)
-		return fmt.Errorf("%w: cost %d × period %v of policy %q is beyond what the Redis store computes exactly",
-			sluice.ErrCostExceedsLimit, cost, p.Period, p.Name)
 	}
 	return nil
 }
@@ -561,10 +536,7 @@ func unavailable(err error) error {
 	return fmt.Errorf("%w: redis store: %v", sluice.ErrStoreUnavailable, err)
 }
 
-var (
-	_ sluice.Store         = (*Store)(nil)
-	_ sluice.PolicyChecker = (*Store)(nil)
-)
+var _ sluice.Store = (*Store)(nil)
 
 // Ping reports whether Redis answers within the store's timeout (readiness checks).
 func (s *Store) Ping(ctx context.Context) error {

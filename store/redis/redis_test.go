@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/algorithm"
 	"github.com/sluicehq/sluice/internal/redistest"
 	redisstore "github.com/sluicehq/sluice/store/redis"
 	"github.com/sluicehq/sluice/store/storetest"
@@ -103,25 +104,53 @@ func TestConnectByURLWithACLUser(t *testing.T) {
 	}
 }
 
-// Policies whose products would lose exactness in Lua's doubles are refused by NewLimiter, with
-// the field and the way out in the message; fixed windows and logs have no such bound.
-func TestCheckPolicyBounds(t *testing.T) {
-	srv := redistest.Start(t)
-	s := newStore(t, redisstore.Options{Addrs: []string{srv.Addr}})
-	big := sluice.Policy{Name: "daily", Algorithm: sluice.SlidingWindow, Limit: 1_000_000, Period: 24 * time.Hour}
-	_, err := sluice.NewLimiter(s, big)
-	if !errors.Is(err, sluice.ErrInvalidPolicy) || !strings.Contains(err.Error(), `policy "daily"`) || !strings.Contains(err.Error(), "fixed-window") {
-		t.Fatalf("sliding window of a million a day: %v, want ErrInvalidPolicy naming the policy and the way out", err)
-	}
-	for _, ok := range []sluice.Policy{
+// TestRedisAcceptsEveryValidPolicy: the Redis store takes every policy the core does (it used to
+// refuse a sliding window or bucket whose (limit or burst) × period passed 2^51 µs, e.g. 100,000
+// a day), and decides it exactly as the core, decision for decision, on one server and on a
+// cluster: large contracts, limits of 2^53, periods of 292 years, costs of all the capacity.
+func TestRedisAcceptsEveryValidPolicy(t *testing.T) {
+	policies := []sluice.Policy{
+		{Name: "daily", Algorithm: sluice.SlidingWindow, Limit: 100_000, Period: 24 * time.Hour},
+		{Name: "monthly", Algorithm: sluice.TokenBucket, Limit: 1_000_000, Period: 30 * 24 * time.Hour, Burst: 1_000_000},
+		{Name: "hourly", Algorithm: sluice.LeakyBucket, Limit: 700_000, Period: time.Hour, Burst: 699_999},
+		{Name: "hourly-deep", Algorithm: sluice.LeakyBucket, Limit: 700_000, Period: time.Hour, Burst: 1_000_000_000_000},
+		{Name: "daily-tb", Algorithm: sluice.TokenBucket, Limit: 100_000_000, Period: 24 * time.Hour},
 		{Name: "daily-fw", Algorithm: sluice.FixedWindow, Limit: 1_000_000_000, Period: 24 * time.Hour},
-		{Name: "daily-sw", Algorithm: sluice.SlidingWindow, Limit: 10_000, Period: 24 * time.Hour},
-		{Name: "per-second", Algorithm: sluice.TokenBucket, Limit: 1_000_000, Period: time.Second, Burst: 2_000_000},
-	} {
-		if _, err := sluice.NewLimiter(s, ok); err != nil {
-			t.Errorf("%s: %v", ok.Name, err)
+	}
+	for _, a := range algorithm.Algorithms {
+		p := storetest.LargestPolicy(a)
+		p.Name = "largest-" + a.String()
+		policies = append(policies, p)
+	}
+	run := func(t *testing.T, addrs []string) {
+		clock := sluice.NewManualClock(time.UnixMicro(0))
+		s := newStore(t, redisstore.Options{Addrs: addrs, Clock: clock, NegativeCacheSize: -1})
+		ctx := context.Background()
+		for _, p := range policies {
+			lim, err := sluice.NewLimiter(s, p)
+			if err != nil {
+				t.Fatalf("NewLimiter(%s): %v", p.Name, err)
+			}
+			var st algorithm.State
+			period, most := p.PeriodMicros(), storetest.MaxCost(&p)
+			t0 := int64(1_800_000_000_000_000)
+			steps := []storetest.Step{{At: t0, Cost: most}, {At: t0, Cost: 1}, {At: t0 + 1, Cost: most / 2}, {At: t0 + period/3, Cost: 0},
+				{At: t0 + period/3, Cost: most / 3}, {At: t0 + period/2, Cost: 1}, {At: t0 + period, Cost: most}, {At: t0 + 2*period + 7, Cost: 1}}
+			for i, step := range steps {
+				clock.Set(time.UnixMicro(step.At))
+				want, wantErr := algorithm.Decide(&p, &st, step.At, step.Cost)
+				got, err := lim.AllowN(ctx, "c", step.Cost)
+				if err != nil || wantErr != nil {
+					t.Fatalf("%s step %d %+v: %v (core: %v)", p.Name, i, step, err, wantErr)
+				}
+				if got != want {
+					t.Fatalf("%s step %d %+v:\n got %+v\nwant %+v", p.Name, i, step, got, want)
+				}
+			}
 		}
 	}
+	t.Run("single", func(t *testing.T) { run(t, []string{redistest.Start(t).Addr}) })
+	t.Run("cluster", func(t *testing.T) { run(t, redistest.StartCluster(t, 3).Addrs()) })
 }
 
 // rediss:// connects over TLS, verifying the server against the CA given in Options.TLS; a

@@ -11,12 +11,13 @@ import (
 //
 //	lua/common.lua          exact integer helpers, the state stamp, writes and TTLs
 //	lua/<algorithm>.lua     one decide_<algorithm> function per file, mirroring algorithm/<algorithm>.go
+//	lua/nth.lua             the argument checks and decisions of the scripts of several requests
 //	lua/single.lua          the entry point of one decision
 //	lua/multi.lua           the entry point of several limits on one client, all or nothing
 //	lua/batch.lua           the entry point of several independent decisions (one slot on a cluster)
 //
 // A single decision's script is common + its algorithm + single; the multi script is common +
-// all five + multi. Their contract (KEYS, ARGV, reply) is documented at the top of single.lua and
+// all five + nth + multi (and the batch script the same with batch). Their contract (KEYS, ARGV, reply) is documented at the top of single.lua and
 // multi.lua.
 //
 //go:embed lua/*.lua
@@ -56,6 +57,8 @@ func allAlgorithms(entry string) string {
 		b.WriteString("\n")
 		b.WriteString(luaFile(algorithmFiles[a]))
 	}
+	b.WriteString("\n")
+	b.WriteString(luaFile("lua/nth.lua"))
 	b.WriteString("\n")
 	b.WriteString(luaFile(entry))
 	return b.String()

@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/big"
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
@@ -57,6 +58,11 @@ func (s Suite) Run(t *testing.T) {
 	})
 	t.Run("fuzzed", func(t *testing.T) {
 		for i, tr := range FuzzedTraces(1, 60, 120) {
+			t.Run(fmt.Sprintf("%d-%v", i, tr.Policy.Algorithm), func(t *testing.T) { s.Replay(t, tr) })
+		}
+	})
+	t.Run("fuzzed-large", func(t *testing.T) {
+		for i, tr := range FuzzedLargeTraces(2, 16, 80) {
 			t.Run(fmt.Sprintf("%d-%v", i, tr.Policy.Algorithm), func(t *testing.T) { s.Replay(t, tr) })
 		}
 	})
@@ -235,7 +241,73 @@ func GoldenTraces() []Trace {
 	for _, a := range algorithm.Algorithms {
 		add("two-clients-"+a.String(), sluice.Policy{Algorithm: a, Limit: 5, Period: time.Second}, two)
 	}
+	// Contracts whose limit × period is far beyond 2^53 µs, on a real date (20,000 days after
+	// the epoch). 100,000 a day: 60,000 today, then tomorrow at 6:00 the 60,000 weigh 45,000, so
+	// 55,000 more fit; then one more every 1.44 s (a day / 60,000) as they weigh less.
+	t0, day := 20_000*24*60*min, 24*60*min
+	add("sliding-window-100000-a-day", sluice.Policy{Algorithm: sluice.SlidingWindow, Limit: 100_000, Period: 24 * time.Hour},
+		cat([]Step{{At: t0, Key: "c", Cost: 60_000}, {At: t0 + day + day/4, Key: "c", Cost: 55_000}}, every(t0+day+day/4, 720*ms, 8, "c")))
+	// A million a month (30 days), all at once, then half a month later half of it.
+	month := 30 * day
+	add("token-bucket-1000000-a-month", sluice.Policy{Algorithm: sluice.TokenBucket, Limit: 1_000_000, Period: 30 * 24 * time.Hour, Burst: 1_000_000},
+		cat([]Step{{At: t0, Key: "c", Cost: 1_000_000}, {At: t0, Key: "c", Cost: 1}, {At: t0 + month/2, Key: "c", Cost: 500_001},
+			{At: t0 + month/2, Key: "c", Cost: 500_000}}, every(t0+month/2, 1_296*ms, 4, "c")))
+	// 700,000 an hour (5142.857… µs apart): a queue of one hour, and one of a million hours.
+	for _, burst := range []int64{699_999, 1_000_000_000_000} {
+		add(fmt.Sprintf("leaky-bucket-700000-an-hour-burst-%d", burst), sluice.Policy{Algorithm: sluice.LeakyBucket, Limit: 700_000, Period: time.Hour, Burst: burst},
+			cat([]Step{{At: t0, Key: "c", Cost: 700_000}, {At: t0, Key: "c", Cost: burst}, {At: t0, Key: "c", Cost: 1}}, every(t0+1, 5_143, 6, "c")))
+	}
+	// The extremes: limit 2^53, a period of 292 years (time.Duration's most), the largest burst
+	// Validate takes (a refill time just below 2^53 µs), costs of all of it, and a clock 36,000
+	// years after the epoch, or before it.
+	for _, a := range algorithm.Algorithms {
+		p := LargestPolicy(a)
+		all := MaxCost(&p)
+		far := int64(1<<60 - 1)
+		add("extreme-"+a.String(), p, []Step{{At: t0, Key: "c", Cost: all}, {At: t0, Key: "c", Cost: 1}, {At: t0 + 1, Key: "c", Cost: all / 2},
+			{At: far - p.PeriodMicros(), Key: "c", Cost: all}, {At: far, Key: "c", Cost: 1}, {At: far, Key: "c", Cost: all}})
+		add("extreme-before-the-epoch-"+a.String(), p, []Step{{At: -far, Key: "c", Cost: 0}, {At: -far, Key: "c", Cost: all / 3},
+			{At: -far + 1, Key: "c", Cost: all}, {At: -far + 1, Key: "c", Cost: 1}, {At: t0, Key: "c", Cost: 1}})
+	}
 	return out
+}
+
+// LargestPolicy is a's policy at the core's bounds: limit 2^53, the longest period a
+// time.Duration holds (292 years), and for a bucket the largest burst Policy.Validate takes
+// (capacity × period / limit just below 2^53 µs).
+func LargestPolicy(a sluice.Algorithm) sluice.Policy {
+	p := sluice.Policy{Algorithm: a, Limit: algorithm.MaxLimit, Period: time.Duration(1<<63-1) / time.Microsecond * time.Microsecond}
+	if a == sluice.TokenBucket || a == sluice.LeakyBucket {
+		// capacity·period < 2^53·limit = 2^106
+		c := new(big.Int).Lsh(big.NewInt(1), 106)
+		c.Sub(c, big.NewInt(1)).Div(c, big.NewInt(p.PeriodMicros()))
+		p.Burst = c.Int64()
+		if a == sluice.LeakyBucket {
+			p.Burst-- // capacity is burst + 1
+		}
+	}
+	if err := p.Validate(); err != nil {
+		panic(err) // a bug in this function
+	}
+	return p
+}
+
+// MaxCost is the largest cost CheckCost lets through under p: the limit of a window algorithm,
+// a token bucket's capacity, or the largest leaky-bucket cost that drains in under 2^62 µs (at
+// most MaxInt64).
+func MaxCost(p *sluice.Policy) int64 {
+	switch p.Algorithm {
+	case sluice.TokenBucket:
+		return p.Capacity()
+	case sluice.LeakyBucket:
+		c := new(big.Int).Lsh(big.NewInt(p.Limit), 62) // cost·period < 2^62·limit
+		c.Sub(c, big.NewInt(1)).Div(c, big.NewInt(p.PeriodMicros()))
+		if !c.IsInt64() {
+			return 1<<63 - 1
+		}
+		return c.Int64()
+	}
+	return p.Limit
 }
 
 // FuzzedTraces returns n random traces per algorithm, of up to steps requests on three keys,
@@ -263,6 +335,106 @@ func FuzzedTraces(seed uint64, n, steps int) []Trace {
 					at += r.Int64N(period/4 + 1)
 				}
 				tr.Steps = append(tr.Steps, Step{At: at, Key: fmt.Sprint("k", r.IntN(3)), Cost: r.Int64N(4)})
+			}
+			out = append(out, tr)
+		}
+	}
+	return out
+}
+
+// FuzzedLargeTraces returns n random traces per algorithm over the whole range the core
+// accepts, of up to steps requests on two keys, drawn from seed: limits and bursts up to 2^53,
+// periods from 1 ms to 292 years, costs up to all that CheckCost lets through, and times from
+// 36,000 years before the epoch to 36,000 years after it (|now| < 2^60 µs), moving on by small
+// steps, periods, long pauses and jumps far ahead. (Time never runs back in a trace: a store may
+// drop a key once it is idle at the latest time it has seen, as FuzzedTraces allows.)
+func FuzzedLargeTraces(seed uint64, n, steps int) []Trace {
+	r := rand.New(rand.NewPCG(seed, seed^0x1a59e))
+	least := func(a, b int64) int64 { // (min is this package's minute)
+		if a < b {
+			return a
+		}
+		return b
+	}
+	count := func() int64 {
+		switch r.IntN(5) {
+		case 0:
+			return 1 + r.Int64N(12)
+		case 1:
+			return 1 + r.Int64N(2_000_000)
+		case 2:
+			return algorithm.MaxLimit - r.Int64N(3)
+		case 3:
+			return 1 << r.IntN(54)
+		}
+		return 1 + r.Int64N(algorithm.MaxLimit)
+	}
+	const maxPeriod = int64(1<<63-1) / int64(time.Microsecond)
+	const far = int64(1<<60 - 1)
+	period := func() int64 {
+		switch r.IntN(6) {
+		case 0:
+			return 1000 + r.Int64N(3_000_000)
+		case 1:
+			return 24 * 60 * min * (1 + r.Int64N(400)) // days
+		case 2:
+			return 1<<53 - 1 + r.Int64N(3)
+		case 3:
+			return maxPeriod - r.Int64N(2)
+		}
+		return 1000 + r.Int64N(maxPeriod-999)
+	}
+	var out []Trace
+	for _, a := range algorithm.Algorithms {
+		for i := 0; i < n; i++ {
+			var p sluice.Policy
+			for {
+				p = sluice.Policy{Name: fmt.Sprintf("fuzz-large-%d", i), Algorithm: a, Limit: count(), Period: time.Duration(period()) * time.Microsecond}
+				if a == sluice.TokenBucket || a == sluice.LeakyBucket {
+					p.Burst = count() >> r.IntN(54)
+				}
+				if p.Validate() == nil {
+					break
+				}
+			}
+			pm, most := p.PeriodMicros(), MaxCost(&p)
+			var at int64
+			switch r.IntN(4) {
+			case 0:
+				at = r.Int64N(3 * pm)
+			case 1:
+				at = 1_800_000_000_000_000 + r.Int64N(1_000_000_000_000)
+			case 2:
+				at = far - r.Int64N(1<<50)
+			default:
+				at = -r.Int64N(far)
+			}
+			tr := Trace{Name: p.Name, Policy: p}
+			for j := r.IntN(steps) + 1; j > 0; j-- {
+				switch r.IntN(10) {
+				case 0: // a pause of up to 50 periods
+					at += r.Int64N(50*pm + 1)
+				case 1: // far ahead
+					at += r.Int64N(far - max(at, 0) + 1)
+				case 2, 3, 4: // same instant
+				default: // about the emission interval, or within a period
+					at += r.Int64N(least(pm, 4*(pm/p.Limit+1)) + 1)
+				}
+				at = least(at, far)
+				var cost int64
+				switch r.IntN(8) {
+				case 0:
+					cost = 0
+				case 1, 2, 3:
+					cost = least(1, most)
+				case 4:
+					cost = most - least(most, r.Int64N(3))
+				case 5:
+					cost = most / (2 + r.Int64N(10))
+				default:
+					cost = r.Int64N(most) + 1
+				}
+				tr.Steps = append(tr.Steps, Step{At: at, Key: fmt.Sprint("k", r.IntN(2)), Cost: cost})
 			}
 			out = append(out, tr)
 		}

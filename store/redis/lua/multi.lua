@@ -1,5 +1,5 @@
 -- sluice: several limits of one client, all or nothing, atomically. Assembled as common.lua + all
--- five algorithm files + this file. Every key shares the client's hash tag, so one slot.
+-- five algorithm files + nth.lua + this file. Every key shares the client's hash tag, so one slot.
 --
 -- KEYS     for each limit i = 1..n: its state hash KEYS[2i-1] and its sliding log's list KEYS[2i]
 --          (as KEYS[1], KEYS[2] of single.lua); the limits' keys must be distinct
@@ -15,7 +15,9 @@
 -- Each limit is decided as if alone, all at the same now. If every enforced one (dry_run 0) is
 -- allowed, every approval is written, the dry-run limits' included; if any enforced one is
 -- refused, nothing is written at all (so the decisions of the allowed ones describe a
--- consumption that did not happen). A dry-run limit's refusal refuses nothing. After the deadline: the error
+-- consumption that did not happen). A dry-run limit's refusal refuses nothing. Every limit's
+-- arguments are checked first (check_all): one out of range fails the call with an error reply
+-- naming it, and nothing is written. After the deadline: the error
 -- 'ERR sluice: deadline passed: ...', and nothing written.
 --
 -- Reply: 6·n + 1 integers, limit i's {allowed, capacity, remaining, retry, reset, delay} (as
@@ -25,17 +27,20 @@ if n == nil or #KEYS ~= 2 * n or #ARGV ~= 4 + 7 * n then
   return redis.error_reply('ERR sluice: multi script wants 2n keys and 4+7n arguments')
 end
 local deadline = ARGV[#ARGV]
-local now, time = now_arg(ARGV[2], has_deadline(deadline))
+local now, ttl_slack, time = time_args(ARGV[2], ARGV[3], has_deadline(deadline))
+if now == nil then
+  return ttl_slack -- the error reply
+end
 if past_deadline(deadline, time) then
   return deadline_error(deadline, time)
 end
-local ttl_slack = tonumber(ARGV[3]) or 0
+local err = check_all(n, 7)
+if err ~= nil then
+  return err
+end
 local reply, commits, all = {}, {}, true
 for i = 1, n do
-  local allowed, capacity, remaining, retry, reset, delay, commit = decide_nth(i, now, 7)
-  if allowed == nil then
-    return capacity -- the error reply
-  end
+  local allowed, capacity, remaining, retry, reset, delay, commit = decide_nth(i, now)
   local r = 6 * (i - 1)
   reply[r + 1], reply[r + 2], reply[r + 3], reply[r + 4], reply[r + 5], reply[r + 6] =
     allowed, capacity, remaining, retry, reset, delay
@@ -51,5 +56,5 @@ if all then
     commit(ttl_slack)
   end
 end
-reply[6 * n + 1] = time or now
+reply[6 * n + 1] = reply_int(time or now)
 return reply

@@ -15,24 +15,32 @@
 -- ARGV[7]  ttl_slack, µs, added to the TTL of the keys an approval writes (empty: 0)
 -- ARGV[8]  deadline, µs of Redis TIME (common.lua, DEADLINES); empty or absent: none
 --
--- The caller has run algorithm.CheckCost and the store's bounds (common.lua) first.
+-- The caller has run algorithm.CheckCost first; the script checks its arguments again
+-- (check_args, time_args in common.lua) and replies an error naming a bad one.
 --
 -- Reply: {allowed (0/1), capacity, remaining, retry, reset, delay, time}, integers, times in µs,
--- as algorithm.Decision.set takes them (retry 0 when allowed); time is Redis TIME if the script
--- read it (ARGV[6] empty, or a deadline), else now. Only an approval of a cost > 0 writes (the
--- state and its TTL); a refusal or a peek writes nothing. After the deadline: the error
--- 'ERR sluice: deadline passed: ...', and nothing written.
+-- as algorithm.Decision.set takes them (retry 0 when allowed), one beyond 2^53 as its decimal
+-- string; time is Redis TIME if the script read it (ARGV[6] empty, or a deadline), else now. Only
+-- an approval of a cost > 0 writes (the state and its TTL); a refusal or a peek writes nothing.
+-- After the deadline: the error 'ERR sluice: deadline passed: ...', and nothing written.
 local decide = deciders[tonumber(ARGV[1])]
 if decide == nil then
   return redis.error_reply('ERR sluice: this script does not decide algorithm ' .. tostring(ARGV[1]))
 end
-local now, time = now_arg(ARGV[6], has_deadline(ARGV[8]))
+local alg, limit, period, burst, cost = check_args(ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5])
+if alg == nil then
+  return limit -- the error reply
+end
+local now, ttl_slack, time = time_args(ARGV[6], ARGV[7], has_deadline(ARGV[8]))
+if now == nil then
+  return ttl_slack -- the error reply
+end
 if past_deadline(ARGV[8], time) then
   return deadline_error(ARGV[8], time)
 end
 local allowed, capacity, remaining, retry, reset, delay, commit =
-  decide(KEYS[1], KEYS[2], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5]), now)
+  decided(decide(KEYS[1], KEYS[2], limit, period, burst, cost, now))
 if commit ~= nil then
-  commit(tonumber(ARGV[7]) or 0)
+  commit(ttl_slack)
 end
-return {allowed, capacity, remaining, retry, reset, delay, time or now}
+return {allowed, capacity, remaining, retry, reset, delay, reply_int(time or now)}

@@ -1,5 +1,5 @@
--- decide_sliding_log mirrors algorithm/slidinglog.go line for line. Precondition: CheckCost
--- passed (0 ≤ cost ≤ limit), policy valid.
+-- decide_sliding_log mirrors algorithm/slidinglog.go line for line. Precondition: check_args
+-- passed (0 ≤ cost ≤ limit), so limit, sum and the costs are numbers; times are ints.
 --
 -- ONE KEY. The whole state is the list logkey: its first element is the header
 -- "alg:limit:period:count" (the stamp, and State.Count), the rest State.Log as "at:cost" strings,
@@ -29,7 +29,7 @@ end
 -- log_entry returns the at, cost of log entry i (0-based): list element i + 1.
 local function log_entry(elem, i)
   local at, c = string.match(elem(i + 1), '^(%-?%d+):(%d+)$')
-  return tonumber(at), tonumber(c)
+  return parse_int(at, true), tonumber(c)
 end
 
 -- log_header is the list's first element for a sliding log of limit, period whose entries cost count.
@@ -46,7 +46,9 @@ local function decide_sliding_log(key, logkey, limit, period, burst, cost, now)
   local h = elem(0)
   if h ~= nil then
     local alg, l, p, count = string.match(h, '^(%d+):(%d+):(%d+):(%d+)$')
-    current = tonumber(alg) == SLIDING_LOG and tonumber(l) == limit and tonumber(p) == period
+    local stamp = parse_int(p, true) -- (as read_state's: an int beyond 2^53 only if W is built)
+    current = tonumber(alg) == SLIDING_LOG and parse_int(l, true) == limit and
+      (stamp == period or (W ~= nil and stamp ~= nil and W.cmp(stamp, period) == 0))
     s_count = tonumber(count)
   end
   local n, sum = 0, 0 -- n = len(log)
@@ -62,7 +64,7 @@ local function decide_sliding_log(key, logkey, limit, period, burst, cost, now)
   local start = 0
   while start < n do
     local at, c = log_entry(elem, start)
-    if at > now - period then
+    if lt(sub(now, period), at) then
       break
     end
     sum = sum - c
@@ -78,7 +80,7 @@ local function decide_sliding_log(key, logkey, limit, period, burst, cost, now)
   if allowed then
     if cost > 0 then
       local at = now
-      if n > 0 and last > now then
+      if n > 0 and lt(now, last) then
         at = last -- the clock ran backward: keep the log sorted, conservatively
       end
       local trim = start
@@ -109,13 +111,13 @@ local function decide_sliding_log(key, logkey, limit, period, burst, cost, now)
       local at, c = log_entry(elem, i)
       left = left - c
       if cost <= limit - left then
-        retry = at + period - now
+        retry = sub(add(at, period), now)
         break
       end
     end
   end
   if sum > 0 then
-    reset = last + period - now
+    reset = sub(add(last, period), now)
   end
   return allowed and 1 or 0, limit, limit - sum, retry, reset, 0, commit
 end

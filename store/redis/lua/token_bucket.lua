@@ -1,6 +1,7 @@
 -- decide_token_bucket mirrors algorithm/tokenbucket.go line for line (the hash fields tat, frac are
--- State.TAT, State.Frac; the GCRA helpers are in common.lua). Precondition: CheckCost passed
--- (0 ≤ cost ≤ capacity), policy valid, (max(limit, capacity) + 1)·period ≤ 2^51 (common.lua).
+-- State.TAT, State.Frac; the GCRA helpers are in common.lua). Precondition: check_args passed
+-- (0 ≤ cost ≤ capacity), so limit, capacity and cost are numbers; the waits (u128 in Go) and
+-- times are ints.
 
 -- tokenBucket: capacity C = Burst (or Limit), refilled Limit per Period continuously, full at
 -- first sight. As GCRA: the tokens at now are C - wait/period (wait as in gcra.go), so
@@ -12,8 +13,9 @@ local function decide_token_bucket(key, logkey, limit, period, burst, cost, now)
     capacity = burst
   end
   local current, s_tat, s_frac = read_state(key, TOKEN_BUCKET, limit, period, 'tat', 'frac')
-  local wait_d, wait_f = gcra_wait(current, s_tat, s_frac, now)
-  local allowed = gcra_le(limit, wait_d, wait_f, (capacity - cost) * period)
+  local wait = gcra_wait(limit, current, s_tat, s_frac, now)
+  local room = mul(capacity - cost, period) -- (C - cost)·period
+  local allowed = le(wait, room)
   local retry = 0
   local commit = nil
   if allowed then
@@ -29,16 +31,14 @@ local function decide_token_bucket(key, logkey, limit, period, burst, cost, now)
     end
   else
     -- Approved at the first µs t where wait - limit·(t - now) ≤ (C - cost)·period.
-    retry = gcra_excess_ceil(limit, wait_d, wait_f, (capacity - cost) * period)
+    retry = divceil(sub(wait, room), limit)
   end
   local remaining, reset = capacity, 0
-  local after_d, after_f = gcra_wait(current, s_tat, s_frac, now)
-  if after_d > 0 or after_f > 0 then
-    -- max(0, C - ceil(after/period)), below 0 only if the clock ran backward; 0 whenever
-    -- after > C·period, so after is formed only when it is at most C·period ≤ 2^51.
-    remaining = 0
-    if gcra_le(limit, after_d, after_f, capacity * period) then
-      remaining = math.max(0, capacity - idivceil(limit * after_d + after_f, period))
+  local after = gcra_wait(limit, current, s_tat, s_frac, now)
+  if after ~= 0 then
+    remaining = sub(capacity, divceil(after, period)) -- max(0, ...): below 0 only if the clock ran backward
+    if lt(remaining, 0) then
+      remaining = 0
     end
     reset = gcra_until(s_tat, s_frac, now)
   end
