@@ -400,9 +400,10 @@ end
 
 -- parse_int returns the int that the string s spells, or nil if it is not an integer: a string
 -- of decimal digits, optionally after '-', of up to 40 characters; or a shorter one, of up to 15,
--- that Lua reads as a whole number (of at most 15 significant digits, a decimal is read exactly,
--- and one with a fraction never reads as a whole number). tonumber is strtod, correctly rounded:
--- a decimal strictly inside ±2^53 is read exactly, and any other is read as ±2^53 or beyond.
+-- that Lua reads as a whole number ("1e3" is 1000; a decimal of at most 15 significant digits
+-- with a fraction never reads as a whole number: its distance to one exceeds the rounding).
+-- tonumber is strtod, correctly rounded: an integer strictly inside ±2^53 is read exactly, and
+-- any other is read as ±2^53 or beyond.
 -- written: s is a number the scripts wrote (fmt), read back from Redis (nil if missing: false),
 -- which needs no checking.
 local function parse_int(s, written)
@@ -510,7 +511,7 @@ local function time_args(a_now, a_slack, with_time)
       bad, arg, want = 'now', a_now, 'must be an integer number of µs, |now| < 2^60'
     end
   end
-  if a_slack ~= nil and a_slack ~= '' then
+  if bad == nil and a_slack ~= nil and a_slack ~= '' then
     slack = parse_int(a_slack)
     if slack == nil or lt(slack, 0) or lt(9007199254740992, slack) then
       bad, arg, want = 'ttl_slack', a_slack, 'must be an integer number of µs in 0..2^53'
