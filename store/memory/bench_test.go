@@ -35,12 +35,13 @@ func BenchmarkMemoryAllowParallel(b *testing.B) {
 		for i := range keys {
 			keys[i] = fmt.Sprintf("customer-%d", i)
 		}
+		baseline := sluice.Policy{Name: "bench", Algorithm: sluice.TokenBucket, Limit: 1_000_000, Period: time.Second}
 		b.Run(fmt.Sprintf("keys=%d/impl=x-time-rate", nkeys), func(b *testing.B) {
-			m := newRateMap(256, 1_000_000, 1_000_000)
+			m := rateMapFor(baseline)
 			runParallel(b, keys, func(k string) bool { return m.allow(k) })
 		})
 		b.Run(fmt.Sprintf("keys=%d/impl=x-time-rate-monotonic", nkeys), func(b *testing.B) {
-			m := newRateMap(256, 1_000_000, 1_000_000)
+			m := rateMapFor(baseline)
 			start := time.Now()
 			runParallel(b, keys, func(k string) bool { return m.allowAt(k, start.Add(time.Since(start))) })
 		})
@@ -129,6 +130,12 @@ type rateShard struct {
 	_  [40]byte
 }
 
+// rateMapFor returns the baseline for token-bucket policy p: rate Limit per Period, burst p's
+// capacity (TestBaselineDecidesLikeTokenBucket).
+func rateMapFor(p sluice.Policy) *rateMap {
+	return newRateMap(256, rate.Limit(float64(p.Limit)/p.Period.Seconds()), int(p.Capacity()))
+}
+
 func newRateMap(n int, limit rate.Limit, burst int) *rateMap {
 	r := &rateMap{seed: maphash.MakeSeed(), shards: make([]rateShard, n), limit: limit, burst: burst}
 	for i := range r.shards {
@@ -154,4 +161,45 @@ func (r *rateMap) limiter(key string) *rate.Limiter {
 	}
 	sh.mu.Unlock()
 	return l
+}
+
+// TestBaselineDecidesLikeTokenBucket checks that both baselines of BenchmarkMemoryAllowParallel
+// do the work sluice does: a token bucket of 5 per hour (no refill within the test) approves the
+// same first 5 of 8 requests on each key in sluice, in x/time/rate's Allow and in its AllowN at
+// the memory store's clock.
+func TestBaselineDecidesLikeTokenBucket(t *testing.T) {
+	ctx := context.Background()
+	for _, burst := range []int64{0, 3} {
+		p := sluice.Policy{Name: "t", Algorithm: sluice.TokenBucket, Limit: 5, Period: time.Hour, Burst: burst}
+		lim, err := sluice.NewLimiter(memory.New(), p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		now, monotonic := rateMapFor(p), rateMapFor(p)
+		start := time.Now()
+		for _, key := range []string{"a", "b"} {
+			var ours, allow, allowAt []bool
+			for range 8 {
+				d, err := lim.Allow(ctx, key)
+				if err != nil {
+					t.Fatal(err)
+				}
+				ours = append(ours, d.Allowed)
+				allow = append(allow, now.allow(key))
+				allowAt = append(allowAt, monotonic.allowAt(key, start.Add(time.Since(start))))
+			}
+			if fmt.Sprint(ours) != fmt.Sprint(allow) || fmt.Sprint(ours) != fmt.Sprint(allowAt) {
+				t.Errorf("burst %d, key %s: sluice approved %v, Allow %v, AllowN %v", burst, key, ours, allow, allowAt)
+			}
+			n := 0
+			for _, ok := range ours {
+				if ok {
+					n++
+				}
+			}
+			if want := int(p.Capacity()); n != want {
+				t.Errorf("burst %d, key %s: sluice approved %d of 8, want %d", burst, key, n, want)
+			}
+		}
+	}
 }

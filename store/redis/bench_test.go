@@ -76,7 +76,7 @@ func BenchmarkRedisDecisions(b *testing.B) {
 		c := goredis.NewClient(&goredis.Options{Addr: srv.Addr, PoolSize: goroutines})
 		defer c.Close()
 		lim := redis_rate.NewLimiter(c)
-		limit := redis_rate.Limit{Rate: int(policy.Limit), Burst: int(policy.Capacity()), Period: policy.Period}
+		limit := redisRateLimit(policy)
 		ctx := context.Background()
 		runDecisions(b, goroutines, keys, func(key string) (bool, error) {
 			r, err := lim.Allow(ctx, "{"+key+"}:bench", limit)
@@ -150,6 +150,61 @@ func BenchmarkRedisDecisions(b *testing.B) {
 		b.ReportMetric(0, "p50-µs") // redis-benchmark -q reports no latencies; see its full output
 		b.ReportMetric(0, "p99-µs")
 	})
+}
+
+// redisRateLimit is p as redis_rate spells it: GCRA of rate Limit per Period with burst p's
+// capacity, which is what sluice's token bucket decides (TestRedisRateDecidesLikeTokenBucket).
+func redisRateLimit(p sluice.Policy) redis_rate.Limit {
+	return redis_rate.Limit{Rate: int(p.Limit), Burst: int(p.Capacity()), Period: p.Period}
+}
+
+// TestRedisRateDecidesLikeTokenBucket checks that BenchmarkRedisDecisions's redis_rate baseline
+// does the work sluice does: on the same Redis, a token bucket of 5 per hour (no refill within
+// the test) approves the same first 5 of 8 requests on each key in both.
+func TestRedisRateDecidesLikeTokenBucket(t *testing.T) {
+	srv := redistest.Start(t)
+	s, err := New(Options{Addrs: []string{srv.Addr}, Timeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	c := goredis.NewClient(&goredis.Options{Addr: srv.Addr})
+	defer c.Close()
+	lim := redis_rate.NewLimiter(c)
+	ctx := context.Background()
+	for _, burst := range []int64{0, 3} {
+		policy := sluice.Policy{Name: fmt.Sprintf("burst-%d", burst), Algorithm: sluice.TokenBucket, Limit: 5, Period: time.Hour, Burst: burst}
+		for _, key := range []string{"a", "b"} {
+			var ours, theirs []bool
+			for range 8 {
+				d, err := s.Decide(ctx, key, policy, 1)
+				if err != nil {
+					t.Fatal(err)
+				}
+				r, err := lim.Allow(ctx, "{"+key+"}:"+policy.Name, redisRateLimit(policy))
+				if err != nil {
+					t.Fatal(err)
+				}
+				ours, theirs = append(ours, d.Allowed), append(theirs, r.Allowed > 0)
+			}
+			if fmt.Sprint(ours) != fmt.Sprint(theirs) {
+				t.Errorf("burst %d, key %s: sluice approved %v, redis_rate %v", burst, key, ours, theirs)
+			}
+			if want := int(policy.Capacity()); countTrue(ours) != want {
+				t.Errorf("burst %d, key %s: sluice approved %d of 8, want %d", burst, key, countTrue(ours), want)
+			}
+		}
+	}
+}
+
+func countTrue(bs []bool) int {
+	n := 0
+	for _, b := range bs {
+		if b {
+			n++
+		}
+	}
+	return n
 }
 
 // ceilingScript is the least a script call per decision can do that still writes the key's
