@@ -87,16 +87,17 @@ summary() {
 			printf "Redis store, token bucket, 64 goroutines, 10,000 keys, medians of %s rounds\n\n", rounds
 			print "| | decisions/s | vs redis_rate | vs one-script ceiling | p50 | p99 | decisions per script call |"
 			print "|---|---|---|---|---|---|---|"
-			split("sluice sluice-unbatched redis_rate go-redis-evalsha ceiling ceiling-go-redis redis-benchmark", impls, " ")
+			split("sluice sluice-unbatched redis_rate go-redis-evalsha ceiling ceiling-sluice-commands ceiling-go-redis redis-benchmark", impls, " ")
 			label["sluice"] = "**sluice** (rueidis, auto-pipelining, batches of waiting decisions)"
 			label["sluice-unbatched"] = "sluice with `MaxBatch: 1` (one script per decision, pipelined)"
 			label["redis_rate"] = "`go-redis/redis_rate/v10` (GCRA, go-redis, pool of 64)"
 			label["go-redis-evalsha"] = "sluice'"'"'s script through go-redis, one EVALSHA per round trip (pool of 64)"
 			label["ceiling"] = "one-script ceiling: EVALSHA of one HINCRBY per decision, rueidis"
-			label["ceiling-go-redis"] = "the same minimal script through go-redis (pool of 64)"
+			label["ceiling-sluice-commands"] = "the same with a script of sluice'"'"'s Redis commands (TIME, HMGET, HSET, PEXPIRE), no arithmetic"
+			label["ceiling-go-redis"] = "the minimal script through go-redis (pool of 64)"
 			label["redis-benchmark"] = "`redis-benchmark -c 64 -P 16` running EVALSHA of sluice'"'"'s script"
 			rr = m(r "redis_rate", "decisions/s"); ceil = m(r "ceiling", "decisions/s")
-			for (i = 1; i <= 7; i++) {
+			for (i = 1; i <= 8; i++) {
 				im = impls[i]; v = m(r im, "decisions/s"); dc = m(r im, "decisions/call")
 				printf "| %s | %s | %s | %s | %s | %s | %s |\n", label[im], num(v), times(v, rr), times(v, ceil), us(m(r im, "p50-µs")), us(m(r im, "p99-µs")), dc == "" ? "1" : sprintf("%.1f", dc)
 			}

@@ -36,8 +36,11 @@ import (
 //	                        one EVALSHA of a minimal script (one HINCRBY of the key): what Redis
 //	                        and the client do for one script call per decision, with no rate
 //	                        limiting in it
-//	impl=ceiling-go-redis   the same minimal script through go-redis (pool of 64): the ceiling
-//	                        of redis_rate's client
+//	impl=ceiling-sluice-commands  the same with a script of the Redis commands sluice's token
+//	                        bucket runs (TIME, HMGET, HSET, PEXPIRE) and none of its arithmetic:
+//	                        what of sluice's cost is Redis commands, what is its Lua
+//	impl=ceiling-go-redis   the minimal script through go-redis (pool of 64): the ceiling of
+//	                        redis_rate's client
 //	impl=redis-benchmark    redis-benchmark running EVALSHA of sluice's script, -c 64 -P 16: the
 //	                        server's own ceiling for this script, no client library in the way
 //
@@ -100,19 +103,23 @@ func BenchmarkRedisDecisions(b *testing.B) {
 		})
 	})
 
-	b.Run("impl=ceiling", func(b *testing.B) {
-		c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{srv.Addr}, DisableCache: true})
-		if err != nil {
-			b.Fatal(err)
-		}
-		defer c.Close()
-		script := rueidis.NewLuaScript(ceilingScript)
-		ctx := context.Background()
-		runDecisions(b, goroutines, keys, func(key string) (bool, error) {
-			err := script.Exec(ctx, c, []string{"ceiling:{" + key + "}"}, nil).Error()
-			return err == nil, err
+	for _, variant := range []struct{ name, script string }{
+		{"impl=ceiling", ceilingScript}, {"impl=ceiling-sluice-commands", sluiceCommandsScript},
+	} {
+		b.Run(variant.name, func(b *testing.B) {
+			c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{srv.Addr}, DisableCache: true})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer c.Close()
+			script := rueidis.NewLuaScript(variant.script)
+			ctx := context.Background()
+			runDecisions(b, goroutines, keys, func(key string) (bool, error) {
+				err := script.Exec(ctx, c, []string{"ceiling:{" + key + "}"}, nil).Error()
+				return err == nil, err
+			})
 		})
-	})
+	}
 
 	b.Run("impl=ceiling-go-redis", func(b *testing.B) {
 		c := goredis.NewClient(&goredis.Options{Addr: srv.Addr, PoolSize: goroutines})
@@ -210,6 +217,14 @@ func countTrue(bs []bool) int {
 // ceilingScript is the least a script call per decision can do that still writes the key's
 // state: one HINCRBY. It reads no clock and sets no TTL.
 const ceilingScript = "return redis.call('HINCRBY', KEYS[1], 'n', 1)"
+
+// sluiceCommandsScript runs the Redis commands of one token-bucket approval in single.lua (the
+// time, the state's five fields, its two new ones, its TTL), with nothing computed between them.
+const sluiceCommandsScript = `local t = redis.call('TIME')
+redis.call('HMGET', KEYS[1], 'alg', 'limit', 'period', 'tat', 'frac')
+redis.call('HSET', KEYS[1], 'tat', t[1], 'frac', t[2])
+redis.call('PEXPIRE', KEYS[1], 1000)
+return 1`
 
 // BenchmarkRedisClusterDecisions measures the same decisions from 64 goroutines on a local
 // 3-master Redis Cluster, batched (one script call per hash slot among the decisions waiting
