@@ -68,8 +68,8 @@ summary() {
 	END {
 		mem = "BenchmarkMemoryAllowParallel/keys="
 		if (cnt[mem "10000/impl=x-time-rate" SUBSEP "ns/op"]) {
-			printf "Memory store, ns per decision, medians of %s rounds; speed-up = baseline ns / ns (above 1: faster than the baseline)\n\n", rounds
-			print "| | 10,000 keys | speed-up vs x/time/rate `Allow` (time.Now) | speed-up vs x/time/rate `AllowN` (same clock) | one hot key | allocations |"
+			print "Memory store; speed-up = the baseline'"'"'s ns / ns (above 1: faster than the baseline)\n"
+			print "| ns per decision, median of " rounds " rounds | 10,000 keys | speed-up vs `Allow` (time.Now) | speed-up vs `AllowN` (same clock) | one hot key | bytes allocated per decision (10,000 keys) |"
 			print "|---|---|---|---|---|---|"
 			split("x-time-rate x-time-rate-monotonic fixed-window sliding-log sliding-window token-bucket leaky-bucket", impls, " ")
 			label["x-time-rate"] = "x/time/rate map, `Allow` (time.Now)"
@@ -78,7 +78,7 @@ summary() {
 			for (i = 1; i <= 7; i++) {
 				im = impls[i]; many = m(mem "10000/impl=" im, "ns/op"); hot = m(mem "1/impl=" im, "ns/op")
 				b = m(mem "10000/impl=" im, "B/op")
-				printf "| %s | %s | %s | %s | %s | %s |\n", (im in label ? label[im] : im), num(many), times(base1, many), times(base2, many), num(hot), b == 0 ? "0" : b " B/op"
+				printf "| %s | %s | %s | %s | %s | %.0f |\n", (im in label ? label[im] : im), num(many), times(base1, many), times(base2, many), num(hot), b
 			}
 			printf "\nClock reads, parallel: time.Now %s ns, monotonic (time.Since) %s ns.\n\n", num(m("BenchmarkMemoryClock/impl=time-now", "ns/op")), num(m("BenchmarkMemoryClock/impl=monotonic", "ns/op"))
 		}
