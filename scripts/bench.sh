@@ -6,7 +6,8 @@
 # medians again as Markdown tables for the README, with the ratios to the baselines.
 #
 # ROUNDS (memory, default 10), BENCHTIME (memory, default 300ms) and REDIS_ROUNDS (Redis and
-# Redis Cluster, default 5) set the length; the defaults take about 4 minutes on 2 cores.
+# Redis Cluster, default 7: benchstat needs 6 for a confidence interval) set the length; the
+# defaults take about 5–6 minutes on 2 cores.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if ! command -v go >/dev/null 2>&1 && [ -x /usr/local/go/bin/go ]; then
@@ -14,7 +15,8 @@ if ! command -v go >/dev/null 2>&1 && [ -x /usr/local/go/bin/go ]; then
 fi
 benchstat="go run golang.org/x/perf/cmd/benchstat@v0.0.0-20260908200009-22c9c6c9d4da"
 work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
+# BENCH_OUT=dir keeps every round's raw output there (memory.txt, redis.txt, cluster.txt).
+trap 'if [ -n "${BENCH_OUT:-}" ]; then mkdir -p "$BENCH_OUT" && cp "$work"/*.txt "$BENCH_OUT"/; fi; rm -rf "$work"' EXIT
 
 # The memory store beside golang.org/x/time/rate twice: calling Allow (time.Now) and AllowN at
 # the time read from the memory store's own clock; and the two clocks' cost alone.
@@ -26,12 +28,15 @@ done
 grep -E '^(goos|goarch|pkg|cpu):' "$work/memory.txt" | sort -u
 echo
 $benchstat -col /impl "$work/memory.txt"
+echo
+echo "== The same against the baseline on the same clock (x/time/rate AllowN)"
+$benchstat -filter '.name:MemoryAllowParallel -/impl:x-time-rate' -col /impl "$work/memory.txt" | awk '/^$/ { done = 1 } !done'
 
 # The Redis store: decisions per second and latency from 64 goroutines on one local Redis, beside
 # redis_rate, go-redis doing one EVALSHA per round trip, the one-script ceiling and
 # redis-benchmark, in the same run.
 go test -c -o "$work/redis.test" ./store/redis/
-for round in $(seq "${REDIS_ROUNDS:-5}"); do
+for round in $(seq "${REDIS_ROUNDS:-7}"); do
 	"$work/redis.test" -test.run='^$' -test.bench='^BenchmarkRedisDecisions$' -test.benchtime=100000x >>"$work/redis.txt"
 done
 echo
@@ -39,7 +44,7 @@ $benchstat -col /impl "$work/redis.txt"
 
 # The same on a 3-master Redis Cluster: batched by hash slot beside one script per decision,
 # on many clients and on a few hot ones.
-for round in $(seq "${REDIS_ROUNDS:-5}"); do
+for round in $(seq "${REDIS_ROUNDS:-7}"); do
 	"$work/redis.test" -test.run='^$' -test.bench='^BenchmarkRedisClusterDecisions$' -test.benchtime=50000x >>"$work/cluster.txt"
 done
 echo
@@ -121,5 +126,5 @@ echo
 echo "== Summary for the README (medians of the rounds above)"
 echo
 summary "$work/memory.txt" "${ROUNDS:-10}"
-summary "$work/redis.txt" "${REDIS_ROUNDS:-5}"
-summary "$work/cluster.txt" "${REDIS_ROUNDS:-5}"
+summary "$work/redis.txt" "${REDIS_ROUNDS:-7}"
+summary "$work/cluster.txt" "${REDIS_ROUNDS:-7}"
