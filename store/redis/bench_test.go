@@ -12,7 +12,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-redis/redis_rate/v10"
 	goredis "github.com/redis/go-redis/v9"
+	"github.com/redis/rueidis"
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/algorithm"
@@ -22,14 +24,28 @@ import (
 // BenchmarkRedisDecisions measures token-bucket decisions per second and their p50/p99 latency
 // from 64 goroutines against one local Redis, on 10,000 keys, in one run with its baselines:
 //
-//	impl=sluice            this store: rueidis, automatic pipelining, and the decisions that wait
-//	                       at once sent as one batch script call (up to 16)
-//	impl=sluice-unbatched  this store with MaxBatch 1: one script call per decision, pipelined
-//	impl=go-redis-evalsha  the same script through go-redis, one EVALSHA per round trip (a pool)
-//	impl=redis-benchmark   redis-benchmark running EVALSHA of the same script, -c 50 -P 16: the
-//	                       server's own ceiling for this script, no client library in the way
+//	impl=sluice             this store: rueidis, automatic pipelining, and the decisions that
+//	                        wait at once sent as one batch script call (up to 16)
+//	impl=sluice-unbatched   this store with MaxBatch 1: one script call per decision, pipelined
+//	impl=redis_rate         github.com/go-redis/redis_rate/v10, the library a Go service would
+//	                        pick: GCRA (what sluice's token bucket is) with the same rate and
+//	                        burst, one script call per decision on go-redis (a pool of 64
+//	                        connections, one per caller: its best case)
+//	impl=go-redis-evalsha   sluice's script through go-redis, one EVALSHA per round trip (a pool)
+//	impl=ceiling            the one-script ceiling: the same 64 callers on rueidis, each decision
+//	                        one EVALSHA of a minimal script (one HINCRBY of the key): what Redis
+//	                        and the client do for one script call per decision, with no rate
+//	                        limiting in it
+//	impl=ceiling-sluice-commands  the same with a script of the Redis commands sluice's token
+//	                        bucket runs (TIME, HMGET, HSET, PEXPIRE) and none of its arithmetic:
+//	                        what of sluice's cost is Redis commands, what is its Lua
+//	impl=ceiling-go-redis   the minimal script through go-redis (pool of 64): the ceiling of
+//	                        redis_rate's client
+//	impl=redis-benchmark    redis-benchmark running EVALSHA of sluice's script, -c 64 -P 16: the
+//	                        server's own ceiling for this script, no client library in the way
 //
-// The limit is high so that decisions are approvals (the path that writes).
+// The limit is high so that decisions are approvals (the path that writes); every variant
+// reports the share it approved.
 func BenchmarkRedisDecisions(b *testing.B) {
 	srv := redistest.Start(b)
 	policy := sluice.Policy{Name: "bench", Algorithm: sluice.TokenBucket, Limit: 1_000_000, Period: time.Second}
@@ -50,12 +66,29 @@ func BenchmarkRedisDecisions(b *testing.B) {
 			}
 			defer s.Close()
 			ctx := context.Background()
-			runDecisions(b, goroutines, keys, func(key string) error {
-				_, err := s.Decide(ctx, key, policy, 1)
-				return err
+			calls := s.Stats().Calls
+			runDecisions(b, goroutines, keys, func(key string) (bool, error) {
+				d, err := s.Decide(ctx, key, policy, 1)
+				return d.Allowed, err
 			})
+			b.ReportMetric(float64(b.N)/float64(s.Stats().Calls-calls), "decisions/call")
 		})
 	}
+
+	b.Run("impl=redis_rate", func(b *testing.B) {
+		c := goredis.NewClient(&goredis.Options{Addr: srv.Addr, PoolSize: goroutines})
+		defer c.Close()
+		lim := redis_rate.NewLimiter(c)
+		limit := redisRateLimit(policy)
+		ctx := context.Background()
+		runDecisions(b, goroutines, keys, func(key string) (bool, error) {
+			r, err := lim.Allow(ctx, "{"+key+"}:bench", limit)
+			if err != nil {
+				return false, err
+			}
+			return r.Allowed > 0, nil
+		})
+	})
 
 	b.Run("impl=go-redis-evalsha", func(b *testing.B) {
 		c := goredis.NewClient(&goredis.Options{Addr: srv.Addr, PoolSize: goroutines})
@@ -63,9 +96,39 @@ func BenchmarkRedisDecisions(b *testing.B) {
 		ctx := context.Background()
 		script := goredis.NewScript(singleScript(sluice.TokenBucket))
 		args := []any{int(sluice.TokenBucket), policy.Limit, policy.PeriodMicros(), policy.Burst, 1, "", 0}
-		runDecisions(b, goroutines, keys, func(key string) error {
+		runDecisions(b, goroutines, keys, func(key string) (bool, error) {
 			k := "rate-limit:{" + key + "}:bench"
-			return script.Run(ctx, c, []string{k, k + ":log"}, args...).Err()
+			r, err := script.Run(ctx, c, []string{k, k + ":log"}, args...).Int64Slice()
+			return err == nil && r[0] == 1, err
+		})
+	})
+
+	for _, variant := range []struct{ name, script string }{
+		{"impl=ceiling", ceilingScript}, {"impl=ceiling-sluice-commands", sluiceCommandsScript},
+	} {
+		b.Run(variant.name, func(b *testing.B) {
+			c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{srv.Addr}, DisableCache: true})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer c.Close()
+			script := rueidis.NewLuaScript(variant.script)
+			ctx := context.Background()
+			runDecisions(b, goroutines, keys, func(key string) (bool, error) {
+				err := script.Exec(ctx, c, []string{"ceiling:{" + key + "}"}, nil).Error()
+				return err == nil, err
+			})
+		})
+	}
+
+	b.Run("impl=ceiling-go-redis", func(b *testing.B) {
+		c := goredis.NewClient(&goredis.Options{Addr: srv.Addr, PoolSize: goroutines})
+		defer c.Close()
+		script := goredis.NewScript(ceilingScript)
+		ctx := context.Background()
+		runDecisions(b, goroutines, keys, func(key string) (bool, error) {
+			err := script.Run(ctx, c, []string{"ceiling:{" + key + "}"}).Err()
+			return err == nil, err
 		})
 	})
 
@@ -77,7 +140,7 @@ func BenchmarkRedisDecisions(b *testing.B) {
 		n := max(b.N, 50_000)
 		start := time.Now()
 		out, err := exec.Command("redis-benchmark", "-h", "127.0.0.1", "-p", strconv.Itoa(srv.Port),
-			"-c", "50", "-P", "16", "-n", strconv.Itoa(n), "-r", "10000", "-q",
+			"-c", strconv.Itoa(goroutines), "-P", "16", "-n", strconv.Itoa(n), "-r", "10000", "-q",
 			"EVALSHA", sha, "2", "rate-limit:{customer-__rand_int__}:rb", "rate-limit:{customer-__rand_int__}:rb:log",
 			strconv.Itoa(int(sluice.TokenBucket)), "1000000", "1000000", "0", "1", "", "0").CombinedOutput()
 		elapsed := time.Since(start)
@@ -95,6 +158,73 @@ func BenchmarkRedisDecisions(b *testing.B) {
 		b.ReportMetric(0, "p99-µs")
 	})
 }
+
+// redisRateLimit is p as redis_rate spells it: GCRA of rate Limit per Period with burst p's
+// capacity, which is what sluice's token bucket decides (TestRedisRateDecidesLikeTokenBucket).
+func redisRateLimit(p sluice.Policy) redis_rate.Limit {
+	return redis_rate.Limit{Rate: int(p.Limit), Burst: int(p.Capacity()), Period: p.Period}
+}
+
+// TestRedisRateDecidesLikeTokenBucket checks that BenchmarkRedisDecisions's redis_rate baseline
+// does the work sluice does: on the same Redis, a token bucket of 5 per hour (no refill within
+// the test) approves the same first 5 of 8 requests on each key in both.
+func TestRedisRateDecidesLikeTokenBucket(t *testing.T) {
+	srv := redistest.Start(t)
+	s, err := New(Options{Addrs: []string{srv.Addr}, Timeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	c := goredis.NewClient(&goredis.Options{Addr: srv.Addr})
+	defer c.Close()
+	lim := redis_rate.NewLimiter(c)
+	ctx := context.Background()
+	for _, burst := range []int64{0, 3} {
+		policy := sluice.Policy{Name: fmt.Sprintf("burst-%d", burst), Algorithm: sluice.TokenBucket, Limit: 5, Period: time.Hour, Burst: burst}
+		for _, key := range []string{"a", "b"} {
+			var ours, theirs []bool
+			for range 8 {
+				d, err := s.Decide(ctx, key, policy, 1)
+				if err != nil {
+					t.Fatal(err)
+				}
+				r, err := lim.Allow(ctx, "{"+key+"}:"+policy.Name, redisRateLimit(policy))
+				if err != nil {
+					t.Fatal(err)
+				}
+				ours, theirs = append(ours, d.Allowed), append(theirs, r.Allowed > 0)
+			}
+			if fmt.Sprint(ours) != fmt.Sprint(theirs) {
+				t.Errorf("burst %d, key %s: sluice approved %v, redis_rate %v", burst, key, ours, theirs)
+			}
+			if want := int(policy.Capacity()); countTrue(ours) != want {
+				t.Errorf("burst %d, key %s: sluice approved %d of 8, want %d", burst, key, countTrue(ours), want)
+			}
+		}
+	}
+}
+
+func countTrue(bs []bool) int {
+	n := 0
+	for _, b := range bs {
+		if b {
+			n++
+		}
+	}
+	return n
+}
+
+// ceilingScript is the least a script call per decision can do that still writes the key's
+// state: one HINCRBY. It reads no clock and sets no TTL.
+const ceilingScript = "return redis.call('HINCRBY', KEYS[1], 'n', 1)"
+
+// sluiceCommandsScript runs the Redis commands of one token-bucket approval in single.lua (the
+// time, the state's five fields, its two new ones, its TTL), with nothing computed between them.
+const sluiceCommandsScript = `local t = redis.call('TIME')
+redis.call('HMGET', KEYS[1], 'alg', 'limit', 'period', 'tat', 'frac')
+redis.call('HSET', KEYS[1], 'tat', t[1], 'frac', t[2])
+redis.call('PEXPIRE', KEYS[1], 1000)
+return 1`
 
 // BenchmarkRedisClusterDecisions measures the same decisions from 64 goroutines on a local
 // 3-master Redis Cluster, batched (one script call per hash slot among the decisions waiting
@@ -120,9 +250,9 @@ func BenchmarkRedisClusterDecisions(b *testing.B) {
 				defer s.Close()
 				ctx := context.Background()
 				calls := s.Stats().Calls
-				runDecisions(b, 64, keys, func(key string) error {
-					_, err := s.Decide(ctx, key, policy, 1)
-					return err
+				runDecisions(b, 64, keys, func(key string) (bool, error) {
+					d, err := s.Decide(ctx, key, policy, 1)
+					return d.Allowed, err
 				})
 				b.ReportMetric(float64(b.N)/float64(s.Stats().Calls-calls), "decisions/call")
 			})
@@ -131,9 +261,9 @@ func BenchmarkRedisClusterDecisions(b *testing.B) {
 }
 
 // runDecisions runs b.N decisions from n goroutines (keys picked round-robin per goroutine) and
-// reports decisions/s and the p50 and p99 latency of one decision.
-func runDecisions(b *testing.B, n int, keys []string, decide func(key string) error) {
-	var next atomic.Int64
+// reports decisions/s, the p50 and p99 latency of one decision and the share approved.
+func runDecisions(b *testing.B, n int, keys []string, decide func(key string) (bool, error)) {
+	var next, approved atomic.Int64
 	lat := make([][]time.Duration, n)
 	var wg sync.WaitGroup
 	var failed atomic.Value
@@ -149,11 +279,15 @@ func runDecisions(b *testing.B, n int, keys []string, decide func(key string) er
 					return
 				}
 				t0 := time.Now()
-				if err := decide(keys[int(i)%len(keys)]); err != nil {
+				ok, err := decide(keys[int(i)%len(keys)])
+				if err != nil {
 					failed.Store(err)
 					return
 				}
 				lat[g] = append(lat[g], time.Since(t0))
+				if ok {
+					approved.Add(1)
+				}
 			}
 		}(g)
 	}
@@ -169,6 +303,7 @@ func runDecisions(b *testing.B, n int, keys []string, decide func(key string) er
 	}
 	sort.Slice(all, func(i, j int) bool { return all[i] < all[j] })
 	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "decisions/s")
+	b.ReportMetric(float64(approved.Load())/float64(b.N)*100, "%approved")
 	if len(all) > 0 {
 		b.ReportMetric(float64(all[len(all)/2].Microseconds()), "p50-µs")
 		b.ReportMetric(float64(all[len(all)*99/100].Microseconds()), "p99-µs")
