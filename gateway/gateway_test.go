@@ -71,11 +71,17 @@ func forEachEngine(t *testing.T, test func(t *testing.T, engine string)) {
 // engine's kind on a loopback port.
 func start(t *testing.T, engine, yaml string, up *upstream) (*frontend, *gateway.Server) {
 	t.Helper()
+	return startLoggingTo(t, engine, yaml, up, io.Discard)
+}
+
+// startLoggingTo is start with the server's log (level info) written to w.
+func startLoggingTo(t *testing.T, engine, yaml string, up *upstream, w io.Writer) (*frontend, *gateway.Server) {
+	t.Helper()
 	cfg, err := config.Parse([]byte(strings.ReplaceAll(yaml, "UPSTREAM", up.URL)), "test.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := gateway.NewServer(cfg, "", slog.New(slog.NewTextHandler(io.Discard, nil)))
+	srv, err := gateway.NewServer(cfg, "", slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelInfo})))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -41,28 +41,9 @@ func (b *logBuffer) String() string {
 // written to a buffer.
 func startLogged(t *testing.T, yaml string, up *upstream) (*frontend, *gateway.Server, *logBuffer) {
 	t.Helper()
-	cfg, err := config.Parse([]byte(strings.ReplaceAll(yaml, "UPSTREAM", up.URL)), "test.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
 	logs := &logBuffer{}
-	srv, err := gateway.NewServer(cfg, "", slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelInfo})))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(srv.Close)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	fs := srv.FastServer()
-	done := make(chan error, 1)
-	go func() { done <- fs.Serve(ln) }()
-	t.Cleanup(func() {
-		_ = fs.Shutdown()
-		<-done
-	})
-	return &frontend{"http://" + ln.Addr().String()}, srv, logs
+	fe, srv := startLoggingTo(t, "fasthttp", yaml, up, logs)
+	return fe, srv, logs
 }
 
 // metricValue reads one sample of the admin listener's /metrics.

@@ -14,6 +14,7 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/sluicehq/sluice/algorithm"
+	"github.com/sluicehq/sluice/store/storetest"
 	"github.com/sluicehq/sluice/internal/redistest"
 )
 
@@ -294,22 +295,8 @@ func luaRandomPeriod(r *rand.Rand) int64 {
 	}
 }
 
-// luaMaxCost is the largest cost CheckCost lets through for p: the limit, the bucket's capacity,
-// or the leaky bucket's largest cost that drains in under 2^62 µs (at most MaxInt64).
-func luaMaxCost(p *algorithm.Policy) int64 {
-	switch p.Algorithm {
-	case algorithm.TokenBucket:
-		return p.Capacity()
-	case algorithm.LeakyBucket:
-		c := new(big.Int).Lsh(big.NewInt(p.Limit), 62) // cost·period < 2^62·limit
-		c.Sub(c, big.NewInt(1)).Div(c, big.NewInt(p.PeriodMicros()))
-		if !c.IsInt64() {
-			return 1<<63 - 1
-		}
-		return c.Int64()
-	}
-	return p.Limit
-}
+// luaMaxCost is the largest cost CheckCost lets through for p (storetest.MaxCost).
+func luaMaxCost(p *algorithm.Policy) int64 { return storetest.MaxCost(p) }
 
 // luaNextNow moves now on: repeats, small steps (around the emission interval), steps within a
 // period, long pauses, a few steps backward, and a few jumps anywhere in |now| < 2^60 (far back
