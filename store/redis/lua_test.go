@@ -14,8 +14,8 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/sluicehq/sluice/algorithm"
-	"github.com/sluicehq/sluice/store/storetest"
 	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/store/storetest"
 )
 
 // The scripts against the pure core: every decision a script makes on a real redis-server must
