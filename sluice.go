@@ -114,8 +114,9 @@ func (l *Limit) MaxDelayMicros() int64 {
 	return int64(l.MaxDelay / time.Microsecond)
 }
 
-// PolicyChecker is implemented by stores that cannot take every valid policy (the Redis store
-// computes in Lua's doubles); NewLimiter asks them before accepting a policy.
+// PolicyChecker is implemented by stores that cannot take every valid policy; NewLimiter asks
+// them before accepting a policy. Both of sluice's stores take every policy Validate accepts
+// (the Redis scripts compute exactly beyond 2^53), so neither implements it.
 type PolicyChecker interface {
 	CheckPolicy(p Policy) error
 }
