@@ -80,9 +80,9 @@ func fuzzTrace(p *Policy, alg uint8, data []byte, backward bool) []request {
 	return reqs
 }
 
-// addSeeds gives every target the same seed corpus: each algorithm, a few typical policies, and
+// addCorpus gives every target the same starting corpus: each algorithm, a few typical policies, and
 // traces of bursts, steady streams, window edges and costs.
-func addSeeds(f *testing.F) {
+func addCorpus(f *testing.F) {
 	burst := func(n int, gap uint16, cost byte) []byte {
 		var b []byte
 		for range n {
@@ -111,7 +111,7 @@ func addSeeds(f *testing.F) {
 }
 
 func FuzzDecide(f *testing.F) {
-	addSeeds(f)
+	addCorpus(f)
 	f.Fuzz(func(t *testing.T, alg, limit, burst uint8, period uint32, trace []byte) {
 		p := fuzzPolicy(alg, limit, burst, period)
 		checkAll(t, &p, replay(&p, fuzzTrace(&p, alg, trace, false)))
@@ -119,7 +119,7 @@ func FuzzDecide(f *testing.F) {
 }
 
 func FuzzRetryAfter(f *testing.F) {
-	addSeeds(f)
+	addCorpus(f)
 	f.Fuzz(func(t *testing.T, alg, limit, burst uint8, period uint32, trace []byte) {
 		p := fuzzPolicy(alg, limit, burst, period)
 		recs := replay(&p, fuzzTrace(&p, alg, trace, false))
@@ -131,7 +131,7 @@ func FuzzRetryAfter(f *testing.F) {
 }
 
 func FuzzAdmissionBounds(f *testing.F) {
-	addSeeds(f)
+	addCorpus(f)
 	f.Fuzz(func(t *testing.T, alg, limit, burst uint8, period uint32, trace []byte) {
 		p := fuzzPolicy(alg, limit, burst, period)
 		recs := replay(&p, fuzzTrace(&p, alg, trace, false))
@@ -141,7 +141,7 @@ func FuzzAdmissionBounds(f *testing.F) {
 }
 
 func FuzzResetAfter(f *testing.F) {
-	addSeeds(f)
+	addCorpus(f)
 	f.Fuzz(func(t *testing.T, alg, limit, burst uint8, period uint32, trace []byte) {
 		p := fuzzPolicy(alg, limit, burst, period)
 		recs := replay(&p, fuzzTrace(&p, alg, trace, false))
@@ -152,7 +152,7 @@ func FuzzResetAfter(f *testing.F) {
 
 // FuzzClockBackward runs traces whose clock may step back: see checkClockBackward.
 func FuzzClockBackward(f *testing.F) {
-	addSeeds(f)
+	addCorpus(f)
 	f.Fuzz(func(t *testing.T, alg, limit, burst uint8, period uint32, trace []byte) {
 		p := fuzzPolicy(alg, limit, burst, period)
 		checkClockBackward(t, &p, replay(&p, fuzzTrace(&p, alg, trace, true)))

@@ -90,7 +90,7 @@ type TLS struct {
 // Store says where the limiter keeps its state.
 type Store struct {
 	Type        string   // StoreMemory (the default) or StoreRedis
-	Addrs       []string // redis: host:port; one is a single server, several are Cluster seed nodes
+	Addrs       []string // redis: host:port; one is a single server, several are nodes of one Cluster, from which the client discovers the rest
 	URL         string   // redis, instead of Addrs: redis://[user@]host:port[/db], rediss:// for TLS
 	Username    string   // redis ACL user
 	Password    Secret   // redis password, from password or from the environment (password_env)

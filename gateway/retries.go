@@ -10,8 +10,8 @@ import (
 // common "immediate retry" mistake: a client that comes back before its Retry-After ran out.
 // Bounded: a full shard forgets new refusals rather than grow (client input never grows memory).
 type earlyRetries struct {
-	seed   maphash.Seed
-	shards [32]struct {
+	hashKey maphash.Seed // random per process: clients cannot aim their keys at one shard
+	shards  [32]struct {
 		mu sync.Mutex
 		m  map[string]time.Time // guarded by mu
 	}
@@ -19,7 +19,7 @@ type earlyRetries struct {
 }
 
 func newEarlyRetries(size int) *earlyRetries {
-	e := &earlyRetries{seed: maphash.MakeSeed(), max: max(1, size/32)}
+	e := &earlyRetries{hashKey: maphash.MakeSeed(), max: max(1, size/32)}
 	for i := range e.shards {
 		e.shards[i].m = map[string]time.Time{}
 	}
@@ -28,7 +28,7 @@ func newEarlyRetries(size int) *earlyRetries {
 
 // early reports whether key comes back before its last refusal's Retry-After ran out.
 func (e *earlyRetries) early(key string, now time.Time) bool {
-	sh := &e.shards[maphash.String(e.seed, key)%32]
+	sh := &e.shards[maphash.String(e.hashKey, key)%32]
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	until, ok := sh.m[key]
@@ -44,7 +44,7 @@ func (e *earlyRetries) early(key string, now time.Time) bool {
 
 // refused records that key is refused until until.
 func (e *earlyRetries) refused(key string, until time.Time) {
-	sh := &e.shards[maphash.String(e.seed, key)%32]
+	sh := &e.shards[maphash.String(e.hashKey, key)%32]
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	if _, ok := sh.m[key]; !ok && len(sh.m) >= e.max {

@@ -96,11 +96,11 @@ func BenchmarkMemoryClock(b *testing.B) {
 // the keys (goroutines walking one sequence in step would meet on the same key and lock every
 // time, measuring contention instead of decisions), and reports the share approved.
 func runParallel(b *testing.B, keys []string, allow func(string) bool) {
-	var seeds, approved atomic.Uint64
+	var states, approved atomic.Uint64
 	b.ReportAllocs()
 	b.ResetTimer()
 	b.RunParallel(func(pb *testing.PB) {
-		x := seeds.Add(0x9E3779B97F4A7C15) // xorshift64 state, distinct per goroutine
+		x := states.Add(0x9E3779B97F4A7C15) // xorshift64 state, distinct per goroutine
 		n := uint64(len(keys))
 		ok := uint64(0)
 		for pb.Next() {

@@ -237,9 +237,9 @@ func luaRandomPolicy(r *rand.Rand, a algorithm.Algorithm) algorithm.Policy {
 		return luaPolicy(a, 1+r.Int64N(12), period, burst)
 	}
 	for {
-		p := luaPolicy(a, luaRandomCount(r), luaRandomPeriod(r), 0)
+		p := luaPolicy(a, storetest.RandomCount(r), luaRandomPeriod(r), 0)
 		if bucket && r.IntN(4) != 0 {
-			p.Burst = luaRandomCount(r)
+			p.Burst = storetest.RandomCount(r)
 			if r.IntN(3) == 0 { // at Validate's bound: capacity·period/limit just below 2^53 µs
 				c := new(big.Int).Lsh(big.NewInt(p.Limit), 53)
 				c.Sub(c, big.NewInt(1)).Div(c, big.NewInt(p.PeriodMicros()))
@@ -254,23 +254,6 @@ func luaRandomPolicy(r *rand.Rand, a algorithm.Algorithm) algorithm.Policy {
 		if p.Validate() == nil {
 			return p
 		}
-	}
-}
-
-// luaRandomCount is a limit or a burst: small, about a million, near 2^53 or 2^53 itself, a power
-// of two, or anything in 1..2^53.
-func luaRandomCount(r *rand.Rand) int64 {
-	switch r.IntN(6) {
-	case 0:
-		return 1 + r.Int64N(12)
-	case 1:
-		return 1 + r.Int64N(2_000_000)
-	case 2:
-		return algorithm.MaxLimit - r.Int64N(3)
-	case 3:
-		return 1 << r.IntN(54)
-	default:
-		return 1 + r.Int64N(algorithm.MaxLimit)
 	}
 }
 
@@ -294,9 +277,6 @@ func luaRandomPeriod(r *rand.Rand) int64 {
 		return 1000 + r.Int64N(luaMaxPeriod-999)
 	}
 }
-
-// luaMaxCost is the largest cost CheckCost lets through for p (storetest.MaxCost).
-func luaMaxCost(p *algorithm.Policy) int64 { return storetest.MaxCost(p) }
 
 // luaNextNow moves now on: repeats, small steps (around the emission interval), steps within a
 // period, long pauses, a few steps backward, and a few jumps anywhere in |now| < 2^60 (far back
@@ -333,13 +313,13 @@ func luaRandomCost(r *rand.Rand, p *algorithm.Policy) int64 {
 	case x < 11:
 		return 1
 	case x < 15:
-		return min(2+r.Int64N(3), luaMaxCost(p))
+		return min(2+r.Int64N(3), storetest.MaxCost(p))
 	case x < 17:
-		return max(0, luaMaxCost(p)-r.Int64N(3))
+		return max(0, storetest.MaxCost(p)-r.Int64N(3))
 	case x < 18:
-		return luaMaxCost(p) / 2
+		return storetest.MaxCost(p) / 2
 	default:
-		return r.Int64N(luaMaxCost(p)) + 1
+		return r.Int64N(storetest.MaxCost(p)) + 1
 	}
 }
 
@@ -589,7 +569,7 @@ func TestLuaGoldenLargeNumbers(t *testing.T) {
 		if a == algorithm.TokenBucket || a == algorithm.LeakyBucket {
 			p = luaPolicy(a, max, luaMaxPeriod, 8_796_093_022_207_999) // capacity·period/limit just below 2^53 µs
 		}
-		most := luaMaxCost(&p)
+		most := storetest.MaxCost(&p)
 		var steps [][2]int64
 		for _, now := range []int64{-luaNowMax, -luaNowMax + 1, -1 << 53, 0, t0, 1<<53 - 1, 1 << 53, 1<<53 + 1, luaNowMax - luaMaxPeriod, luaNowMax} {
 			steps = append(steps, [2]int64{now, most}, [2]int64{now, 1}, [2]int64{now, most / 2}, [2]int64{now, 0})
@@ -604,7 +584,7 @@ func TestLuaGoldenLargeNumbers(t *testing.T) {
 	e.luaTrace("rate-limit:{largest}:drain", luaPolicy(algorithm.LeakyBucket, max, 1000, 0),
 		[][2]int64{{t0, 1<<63 - 1}, {t0, 1}, {t0 + 1_023_999, 1}, {t0 + 1_024_000, 1}})
 	lb := luaPolicy(algorithm.LeakyBucket, 3, 1000, 5)
-	e.luaTrace("rate-limit:{largest}:long-drain", lb, [][2]int64{{t0, luaMaxCost(&lb)}, {t0, 1}, {luaNowMax, 1}, {luaNowMax, luaMaxCost(&lb)}})
+	e.luaTrace("rate-limit:{largest}:long-drain", lb, [][2]int64{{t0, storetest.MaxCost(&lb)}, {t0, 1}, {luaNowMax, 1}, {luaNowMax, storetest.MaxCost(&lb)}})
 
 	// Far backward: from real time to 1970.
 	for _, p := range []algorithm.Policy{

@@ -31,9 +31,9 @@ import (
 // each entry also holds the policy's fingerprint, and a lookup under another one misses and drops
 // the entry: the new policy's decision is Redis's, from the first request.
 type negativeCache struct {
-	seed   maphash.Seed
-	shards [64]negShard
-	max    int // entries per shard
+	hashKey maphash.Seed // random per process: clients cannot aim their keys at one shard
+	shards  [64]negShard
+	max     int // entries per shard
 }
 
 type negShard struct {
@@ -61,7 +61,7 @@ func fingerprintOf(p *sluice.Policy) fingerprint {
 }
 
 func newNegativeCache(size int) *negativeCache {
-	c := &negativeCache{seed: maphash.MakeSeed(), max: max(1, size/64)}
+	c := &negativeCache{hashKey: maphash.MakeSeed(), max: max(1, size/64)}
 	for i := range c.shards {
 		c.shards[i].m = map[string]negEntry{}
 	}
@@ -69,7 +69,7 @@ func newNegativeCache(size int) *negativeCache {
 }
 
 func (c *negativeCache) shard(key string) *negShard {
-	return &c.shards[maphash.String(c.seed, key)%uint64(len(c.shards))]
+	return &c.shards[maphash.String(c.hashKey, key)%uint64(len(c.shards))]
 }
 
 // lookup returns the cached refusal of key under the policy fp for cost at now, if there is one.

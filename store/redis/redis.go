@@ -65,7 +65,7 @@ const (
 
 // Options configures a Store. Either Addrs or URL.
 type Options struct {
-	Addrs    []string // one address: a single server; several: a Redis Cluster (seed nodes)
+	Addrs    []string // one address: a single server; several: nodes of one Redis Cluster, from which the client discovers the rest
 	URL      string   // instead of Addrs: redis://[user:password@]host:port[/db], rediss:// for TLS
 	Username string   // ACL user
 	Password string

@@ -356,19 +356,7 @@ func FuzzedLargeTraces(seed uint64, n, steps int) []Trace {
 		}
 		return b
 	}
-	count := func() int64 {
-		switch r.IntN(5) {
-		case 0:
-			return 1 + r.Int64N(12)
-		case 1:
-			return 1 + r.Int64N(2_000_000)
-		case 2:
-			return algorithm.MaxLimit - r.Int64N(3)
-		case 3:
-			return 1 << r.IntN(54)
-		}
-		return 1 + r.Int64N(algorithm.MaxLimit)
-	}
+	count := func() int64 { return RandomCount(r) }
 	const maxPeriod = int64(1<<63-1) / int64(time.Microsecond)
 	const far = int64(1<<60 - 1)
 	period := func() int64 {
@@ -769,4 +757,20 @@ func (s Suite) replayPolicyChange(t *testing.T, from, to sluice.Policy) int64 {
 		}
 	}
 	return cached
+}
+
+// RandomCount is a limit or a burst drawn from r over the whole valid range: small, about a
+// million, near 2^53 or 2^53 itself, a power of two, or anything in 1..2^53.
+func RandomCount(r *rand.Rand) int64 {
+	switch r.IntN(5) {
+	case 0:
+		return 1 + r.Int64N(12)
+	case 1:
+		return 1 + r.Int64N(2_000_000)
+	case 2:
+		return algorithm.MaxLimit - r.Int64N(3)
+	case 3:
+		return 1 << r.IntN(54)
+	}
+	return 1 + r.Int64N(algorithm.MaxLimit)
 }

@@ -301,7 +301,7 @@ func TestJitter(t *testing.T) {
 	sc.Seed = 43
 	c, _ := sc.Requests()
 	if reflect.DeepEqual(a, c) {
-		t.Error("seeds 42 and 43 gave the same requests")
+		t.Error("Seed 42 and Seed 43 gave the same requests")
 	}
 
 	// The trace the page offers is what `sluice simulate --trace` reads back.
