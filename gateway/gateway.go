@@ -357,7 +357,9 @@ func (req *request) outs(n int) []sluice.Decision {
 // failure is the answer to a request the store could not decide.
 func (g *Gateway) failure(req *request, err error) answer.Problem {
 	switch {
-	case errors.Is(err, sluice.ErrCostExceedsLimit), errors.Is(err, sluice.ErrInvalidCost):
+	case errors.Is(err, sluice.ErrInvalidCost):
+		return answer.InvalidCost(req.cost)
+	case errors.Is(err, sluice.ErrCostExceedsLimit):
 		for _, a := range req.applied {
 			var d sluice.Decision
 			if algorithm.CheckCost(&a.Policy, req.cost, &d) != nil {

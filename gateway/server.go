@@ -351,14 +351,6 @@ func (w *watchedStore) DecideAll(ctx context.Context, key string, limits []sluic
 // Available is the guarded store's.
 func (w *watchedStore) Available() bool { return w.avail.Available() }
 
-// CheckPolicy passes the question on to the guarded store.
-func (w *watchedStore) CheckPolicy(p sluice.Policy) error {
-	if pc, ok := w.Store.(sluice.PolicyChecker); ok {
-		return pc.CheckPolicy(p)
-	}
-	return nil
-}
-
 // observe logs a change of the breaker since the last one logged; of the decisions that see the
 // same change at once, one logs it.
 func (w *watchedStore) observe(err error) {

@@ -86,7 +86,7 @@ func New(lim *sluice.Limiter, opts ...Option) func(http.Handler) http.Handler {
 				answer.WriteProblem(w, answer.CostExceedsLimit("", applied[0], cost))
 				return
 			case errors.Is(err, sluice.ErrInvalidCost):
-				answer.WriteProblem(w, answer.BadRequest("the request's cost is negative"))
+				answer.WriteProblem(w, answer.InvalidCost(cost))
 				return
 			case err != nil:
 				answer.WriteProblem(w, answer.StoreUnavailable("", time.Second))

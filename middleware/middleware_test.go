@@ -212,3 +212,13 @@ func TestHeldTooLongConsumesNothing(t *testing.T) {
 		t.Fatalf("%d served at once, want at most the one not held", n)
 	}
 }
+
+// A negative cost is the invalid-cost problem, as /v1/check and the gateway answer it.
+func TestNegativeCostIsInvalidCost(t *testing.T) {
+	lim := limiter(t, sluice.Policy{Name: "api", Algorithm: sluice.FixedWindow, Limit: 5, Period: time.Second})
+	srv, served := serve(t, lim, middleware.CostFunc(func(*http.Request) int64 { return -2 }))
+	resp, body := do(t, srv.URL)
+	if resp.StatusCode != http.StatusBadRequest || !strings.Contains(body, "cost -2 is negative") || served.Load() != 0 {
+		t.Fatalf("negative cost: %d %s (served %d), want the invalid-cost 400", resp.StatusCode, body, served.Load())
+	}
+}

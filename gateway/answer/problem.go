@@ -146,7 +146,8 @@ func BadRequest(detail string) Problem {
 }
 
 // InvalidCost is the 400 problem for a request whose cost is negative: a cost counts requests, 0
-// or more (0 checks without consuming). It is a plain Bad Request, as the middleware answers it.
+// or more (0 checks without consuming). A plain Bad Request; /v1/check, the gateway and the
+// middleware answer it alike.
 func InvalidCost(cost int64) Problem {
 	return BadRequest(fmt.Sprintf("cost %d is negative; a cost is the number of requests this one counts as, 0 or more (0 checks without consuming)", cost))
 }
