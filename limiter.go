@@ -129,6 +129,10 @@ func NewLimiter(store Store, policy Policy, opts ...Option) (*Limiter, error) {
 	return l, nil
 }
 
+// Store returns the store l decides on: guarded by l's failure mode (unless it is Infallible), so
+// that deciding on it directly (DecideAll, say) fails the way l's own decisions do.
+func (l *Limiter) Store() Store { return l.store }
+
 // Policy returns the limiter's policy (with its Name filled in).
 func (l *Limiter) Policy() Policy { return l.policy }
 

@@ -88,6 +88,8 @@ type Store interface {
 
 // Limit is one policy, the cost a request takes from it, and how it is applied.
 type Limit struct {
+	// Key, if not "", is the key this limit counts under instead of DecideAll's key.
+	Key    string
 	Policy Policy
 	Cost   int64
 	// MaxDelay bounds, for a leaky-bucket policy, how long an approval may hold the request:

@@ -24,16 +24,15 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
-	"github.com/sluicehq/sluice/store/memory"
-	redisstore "github.com/sluicehq/sluice/store/redis"
 )
 
 // Defaults of the fields that have one.
 const (
 	DefaultListen       = "127.0.0.1:8080"
 	DefaultAdminListen  = "127.0.0.1:9090"
-	DefaultStoreTimeout = redisstore.DefaultTimeout // 50ms
-	DefaultStorePrefix  = redisstore.DefaultPrefix  // "rate-limit:"
+	DefaultStoreTimeout = 50 * time.Millisecond // the Redis store's own default (checked by cmd/sluice's tests)
+	DefaultStorePrefix  = "rate-limit:"         // likewise
+	DefaultMaxKeys      = 1 << 20               // the memory store's own default (likewise)
 	DefaultLocalShare   = 0.5
 	DefaultAPIKeyHeader = "X-API-Key"
 	DefaultJWTHeader    = "Authorization" // the token may follow "Bearer "
@@ -99,24 +98,7 @@ type Store struct {
 	Timeout     time.Duration
 	OnError     sluice.FailureMode // what happens when Redis cannot decide; default FailClosed
 	LocalShare  float64            // with OnError FailLocal: this instance's share of each policy, in (0, 1]
-	MaxKeys     int                // keys held by the memory store (or the local fallback); 0: memory.DefaultMaxKeys
-}
-
-// RedisOptions returns the options for redisstore.New.
-func (s *Store) RedisOptions() redisstore.Options {
-	return redisstore.Options{
-		Addrs: s.Addrs, URL: s.URL, Username: s.Username, Password: s.Password.Value(),
-		Prefix: s.Prefix, Timeout: s.Timeout,
-	}
-}
-
-// MemoryOptions returns the options for memory.New: of the store itself (type memory), or of the
-// local fallback (on_error local).
-func (s *Store) MemoryOptions() []memory.Option {
-	if s.MaxKeys > 0 {
-		return []memory.Option{memory.WithMaxKeys(s.MaxKeys)}
-	}
-	return nil
+	MaxKeys     int                // keys held by the memory store (or the local fallback); 0: DefaultMaxKeys
 }
 
 // Identity is one source of the client's identity. Exactly one of its pointers is set.
@@ -147,7 +129,7 @@ type APIKeySource struct {
 }
 
 // JWTSource names the client by a claim of a JSON Web Token whose signature, exp and nbf verify
-// (gateway/identity.JWT takes these fields).
+// (identity.JWT takes these fields).
 type JWTSource struct {
 	Header        string           // default DefaultJWTHeader; a "Bearer " before the token is stripped
 	Algorithms    []string         // accepted "alg" values (never empty): HS256/384/512, RS256/384/512, PS256/384/512, ES256/384/512, EdDSA
@@ -163,7 +145,7 @@ type JWTSource struct {
 
 // IPSource names an anonymous client by its address: the peer's, or the rightmost untrusted one
 // in the forwarding header the proxies write when the peer is a trusted proxy
-// (gateway/identity.IP takes these fields).
+// (identity.IP takes these fields).
 type IPSource struct {
 	TrustedProxies  []netip.Prefix // masked; single addresses are /32 or /128, IPv4-mapped CIDRs are IPv4
 	IPv4Prefix      int            // IPv4 clients are grouped by this prefix; default 32 (each address alone)
@@ -229,7 +211,8 @@ type AppliedPolicy struct {
 	// half of the key "partner-a:orders-api"): the policy's own name, or, on a route with a scope,
 	// the scope ("scope/policy" when several policies apply there).
 	Policy     sluice.Policy
-	PolicyName string // the configured policy's name
+	PolicyName string // the configured policy's name: for answers and metrics
+	Key        string // the key it counts under; "" the client's
 	DryRun     bool   // decide and count, but never refuse
 }
 

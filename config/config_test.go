@@ -51,9 +51,6 @@ func TestDesignExample(t *testing.T) {
 		s.Timeout != 50*time.Millisecond || s.Prefix != "rate-limit:" {
 		t.Errorf("store %+v", s)
 	}
-	if o := s.RedisOptions(); !slices.Equal(o.Addrs, s.Addrs) || o.Timeout != s.Timeout || o.Prefix != s.Prefix {
-		t.Errorf("RedisOptions %+v", o)
-	}
 	if len(cfg.Identity) != 2 || cfg.Identity[0].APIKey.Header != "X-API-Key" || cfg.Identity[1].IP == nil {
 		t.Fatalf("identity %+v", cfg.Identity)
 	}
@@ -184,12 +181,6 @@ func TestFullFeatured(t *testing.T) {
 		s.Password.Value() != testEnv["REDIS_PASSWORD"] || s.PasswordEnv != "REDIS_PASSWORD" || s.Prefix != "rl:" ||
 		s.Timeout != 20*time.Millisecond || s.OnError != sluice.FailLocal || s.LocalShare != 0.25 || s.MaxKeys != 100000 {
 		t.Errorf("store %+v", s)
-	}
-	if o := s.RedisOptions(); o.Password != testEnv["REDIS_PASSWORD"] || o.URL != s.URL || len(o.Addrs) != 0 {
-		t.Errorf("RedisOptions %+v", o)
-	}
-	if len(s.MemoryOptions()) != 1 {
-		t.Error("MemoryOptions: want WithMaxKeys")
 	}
 	if len(cfg.Identity) != 6 {
 		t.Fatalf("identity: %d sources", len(cfg.Identity))
@@ -343,9 +334,6 @@ func TestDefaults(t *testing.T) {
 	s := cfg.Store
 	if s.Type != StoreMemory || s.OnError != sluice.FailClosed || s.LocalShare != 0.5 || s.Timeout != 50*time.Millisecond || s.MaxKeys != 0 {
 		t.Errorf("store %+v", s)
-	}
-	if len(s.MemoryOptions()) != 0 {
-		t.Error("MemoryOptions: want none")
 	}
 	if len(cfg.Identity) != 2 || cfg.Identity[0].APIKey == nil || cfg.Identity[0].APIKey.Header != "X-API-Key" ||
 		cfg.Identity[1].IP == nil || cfg.Identity[1].IP.IPv6Prefix != 64 || cfg.Identity[1].IP.IPv4Prefix != 32 {

@@ -27,7 +27,6 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/algorithm"
-	"github.com/sluicehq/sluice/store/memory"
 )
 
 // parse is Parse with the environment as a parameter, for tests.
@@ -98,7 +97,7 @@ var (
 	headerNameRE  = regexp.MustCompile("^[!#$%&'*+.^_`|~0-9A-Za-z-]+$") // an RFC 9110 token
 	maxNameLen    = 64
 	// reservedClientName is the key the gateway gives requests that no identity source names
-	// (gateway/identity.AnonymousKey); a client so named would share their quota.
+	// (identity.AnonymousKey); a client so named would share their quota.
 	reservedClientName = "anonymous"
 	hmacMinSecrets     = map[string]int{"HS256": 32, "HS384": 48, "HS512": 64} // RFC 7518 §3.2: at least the hash's size
 )
@@ -415,7 +414,7 @@ func (p *parser) store(n *yaml.Node, s *Store) {
 	if n := p.get(m, "max_keys"); n != nil {
 		if v, ok := p.int(n, path, "max_keys"); ok {
 			if v < 0 || v > 1<<40 {
-				p.errorf(n, path, nil, "max_keys %d must be from 0 (the default, %d) to 2^40", v, memory.DefaultMaxKeys)
+				p.errorf(n, path, nil, "max_keys %d must be from 0 (the default, %d) to 2^40", v, DefaultMaxKeys)
 			} else {
 				s.MaxKeys = int(v)
 			}

@@ -12,7 +12,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
-	"github.com/sluicehq/sluice/gateway/answer"
+	"github.com/sluicehq/sluice/answer"
 )
 
 // Slow request bodies. A client that sends its body a byte a second must not hold a connection

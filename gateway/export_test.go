@@ -1,6 +1,14 @@
 package gateway
 
-import "time"
+import (
+	"log/slog"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/config"
+	"github.com/sluicehq/sluice/store/memory"
+	redisstore "github.com/sluicehq/sluice/store/redis"
+)
 
 // SetUpstreamIdle sets how long the upstream may be silent, for a test; it returns the old value.
 func SetUpstreamIdle(d time.Duration) time.Duration {
@@ -24,4 +32,44 @@ func SetAdminTimeouts(read, write, idle time.Duration) (restore func()) {
 	r, w, i := adminReadTimeout, adminWriteTimeout, idleTimeout
 	adminReadTimeout, adminWriteTimeout, idleTimeout = read, write, idle
 	return func() { adminReadTimeout, adminWriteTimeout, idleTimeout = r, w, i }
+}
+
+// OpenStore opens the store cfg describes, guarded by its failure mode, as cmd/sluice's
+// composition root does (the gateway itself imports no store): the tests' way to a Server.
+func OpenStore(cfg config.Store, log *slog.Logger) (Store, error) {
+	var st Store
+	var mopts []memory.Option
+	if cfg.MaxKeys > 0 {
+		mopts = append(mopts, memory.WithMaxKeys(cfg.MaxKeys))
+	}
+	switch cfg.Type {
+	case config.StoreRedis:
+		rs, err := redisstore.New(redisstore.Options{Addrs: cfg.Addrs, URL: cfg.URL, Username: cfg.Username,
+			Password: cfg.Password.Value(), Prefix: cfg.Prefix, Timeout: cfg.Timeout, Logger: log})
+		if err != nil {
+			return st, err
+		}
+		st = Store{Store: rs, Ping: rs.Ping, Close: rs.Close}
+	default:
+		st.Store = memory.New(mopts...)
+	}
+	opts := []sluice.Option{sluice.WithFailureMode(cfg.OnError)}
+	if cfg.OnError == sluice.FailLocal {
+		opts = []sluice.Option{sluice.WithLocalFallback(memory.New(mopts...), cfg.LocalShare)}
+	}
+	guarded, err := sluice.Guard(st.Store, opts...)
+	if err != nil {
+		return st, err
+	}
+	st.Store = guarded
+	return st, nil
+}
+
+// NewTestServer is NewServer on the store of cfg (OpenStore).
+func NewTestServer(cfg *config.Config, path string, log *slog.Logger) (*Server, error) {
+	st, err := OpenStore(cfg.Store, log)
+	if err != nil {
+		return nil, err
+	}
+	return NewServer(cfg, path, st, log)
 }

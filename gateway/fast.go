@@ -18,7 +18,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
-	"github.com/sluicehq/sluice/gateway/answer"
+	"github.com/sluicehq/sluice/answer"
 )
 
 // The fasthttp engine. sluice serve forwards with it because it measured about twice the
@@ -28,28 +28,28 @@ import (
 // ServeFast is the fasthttp engine's handler: it decides as ServeHTTP does, then forwards the
 // request through the upstream's HostClient, holds it, or answers it.
 func (g *Gateway) ServeFast(ctx *fasthttp.RequestCtx) {
-	req := g.identify(fastRequest{ctx}, b2s(ctx.Method()), b2s(ctx.Path()))
+	req := g.policies.Resolve(fastRequest{ctx}, b2s(ctx.Method()), b2s(ctx.Path()))
 	// The store gets its own timeouts; the RequestCtx is not a context to hand on (it is
 	// recycled when the handler returns, and it is never cancelled by the client leaving).
-	v := g.judge(context.Background(), &req)
-	defer req.release()
-	if !v.forward {
-		writeProblem(ctx, v.problem)
-		g.fields(&ctx.Response.Header, v.fields)
+	v := g.decider.Decide(context.Background(), &req)
+	defer v.Release()
+	if !v.Passes() {
+		writeProblem(ctx, v.Problem)
+		g.fields(&ctx.Response.Header, v.Decisions)
 		return
 	}
-	if v.hold > 0 {
+	if v.Hold > 0 {
 		// The hold moves the read deadline; the body (if any) gets its allowance again after.
-		stayed := hold(ctx.Conn(), v.hold)
+		stayed := hold(ctx.Conn(), v.Hold)
 		restartBody(ctx.Conn(), g.cfg.Server.BodyTimeout)
 		if !stayed { // the client left while held: do not forward
-			g.metrics.abandon(req.client)
+			g.metrics.abandon(req.Client)
 			ctx.SetConnectionClose()
 			return
 		}
 	}
 	g.forward(ctx)
-	g.fields(&ctx.Response.Header, v.fields)
+	g.fields(&ctx.Response.Header, v.Decisions)
 }
 
 // fields adds the RateLimit fields of decisions to h.

@@ -81,7 +81,7 @@ func startLoggingTo(t *testing.T, engine, yaml string, up *upstream, w io.Writer
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := gateway.NewServer(cfg, "", slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelInfo})))
+	srv, err := gateway.NewTestServer(cfg, "", slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelInfo})))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -151,7 +151,7 @@ func TestAdminListenerBounds(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := gateway.NewServer(cfg, "", slog.New(slog.NewTextHandler(io.Discard, nil)))
+	srv, err := gateway.NewTestServer(cfg, "", slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
 		t.Fatal(err)
 	}

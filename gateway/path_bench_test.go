@@ -9,7 +9,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/sluicehq/sluice/config"
-	"github.com/sluicehq/sluice/gateway/identity"
+	"github.com/sluicehq/sluice/identity"
 )
 
 // BenchmarkDecisionPath is what the limiter adds to a forwarded request on the fasthttp engine:
@@ -28,7 +28,7 @@ clients:
 	if err != nil {
 		b.Fatal(err)
 	}
-	srv, err := NewServer(cfg, "", slog.New(slog.NewTextHandler(io.Discard, nil)))
+	srv, err := NewTestServer(cfg, "", slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -41,13 +41,13 @@ clients:
 	ctx.Request.Header.Set("X-API-Key", "bench-key")
 	b.ReportAllocs()
 	for b.Loop() {
-		req := g.identify(fastRequest{&ctx}, b2s(ctx.Method()), b2s(ctx.Path()))
-		v := g.judge(b.Context(), &req)
-		if !v.forward {
+		req := g.policies.Resolve(fastRequest{&ctx}, b2s(ctx.Method()), b2s(ctx.Path()))
+		v := g.decider.Decide(b.Context(), &req)
+		if !v.Passes() {
 			b.Fatal("refused")
 		}
 		ctx.Response.Header.Reset()
-		g.fields(&ctx.Response.Header, v.fields)
-		req.release()
+		g.fields(&ctx.Response.Header, v.Decisions)
+		v.Release()
 	}
 }

@@ -20,7 +20,7 @@ func TestRedisDownAtStartCloses(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := gateway.NewServer(cfg, "", slog.New(slog.NewTextHandler(io.Discard, nil)))
+	srv, err := gateway.NewTestServer(cfg, "", slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
 		t.Fatalf("NewServer with Redis down: %v", err)
 	}
@@ -43,7 +43,7 @@ func TestRedisDownAtStartCloses(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := gateway.NewServer(bad, "", slog.New(slog.NewTextHandler(io.Discard, nil))); err == nil {
+	if _, err := gateway.NewTestServer(bad, "", slog.New(slog.NewTextHandler(io.Discard, nil))); err == nil {
 		t.Fatal("a wrong Redis password started a server")
 	}
 }

@@ -21,12 +21,11 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/answer"
 	"github.com/sluicehq/sluice/config"
-	"github.com/sluicehq/sluice/gateway/answer"
-	"github.com/sluicehq/sluice/gateway/identity"
+	"github.com/sluicehq/sluice/decision"
 	"github.com/sluicehq/sluice/gateway/operator"
-	"github.com/sluicehq/sluice/store/memory"
-	"github.com/sluicehq/sluice/web"
+	"github.com/sluicehq/sluice/identity"
 )
 
 // Server runs a configuration and swaps in a new one on Reload without dropping requests: each
@@ -41,39 +40,35 @@ type Server struct {
 	metrics  *Metrics
 	registry *prometheus.Registry
 	log      *slog.Logger
+	mounts   []mount
 
 	listen, adminListen atomic.Pointer[string] // the addresses listened on (Proxy.Serve, AdminServer)
 }
 
-// NewServer opens cfg's store and returns a Server for it; path is the file Reload reads.
-func NewServer(cfg *config.Config, path string, log *slog.Logger) (*Server, error) {
-	s := &Server{path: path, log: log, registry: prometheus.NewRegistry()}
+// Store is the store a Server decides on, opened by its caller (cmd/sluice opens the configured
+// one, memory or Redis, and guards it with the configured failure mode: sluice.Guard).
+type Store struct {
+	sluice.Store                             // guarded
+	Ping         func(context.Context) error // whether it answers (readiness, /v1/stats); nil: always
+	Close        func()                      // nil: nothing to close
+}
+
+// NewServer returns a Server running cfg on st; path is the file Reload reads. The Server
+// closes st on Close, and on an error here.
+func NewServer(cfg *config.Config, path string, st Store, log *slog.Logger) (*Server, error) {
+	s := &Server{path: path, log: log, registry: prometheus.NewRegistry(), ping: st.Ping, closer: st.Close}
+	if s.ping == nil {
+		s.ping = func(context.Context) error { return nil }
+	}
+	if s.closer == nil {
+		s.closer = func() {}
+	}
 	s.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	s.metrics = NewMetrics(s.registry)
 	s.metrics.malformed = newRateLog(log, malformedPerSecond)
-	var raw sluice.Store
-	switch cfg.Store.Type {
-	case config.StoreRedis:
-		var err error
-		if raw, s.ping, s.closer, err = openRedis(cfg.Store.RedisOptions(), log); err != nil {
-			return nil, err
-		}
-	default:
-		raw = memory.New(cfg.Store.MemoryOptions()...)
-		s.ping, s.closer = func(context.Context) error { return nil }, func() {}
-	}
-	opts := []sluice.Option{sluice.WithFailureMode(cfg.Store.OnError)}
-	if cfg.Store.OnError == sluice.FailLocal {
-		opts = []sluice.Option{sluice.WithLocalFallback(memory.New(cfg.Store.MemoryOptions()...), cfg.Store.LocalShare)}
-	}
-	guarded, err := sluice.Guard(raw, opts...)
-	if err != nil {
-		s.closer()
-		return nil, err
-	}
-	s.store = guarded
-	if a, ok := guarded.(sluice.Available); ok {
-		s.store = &watchedStore{Store: guarded, avail: a, log: log, mode: cfg.Store.OnError.String()}
+	s.store = st.Store
+	if a, ok := st.Store.(sluice.Available); ok {
+		s.store = &watchedStore{Store: st.Store, avail: a, log: log, mode: cfg.Store.OnError.String()}
 	}
 	g, err := New(cfg, s.store, s.metrics, nil)
 	if err != nil {
@@ -83,6 +78,24 @@ func NewServer(cfg *config.Config, path string, log *slog.Logger) (*Server, erro
 	s.current.Store(g)
 	s.cfg.Store(cfg)
 	return s, nil
+}
+
+// Registry is where the Server's metrics are registered: other front ends (cmd/sluice's Envoy
+// rate limit service) register theirs on it, to be served on /metrics too.
+func (s *Server) Registry() *prometheus.Registry { return s.registry }
+
+// Store returns the store the Server decides on (guarded, its breaker's changes logged).
+func (s *Server) Store() sluice.Store { return s.store }
+
+// Mount serves h on the admin listener under pattern (http.ServeMux's), beside the Server's
+// own endpoints: cmd/sluice mounts the browser simulation on "GET /". Call it before Admin.
+func (s *Server) Mount(pattern string, h http.Handler) {
+	s.mounts = append(s.mounts, mount{pattern, h})
+}
+
+type mount struct {
+	pattern string
+	h       http.Handler
 }
 
 // Config returns the configuration running now.
@@ -284,7 +297,9 @@ func (s *Server) Admin() http.Handler {
 	mux.HandleFunc("POST /v1/check", s.check)
 	mux.HandleFunc("GET /v1/stats", s.stats)
 	mux.Handle("GET /operator/", http.StripPrefix("/operator/", operator.Handler()))
-	mux.Handle("GET /", web.Handler()) // the browser simulation, and what no other pattern matches
+	for _, m := range s.mounts {
+		mux.Handle(m.pattern, m.h)
+	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/v1/check" && r.Method != http.MethodPost {
 			// The mux would give GET to the simulation and answer the others in plain text.
@@ -486,11 +501,8 @@ func (s *Server) check(w http.ResponseWriter, r *http.Request) {
 		answer.WriteProblem(w, *problem)
 		return
 	}
-	req := request{client: "anonymous", cost: 1}
-	if body.Cost != nil {
-		req.cost = *body.Cost
-	}
 	var client *config.Client
+	var who identity.Identity
 	switch {
 	case body.APIKey != "":
 		c, ok := g.cfg.ClientByKeyHash(identity.HashAPIKey(body.APIKey))
@@ -507,49 +519,46 @@ func (s *Server) check(w http.ResponseWriter, r *http.Request) {
 		}
 		client = c
 	case body.Key != "":
-		req.who = identity.Identity{Key: "key:" + body.Key, Source: "api"}
+		who = identity.Identity{Key: "key:" + body.Key, Source: "api"}
 	default:
 		answer.WriteProblem(w, answer.BadRequest(`give "client", "api_key" or "key"`))
 		return
 	}
 	if client != nil {
-		req.client = client.Name
-		req.who = identity.Identity{Client: client.Name, Key: client.Name, Source: "api"}
+		who = identity.Identity{Client: client.Name, Key: client.Name, Source: "api"}
 	}
-	if body.Policy != "" {
-		a, ok := g.cfg.Applied(body.Policy)
-		if !ok {
-			answer.WriteProblem(w, answer.BadRequest(fmt.Sprintf("no policy is named %q", body.Policy)))
-			return
-		}
-		req.applied = []config.AppliedPolicy{a}
-	} else {
-		req.applied = g.cfg.AppliedPoliciesFor(client, nil)
+	req, ok := g.policies.Named(who, client, body.Policy)
+	if !ok {
+		answer.WriteProblem(w, answer.BadRequest(fmt.Sprintf("no policy is named %q", body.Policy)))
+		return
 	}
-	if len(req.applied) == 0 {
+	if body.Cost != nil {
+		req.Cost = *body.Cost
+	}
+	if len(req.Limits) == 0 {
 		answer.WriteProblem(w, answer.BadRequest("no policy applies to this request"))
 		return
 	}
-	allowed, err := g.decide(r.Context(), &req)
-	defer req.release()
-	if err != nil {
-		answer.WriteProblem(w, g.failure(&req, err))
+	v := g.Decide(r.Context(), &req)
+	defer v.Release()
+	if v.Outcome == decision.Failed {
+		answer.WriteProblem(w, v.Problem)
 		return
 	}
-	answer.Headers(w.Header(), req.decision, g.cfg.Limits.LegacyHeaders)
+	answer.Headers(w.Header(), v.Decisions, g.cfg.Limits.LegacyHeaders)
 	out := struct {
 		Allowed   bool            `json:"allowed"`
 		Client    string          `json:"client,omitempty"`
 		Decisions []checkDecision `json:"decisions"`
-	}{Allowed: allowed, Client: req.who.Client}
-	for i, a := range req.decision {
+	}{Allowed: v.Passes(), Client: req.Who.Client}
+	for i, a := range v.Decisions {
 		d := a.Decision
-		out.Decisions = append(out.Decisions, checkDecision{Policy: a.Policy.Name, Allowed: d.Allowed, DryRun: req.applied[i].DryRun,
+		out.Decisions = append(out.Decisions, checkDecision{Policy: a.Policy.Name, Allowed: d.Allowed, DryRun: req.Limits[i].DryRun,
 			Limit: d.Limit, Remaining: d.Remaining, RetryAfterMs: ms(d.RetryAfter), ResetAfterMs: ms(d.ResetAfter), DelayMs: ms(d.Delay)})
 	}
 	w.Header().Set("Content-Type", "application/json")
-	if !allowed {
-		w.Header().Set("Retry-After", answer.RetryAfter(answer.Wait(refusedOnes(req.decision, req.applied))))
+	if !v.Passes() {
+		w.Header().Set("Retry-After", answer.RetryAfter(v.RetryAfter(&req)))
 		w.WriteHeader(http.StatusTooManyRequests)
 	}
 	_ = json.NewEncoder(w).Encode(out)

@@ -7,18 +7,18 @@
 //		Limit: 10, Period: time.Second, Burst: 20})
 //	http.ListenAndServe(":8080", middleware.New(lim)(mux))
 //
-// The answers are the gateway's (package gateway/answer): draft-ietf-httpapi-ratelimit-headers
+// The decisions and answers are the gateway's (packages decision and answer): draft-ietf-httpapi-ratelimit-headers
 // fields, RFC 9457 problem details.
 package middleware
 
 import (
-	"errors"
 	"net/http"
 	"time"
 
 	"github.com/sluicehq/sluice"
-	"github.com/sluicehq/sluice/gateway/answer"
-	"github.com/sluicehq/sluice/gateway/identity"
+	"github.com/sluicehq/sluice/answer"
+	"github.com/sluicehq/sluice/decision"
+	"github.com/sluicehq/sluice/identity"
 )
 
 // Option configures New.
@@ -34,7 +34,7 @@ type config struct {
 // KeyFunc sets how a request is keyed: the rate-limit key of its client. An error answers the
 // request 400 with the error's text (so it must not quote a credential). The default is the
 // peer's address, IPv6 grouped by /64, as "ip:203.0.113.7"; behind a proxy, key by what the
-// proxy vouches for instead (see gateway/identity.IP with TrustedProxies).
+// proxy vouches for instead (see identity.IP with TrustedProxies).
 func KeyFunc(f func(r *http.Request) (string, error)) Option { return func(c *config) { c.key = f } }
 
 // CostFunc sets a request's cost (default 1; 0 peeks). A cost the policy can never approve is
@@ -66,6 +66,9 @@ func New(lim *sluice.Limiter, opts ...Option) func(http.Handler) http.Handler {
 		}
 	}
 	policy := lim.Policy()
+	limits := []decision.Limit{{Policy: policy, PolicyName: policy.Name}}
+	// The Limiter's store is guarded by its failure mode; the decision is the gateway's.
+	decider := decision.Decider{Store: lim.Store(), MaxDelay: c.maxDelay}
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			key, err := c.key(r)
@@ -73,40 +76,14 @@ func New(lim *sluice.Limiter, opts ...Option) func(http.Handler) http.Handler {
 				answer.WriteProblem(w, answer.BadRequest(err.Error()))
 				return
 			}
-			cost := int64(1)
+			req := decision.Request{Who: identity.Identity{Key: key}, Client: "anonymous", Limits: limits, Cost: 1}
 			if c.cost != nil {
-				cost = c.cost(r)
+				req.Cost = c.cost(r)
 			}
 			// A leaky-bucket request that would be held longer than maxDelay is refused by the
 			// store, consuming nothing (as the gateway and /v1/check refuse it).
-			d, err := lim.AllowNWithin(r.Context(), key, cost, c.maxDelay)
-			applied := []answer.Applied{{Policy: policy, Decision: d}}
-			switch {
-			case errors.Is(err, sluice.ErrCostExceedsLimit):
-				answer.WriteProblem(w, answer.CostExceedsLimit("", applied[0], cost))
-				return
-			case errors.Is(err, sluice.ErrInvalidCost):
-				answer.WriteProblem(w, answer.InvalidCost(cost))
-				return
-			case err != nil:
-				answer.WriteProblem(w, answer.StoreUnavailable("", time.Second))
-				return
-			}
-			answer.Headers(w.Header(), applied, c.legacy)
-			if !d.Allowed {
-				answer.WriteProblem(w, answer.QuotaExceeded("", applied))
-				return
-			}
-			if d.Delay > 0 {
-				t := time.NewTimer(d.Delay)
-				select {
-				case <-t.C:
-				case <-r.Context().Done(): // the client left while held: do not serve it
-					t.Stop()
-					return
-				}
-			}
-			next.ServeHTTP(w, r)
+			v := decider.Decide(r.Context(), &req)
+			decision.Serve(w, r, &v, c.legacy, next)
 		})
 	}
 }

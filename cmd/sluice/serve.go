@@ -19,6 +19,7 @@ import (
 
 	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/gateway"
+	"github.com/sluicehq/sluice/web"
 )
 
 // configError is a configuration's errors, one per line, each with its line number: printed as
@@ -79,11 +80,18 @@ func serve(ctx context.Context, path string, watch time.Duration, stdout, stderr
 			return configError{err}
 		}
 	}
-	srv, err := gateway.NewServer(cfg, path, log)
+	// The composition root: the store the configuration describes, the gateway on it, and the
+	// pages on the admin listener.
+	st, err := openStore(cfg.Store, log)
+	if err != nil {
+		return failure{err}
+	}
+	srv, err := gateway.NewServer(cfg, path, st, log)
 	if err != nil {
 		return failure{err}
 	}
 	defer srv.Close()
+	srv.Mount("GET /", web.Handler()) // the browser simulation, and what no other pattern matches
 
 	proxyLn, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {

@@ -48,7 +48,7 @@ import (
 	"github.com/sluicehq/sluice/internal/redistest"
 )
 
-// Problem types the gateway answers with (gateway/answer).
+// Problem types the gateway answers with (package answer).
 const (
 	typeQuotaExceeded    = "https://iana.org/assignments/http-problem-types#quota-exceeded"
 	typeStoreUnavailable = "https://sluice.dev/problems/store-unavailable"

@@ -1,0 +1,238 @@
+// Package decision is sluice's decision layer, the one path every front end takes: identify the
+// request's client, find the policies that apply and the request's cost (Policies.Resolve), decide
+// them all at once on the store (Decider.Decide: the enforced ones all or nothing, dry-run ones
+// alongside), and say what the answer is (a Verdict: allowed, held for a leaky bucket's delay, or
+// refused, with its RateLimit fields and, if refused, its problem).
+//
+// The front ends are thin adapters over it: the proxy's fasthttp engine and its net/http one, the
+// net/http middleware around a sluice.Limiter (both through Serve), the decision API
+// (POST /v1/check), forward-auth for nginx, Caddy and Traefik, and Envoy's rate limit service
+// over gRPC. They differ only in how they read a request and write the answer.
+package decision
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/algorithm"
+	"github.com/sluicehq/sluice/answer"
+	"github.com/sluicehq/sluice/config"
+	"github.com/sluicehq/sluice/identity"
+)
+
+// Limit is one policy as it applies to a request: Policy is what to decide with (its Name is
+// what the state is kept under, with the key: the policy's own name, or a route's scope),
+// PolicyName the configured policy's (or rule's) name for answers and metrics, Key the key it
+// counts under ("" the client's, Request.Who.Key), and DryRun that it counts but never refuses.
+type Limit = config.AppliedPolicy
+
+// Request is one request to decide.
+type Request struct {
+	Who    identity.Identity
+	Client string // the configured client's name, or "anonymous": bounded metric labels
+	Limits []Limit
+	Cost   int64
+	// Costs, if not nil, is each limit's own cost (in Limits' order), instead of Cost for all:
+	// Envoy's descriptors each carry their own hits_addend.
+	Costs []int64
+}
+
+// cost returns limit i's cost.
+func (r *Request) cost(i int) int64 {
+	if r.Costs != nil {
+		return r.Costs[i]
+	}
+	return r.Cost
+}
+
+// Outcome is what happens to a decided request.
+type Outcome uint8
+
+const (
+	Unlimited Outcome = iota // no policy applies: it goes on, with no fields
+	Allowed                  // it goes on now
+	Held                     // it goes on after Verdict.Hold (a leaky-bucket queue)
+	Refused                  // a policy refused it: 429 (Verdict.Problem), nothing consumed
+	Failed                   // it could not be decided: Verdict.Problem says why (400, 503, 500)
+)
+
+func (o Outcome) String() string {
+	return [...]string{"unlimited", "allowed", "held", "refused", "failed"}[o]
+}
+
+// Verdict is the answer to a request.
+type Verdict struct {
+	Outcome Outcome
+	Hold    time.Duration  // Held: how long to hold it before it goes on
+	Problem answer.Problem // Refused, Failed: the answer's status, problem body and fields
+	// Decisions are every limit's decision, in Request.Limits' order (dry-run ones included):
+	// their RateLimit fields go on the answer, whatever it is. Empty for Unlimited and for most
+	// failures. They live in memory the Verdict reuses: read them before Release.
+	Decisions []answer.Applied
+	Err       error // Failed: the store's error
+
+	sc *scratch
+}
+
+// Passes reports whether the request goes on (now, or after Hold).
+func (v *Verdict) Passes() bool { return v.Outcome <= Held }
+
+// Refusing returns the decisions that refused the request: the enforced ones not allowed.
+func (v *Verdict) Refusing(req *Request) []answer.Applied {
+	var out []answer.Applied
+	for i, d := range v.Decisions {
+		if !req.Limits[i].DryRun && !d.Decision.Allowed {
+			out = append(out, d)
+		}
+	}
+	return out
+}
+
+// RetryAfter is how long a refused request's client should wait: until every limit that refused
+// it would allow it (0 if it was not refused).
+func (v *Verdict) RetryAfter(req *Request) time.Duration {
+	if v.Outcome != Refused {
+		return 0
+	}
+	return answer.Wait(v.Refusing(req))
+}
+
+// Release hands the Verdict's memory back once nothing reads its Decisions any more (the answer
+// is written). A Verdict that is not released only costs an allocation.
+func (v *Verdict) Release() {
+	if v.sc != nil {
+		sc := v.sc
+		v.sc, v.Decisions = nil, nil
+		*sc = scratch{}
+		scratches.Put(sc)
+	}
+}
+
+// scratch is the memory a decision needs, reused across requests: a request with a few policies
+// decides without allocating.
+type scratch struct {
+	limits  [inline]sluice.Limit
+	out     [inline]sluice.Decision
+	applied [inline]answer.Applied
+}
+
+// inline is how many limits per request scratch holds; more allocate.
+const inline = 8
+
+var scratches = sync.Pool{New: func() any { return new(scratch) }}
+
+// Observer sees every decision, for metrics; its methods must be safe for concurrent use.
+type Observer interface {
+	// Decided is called once a request's limits are decided (v.Outcome is Allowed, Held or
+	// Refused), took took to decide, its decisions still in v.
+	Decided(req *Request, v *Verdict, took time.Duration)
+	// Failed is called for a request the store could not decide.
+	Failed(req *Request, err error)
+}
+
+// Decider decides requests on a store. Its fields are read-only once it decides.
+type Decider struct {
+	// Store decides, already guarded by its failure mode (sluice.Guard): its fallbacks show in
+	// the decisions, and an error is a request it could not decide.
+	Store sluice.Store
+	// MaxDelay bounds a leaky-bucket policy's hold: a request it would hold longer is refused by
+	// the store, consuming nothing. 0 or less: no hold at all.
+	MaxDelay time.Duration
+	Observer Observer // nil: none
+}
+
+// Decide decides req: every limit in one atomic store call, the enforced ones all or nothing, the
+// dry-run ones alongside (they count, but never refuse, and consume nothing when an enforced one
+// refuses).
+func (d *Decider) Decide(ctx context.Context, req *Request) Verdict {
+	n := len(req.Limits)
+	if n == 0 {
+		return Verdict{Outcome: Unlimited}
+	}
+	var v Verdict
+	var limits []sluice.Limit
+	var out []sluice.Decision
+	if n <= inline {
+		v.sc = scratches.Get().(*scratch)
+		limits, out, v.Decisions = v.sc.limits[:n], v.sc.out[:n], v.sc.applied[:n]
+	} else {
+		limits, out, v.Decisions = make([]sluice.Limit, n), make([]sluice.Decision, n), make([]answer.Applied, n)
+	}
+	hold := d.MaxDelay
+	if hold <= 0 {
+		hold = sluice.NoDelay
+	}
+	for i := range req.Limits {
+		l := &req.Limits[i]
+		limits[i] = sluice.Limit{Key: l.Key, Policy: l.Policy, Cost: req.cost(i), MaxDelay: hold, DryRun: l.DryRun}
+	}
+	start := time.Now()
+	allowed, err := d.Store.DecideAll(ctx, req.Who.Key, limits, out)
+	took := time.Since(start)
+	if err != nil {
+		v.Release()
+		v = Verdict{Outcome: Failed, Err: err, Problem: failure(req, err)}
+		if d.Observer != nil {
+			d.Observer.Failed(req, err)
+		}
+		return v
+	}
+	for i := range req.Limits {
+		v.Decisions[i] = answer.Applied{Policy: req.Limits[i].Policy, Decision: out[i]}
+		v.Decisions[i].Policy.Name = req.Limits[i].PolicyName
+	}
+	switch {
+	case !allowed:
+		// Refused by a limit, or by a leaky-bucket queue that would hold it longer than MaxDelay
+		// (the store refused it, consuming nothing, with a RetryAfter until its hold would be
+		// MaxDelay).
+		v.Outcome = Refused
+		v.Problem = answer.QuotaExceeded(req.Who.Client, v.Refusing(req))
+	default:
+		v.Outcome = Allowed
+		for i, a := range v.Decisions {
+			if !req.Limits[i].DryRun {
+				v.Hold = max(v.Hold, a.Decision.Delay)
+			}
+		}
+		if v.Hold > 0 {
+			v.Outcome = Held
+		}
+	}
+	if d.Observer != nil {
+		d.Observer.Decided(req, &v, took)
+	}
+	return v
+}
+
+// failure is the answer to a request the store could not decide.
+func failure(req *Request, err error) answer.Problem {
+	switch {
+	case errors.Is(err, sluice.ErrInvalidCost):
+		for i := range req.Limits {
+			if c := req.cost(i); c < 0 {
+				return answer.InvalidCost(c)
+			}
+		}
+		return answer.InvalidCost(req.Cost)
+	case errors.Is(err, sluice.ErrCostExceedsLimit):
+		for i, l := range req.Limits {
+			var d sluice.Decision
+			if algorithm.CheckCost(&l.Policy, req.cost(i), &d) != nil {
+				p := l.Policy
+				p.Name = l.PolicyName
+				return answer.CostExceedsLimit(req.Who.Client, answer.Applied{Policy: p, Decision: d}, req.cost(i))
+			}
+		}
+		return answer.BadRequest("the request's cost cannot be decided")
+	case errors.Is(err, sluice.ErrStoreUnavailable):
+		return answer.StoreUnavailable(req.Who.Client, time.Second)
+	default:
+		return answer.Problem{Type: answer.TypeBlank, Title: "Internal Server Error",
+			Status: http.StatusInternalServerError, Detail: "the limiter failed; the request was not forwarded"}
+	}
+}
