@@ -28,22 +28,24 @@ import (
 
 // Defaults of the fields that have one.
 const (
-	DefaultListen       = "127.0.0.1:8080"
-	DefaultAdminListen  = "127.0.0.1:9090"
-	DefaultStoreTimeout = 50 * time.Millisecond // the Redis store's own default (checked by cmd/sluice's tests)
-	DefaultStorePrefix  = "rate-limit:"         // likewise
-	DefaultMaxKeys      = 1 << 20               // the memory store's own default (likewise)
-	DefaultLocalShare   = 0.5
-	DefaultAPIKeyHeader = "X-API-Key"
-	DefaultJWTHeader    = "Authorization" // the token may follow "Bearer "
-	DefaultJWTClaim     = "sub"
-	DefaultIPv4Prefix   = 32
-	DefaultIPv6Prefix   = 64
-	DefaultCost         = 1
-	DefaultMaxDelay     = 10 * time.Second
-	DefaultBodyTimeout  = 10 * time.Second
-	DefaultBodyMinRate  = 1024 // bytes per second
-	DefaultDrainTimeout = 30 * time.Second
+	DefaultListen        = "127.0.0.1:8080"
+	DefaultAdminListen   = "127.0.0.1:9090"
+	DefaultStoreTimeout  = 50 * time.Millisecond // the Redis store's own default (checked by cmd/sluice's tests)
+	DefaultStorePrefix   = "rate-limit:"         // likewise
+	DefaultMaxKeys       = 1 << 20               // the memory store's own default (likewise)
+	DefaultLocalShare    = 0.5
+	DefaultAPIKeyHeader  = "X-API-Key"
+	DefaultJWTHeader     = "Authorization" // the token may follow "Bearer "
+	DefaultJWTClaim      = "sub"
+	DefaultIPv4Prefix    = 32
+	DefaultIPv6Prefix    = 64
+	DefaultCost          = 1
+	DefaultMaxDelay      = 10 * time.Second
+	DefaultBodyTimeout   = 10 * time.Second
+	DefaultBodyMinRate   = 1024 // bytes per second
+	DefaultDrainTimeout  = 30 * time.Second
+	DefaultRLSListen     = "127.0.0.1:8081"
+	DefaultRefusedStatus = 429
 )
 
 // Store types.
@@ -71,6 +73,8 @@ type Config struct {
 	Routes        []*Route  // in file order (Route matches in its own order)
 	Limits        Limits
 	Server        Server
+	RLS           *RLS // Envoy's rate limit service; nil: not served
+	ForwardAuth   ForwardAuth
 
 	policies  map[string]*Policy
 	byName    map[string]*Client
@@ -203,6 +207,22 @@ type Server struct {
 	BodyTimeout  time.Duration // > 0; default DefaultBodyTimeout
 	BodyMinRate  int64         // bytes per second, ≥ 0; default DefaultBodyMinRate
 	DrainTimeout time.Duration // ≥ 0: on SIGTERM, how long requests in flight may take to finish; default DefaultDrainTimeout
+}
+
+// RLS is Envoy's rate limit service (envoy.service.ratelimit.v3 over gRPC): where it listens and
+// the envoyproxy/ratelimit configuration files it reads (domains, descriptors, limits).
+type RLS struct {
+	Listen      string   // host:port; default DefaultRLSListen
+	EnvoyConfig []string // the files, resolved against the configuration's directory
+	EnvoyLines  []int    // the line each file is named on
+	Line        int
+}
+
+// ForwardAuth is how /v1/forward-auth (proxies' auth sub-requests) answers.
+type ForwardAuth struct {
+	// RefusedStatus is the status of a refused request's answer; default 429. nginx's
+	// auth_request passes only 401 and 403 on (anything else is its error 500).
+	RefusedStatus int
 }
 
 // AppliedPolicy is a policy as it applies to a request.

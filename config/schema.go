@@ -77,7 +77,7 @@ func decodeYAML(data []byte, name string) (root *yaml.Node, e *Error) {
 
 // Field names, in the order docs/config.md lists them.
 var (
-	topFields     = []string{"listen", "admin_listen", "upstream", "tls", "store", "identity", "policies", "default_policy", "clients", "routes", "limits", "server"}
+	topFields     = []string{"listen", "admin_listen", "upstream", "tls", "store", "identity", "policies", "default_policy", "clients", "routes", "limits", "server", "rls", "forward_auth"}
 	tlsFields     = []string{"cert_file", "key_file"}
 	storeFields   = []string{"type", "addrs", "url", "username", "password", "password_env", "prefix", "timeout", "on_error", "local_share", "max_keys"}
 	redisOnly     = []string{"addrs", "url", "username", "password", "password_env", "prefix", "timeout", "on_error", "local_share"}
@@ -90,6 +90,8 @@ var (
 	routeFields   = []string{"method", "path_prefix", "cost", "policy", "scope"}
 	limitsFields  = []string{"max_delay", "legacy_headers"}
 	serverFields  = []string{"body_timeout", "body_min_rate", "drain_timeout"}
+	rlsFields     = []string{"listen", "envoy_config"}
+	faFields      = []string{"refused_status"}
 	jwtAlgorithms = []string{"HS256", "HS384", "HS512", "RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "ES512", "EdDSA"}
 	policyNameRE  = regexp.MustCompile(`^[a-z0-9._-]+$`)
 	clientNameRE  = regexp.MustCompile(`^[A-Za-z0-9._-]+$`)
@@ -121,9 +123,10 @@ type refList struct {
 func (p *parser) config(root *yaml.Node) *Config {
 	c := &Config{
 		File: p.file, Listen: DefaultListen, AdminListen: DefaultAdminListen,
-		Store:  Store{Type: StoreMemory, Prefix: DefaultStorePrefix, Timeout: DefaultStoreTimeout, LocalShare: DefaultLocalShare},
-		Limits: Limits{MaxDelay: DefaultMaxDelay},
-		Server: Server{BodyTimeout: DefaultBodyTimeout, BodyMinRate: DefaultBodyMinRate, DrainTimeout: DefaultDrainTimeout},
+		Store:       Store{Type: StoreMemory, Prefix: DefaultStorePrefix, Timeout: DefaultStoreTimeout, LocalShare: DefaultLocalShare},
+		Limits:      Limits{MaxDelay: DefaultMaxDelay},
+		Server:      Server{BodyTimeout: DefaultBodyTimeout, BodyMinRate: DefaultBodyMinRate, DrainTimeout: DefaultDrainTimeout},
+		ForwardAuth: ForwardAuth{RefusedStatus: DefaultRefusedStatus},
 	}
 	start := &yaml.Node{Line: 1, Column: 1} // where an empty file's problems are
 	if root != nil {
@@ -142,7 +145,9 @@ func (p *parser) config(root *yaml.Node) *Config {
 	p.checkKnown(m, "", topFields...)
 
 	if n := p.get(m, "listen"); n != nil {
-		if s, ok := p.hostPort(n, "", "listen"); ok {
+		if n.Kind == yaml.ScalarNode && n.Value == "" && n.Tag != "!!null" {
+			c.Listen = "" // no proxy listener: sluice answers only on the admin listener and rls
+		} else if s, ok := p.hostPort(n, "", "listen"); ok {
 			c.Listen = s
 		}
 	}
@@ -160,7 +165,7 @@ func (p *parser) config(root *yaml.Node) *Config {
 	}
 	if n := p.get(m, "upstream"); n != nil {
 		c.Upstream = p.upstream(n)
-	} else {
+	} else if c.Listen != "" {
 		p.errorf(m.node, "", nil, "upstream is required: the URL of the API behind sluice, e.g. upstream: http://127.0.0.1:9000")
 	}
 	if n := p.get(m, "tls"); n != nil {
@@ -190,6 +195,15 @@ func (p *parser) config(root *yaml.Node) *Config {
 	}
 	if n := p.get(m, "server"); n != nil {
 		p.server(n, &c.Server)
+	}
+	if n := p.get(m, "rls"); n != nil {
+		c.RLS = p.rls(n)
+	}
+	if n := p.get(m, "forward_auth"); n != nil {
+		p.forwardAuth(n, &c.ForwardAuth)
+	}
+	if c.RLS != nil && c.RLS.Listen != "" && (c.RLS.Listen == c.Listen || c.RLS.Listen == c.AdminListen) {
+		p.errorf(m.values["rls"], "rls", nil, "listen %q is also another listener's; give it a port of its own", c.RLS.Listen)
 	}
 	p.references(c, &r)
 	if len(p.errs) == 0 {
@@ -1340,4 +1354,66 @@ func (c *Config) resolution(names []string, scope string) resolution {
 		res.applied = append(res.applied, AppliedPolicy{Policy: sp, PolicyName: name, DryRun: pol.DryRun})
 	}
 	return res
+}
+
+// rls reads the rls section: Envoy's rate limit service (gRPC) and its envoyproxy/ratelimit
+// configuration files (read by package rls/envoyconf, not here: config only names them).
+func (p *parser) rls(n *yaml.Node) *RLS {
+	const path = "rls"
+	m := p.mapping(n, n, "", "rls")
+	if m == nil {
+		return nil
+	}
+	p.checkKnown(m, path, rlsFields...)
+	r := &RLS{Listen: DefaultRLSListen, Line: n.Line}
+	if n := p.get(m, "listen"); n != nil {
+		if s, ok := p.hostPort(n, path, "listen"); ok {
+			r.Listen = s
+		}
+	}
+	n = p.get(m, "envoy_config")
+	if n == nil {
+		p.errorf(m.node, path, nil, "envoy_config is required: the envoyproxy/ratelimit configuration files, e.g. envoy_config: [ratelimit.yaml]")
+		return r
+	}
+	items, ok := p.seq(n, path, "envoy_config")
+	if !ok {
+		return r
+	}
+	if len(items) == 0 {
+		p.errorf(n, path, nil, "envoy_config must name at least one file")
+	}
+	for i, it := range items {
+		field := fmt.Sprintf("envoy_config[%d]", i)
+		name, ok := p.str(it, path, field)
+		if !ok {
+			continue
+		}
+		if name == "" {
+			p.errorf(it, path, nil, "%s must be a file name", field)
+			continue
+		}
+		r.EnvoyConfig = append(r.EnvoyConfig, p.path(name))
+		r.EnvoyLines = append(r.EnvoyLines, it.Line)
+	}
+	return r
+}
+
+// forwardAuth reads the forward_auth section: how /v1/forward-auth answers a refused request.
+func (p *parser) forwardAuth(n *yaml.Node, f *ForwardAuth) {
+	const path = "forward_auth"
+	m := p.mapping(n, n, "", "forward_auth")
+	if m == nil {
+		return
+	}
+	p.checkKnown(m, path, faFields...)
+	if n := p.get(m, "refused_status"); n != nil {
+		if v, ok := p.int(n, path, "refused_status"); ok {
+			if v < 400 || v > 599 {
+				p.errorf(n, path, nil, "refused_status %d must be a 4xx or 5xx status (nginx's auth_request passes only 401 and 403 on; 429 suits Caddy and Traefik)", v)
+			} else {
+				f.RefusedStatus = int(v)
+			}
+		}
+	}
 }
