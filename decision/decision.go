@@ -36,6 +36,9 @@ type Request struct {
 	Client string // the configured client's name, or "anonymous": bounded metric labels
 	Limits []Limit
 	Cost   int64
+	// NoHold: the front end cannot hold a request (Envoy's rate limit service answers at once),
+	// so a leaky-bucket policy that would hold it refuses it instead, consuming nothing.
+	NoHold bool
 	// Costs, if not nil, is each limit's own cost (in Limits' order), instead of Cost for all:
 	// Envoy's descriptors each carry their own hits_addend.
 	Costs []int64
@@ -163,7 +166,7 @@ func (d *Decider) Decide(ctx context.Context, req *Request) Verdict {
 		limits, out, v.Decisions = make([]sluice.Limit, n), make([]sluice.Decision, n), make([]answer.Applied, n)
 	}
 	hold := d.MaxDelay
-	if hold <= 0 {
+	if hold <= 0 || req.NoHold {
 		hold = sluice.NoDelay
 	}
 	for i := range req.Limits {

@@ -41,6 +41,7 @@ type Server struct {
 	registry *prometheus.Registry
 	log      *slog.Logger
 	mounts   []mount
+	prepare  func(*config.Config) (func(), error)
 
 	listen, adminListen atomic.Pointer[string] // the addresses listened on (Proxy.Serve, AdminServer)
 }
@@ -252,9 +253,33 @@ func (s *Server) reload() error {
 	if err != nil {
 		return err
 	}
+	var commit func()
+	if s.prepare != nil {
+		if commit, err = s.prepare(cfg); err != nil {
+			return err
+		}
+	}
 	s.current.Store(g)
 	s.cfg.Store(cfg)
+	if commit != nil {
+		commit()
+	}
 	return nil
+}
+
+// OnReload has every Reload call prepare with the new configuration once it is valid: prepare
+// reads what else the configuration names (the Envoy rate limit service's files, say) and
+// returns the function that swaps it in, called with the configuration's own swap; its error
+// fails the whole reload, and the running configuration stays, all of it. Call it before
+// serving.
+func (s *Server) OnReload(prepare func(cfg *config.Config) (commit func(), err error)) {
+	s.prepare = prepare
+}
+
+// Decide decides req on the configuration running now (its metrics and operator page count it):
+// the decision layer, for front ends outside this package (Envoy's rate limit service).
+func (s *Server) Decide(ctx context.Context, req *decision.Request) decision.Verdict {
+	return s.current.Load().Decide(ctx, req)
 }
 
 // Close closes the store.
