@@ -35,11 +35,11 @@ type Config struct {
 
 // domain is one domain's descriptors and where it was defined.
 type domain struct {
-	name            string
-	file            string
-	line, col       int // where domain: is written
-	root            node
-	keyPart         string // the domain as Match.Key spells it
+	name      string
+	file      string
+	line, col int // where domain: is written
+	root      node
+	keyPart   string // the domain as Match.Key spells it
 }
 
 // node is one descriptor of the configuration, or a domain's root.

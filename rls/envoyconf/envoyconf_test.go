@@ -78,9 +78,9 @@ func TestBasicConfig(t *testing.T) {
 	none(t, c, "foo_domain", nil)
 	none(t, c, "test-domain", nil)
 	none(t, c, "test-domain", kv("key1", "something"))
-	none(t, c, "test-domain", kv("key1", "value1"))                               // a level with no limit of its own
-	none(t, c, "test-domain", kv("key2", "value2", "subkey", "subvalue"))         // longer than the rule
-	none(t, c, "test-domain", kv("key5", "value5", "subkey5", "subvalue"))        // no such value, no value-less key
+	none(t, c, "test-domain", kv("key1", "value1"))                        // a level with no limit of its own
+	none(t, c, "test-domain", kv("key2", "value2", "subkey", "subvalue"))  // longer than the rule
+	none(t, c, "test-domain", kv("key5", "value5", "subkey5", "subvalue")) // no such value, no value-less key
 	want(t, c, "test-domain", kv("key1", "value1", "subkey1", "something"), 5, Second, "test-domain/key1=value1/subkey1")
 	want(t, c, "test-domain", kv("key1", "value1", "subkey1", "subvalue1"), 10, Second, "test-domain/key1=value1/subkey1=subvalue1")
 	want(t, c, "test-domain", kv("key2", "something"), 20, Minute, "test-domain/key2")
