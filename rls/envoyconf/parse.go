@@ -42,8 +42,13 @@ var (
 )
 
 // maxVisits bounds the work of one file: aliases let a small file name a node many times. A
-// real configuration of a hundred thousand descriptors visits about two million nodes.
-const maxVisits = 1 << 22
+// real configuration of ten thousand descriptors visits about two hundred thousand nodes.
+const maxVisits = 1 << 21
+
+// maxDepth bounds the nesting of descriptors (a request descriptor has as many entries as its
+// rule has levels; real ones have a few). Each level's names repeat its parents', so a file
+// nested without bound would cost the square of its size.
+const maxDepth = 64
 
 // maxErrors bounds the problems reported for one file, as package config does.
 const maxErrors = 100
@@ -385,9 +390,17 @@ func (p *parser) list(n *yaml.Node, path, field string, f func(i int, item *yaml
 			}
 			continue
 		}
-		if m := p.mapping(item, path, fmt.Sprintf("%s[%d]", field, i)); m != nil {
-			f(i, item, m)
+		if item.Kind != yaml.MappingNode {
+			p.errorf(item, path, "%s[%d] must be a mapping (field: value), not %s", field, i, describe(item))
+			continue
 		}
+		itemPath := fmt.Sprintf("%s[%d]", field, i)
+		if path != "" {
+			itemPath = path + " > " + itemPath
+		}
+		m := &mapping{node: item, values: map[string]*yaml.Node{}}
+		p.fill(m, item, itemPath, 0)
+		f(i, item, m)
 	}
 }
 
@@ -518,19 +531,23 @@ func (p *parser) document(doc *yaml.Node) *domain {
 	}
 	d.root.rule = d.name
 	if n := p.get(m, "descriptors"); n != nil {
-		p.descriptors(n, &d.root, d.name, "", d.name+".")
+		p.descriptors(n, &d.root, 1, "", d.name+".")
 	}
 	return d
 }
 
 // descriptors reads one level of descriptors into parent. composite is the reference's name of
 // the level ("domain.key1_value1."), for its duplicate-key message.
-func (p *parser) descriptors(n *yaml.Node, parent *node, domain, path, composite string) {
+func (p *parser) descriptors(n *yaml.Node, parent *node, depth int, path, composite string) {
 	field := "descriptors"
+	if depth > maxDepth && n.Kind == yaml.SequenceNode && len(n.Content) > 0 {
+		p.errorf(n, path, "descriptors are nested more than %d levels deep", maxDepth)
+		return
+	}
 	p.list(n, path, field, func(i int, item *yaml.Node, m *mapping) {
 		here := fmt.Sprintf("%s[%d]", field, i)
 		if path != "" {
-			here = path + " > " + here
+			here = shortPath(path) + " > " + here
 		}
 		nd := &node{file: p.file, line: item.Line, col: item.Column, children: map[string]*node{}}
 		keyOK := false
@@ -543,13 +560,17 @@ func (p *parser) descriptors(n *yaml.Node, parent *node, domain, path, composite
 				nd.key, keyOK = s, true
 			}
 		}
+		bare := here
+		if keyOK {
+			here = bare + " " + quote(nd.key)
+		}
 		if vn := p.get(m, "value"); vn != nil {
 			if s, ok := p.str(vn, here, "value"); ok {
 				nd.value = s
 			}
 		}
 		if keyOK {
-			here += " " + quote(segment(nd.key, nd.value))
+			here = bare + " " + quote(segment(nd.key, nd.value))
 		}
 		p.fields(m, here, "a descriptor", descriptorFields)
 
@@ -602,7 +623,7 @@ func (p *parser) descriptors(n *yaml.Node, parent *node, domain, path, composite
 		}
 
 		if cn := p.get(m, "descriptors"); cn != nil {
-			p.descriptors(cn, nd, domain, here, composite+nd.finalKey+".")
+			p.descriptors(cn, nd, depth+1, here, composite+nd.finalKey+".")
 		}
 		if !keyOK || dup {
 			return
@@ -613,6 +634,20 @@ func (p *parser) descriptors(n *yaml.Node, parent *node, domain, path, composite
 		parent.children[nd.finalKey] = nd
 		parent.order = append(parent.order, nd)
 	})
+}
+
+// shortPath keeps the last levels of a long path, so that an error deep in a file reads in one
+// line: "... > descriptors[2] "b" > descriptors[0] "c"".
+func shortPath(path string) string {
+	const max = 160
+	if len(path) <= max {
+		return path
+	}
+	tail := path[len(path)-max:]
+	if i := strings.Index(tail, " > "); i >= 0 {
+		tail = tail[i+len(" > "):]
+	}
+	return "... > " + tail
 }
 
 // segment is one level of a rule's name: key, or key=value.
@@ -632,12 +667,10 @@ func (p *parser) rateLimit(n *yaml.Node, path string, nd *node, algN, burstN *ya
 	p.fields(m, path, "rate_limit", rateLimitFields)
 	l := &limit{}
 	good := true
+	unlimitedRead := true
 	if un := p.get(m, "unlimited"); un != nil {
-		if v, ok := p.bool(un, path, "rate_limit.unlimited"); ok {
-			l.unlimited = v
-		} else {
-			good = false
-		}
+		l.unlimited, unlimitedRead = p.bool(un, path, "rate_limit.unlimited")
+		good = good && unlimitedRead
 	}
 	unitText, unitN, unitRead := "", p.get(m, "unit"), true
 	if unitN != nil {
@@ -646,7 +679,7 @@ func (p *parser) rateLimit(n *yaml.Node, path string, nd *node, algN, burstN *ya
 	}
 	u, valid := parseUnit(unitText)
 	switch {
-	case !unitRead:
+	case !unitRead || !unlimitedRead: // whether a unit is wanted is not known
 	case l.unlimited && valid:
 		p.errorf(unitN, path, "rate_limit.unit must not be set with unlimited: true (an unlimited descriptor has no unit)")
 		good = false
