@@ -73,7 +73,7 @@ func TestExtensionErrors(t *testing.T) {
 		{"negative burst", head + "    algorithm: token-bucket\n    burst: -1\n    rate_limit: {unit: second, requests_per_unit: 1}\n",
 			[]string{`f.yaml:5:12: descriptors[0] "k": burst -1 must be an integer from 0 to 9007199254740992`}},
 		{"fractional burst", head + "    algorithm: token-bucket\n    burst: 1.5\n    rate_limit: {unit: second, requests_per_unit: 1}\n",
-			[]string{`f.yaml:5:12: descriptors[0] "k": burst 1.5 is a fractional number`}},
+			[]string{`f.yaml:5:12: descriptors[0] "k": burst 1.5 is a floating-point number`}},
 		{"bucket too deep", head + "    algorithm: token-bucket\n    burst: 9007199254740992\n    rate_limit: {unit: year, requests_per_unit: 1}\n",
 			[]string{`f.yaml:5:12: descriptors[0] "k": algorithm token-bucket: burst 9007199254740992 × period 8760h0m0s / limit 1 is over 285 years`}},
 		{"zero limit", head + "    algorithm: token-bucket\n    rate_limit: {unit: second, requests_per_unit: 0}\n",

@@ -1,9 +1,12 @@
 package envoyconf
 
 import (
+	"bytes"
 	"cmp"
 	"encoding/base64"
+	"errors"
 	"fmt"
+	"io"
 	"regexp"
 	"slices"
 	"strconv"
@@ -20,9 +23,10 @@ import (
 // its line and column and one run reports them all. What it accepts and refuses is the reference
 // service's: that service checks every mapping's keys against one list of field names, whatever
 // the level (so a field written at the wrong level is accepted there and does nothing), refuses
-// lists of anything but mappings and fractional numbers anywhere outside metadata, then decodes
-// the document into its structures (so a value of the wrong type is refused), then checks
-// domains, keys, units and replaces. A field it ignores is read here with a warning.
+// lists of anything but mappings, and floating-point numbers (1.5, 1e3, .inf) anywhere outside
+// metadata; then it decodes the document into its structures (so a value of the wrong type is
+// refused), then checks domains, keys, units and replaces. A field it ignores is read here with
+// a warning.
 
 // peerFields is every field name the reference service accepts, at any level.
 var peerFields = []string{
@@ -263,7 +267,7 @@ func (p *parser) fields(m *mapping, path, level string, own []string) {
 }
 
 // anyValue checks an ignored value as the reference checks every value: mappings hold known
-// fields only, lists hold mappings only, and no number is fractional or above 2^63.
+// fields only, lists hold mappings only, and no number is floating-point or above 2^63.
 func (p *parser) anyValue(n *yaml.Node, path, field string) {
 	n = p.deref(n)
 	if n == nil {
@@ -301,7 +305,7 @@ func (p *parser) anyValue(n *yaml.Node, path, field string) {
 	}
 }
 
-// plainScalar refuses what the reference refuses in any scalar outside metadata: a fractional
+// plainScalar refuses what the reference refuses in any scalar outside metadata: a floating-point
 // number, an integer above 2^63 - 1, or a tagged value not of its tag.
 func (p *parser) plainScalar(n *yaml.Node, path, field string) (scalar, bool) {
 	s, ok := resolve(n)
@@ -310,7 +314,7 @@ func (p *parser) plainScalar(n *yaml.Node, path, field string) (scalar, bool) {
 		p.errorf(n, path, "%s %s is not a %s", field, literal(n), n.ShortTag())
 		return s, false
 	case s.kind == kFloat:
-		p.errorf(n, path, "%s %s is a fractional number, which this format refuses (quote it if it is a string)", field, literal(n))
+		p.errorf(n, path, "%s %s is a floating-point number, which this format refuses (quote it if it is a string)", field, literal(n))
 		return s, false
 	case s.kind == kUint:
 		p.errorf(n, path, "%s %s is out of range (above 2^63 - 1; quote it if it is a string)", field, literal(n))
@@ -450,10 +454,10 @@ func parse(data []byte, name string) (*domain, config.Errors, config.Errors) {
 		return nil, config.Errors{syntaxError(name, err)}, nil
 	}
 	// The reference reads a file's first document only; the others are never looked at.
-	dec := yaml.NewDecoder(strings.NewReader(string(data)))
+	dec := yaml.NewDecoder(bytes.NewReader(data))
 	var first, second yaml.Node
 	if dec.Decode(&first) == nil {
-		if err := dec.Decode(&second); err == nil || !strings.Contains(err.Error(), "EOF") {
+		if err := dec.Decode(&second); !errors.Is(err, io.EOF) {
 			at := &second
 			if err != nil {
 				at = nil
