@@ -592,12 +592,14 @@ func (p *parser) descriptors(n *yaml.Node, parent *node, depth int, path, compos
 				quote(segment(nd.key, nd.value)), prev.line, quote(composite+nd.finalKey))
 		}
 
-		flags := map[string]*bool{"shadow_mode": &nd.shadow, "quota_mode": &nd.quota, "detailed_metric": &nd.detailed,
-			"value_to_metric": &nd.valueToMetric, "share_threshold": &nd.share}
-		for _, f := range []string{"shadow_mode", "quota_mode", "detailed_metric", "value_to_metric", "share_threshold"} {
-			if fn := p.get(m, f); fn != nil {
-				if v, ok := p.bool(fn, here, f); ok {
-					*flags[f] = v
+		for _, f := range []struct {
+			name string
+			dst  *bool
+		}{{"shadow_mode", &nd.shadow}, {"quota_mode", &nd.quota}, {"detailed_metric", &nd.detailed},
+			{"value_to_metric", &nd.valueToMetric}, {"share_threshold", &nd.share}} {
+			if fn := p.get(m, f.name); fn != nil {
+				if v, ok := p.bool(fn, here, f.name); ok {
+					*f.dst = v
 				}
 			}
 		}
@@ -614,7 +616,7 @@ func (p *parser) descriptors(n *yaml.Node, parent *node, depth int, path, compos
 		rn := p.get(m, "rate_limit")
 		algN, burstN := p.get(m, "algorithm"), p.get(m, "burst")
 		if rn != nil {
-			nd.limit = p.rateLimit(rn, here, nd, algN, burstN)
+			nd.limit = p.rateLimit(rn, here, algN, burstN)
 		} else {
 			for _, f := range []struct {
 				name string
@@ -663,7 +665,7 @@ func segment(key, value string) string {
 }
 
 // rateLimit reads a descriptor's rate_limit and sluice's algorithm and burst beside it.
-func (p *parser) rateLimit(n *yaml.Node, path string, nd *node, algN, burstN *yaml.Node) *limit {
+func (p *parser) rateLimit(n *yaml.Node, path string, algN, burstN *yaml.Node) *limit {
 	m := p.mapping(n, path, "rate_limit")
 	if m == nil {
 		return nil
