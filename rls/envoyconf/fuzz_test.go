@@ -44,7 +44,7 @@ func FuzzParse(f *testing.F) {
 					if !ok {
 						continue
 					}
-					if m.Unlimited != (m.Key == "") || (m.Key != "" && (len(m.Key) > 227 || !keyShape.MatchString(m.Key))) {
+					if m.Unlimited != (m.Key == "") || (m.Key != "" && (len(m.Key) > maxKeyLen || !keyShape.MatchString(m.Key))) {
 						t.Fatalf("%q: key %q", d, m.Key)
 					}
 					// The readable part of a key is the rule's, whatever the request's values.

@@ -131,6 +131,9 @@ func TestKeysOverride(t *testing.T) {
 	}
 }
 
+// maxKeyLen is the longest a Match.Key can be: domain, rule, the hash and two colons.
+const maxKeyLen = maxDomainKey + 1 + maxRuleKey + 1 + 32
+
 var keyShape = regexp.MustCompile(`^[!-~]+:[!-~]+:[0-9a-f]{32}$`)
 
 // No request value appears in Key or Rule, whatever the rule that matched, and a Key's length is
@@ -180,7 +183,7 @@ descriptors:
 				t.Errorf("%.60v: %q holds the request's value", tc.entries, s)
 			}
 		}
-		if len(m.Key) > 227 || !keyShape.MatchString(m.Key) {
+		if len(m.Key) > maxKeyLen || !keyShape.MatchString(m.Key) {
 			t.Errorf("%.60v: key %q (%d bytes)", tc.entries, m.Key, len(m.Key))
 		}
 	}
@@ -196,6 +199,17 @@ descriptors:
 // rules apart; Rule keeps them as written).
 func TestKeysOfOddConfigurations(t *testing.T) {
 	longValue := strings.Repeat("v", 10<<10)
+	if maxKeyLen != 226 {
+		t.Errorf("keys are up to %d bytes; Match.Key says 226", maxKeyLen)
+	}
+	longDomain := strings.Repeat("d", 1000)
+	ld, err := Parse([]byte("domain: "+longDomain+"\ndescriptors:\n  - key: "+longValue+"\n    rate_limit: {unit: second, requests_per_unit: 1}\n"), "long.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m, ok := ld.Match(longDomain, kv(longValue, "x"), nil); !ok || len(m.Key) != maxKeyLen || !keyShape.MatchString(m.Key) {
+		t.Errorf("long domain and rule: %v, key of %d bytes: %.80q", ok, len(m.Key), m.Key)
+	}
 	c, err := Parse([]byte("domain: \"d {x} é\"\ndescriptors:\n  - key: k\n    value: "+longValue+"\n    rate_limit: {unit: second, requests_per_unit: 1}\n  - key: k\n    value: "+longValue+"w\n    rate_limit: {unit: second, requests_per_unit: 1}\n"), "odd.yaml")
 	if err != nil {
 		t.Fatal(err)
@@ -206,7 +220,7 @@ func TestKeysOfOddConfigurations(t *testing.T) {
 		t.Fatal("no match")
 	}
 	for _, m := range []Match{a, b} {
-		if len(m.Key) > 227 || !keyShape.MatchString(m.Key) || strings.ContainsAny(m.Key, "{} ") {
+		if len(m.Key) > maxKeyLen || !keyShape.MatchString(m.Key) || strings.ContainsAny(m.Key, "{} ") {
 			t.Errorf("key %q (%d bytes)", m.Key, len(m.Key))
 		}
 		if !strings.HasPrefix(m.Key, "d__x__") {

@@ -66,9 +66,9 @@ type Match struct {
 	// Key identifies the counter: two descriptors share a counter exactly when the reference makes
 	// them share one (see docs/envoy.md), but no request value appears in it. It is
 	// domain:rule:hash, where rule is the configured path of keys and values (its characters
-	// outside printable ASCII, braces and spaces as '_', cut to 128 bytes) and hash the hex of the
-	// first 16 bytes of a SHA-256 over the domain, the entries' keys and values and the policy. At
-	// most 227 bytes, whatever the request.
+	// outside printable ASCII, braces and spaces as '_', cut to 128 bytes, the domain to 64) and
+	// hash the hex of the first 16 bytes of a SHA-256 over the domain, the entries' keys and values
+	// and the policy. At most 226 bytes, whatever the request.
 	Key string
 
 	// Rule names the rule that matched, from configured keys and values only, e.g.
@@ -197,22 +197,23 @@ const (
 )
 
 // keyText is s as a key spells it: bytes outside printable ASCII, spaces and braces (which Redis
-// Cluster reads as a hash tag) as '_', cut to max bytes with a '~' after. The hash beside it
-// tells keys apart; this part is for people.
+// Cluster reads as a hash tag) as '_', and at most max bytes, the last a '~' if s was cut. The
+// hash beside it tells keys apart; this part is for people.
 func keyText(s string, max int) string {
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if b.Len() == max {
-			b.WriteByte('~')
-			break
-		}
-		c := s[i]
-		if c <= ' ' || c >= 0x7f || c == '{' || c == '}' {
-			c = '_'
-		}
-		b.WriteByte(c)
+	cut := len(s) > max
+	if cut {
+		s = s[:max-1]
 	}
-	return b.String()
+	b := []byte(s)
+	for i, c := range b {
+		if c <= ' ' || c >= 0x7f || c == '{' || c == '}' {
+			b[i] = '_'
+		}
+	}
+	if cut {
+		b = append(b, '~')
+	}
+	return string(b)
 }
 
 // keyVersion starts every hash, so that a change of the encoding changes every key.
