@@ -1,0 +1,57 @@
+package envoyconf
+
+import (
+	"os"
+	"path/filepath"
+	"regexp"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice"
+)
+
+// The examples of docs/envoy.md load and mean what the text says.
+func TestDocsExamples(t *testing.T) {
+	doc, err := os.ReadFile(filepath.Join("..", "..", "docs", "envoy.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	blocks := regexp.MustCompile("(?s)```yaml\n(.*?)```").FindAllSubmatch(doc, -1)
+	if len(blocks) != 3 {
+		t.Fatalf("%d yaml blocks in docs/envoy.md, want 3", len(blocks))
+	}
+	c, err := Parse(blocks[0][1], "format")
+	if err != nil || len(c.Warnings()) != 0 {
+		t.Fatalf("the format's example: %v %v", err, c.Warnings())
+	}
+	want(t, c, "my-service", kv("remote_address", "10.0.0.1"), 10, Second, "my-service/remote_address")
+	a := want(t, c, "my-service", kv("header_match", "premium", "path", "/api/a"), 600, Minute, "my-service/header_match=premium/path=/api/*")
+	b := want(t, c, "my-service", kv("header_match", "premium", "path", "/api/b"), 600, Minute, "my-service/header_match=premium/path=/api/*")
+	if a.Key != b.Key || !a.ShadowMode || a.Name != "premium-api" || len(a.Replaces) != 1 {
+		t.Errorf("premium-api: %+v", a)
+	}
+	if m, ok := c.Match("my-service", kv("health", "x"), nil); !ok || !m.Unlimited {
+		t.Errorf("health: %+v", m)
+	}
+
+	c, err = Parse(append([]byte("domain: d\n"), blocks[1][1]...), "matching")
+	if err != nil {
+		t.Fatal(err)
+	}
+	k1 := want(t, c, "d", kv("key2", "a"), 20, Minute, "d/key2")
+	k2 := want(t, c, "d", kv("key2", "b"), 20, Minute, "d/key2")
+	if k1.Key == k2.Key {
+		t.Error("(key2, a) and (key2, b) share a counter")
+	}
+	want(t, c, "d", kv("key2", "value2"), 30, Minute, "d/key2=value2")
+	none(t, c, "d", kv("key2", "value3"))
+
+	c, err = Parse(append([]byte("domain: d\ndescriptors:\n"), blocks[2][1]...), "extension")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, _ := c.Match("d", kv("api_key", "k"), nil)
+	if m.Policy != (sluice.Policy{Algorithm: sluice.TokenBucket, Limit: 5, Period: time.Second, Burst: 20}) {
+		t.Errorf("extension: %+v", m.Policy)
+	}
+}
