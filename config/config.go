@@ -410,7 +410,11 @@ func (c *Config) resolve(client *Client, route *Route) *resolution {
 // String summarizes the configuration in one line, for logs. It prints no secret.
 func (c *Config) String() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "config %q: listen %s", c.File, c.Listen)
+	if c.Listen == "" {
+		fmt.Fprintf(&b, "config %q: no proxy listener", c.File)
+	} else {
+		fmt.Fprintf(&b, "config %q: listen %s", c.File, c.Listen)
+	}
 	if c.TLS != nil {
 		b.WriteString(" (TLS)")
 	}
@@ -419,6 +423,9 @@ func (c *Config) String() string {
 	}
 	if c.Upstream != nil {
 		fmt.Fprintf(&b, ", upstream %s", c.Upstream.Redacted())
+	}
+	if c.RLS != nil {
+		fmt.Fprintf(&b, ", rls %s (%d envoy_config files)", c.RLS.Listen, len(c.RLS.EnvoyConfig))
 	}
 	fmt.Fprintf(&b, ", store %s", c.Store.Type)
 	if c.Store.Type == StoreRedis {

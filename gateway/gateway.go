@@ -18,6 +18,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/algorithm"
+	"github.com/sluicehq/sluice/answer"
 	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/decision"
 	"github.com/sluicehq/sluice/identity"
@@ -42,6 +43,13 @@ func New(cfg *config.Config, store sluice.Store, metrics *Metrics, up *Upstream)
 	if err != nil {
 		return nil, err
 	}
+	g := &Gateway{cfg: cfg, policies: policies, metrics: metrics, retries: newEarlyRetries(1 << 16)}
+	g.decider = decision.Decider{Store: store, MaxDelay: cfg.Limits.MaxDelay, Observer: observer{g}}
+	if cfg.Upstream == nil {
+		// No proxy listener (listen: ""): the Gateway decides for the other front ends only.
+		g.up = up
+		return g, nil
+	}
 	up = up.For(cfg.Upstream)
 	transport := up.transport
 	upstream := cfg.Upstream
@@ -62,8 +70,7 @@ func New(cfg *config.Config, store sluice.Store, metrics *Metrics, up *Upstream)
 		// FlushInterval 0: a response of unknown length (a stream, chunked, text/event-stream)
 		// is still flushed as it comes; others are written as the copy goes.
 	}
-	g := &Gateway{cfg: cfg, policies: policies, up: up, proxy: proxy, metrics: metrics, retries: newEarlyRetries(1 << 16)}
-	g.decider = decision.Decider{Store: store, MaxDelay: cfg.Limits.MaxDelay, Observer: observer{g}}
+	g.up, g.proxy = up, proxy
 	proxy.ErrorHandler = g.forwardFailed
 	return g, nil
 }
@@ -91,6 +98,11 @@ func (b *bufferPool) Put(x []byte) { b.p.Put(&x) }
 // refuses the request (decision.Serve). sluice serve runs the fasthttp engine (ServeFast); this
 // one is for a Gateway inside a net/http program, and decides exactly the same.
 func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if g.proxy == nil {
+		answer.WriteProblem(w, answer.Problem{Type: answer.TypeBlank, Title: http.StatusText(http.StatusBadGateway),
+			Status: http.StatusBadGateway, Detail: "this gateway has no upstream (listen: \"\")"})
+		return
+	}
 	req := g.policies.Resolve(identity.HTTP(r), r.Method, routePath(r.URL.Path))
 	v := g.decider.Decide(r.Context(), &req)
 	if !decision.Serve(w, r, &v, g.cfg.Limits.LegacyHeaders, g.proxy) {

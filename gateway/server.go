@@ -249,6 +249,9 @@ func (s *Server) reload() error {
 		// The running configuration says what runs: the listeners are the old ones until then.
 		cfg.Listen, cfg.AdminListen, cfg.TLS = old.Listen, old.AdminListen, old.TLS
 	}
+	if cfg.Listen != "" && cfg.Upstream == nil {
+		return fmt.Errorf("%s: upstream is required while the proxy listener runs (it stops with listen: \"\" at a restart)", cfg.File)
+	}
 	g, err := New(cfg, s.store, s.metrics, s.current.Load().Upstream())
 	if err != nil {
 		return err

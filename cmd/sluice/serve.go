@@ -93,45 +93,87 @@ func serve(ctx context.Context, path string, watch time.Duration, stdout, stderr
 	defer srv.Close()
 	srv.Mount("GET /", web.Handler()) // the browser simulation, and what no other pattern matches
 
-	proxyLn, err := net.Listen("tcp", cfg.Listen)
+	svc, err := startRLS(cfg, srv, log)
 	if err != nil {
-		return failure{fmt.Errorf("listen %s: %w", cfg.Listen, err)}
+		return err
 	}
-	proxy := srv.FastServer()
+
+	// Every listener is opened before any serves, so that a port in use fails the start whole.
+	var lns []net.Listener
+	closeAll := func() {
+		for _, ln := range lns {
+			ln.Close()
+		}
+	}
+	listen := func(addr, what string) (net.Listener, error) {
+		ln, err := net.Listen("tcp", addr)
+		if err != nil {
+			closeAll()
+			return nil, failure{fmt.Errorf("listen %s (%s): %w", addr, what, err)}
+		}
+		lns = append(lns, ln)
+		return ln, nil
+	}
+	var proxyLn, adminLn, rlsLn net.Listener
 	var tlsConfig *tls.Config
-	if cfg.TLS != nil {
-		cert, err := tls.LoadX509KeyPair(cfg.TLS.CertFile, cfg.TLS.KeyFile)
-		if err != nil {
-			proxyLn.Close()
-			return configError{fmt.Errorf("%s: tls: %w", cfg.File, err)}
+	if cfg.Listen != "" {
+		if proxyLn, err = listen(cfg.Listen, "proxy"); err != nil {
+			return err
 		}
-		tlsConfig = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+		if cfg.TLS != nil {
+			cert, err := tls.LoadX509KeyPair(cfg.TLS.CertFile, cfg.TLS.KeyFile)
+			if err != nil {
+				closeAll()
+				return configError{fmt.Errorf("%s: tls: %w", cfg.File, err)}
+			}
+			tlsConfig = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+		}
 	}
-	var servers []*http.Server
-	errs := make(chan error, 2)
-	go func() {
-		if tlsConfig != nil {
-			errs <- proxy.ServeTLS(proxyLn, tlsConfig)
-		} else {
-			errs <- proxy.Serve(proxyLn)
-		}
-	}()
 	if cfg.AdminListen != "" {
-		adminLn, err := net.Listen("tcp", cfg.AdminListen)
-		if err != nil {
-			_ = proxy.Shutdown()
-			return failure{fmt.Errorf("listen %s (admin): %w", cfg.AdminListen, err)}
+		if adminLn, err = listen(cfg.AdminListen, "admin"); err != nil {
+			return err
 		}
-		admin := srv.AdminServer()
-		servers = append(servers, admin)
+	}
+	if svc != nil {
+		if rlsLn, err = listen(cfg.RLS.Listen, "rls"); err != nil {
+			return err
+		}
+	}
+	if len(lns) == 0 {
+		return configError{fmt.Errorf("%s: nothing to serve: listen, admin_listen and rls are all off", cfg.File)}
+	}
+
+	errs := make(chan error, 3)
+	var proxy *gateway.Proxy
+	if proxyLn != nil {
+		proxy = srv.FastServer()
+		go func() {
+			if tlsConfig != nil {
+				errs <- proxy.ServeTLS(proxyLn, tlsConfig)
+			} else {
+				errs <- proxy.Serve(proxyLn)
+			}
+		}()
+	}
+	var admin *http.Server
+	if adminLn != nil {
+		admin = srv.AdminServer()
 		go func() { errs <- admin.Serve(adminLn) }()
 		log.Info("admin listening", "addr", adminLn.Addr().String())
+	}
+	if rlsLn != nil {
+		go func() { errs <- svc.grpc.Serve(rlsLn) }()
+		log.Info("Envoy rate limit service listening (gRPC)", "addr", rlsLn.Addr().String(), "envoy_config", cfg.RLS.EnvoyConfig)
 	}
 	scheme := "http"
 	if cfg.TLS != nil {
 		scheme = "https"
 	}
-	log.Info("sluice serving", "addr", proxyLn.Addr().String(), "upstream", cfg.Upstream.String(), "config", cfg.String())
+	if proxyLn != nil {
+		log.Info("sluice serving", "addr", proxyLn.Addr().String(), "upstream", cfg.Upstream.String(), "config", cfg.String())
+	} else {
+		log.Info("sluice serving, with no proxy listener (listen: \"\")", "config", cfg.String())
+	}
 	if demo != nil {
 		printDemo(stdout, scheme+"://"+proxyLn.Addr().String(), cfg.AdminListen)
 	}
@@ -156,16 +198,24 @@ func serve(ctx context.Context, path string, watch time.Duration, stdout, stderr
 			defer cancel()
 			// Requests in flight finish (held ones too) within server.drain_timeout; idle
 			// connections close at once. Those still running then are cut: the process exits.
-			done := make(chan struct{})
-			go func() {
-				for _, s := range servers {
-					_ = s.Shutdown(shutdown)
-				}
-				close(done)
-			}()
-			err := proxy.ShutdownWithContext(shutdown)
-			<-done
-			if err != nil {
+			done := make(chan struct{}, 3)
+			running := 0
+			if admin != nil {
+				running++
+				go func() { _ = admin.Shutdown(shutdown); done <- struct{}{} }()
+			}
+			if svc != nil {
+				running++
+				go func() { svc.stop(shutdown); done <- struct{}{} }()
+			}
+			var err error
+			if proxy != nil {
+				err = proxy.ShutdownWithContext(shutdown)
+			}
+			for ; running > 0; running-- {
+				<-done
+			}
+			if err != nil || shutdown.Err() != nil {
 				log.Warn("drain_timeout passed with requests in flight; they are cut", "drain_timeout", drain.String())
 			}
 			return nil

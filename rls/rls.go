@@ -1,0 +1,331 @@
+// Package rls is sluice as Envoy's rate limit service: envoy.service.ratelimit.v3's
+// RateLimitService/ShouldRateLimit over gRPC (what Envoy, Istio and Envoy Gateway call), with its
+// limits read from envoyproxy/ratelimit's own configuration files (package rls/envoyconf). It is a
+// front end like the proxy: each request's descriptors become limits of one decision.Request,
+// decided all at once on the store by the decision layer.
+//
+// The answer is what Envoy expects: OVER_LIMIT if any descriptor is over its limit; a status per
+// descriptor, in the request's order, with its current limit, what remains and when the window
+// resets; the RateLimit fields (and Retry-After when over) to add to the response; and, when over,
+// the problem body for Envoy to answer with. A store failure is a gRPC error (Unavailable), which
+// Envoy maps with its failure_mode_deny, never OVER_LIMIT.
+package rls
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	corepb "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/algorithm"
+	"github.com/sluicehq/sluice/answer"
+	"github.com/sluicehq/sluice/decision"
+	"github.com/sluicehq/sluice/identity"
+	"github.com/sluicehq/sluice/rls/envoyconf"
+)
+
+// Decide is how the service decides: the gateway's decision layer (its metrics and operator page
+// count the service's requests too, as client "rls/DOMAIN").
+type Decide func(ctx context.Context, req *decision.Request) decision.Verdict
+
+// Service implements RateLimitService. It is safe for concurrent use; Swap changes its
+// configuration under running requests (each is answered whole by one configuration).
+type Service struct {
+	rlspb.UnimplementedRateLimitServiceServer
+	conf   atomic.Pointer[envoyconf.Config]
+	decide Decide
+	legacy atomic.Bool
+}
+
+// New returns a Service answering by conf, deciding with decide.
+func New(conf *envoyconf.Config, decide Decide) *Service {
+	s := &Service{decide: decide}
+	s.conf.Store(conf)
+	return s
+}
+
+// Swap makes conf the configuration of the requests that start from now on.
+func (s *Service) Swap(conf *envoyconf.Config) { s.conf.Store(conf) }
+
+// SetLegacyHeaders also adds X-RateLimit-Limit, -Remaining and -Reset to the answers' headers
+// (limits.legacy_headers).
+func (s *Service) SetLegacyHeaders(on bool) { s.legacy.Store(on) }
+
+// Bounds of a request: more descriptors or entries than these are refused (InvalidArgument),
+// so that one request cannot make the service allocate without bound.
+const (
+	maxDescriptors = 64
+	maxEntries     = 64
+)
+
+// ShouldRateLimit decides a request's descriptors.
+func (s *Service) ShouldRateLimit(ctx context.Context, in *rlspb.RateLimitRequest) (*rlspb.RateLimitResponse, error) {
+	conf := s.conf.Load()
+	if in.GetDomain() == "" {
+		return nil, status.Error(codes.InvalidArgument, "rate limit domain must not be empty")
+	}
+	ds := in.GetDescriptors()
+	if len(ds) == 0 {
+		return nil, status.Error(codes.InvalidArgument, "rate limit descriptor list must not be empty")
+	}
+	if len(ds) > maxDescriptors {
+		return nil, status.Errorf(codes.InvalidArgument, "%d descriptors: at most %d in one request", len(ds), maxDescriptors)
+	}
+	hits := uint64(max(in.GetHitsAddend(), 1)) // Envoy sends 0 for 1
+	matches := make([]envoyconf.Match, len(ds))
+	found := make([]bool, len(ds))
+	costs := make([]int64, len(ds))
+	entries := make([]envoyconf.Entry, 0, 4)
+	for i, d := range ds {
+		if len(d.GetEntries()) > maxEntries {
+			return nil, status.Errorf(codes.InvalidArgument, "descriptor %d has %d entries: at most %d", i, len(d.GetEntries()), maxEntries)
+		}
+		if d.GetIsNegativeHits() {
+			return nil, status.Errorf(codes.InvalidArgument, "descriptor %d: is_negative_hits (giving quota back) is not supported", i)
+		}
+		entries = entries[:0]
+		for _, e := range d.GetEntries() {
+			entries = append(entries, envoyconf.Entry{Key: e.GetKey(), Value: e.GetValue()})
+		}
+		var override *envoyconf.Override
+		if l := d.GetLimit(); l != nil {
+			override = &envoyconf.Override{RequestsPerUnit: l.GetRequestsPerUnit(), Unit: envoyconf.Unit(l.GetUnit())}
+			if err := override.Validate(); err != nil {
+				return nil, status.Errorf(codes.InvalidArgument, "descriptor %d: %v", i, err)
+			}
+		}
+		matches[i], found[i] = conf.Match(in.GetDomain(), entries, override)
+		h := hits
+		if d.GetHitsAddend() != nil {
+			h = d.GetHitsAddend().GetValue()
+		}
+		if h > math.MaxInt64 {
+			return nil, status.Errorf(codes.InvalidArgument, "descriptor %d: hits_addend %d is over 2^63-1", i, h)
+		}
+		costs[i] = int64(h)
+	}
+	replaced := envoyconf.Replaced(matches)
+
+	// The limits to decide: every descriptor that matched a limit, not unlimited, not replaced.
+	// Shadow-mode and quota-mode ones never refuse the request on their own (dry run): a
+	// quota-mode one is over only with every other quota-mode one (see below). A limit of 0 is
+	// over for any cost above 0 and never reaches the store; if it refuses the request, the
+	// others are only peeked at (cost 0), so that nothing is consumed.
+	req := decision.Request{Client: "rls/" + in.GetDomain(), NoHold: true}
+	at := make([]int, len(ds)) // descriptor i's index in req.Limits, or -1
+	zeroOver := make([]bool, len(ds))
+	peek := false
+	for i := range ds {
+		at[i] = -1
+		m := &matches[i]
+		if !found[i] || m.Unlimited || replaced[i] {
+			continue
+		}
+		if m.RequestsPerUnit == 0 {
+			zeroOver[i] = costs[i] > 0
+			peek = peek || (zeroOver[i] && !m.ShadowMode && !m.QuotaMode)
+			continue
+		}
+		at[i] = len(req.Limits)
+		p := m.Policy
+		p.Name = "rls" // the state is kept under the counter's key (m.Key) and this
+		req.Limits = append(req.Limits, decision.Limit{Policy: p, PolicyName: nameOf(m), Key: m.Key, DryRun: m.ShadowMode || m.QuotaMode})
+		req.Costs = append(req.Costs, costs[i])
+	}
+	if peek {
+		clear(req.Costs)
+	}
+	if len(req.Limits) > 0 {
+		req.Who = identity.Identity{Key: req.Limits[0].Key, Source: "rls"}
+	}
+	v := s.decide(ctx, &req)
+	defer v.Release()
+	out := &rlspb.RateLimitResponse{OverallCode: rlspb.RateLimitResponse_OK, Statuses: make([]*rlspb.RateLimitResponse_DescriptorStatus, len(ds))}
+	switch v.Outcome {
+	case decision.Failed:
+		if errors.Is(v.Err, sluice.ErrCostExceedsLimit) {
+			// A hits_addend no window can ever hold is over the limit, now and later.
+			return overCost(out, &req, matches, at, v.Problem), nil
+		}
+		if errors.Is(v.Err, sluice.ErrStoreUnavailable) {
+			return nil, status.Error(codes.Unavailable, "the rate limit store is unavailable: "+v.Problem.Detail)
+		}
+		return nil, status.Error(codes.Internal, v.Problem.Detail)
+	case decision.Refused:
+		out.OverallCode = rlspb.RateLimitResponse_OVER_LIMIT
+	}
+	quotas, quotasOver := 0, 0
+	for i := range ds {
+		st := &rlspb.RateLimitResponse_DescriptorStatus{Code: rlspb.RateLimitResponse_OK}
+		out.Statuses[i] = st
+		m := &matches[i]
+		switch {
+		case !found[i] || replaced[i]:
+			continue // no limit: OK, with nothing else (as envoyproxy/ratelimit answers)
+		case m.Unlimited:
+			st.LimitRemaining = math.MaxUint32
+			continue
+		}
+		st.CurrentLimit = currentLimit(m)
+		over := zeroOver[i]
+		if at[i] >= 0 {
+			d := v.Decisions[at[i]].Decision
+			st.LimitRemaining = clampUint32(d.Remaining)
+			st.DurationUntilReset = durationpb.New(untilReset(m, d))
+			over = !d.Allowed
+		} else {
+			st.DurationUntilReset = durationpb.New(untilReset(m, sluice.Decision{}))
+		}
+		if over {
+			st.LimitRemaining = 0
+		}
+		if m.QuotaMode {
+			quotas++
+			if over {
+				quotasOver++
+			}
+		}
+		if over && !m.ShadowMode && !m.QuotaMode {
+			st.Code = rlspb.RateLimitResponse_OVER_LIMIT
+			out.OverallCode = rlspb.RateLimitResponse_OVER_LIMIT
+		}
+	}
+	if quotas > 0 && quotasOver == quotas {
+		// Every quota-mode descriptor is over: so is the request (what the others allowed was
+		// consumed; see docs/envoy.md).
+		out.OverallCode = rlspb.RateLimitResponse_OVER_LIMIT
+		for i, st := range out.Statuses {
+			if matches[i].QuotaMode && found[i] && !replaced[i] && !matches[i].Unlimited && !matches[i].ShadowMode {
+				st.Code = rlspb.RateLimitResponse_OVER_LIMIT
+			}
+		}
+	}
+	if len(v.Decisions) > 0 {
+		out.ResponseHeadersToAdd = headers(v.Decisions, s.legacy.Load())
+	}
+	if out.OverallCode == rlspb.RateLimitResponse_OVER_LIMIT {
+		wait := retryAfter(&v, &req, matches, zeroOver)
+		retry := answer.RetryAfter(wait)
+		out.ResponseHeadersToAdd = append(out.ResponseHeadersToAdd, header("Retry-After", retry),
+			header("Content-Type", answer.ContentType))
+		var names []string
+		for i, st := range out.Statuses {
+			if st.Code == rlspb.RateLimitResponse_OVER_LIMIT {
+				names = append(names, nameOf(&matches[i]))
+			}
+		}
+		problem := answer.QuotaExceeded("", nil)
+		problem.ViolatedPolicies = names
+		problem.RetryAfter, _ = strconv.ParseInt(retry, 10, 64)
+		problem.Detail = fmt.Sprintf("the request exceeded %s of domain %q; retry after %s s", violated(names), in.GetDomain(), retry)
+		out.RawBody = problem.AppendJSON(nil)
+	}
+	return out, nil
+}
+
+// overCost answers a request one of whose descriptors costs more than its limit can ever hold:
+// OVER_LIMIT for that descriptor (and the request), nothing consumed anywhere.
+func overCost(out *rlspb.RateLimitResponse, req *decision.Request, matches []envoyconf.Match, at []int, p answer.Problem) *rlspb.RateLimitResponse {
+	out.OverallCode = rlspb.RateLimitResponse_OVER_LIMIT
+	for i := range out.Statuses {
+		st := &rlspb.RateLimitResponse_DescriptorStatus{Code: rlspb.RateLimitResponse_OK}
+		out.Statuses[i] = st
+		if at[i] < 0 {
+			continue
+		}
+		m := &matches[i]
+		st.CurrentLimit = currentLimit(m)
+		l := &req.Limits[at[i]]
+		var d sluice.Decision
+		if algorithm.CheckCost(&l.Policy, req.Costs[at[i]], &d) != nil && !l.DryRun {
+			st.Code = rlspb.RateLimitResponse_OVER_LIMIT
+		}
+	}
+	p.Client = ""
+	out.RawBody = p.AppendJSON(nil)
+	out.ResponseHeadersToAdd = []*corepb.HeaderValue{header("Content-Type", answer.ContentType)}
+	return out
+}
+
+func violated(names []string) string {
+	if len(names) == 1 {
+		return strconv.Quote(names[0])
+	}
+	return fmt.Sprintf("the limits %q", names)
+}
+
+// currentLimit is a match's limit as Envoy's answer states it.
+func currentLimit(m *envoyconf.Match) *rlspb.RateLimitResponse_RateLimit {
+	return &rlspb.RateLimitResponse_RateLimit{Name: m.Name, RequestsPerUnit: m.RequestsPerUnit,
+		Unit: rlspb.RateLimitResponse_RateLimit_Unit(m.Unit)}
+}
+
+// untilReset is duration_until_reset: for a fixed window, as envoyproxy/ratelimit says it, the
+// time until the current window ends; for the other algorithms, until the state is empty again
+// (or, if that is sooner, until the request would be allowed).
+func untilReset(m *envoyconf.Match, d sluice.Decision) time.Duration {
+	if t := max(d.ResetAfter, d.RetryAfter); t > 0 || m.Policy.Algorithm != sluice.FixedWindow {
+		return t
+	}
+	// Nothing counted in this window (a shadow-mode peek, say): its end by this clock.
+	p := m.Policy.PeriodMicros()
+	return time.Duration(p-(time.Now().UnixMicro()%p)) * time.Microsecond
+}
+
+func clampUint32(v int64) uint32 {
+	switch {
+	case v < 0:
+		return 0
+	case v > math.MaxUint32:
+		return math.MaxUint32
+	}
+	return uint32(v)
+}
+
+// headers are the RateLimit fields of decisions, as response_headers_to_add.
+func headers(ds []answer.Applied, legacy bool) []*corepb.HeaderValue {
+	var buf [256]byte
+	policy, limit := answer.FieldValues(buf[:0], ds)
+	out := []*corepb.HeaderValue{header("RateLimit-Policy", string(policy)), header("RateLimit", string(limit))}
+	if legacy {
+		l, r, t := answer.LegacyValues(ds)
+		out = append(out, header("X-RateLimit-Limit", strconv.FormatInt(l, 10)),
+			header("X-RateLimit-Remaining", strconv.FormatInt(r, 10)), header("X-RateLimit-Reset", strconv.FormatInt(t, 10)))
+	}
+	return out
+}
+
+func header(k, v string) *corepb.HeaderValue { return &corepb.HeaderValue{Key: k, Value: v} }
+
+// retryAfter is how long a client over the limit should wait: until every enforced limit that
+// refused would allow it (a limit of 0 never will: until its window ends, as the reference says).
+func retryAfter(v *decision.Verdict, req *decision.Request, matches []envoyconf.Match, zeroOver []bool) time.Duration {
+	var wait time.Duration
+	if v.Outcome == decision.Refused {
+		wait = v.RetryAfter(req)
+	}
+	for i, m := range matches {
+		if zeroOver[i] && !m.ShadowMode {
+			wait = max(wait, untilReset(&m, sluice.Decision{}))
+		}
+	}
+	return wait
+}
+
+// nameOf is what answers and metrics call a match's limit: its name, or the rule's.
+func nameOf(m *envoyconf.Match) string {
+	if m.Name != "" {
+		return m.Name
+	}
+	return m.Rule
+}

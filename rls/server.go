@@ -1,0 +1,33 @@
+package rls
+
+import (
+	"time"
+
+	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/keepalive"
+)
+
+// maxMessage bounds a request's size: a rate limit request is a few descriptors of short
+// entries (the bounds above), never megabytes.
+const maxMessage = 64 << 10
+
+// Server returns a gRPC server that serves s and the standard health service
+// (grpc.health.v1.Health: SERVING for "" and for envoy.service.ratelimit.v3.RateLimitService),
+// and the health server, to set NOT_SERVING when draining (see health.Server.Shutdown).
+func (s *Service) Server() (*grpc.Server, *health.Server) {
+	gs := grpc.NewServer(
+		grpc.MaxRecvMsgSize(maxMessage),
+		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: 5 * time.Minute}),
+		// Envoy pings its long-lived connections; allow it as often as every 10 s.
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
+	)
+	rlspb.RegisterRateLimitServiceServer(gs, s)
+	hs := health.NewServer()
+	hs.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
+	hs.SetServingStatus(rlspb.RateLimitService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
+	healthpb.RegisterHealthServer(gs, hs)
+	return gs, hs
+}
