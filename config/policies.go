@@ -164,6 +164,9 @@ func (p *parser) policies(n *yaml.Node, c *Config) {
 		if n := p.get(m, "dry_run"); n != nil {
 			pol.DryRun, _ = p.bool(n, path, "dry_run")
 		}
+		if n := p.get(m, "key_by"); n != nil {
+			pol.KeyBy = p.keyBy(n, path, c)
+		}
 		if good { // every field good on its own (the name aside): what is left is how they combine
 			whole := pol.Policy
 			whole.Name = "probe" // the name is checked above; it is only cut out of the message
@@ -486,7 +489,7 @@ func (c *Config) resolution(names []string, scope string) resolution {
 			sp.Name = scope + "/" + name
 		}
 		res.policies = append(res.policies, sp)
-		res.applied = append(res.applied, AppliedPolicy{Policy: sp, PolicyName: name, DryRun: pol.DryRun})
+		res.applied = append(res.applied, AppliedPolicy{Policy: sp, PolicyName: name, DryRun: pol.DryRun, KeyBy: pol.KeyBy})
 	}
 	return res
 }
