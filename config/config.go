@@ -161,7 +161,11 @@ type IPSource struct {
 type Policy struct {
 	sluice.Policy      // valid (Policy.Validate), and accepted by the Redis store when that is the store
 	DryRun        bool // decide and count, add the headers, but never refuse
-	Line          int
+	// KeyBy is what the policy counts by (key_by), in order: nil, the default, counts per client
+	// (its key, Identity.Key); not nil, one counter per distinct tuple of these attributes of the
+	// request, empty being one counter for every request (see KeyPart).
+	KeyBy []KeyPart
+	Line  int
 }
 
 // Client is one configured client: who it is and its contract.
@@ -234,6 +238,9 @@ type AppliedPolicy struct {
 	PolicyName string // the configured policy's name: for answers and metrics
 	Key        string // the key it counts under; "" the client's
 	DryRun     bool   // decide and count, but never refuse
+	// KeyBy is the policy's key_by (nil: counted per client, Key ""): the decision layer fills
+	// Key from the request's attributes when it is not nil.
+	KeyBy []KeyPart
 }
 
 // resolution is a list of policies resolved for one case, in both shapes the gateway asks for.
@@ -327,7 +334,7 @@ func (c *Config) Applied(name string) (AppliedPolicy, bool) {
 	if !ok {
 		return AppliedPolicy{}, false
 	}
-	return AppliedPolicy{Policy: p.Policy, PolicyName: p.Name, DryRun: p.DryRun}, true
+	return AppliedPolicy{Policy: p.Policy, PolicyName: p.Name, DryRun: p.DryRun, KeyBy: p.KeyBy}, true
 }
 
 // ClientByName returns the client called name.

@@ -14,6 +14,11 @@ import (
 type Policies struct {
 	cfg   *config.Config
 	chain identity.Chain
+	// For key_by: the jwt claims any policy is keyed by (nil: none), each one's index there,
+	// and how the remote address is masked (the ip source's way, or the default prefixes).
+	claimNames []string
+	claimIndex map[string]int
+	ip         identity.IP
 }
 
 // NewPolicies returns the Policies of cfg, or the error of an identity source that cannot work
@@ -23,7 +28,28 @@ func NewPolicies(cfg *config.Config) (*Policies, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Policies{cfg: cfg, chain: chain}, nil
+	p := &Policies{cfg: cfg, chain: chain}
+	for _, id := range cfg.Identity {
+		if id.IP != nil {
+			p.ip = ipSource(id.IP)
+			break
+		}
+	}
+	for _, pol := range cfg.Policies {
+		for _, part := range pol.KeyBy {
+			if part.Attr != config.KeyJWTClaim {
+				continue
+			}
+			if p.claimIndex == nil {
+				p.claimIndex = map[string]int{}
+			}
+			if _, ok := p.claimIndex[part.Name]; !ok {
+				p.claimIndex[part.Name] = len(p.claimNames)
+				p.claimNames = append(p.claimNames, part.Name)
+			}
+		}
+	}
+	return p, nil
 }
 
 // Config returns the configuration p resolves under.
@@ -33,13 +59,25 @@ func (p *Policies) Config() *config.Config { return p.cfg }
 func (p *Policies) Chain() identity.Chain { return p.chain }
 
 // Resolve identifies r's client and finds what applies to a request of method on path: the
-// route's cost and the policies of the client on that route.
+// route's cost and the policies of the client on that route, each limit's Key made from r's
+// attributes if its policy has a key_by.
 func (p *Policies) Resolve(r identity.Request, method, path string) Request {
-	return p.For(p.chain.Identify(r), method, path)
+	if p.claimNames == nil {
+		return p.resolve(p.chain.Identify(r), r, nil, method, path)
+	}
+	who, claims := p.chain.IdentifyClaims(r, p.claimNames)
+	return p.resolve(who, r, claims, method, path)
 }
 
-// For is Resolve for a client already identified.
+// For is Resolve for a client already identified, without the request: a key_by's header,
+// query, jwt_claim and remote_address are absent (its client, path, path_prefix and method are
+// who's, path's and method's).
 func (p *Policies) For(who identity.Identity, method, path string) Request {
+	return p.resolve(who, nil, nil, method, path)
+}
+
+// resolve is Resolve of an identified request (r nil: none), with its token's claims.
+func (p *Policies) resolve(who identity.Identity, r identity.Request, claims []string, method, path string) Request {
 	var client *config.Client
 	name := "anonymous"
 	if who.Client != "" {
@@ -52,7 +90,14 @@ func (p *Policies) For(who identity.Identity, method, path string) Request {
 	if route != nil {
 		cost = route.Cost
 	}
-	return Request{Who: who, Client: name, Limits: p.limits(client, route), Cost: cost}
+	limits := p.limits(client, route)
+	for i := range limits {
+		if limits[i].KeyBy != nil { // only then a copy: the others decide without allocating
+			limits = p.keyed(limits, &attrs{who: who, r: r, method: method, path: path, claims: claims})
+			break
+		}
+	}
+	return Request{Who: who, Client: name, Limits: limits, Cost: cost}
 }
 
 // Named is the request of a configured client (nil: an anonymous one keyed by who.Key) under the
@@ -110,8 +155,7 @@ func Chain(cfg *config.Config) (identity.Chain, error) {
 					return c.Name, true
 				}}
 		case id.IP != nil:
-			src = identity.IP{TrustedProxies: id.IP.TrustedProxies, IPv4Prefix: id.IP.IPv4Prefix,
-				IPv6Prefix: id.IP.IPv6Prefix, ForwardedHeader: id.IP.ForwardedHeader}
+			src = ipSource(id.IP)
 		default:
 			continue
 		}
@@ -121,4 +165,10 @@ func Chain(cfg *config.Config) (identity.Chain, error) {
 		chain = append(chain, src)
 	}
 	return chain, nil
+}
+
+// ipSource is the ip source of cfg.
+func ipSource(cfg *config.IPSource) identity.IP {
+	return identity.IP{TrustedProxies: cfg.TrustedProxies, IPv4Prefix: cfg.IPv4Prefix,
+		IPv6Prefix: cfg.IPv6Prefix, ForwardedHeader: cfg.ForwardedHeader}
 }

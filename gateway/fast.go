@@ -19,6 +19,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/sluicehq/sluice/answer"
+	"github.com/sluicehq/sluice/identity"
 )
 
 // The fasthttp engine. sluice serve forwards with it because it measured about twice the
@@ -335,6 +336,10 @@ func (r fastRequest) Peer() (netip.Addr, bool) {
 		return addr.WithZone("").Unmap(), addr.IsValid()
 	}
 	return netip.Addr{}, false
+}
+
+func (r fastRequest) Query(name string) string {
+	return identity.QueryValue(b2s(r.ctx.URI().QueryString()), name)
 }
 
 // b2s is a string over b, without a copy: for reading only, while b does not change.

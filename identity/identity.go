@@ -23,6 +23,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/netip"
+	"net/url"
 	"strings"
 )
 
@@ -68,9 +69,10 @@ type Source interface {
 	Identify(r Request) (id Identity, ok bool)
 }
 
-// Request is what a source reads of a request: its header fields and its peer's address. The
-// gateway's engines each provide one (HTTP adapts a net/http request), so that who a request
-// comes from is decided the same way whichever engine received it.
+// Request is what a source reads of a request: its header fields and its peer's address (and,
+// for a policy's key_by, a query parameter). The gateway's engines each provide one (HTTP adapts
+// a net/http request), so that who a request comes from is decided the same way whichever engine
+// received it.
 type Request interface {
 	// Header returns the first line of the named field, "" if there is none. Field names are
 	// case-insensitive.
@@ -80,6 +82,9 @@ type Request interface {
 	// Peer returns the address of the connection's other end; ok is false when it has none
 	// that is an IP address (a Unix socket, say).
 	Peer() (addr netip.Addr, ok bool)
+	// Query returns the first value of the named query parameter, unescaped, "" if there is
+	// none (QueryValue of the raw query: every engine reads it the same way).
+	Query(name string) string
 }
 
 // HTTP returns r as a Request. It does not allocate.
@@ -99,6 +104,43 @@ func (h httpRequest) HeaderValues(name string) []string { return h.r.Header.Valu
 
 func (h httpRequest) Peer() (netip.Addr, bool) { return ParsePeer(h.r.RemoteAddr) }
 
+func (h httpRequest) Query(name string) string {
+	if h.r.URL == nil {
+		return ""
+	}
+	return QueryValue(h.r.URL.RawQuery, name)
+}
+
+// QueryValue returns the first value of the parameter name in raw, a URL's query without the
+// "?", unescaped as url.ParseQuery does ("+" is a space), "" if there is none. Like ParseQuery it
+// skips pairs that have a ";" or a bad escape. It allocates only to unescape, and the value it
+// returns may share raw's memory.
+func QueryValue(raw, name string) string {
+	for raw != "" {
+		var pair string
+		pair, raw, _ = strings.Cut(raw, "&")
+		if pair == "" || strings.IndexByte(pair, ';') >= 0 {
+			continue
+		}
+		k, v, _ := strings.Cut(pair, "=")
+		if k != name {
+			if !strings.ContainsAny(k, "%+") {
+				continue
+			}
+			if uk, err := url.QueryUnescape(k); err != nil || uk != name {
+				continue
+			}
+		}
+		if !strings.ContainsAny(v, "%+") {
+			return v
+		}
+		if uv, err := url.QueryUnescape(v); err == nil {
+			return uv
+		}
+	}
+	return ""
+}
+
 // Chain is an ordered list of sources; the first that yields an identity wins. Put an IP source
 // last so that every request has a key.
 type Chain []Source
@@ -113,4 +155,43 @@ func (c Chain) Identify(r Request) Identity {
 		}
 	}
 	return Identity{Key: AnonymousKey, Source: SourceNone}
+}
+
+// IdentifyClaims is Identify that also reads the named claims of the request's token, for
+// policies keyed by a claim: claims[i] is the value of names[i] (see JWT.IdentifyClaims) in the
+// token of the first jwt source, in order, whose token verifies, whoever its subject names, and
+// whether or not that source named the client (a request named by its API key has its token
+// read too); nil if no jwt source verifies a token. The identity is Identify's: a jwt source
+// asked only for claims names nobody. Each source reads the token once.
+func (c Chain) IdentifyClaims(r Request, names []string) (id Identity, claims []string) {
+	found := false
+	for _, s := range c {
+		var j *JWT
+		switch s := s.(type) {
+		case JWT:
+			j = &s
+		case *JWT:
+			j = s
+		}
+		if j == nil {
+			if !found {
+				id, found = s.Identify(r)
+			}
+			continue
+		}
+		if found && claims != nil {
+			break
+		}
+		jid, ok, cl := j.IdentifyClaims(r, names)
+		if claims == nil {
+			claims = cl
+		}
+		if !found && ok {
+			id, found = jid, true
+		}
+	}
+	if !found {
+		id = Identity{Key: AnonymousKey, Source: SourceNone}
+	}
+	return id, claims
 }

@@ -6,8 +6,10 @@ import (
 	"crypto/ed25519"
 	"crypto/elliptic"
 	"crypto/rsa"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -84,17 +86,46 @@ func (j JWT) Validate() error {
 
 // Identify names the client whose valid token is in the header; see JWT for what valid means.
 func (j JWT) Identify(r Request) (Identity, bool) {
+	claims, ok := j.verify(r)
+	if !ok {
+		return Identity{}, false
+	}
+	return j.name(claims)
+}
+
+// IdentifyClaims is Identify that also returns the named claims of the token, if it verifies
+// (signature, algorithm, exp, nbf, iss, aud: all of Identify's checks but the subject's lookup,
+// so a valid token whose subject names no client still has its claims): claims[i] is names[i]'s
+// value, a string as it is, a number in its shortest decimal form, a boolean as true or false,
+// and "" for a claim the token lacks or one of another type (an object, a list, null). claims is
+// nil when the token is absent or does not verify: an expired or badly signed token says nothing.
+func (j JWT) IdentifyClaims(r Request, names []string) (id Identity, ok bool, claims []string) {
+	mc, verified := j.verify(r)
+	if !verified {
+		return Identity{}, false, nil
+	}
+	claims = make([]string, len(names))
+	for i, n := range names {
+		claims[i] = claimValue(mc[n])
+	}
+	id, ok = j.name(mc)
+	return id, ok, claims
+}
+
+// verify returns the claims of the request's token if it is valid (see JWT), whatever its
+// subject.
+func (j JWT) verify(r Request) (jwt.MapClaims, bool) {
 	header := j.Header
 	if header == "" {
 		header = "Authorization"
 	}
 	token := bearerToken(r.Header(header))
 	if token == "" || j.Lookup == nil {
-		return Identity{}, false
+		return nil, false
 	}
 	algs := j.algorithms()
 	if len(algs) == 0 {
-		return Identity{}, false
+		return nil, false
 	}
 	opts := make([]jwt.ParserOption, 0, 6)
 	opts = append(opts, jwt.WithValidMethods(algs), jwt.WithExpirationRequired(), jwt.WithLeeway(j.Leeway))
@@ -110,8 +141,13 @@ func (j JWT) Identify(r Request) (Identity, bool) {
 	claims := jwt.MapClaims{}
 	tok, err := jwt.NewParser(opts...).ParseWithClaims(token, claims, j.verificationKey)
 	if err != nil || !tok.Valid {
-		return Identity{}, false
+		return nil, false
 	}
+	return claims, true
+}
+
+// name returns the client that a verified token's Claim names.
+func (j JWT) name(claims jwt.MapClaims) (Identity, bool) {
 	claim := j.Claim
 	if claim == "" {
 		claim = "sub"
@@ -125,6 +161,21 @@ func (j JWT) Identify(r Request) (Identity, bool) {
 		return Identity{}, false
 	}
 	return Identity{Client: client, Key: client, Source: SourceJWT}, true
+}
+
+// claimValue is a claim's value as a key takes it: see IdentifyClaims.
+func claimValue(v any) string {
+	switch v := v.(type) {
+	case string:
+		return v
+	case float64:
+		return strconv.FormatFloat(v, 'f', -1, 64)
+	case json.Number:
+		return v.String()
+	case bool:
+		return strconv.FormatBool(v)
+	}
+	return ""
 }
 
 // bearerToken strips an optional "Bearer " scheme (any case) and surrounding spaces.

@@ -1,0 +1,241 @@
+// This file reads the sections about where sluice listens and answers: listen and admin_listen,
+// upstream, tls, limits, server, rls and forward_auth.
+
+package config
+
+import (
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"strconv"
+	"strings"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// hostPort reads a listen address: host:port, host may be empty (every interface) or a name,
+// port 0 picks a free one.
+func (p *parser) hostPort(n *yaml.Node, path, field string) (string, bool) {
+	s, ok := p.str(n, path, field)
+	if !ok {
+		return "", false
+	}
+	_, port, err := net.SplitHostPort(s)
+	if err != nil {
+		p.errorf(n, path, nil, "%s %q is not host:port (e.g. 127.0.0.1:8080, :8080)", field, s)
+		return "", false
+	}
+	if v, err := strconv.ParseUint(port, 10, 16); err != nil || (v == 0 && port != "0") {
+		p.errorf(n, path, nil, "%s %q: port %q must be a number from 0 to 65535", field, s, port)
+		return "", false
+	}
+	return s, true
+}
+
+func (p *parser) upstream(n *yaml.Node) *url.URL {
+	s, ok := p.str(n, "", "upstream")
+	if !ok {
+		return nil
+	}
+	if !strings.Contains(s, "://") {
+		p.errorf(n, "", nil, "upstream %q must be an http:// or https:// URL", s)
+		return nil
+	}
+	u, err := url.Parse(s)
+	if err != nil {
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err
+		}
+		p.errorf(n, "", nil, "upstream %q is not a URL: %v", s, err)
+		return nil
+	}
+	switch {
+	case u.Scheme != "http" && u.Scheme != "https":
+		p.errorf(n, "", nil, "upstream %q must be an http:// or https:// URL", s)
+	case u.Host == "" || u.Hostname() == "":
+		p.errorf(n, "", nil, "upstream %q has no host", s)
+	case u.User != nil:
+		p.errorf(n, "", nil, "upstream must not contain a user or password")
+	case u.RawQuery != "" || u.Fragment != "" || u.ForceQuery:
+		p.errorf(n, "", nil, "upstream %q must not have a query or fragment", s)
+	default:
+		if port := u.Port(); port != "" {
+			if v, err := strconv.ParseUint(port, 10, 16); err != nil || v == 0 {
+				p.errorf(n, "", nil, "upstream %q: port %q must be a number from 1 to 65535", s, port)
+				return nil
+			}
+		}
+		return u
+	}
+	return nil
+}
+
+func (p *parser) tls(n *yaml.Node) *TLS {
+	m := p.mapping(n, n, "", "tls")
+	if m == nil {
+		return nil
+	}
+	p.checkKnown(m, "tls", tlsFields...)
+	var t TLS
+	certN, keyN := p.get(m, "cert_file"), p.get(m, "key_file")
+	if certN != nil {
+		t.CertFile, _ = p.str(certN, "tls", "cert_file")
+	}
+	if keyN != nil {
+		t.KeyFile, _ = p.str(keyN, "tls", "key_file")
+	}
+	switch {
+	case t.CertFile == "" && t.KeyFile == "":
+		if certN == nil && keyN == nil {
+			return nil
+		}
+		p.errorf(m.node, "tls", nil, "cert_file and key_file are required (or leave tls out)")
+		return nil
+	case t.KeyFile == "":
+		p.errorf(m.node, "tls", nil, "key_file is required with cert_file")
+		return nil
+	case t.CertFile == "":
+		p.errorf(m.node, "tls", nil, "cert_file is required with key_file")
+		return nil
+	}
+	t.CertFile, t.KeyFile = p.path(t.CertFile), p.path(t.KeyFile)
+	cert, err := readFile(t.CertFile)
+	if err != nil {
+		p.errorf(certN, "tls", err, "cert_file %q cannot be read: %v", t.CertFile, err)
+	}
+	key, kerr := readFile(t.KeyFile)
+	if kerr != nil {
+		p.errorf(keyN, "tls", kerr, "key_file %q cannot be read: %v", t.KeyFile, kerr)
+	}
+	if err != nil || kerr != nil {
+		return nil
+	}
+	// Parsed and dropped: the private key stays out of the Config (and so out of any printout).
+	if _, err := tls.X509KeyPair(cert, key); err != nil {
+		p.errorf(certN, "tls", err, "cert_file and key_file are not a PEM certificate and its private key: %v", err)
+		return nil
+	}
+	return &t
+}
+
+func (p *parser) limits(n *yaml.Node, l *Limits) {
+	const path = "limits"
+	m := p.mapping(n, n, "", "limits")
+	if m == nil {
+		return
+	}
+	p.checkKnown(m, path, limitsFields...)
+	if n := p.get(m, "max_delay"); n != nil {
+		if d, ok := p.duration(n, path, "max_delay"); ok {
+			if d < 0 {
+				p.errorf(n, path, nil, "max_delay %v must be ≥ 0", d)
+			} else {
+				l.MaxDelay = d
+			}
+		}
+	}
+	if n := p.get(m, "legacy_headers"); n != nil {
+		l.LegacyHeaders, _ = p.bool(n, path, "legacy_headers")
+	}
+}
+
+func (p *parser) server(n *yaml.Node, s *Server) {
+	const path = "server"
+	m := p.mapping(n, n, "", "server")
+	if m == nil {
+		return
+	}
+	p.checkKnown(m, path, serverFields...)
+	if n := p.get(m, "body_timeout"); n != nil {
+		if d, ok := p.duration(n, path, "body_timeout"); ok {
+			if d <= 0 {
+				p.errorf(n, path, nil, "body_timeout %v must be > 0", d)
+			} else {
+				s.BodyTimeout = d
+			}
+		}
+	}
+	if n := p.get(m, "body_min_rate"); n != nil {
+		if v, ok := p.int(n, path, "body_min_rate"); ok {
+			if v < 0 || v > 1<<40 {
+				p.errorf(n, path, nil, "body_min_rate %d must be from 0 (no rate: the whole body within body_timeout) to 2^40 bytes per second", v)
+			} else {
+				s.BodyMinRate = v
+			}
+		}
+	}
+	if n := p.get(m, "drain_timeout"); n != nil {
+		if d, ok := p.duration(n, path, "drain_timeout"); ok {
+			if d < 0 {
+				p.errorf(n, path, nil, "drain_timeout %v must be ≥ 0", d)
+			} else {
+				s.DrainTimeout = d
+			}
+		}
+	}
+}
+
+// rls reads the rls section: Envoy's rate limit service (gRPC) and its envoyproxy/ratelimit
+// configuration files (read by package rls/envoyconf, not here: config only names them).
+func (p *parser) rls(n *yaml.Node) *RLS {
+	const path = "rls"
+	m := p.mapping(n, n, "", "rls")
+	if m == nil {
+		return nil
+	}
+	p.checkKnown(m, path, rlsFields...)
+	r := &RLS{Listen: DefaultRLSListen, Line: n.Line}
+	if n := p.get(m, "listen"); n != nil {
+		if s, ok := p.hostPort(n, path, "listen"); ok {
+			r.Listen = s
+		}
+	}
+	n = p.get(m, "envoy_config")
+	if n == nil {
+		p.errorf(m.node, path, nil, "envoy_config is required: the envoyproxy/ratelimit configuration files, e.g. envoy_config: [ratelimit.yaml]")
+		return r
+	}
+	items, ok := p.seq(n, path, "envoy_config")
+	if !ok {
+		return r
+	}
+	if len(items) == 0 {
+		p.errorf(n, path, nil, "envoy_config must name at least one file")
+	}
+	for i, it := range items {
+		field := fmt.Sprintf("envoy_config[%d]", i)
+		name, ok := p.str(it, path, field)
+		if !ok {
+			continue
+		}
+		if name == "" {
+			p.errorf(it, path, nil, "%s must be a file name", field)
+			continue
+		}
+		r.EnvoyConfig = append(r.EnvoyConfig, p.path(name))
+		r.EnvoyLines = append(r.EnvoyLines, it.Line)
+	}
+	return r
+}
+
+// forwardAuth reads the forward_auth section: how /v1/forward-auth answers a refused request.
+func (p *parser) forwardAuth(n *yaml.Node, f *ForwardAuth) {
+	const path = "forward_auth"
+	m := p.mapping(n, n, "", "forward_auth")
+	if m == nil {
+		return
+	}
+	p.checkKnown(m, path, faFields...)
+	if n := p.get(m, "refused_status"); n != nil {
+		if v, ok := p.int(n, path, "refused_status"); ok {
+			if v < 400 || v > 599 {
+				p.errorf(n, path, nil, "refused_status %d must be a 4xx or 5xx status (nginx's auth_request passes only 401 and 403 on; 429 suits Caddy and Traefik)", v)
+			} else {
+				f.RefusedStatus = int(v)
+			}
+		}
+	}
+}

@@ -1,0 +1,181 @@
+// This file reads the store section: its type, Redis addresses or URL, credentials and failure
+// mode, and the secrets named by an environment variable (env).
+
+package config
+
+import (
+	"fmt"
+	"net"
+	"net/url"
+	"slices"
+	"strconv"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/sluicehq/sluice"
+)
+
+func (p *parser) store(n *yaml.Node, s *Store) {
+	const path = "store"
+	m := p.mapping(n, n, "", "store")
+	if m == nil {
+		return
+	}
+	p.checkKnown(m, path, storeFields...)
+	if n := p.get(m, "type"); n != nil {
+		if t, ok := p.str(n, path, "type"); ok {
+			switch t {
+			case StoreMemory, StoreRedis:
+				s.Type = t
+			default:
+				p.errorf(n, path, nil, "type %q must be memory or redis", t)
+				s.Type = "" // unknown: check the other fields for themselves only
+			}
+		}
+	}
+	defer func() {
+		if s.Type == "" {
+			s.Type = StoreMemory
+		}
+	}()
+	if s.Type == StoreMemory {
+		for _, k := range m.keys {
+			if slices.Contains(redisOnly, k.Value) {
+				p.errorf(k, path, nil, "%s has no meaning for the memory store (is type: redis missing?)", k.Value)
+			}
+		}
+	}
+	if n := p.get(m, "addrs"); n != nil {
+		if items, ok := p.seq(n, path, "addrs"); ok {
+			if len(items) == 0 {
+				p.errorf(n, path, nil, "addrs is an empty list")
+			}
+			for i, item := range items {
+				field := fmt.Sprintf("addrs[%d]", i)
+				if item = p.deref(item); item == nil {
+					p.errorf(items[i], path, nil, "%s is empty", field)
+					continue
+				}
+				if a, ok := p.str(item, path, field); ok {
+					if host, port, err := net.SplitHostPort(a); err != nil || host == "" {
+						p.errorf(item, path, nil, "%s %q is not host:port (e.g. 127.0.0.1:6379)", field, a)
+					} else if v, err := strconv.ParseUint(port, 10, 16); err != nil || v == 0 {
+						p.errorf(item, path, nil, "%s %q: port %q must be a number from 1 to 65535", field, a, port)
+					} else {
+						s.Addrs = append(s.Addrs, a)
+					}
+				}
+			}
+		}
+	}
+	urlN := p.get(m, "url")
+	if urlN != nil {
+		if raw, ok := p.secretStr(urlN, path, "url"); ok {
+			s.URL = p.redisURL(urlN, raw)
+		}
+	}
+	if n := p.get(m, "username"); n != nil {
+		s.Username, _ = p.str(n, path, "username")
+	}
+	pwN, envN := p.get(m, "password"), p.get(m, "password_env")
+	if pwN != nil && envN != nil {
+		p.errorf(envN, path, nil, "password_env and password are both set; keep one (password_env keeps the password out of the file)")
+	} else if pwN != nil {
+		if pw, ok := p.secretStr(pwN, path, "password"); ok {
+			s.Password = NewSecret(pw)
+		}
+	} else if envN != nil {
+		s.PasswordEnv, s.Password = p.env(envN, path, "password_env", "password")
+	}
+	if n := p.get(m, "prefix"); n != nil {
+		s.Prefix, _ = p.str(n, path, "prefix")
+	}
+	if n := p.get(m, "timeout"); n != nil {
+		if d, ok := p.duration(n, path, "timeout"); ok {
+			if d <= 0 {
+				p.errorf(n, path, nil, "timeout %v must be > 0", d)
+			} else {
+				s.Timeout = d
+			}
+		}
+	}
+	if n := p.get(m, "on_error"); n != nil {
+		if v, ok := p.str(n, path, "on_error"); ok {
+			switch v {
+			case "fail-closed":
+				s.OnError = sluice.FailClosed
+			case "fail-open":
+				s.OnError = sluice.FailOpen
+			case "local":
+				s.OnError = sluice.FailLocal
+			default:
+				p.errorf(n, path, nil, "on_error %q must be fail-open, fail-closed or local", v)
+			}
+		}
+	}
+	if n := p.get(m, "local_share"); n != nil {
+		if v, ok := p.float(n, path, "local_share"); ok {
+			if !(v > 0 && v <= 1) {
+				p.errorf(n, path, nil, "local_share %s must be in (0, 1]: this instance's share of each policy while Redis is down", n.Value)
+			} else {
+				s.LocalShare = v
+			}
+		}
+	}
+	if n := p.get(m, "max_keys"); n != nil {
+		if v, ok := p.int(n, path, "max_keys"); ok {
+			if v < 0 || v > 1<<40 {
+				p.errorf(n, path, nil, "max_keys %d must be from 0 (the default, %d) to 2^40", v, DefaultMaxKeys)
+			} else {
+				s.MaxKeys = int(v)
+			}
+		}
+	}
+	if s.Type == StoreRedis {
+		switch {
+		case len(s.Addrs) == 0 && s.URL == "" && !m.has("addrs") && urlN == nil:
+			p.errorf(m.node, path, nil, "the redis store needs addrs (e.g. addrs: [127.0.0.1:6379]) or url")
+		case m.has("addrs") && urlN != nil:
+			p.errorf(urlN, path, nil, "url and addrs are both set; give one")
+		}
+	}
+}
+
+// redisURL checks a redis:// or rediss:// URL. It never echoes the URL, which may hold a user.
+func (p *parser) redisURL(n *yaml.Node, raw string) string {
+	const path = "store"
+	u, err := url.Parse(raw)
+	if err != nil {
+		p.errorf(n, path, nil, "url is not a URL (e.g. redis://127.0.0.1:6379/0)")
+		return ""
+	}
+	switch {
+	case u.Scheme != "redis" && u.Scheme != "rediss":
+		p.errorf(n, path, nil, "url must start with redis:// or rediss:// (TLS), not %q", u.Scheme+"://")
+	case u.Hostname() == "":
+		p.errorf(n, path, nil, "url has no host (e.g. redis://127.0.0.1:6379/0)")
+	case u.User != nil && func() bool { _, set := u.User.Password(); return set }():
+		p.errorf(n, path, nil, "url must not contain the password; use password_env (or password)")
+	default:
+		return raw
+	}
+	return ""
+}
+
+// env reads the environment variable named by n; secret names it in errors ("password").
+func (p *parser) env(n *yaml.Node, path, field, secret string) (string, Secret) {
+	name, ok := p.str(n, path, field)
+	if !ok {
+		return "", Secret{}
+	}
+	if !envNameRE.MatchString(name) {
+		p.errorf(n, path, nil, "%s %q is not an environment variable name", field, name)
+		return "", Secret{}
+	}
+	v, _ := p.getenv(name)
+	if v == "" {
+		p.errorf(n, path, nil, "missing %s: the environment variable %s named by %s is unset or empty", secret, name, field)
+		return name, Secret{}
+	}
+	return name, NewSecret(v)
+}
