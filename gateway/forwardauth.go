@@ -62,14 +62,15 @@ func (s *Server) forwardAuth(w http.ResponseWriter, r *http.Request) {
 			Detail: fmt.Sprintf("%s answers only the proxies in the ip identity source's trusted_proxies; %s is not one of them, so the request it describes was not decided", forwardAuthPath, who)})
 		return
 	}
-	method, uri, problem := originalRequest(r.Header)
+	method, uri, uriHeader, problem := originalRequest(r.Header)
 	if problem != nil {
 		answer.WriteProblem(w, *problem)
 		return
 	}
 	u, err := url.ParseRequestURI(uri)
 	if err != nil {
-		answer.WriteProblem(w, answer.BadRequest(fmt.Sprintf("the original request's URI (%s or %s) is not a request URI: %q", headerForwardedURI, "X-Original-URI", uri)))
+		// Not quoted: a URI can carry a credential in its query.
+		answer.WriteProblem(w, answer.BadRequest(fmt.Sprintf("%s is not a request URI: it must be the original request's target as sent, \"/path?query\" (or an absolute URI)", displayName(uriHeader))))
 		return
 	}
 	path := u.Path
@@ -86,12 +87,15 @@ func (s *Server) forwardAuth(w http.ResponseWriter, r *http.Request) {
 	case decision.Refused:
 		p := v.Problem
 		v.Release()
-		p.Status = g.cfg.ForwardAuth.RefusedStatus
+		if status := g.cfg.ForwardAuth.RefusedStatus; status != 0 { // 0: a Config not from Parse
+			p.Status = status
+		}
 		answer.WriteProblem(w, p)
 		return
 	case decision.Failed:
+		p := v.Problem
 		v.Release()
-		answer.WriteProblem(w, v.Problem)
+		answer.WriteProblem(w, p)
 		return
 	}
 	hold := v.Hold
@@ -127,14 +131,14 @@ func trustedProxy(cfg *config.Config, peer netip.Addr) bool {
 }
 
 // originalRequest returns the original request's method and URI from a trusted proxy's
-// sub-request header, or the 400 problem to answer: neither pair of fields present, one of a
+// sub-request header, and the field the URI came in, or the 400 problem to answer: neither pair of fields present, one of a
 // pair missing, a field sent twice, or both pairs present and disagreeing. The last is refused
 // rather than one pair preferred: each proxy sets its own pair and passes the other on from the
 // client as it came, so a preference would let a client behind one kind of proxy choose its URI.
-func originalRequest(h http.Header) (method, uri string, problem *answer.Problem) {
-	bad := func(detail string) (string, string, *answer.Problem) {
+func originalRequest(h http.Header) (method, uri, uriHeader string, problem *answer.Problem) {
+	bad := func(detail string) (string, string, string, *answer.Problem) {
 		p := answer.BadRequest(detail)
-		return "", "", &p
+		return "", "", "", &p
 	}
 	var vals [4]string
 	for i, name := range [...]string{headerForwardedMethod, headerForwardedURI, headerOriginalMethod, headerOriginalURI} {
@@ -154,7 +158,7 @@ func originalRequest(h http.Header) (method, uri string, problem *answer.Problem
 	case forwarded && original && (fm != om || fu != ou):
 		return bad("X-Forwarded-Method and X-Forwarded-Uri disagree with X-Original-Method and X-Original-URI; the proxy must set one pair and remove the other, which a client can send")
 	case forwarded:
-		method, uri = fm, fu
+		method, uri, uriHeader = fm, fu, headerForwardedURI
 		if fm == "" {
 			return bad("X-Forwarded-Uri came without X-Forwarded-Method; send both")
 		}
@@ -162,7 +166,7 @@ func originalRequest(h http.Header) (method, uri string, problem *answer.Problem
 			return bad("X-Forwarded-Method came without X-Forwarded-Uri; send both")
 		}
 	default:
-		method, uri = om, ou
+		method, uri, uriHeader = om, ou, headerOriginalURI
 		if om == "" {
 			return bad("X-Original-URI came without X-Original-Method; send both (nginx: proxy_set_header X-Original-Method $request_method;)")
 		}
@@ -173,7 +177,7 @@ func originalRequest(h http.Header) (method, uri string, problem *answer.Problem
 	if !isToken(method) {
 		return bad(fmt.Sprintf("the original request's method %q is not an HTTP method", method))
 	}
-	return method, uri, nil
+	return method, uri, uriHeader, nil
 }
 
 // displayName is how the recipes spell a header field.

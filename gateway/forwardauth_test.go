@@ -16,6 +16,7 @@ import (
 
 	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/gateway"
+	"github.com/sluicehq/sluice/internal/redistest"
 )
 
 // The forward-auth tests' parties: the proxy sends its sub-requests from faProxy, the only
@@ -270,7 +271,7 @@ func TestForwardAuthMissingHeaders(t *testing.T) {
 		{"X-Original-Method alone", [][2]string{key, {"X-Original-Method", "GET"}}, []string{"without X-Original-URI"}},
 		{"X-Original-URI twice", [][2]string{key, {"X-Original-Method", "GET"}, {"X-Original-URI", "/items"}, {"X-Original-URI", "/reports"}}, []string{"X-Original-URI was sent 2 times"}},
 		{"the pairs disagree", append(original(0, "POST", "/reports", key), original(1, "POST", "/items")...), []string{"disagree"}},
-		{"not a URI", original(1, "GET", "items"), []string{"not a request URI"}},
+		{"not a URI", original(1, "GET", "items?key=secret"), []string{"X-Original-URI is not a request URI"}},
 		{"not a method", original(0, "GE T", "/items"), []string{"not an HTTP method"}},
 	} {
 		a := subRequest(t, proxy, admin, "GET", tt.headers...)
@@ -282,6 +283,9 @@ func TestForwardAuthMissingHeaders(t *testing.T) {
 			if !strings.Contains(a.body, w) {
 				t.Errorf("%s: %s does not say %q", tt.name, a.body, w)
 			}
+		}
+		if strings.Contains(a.body, "secret") || strings.Contains(a.body, "key-a") {
+			t.Errorf("%s: %s quotes what the client sent", tt.name, a.body)
 		}
 	}
 	if got := peekPartner(t, admin); got != 10 {
@@ -408,6 +412,18 @@ func TestForwardAuthHold(t *testing.T) {
 			t.Fatal("sluice_abandoned_total did not count the abandoned sub-request")
 		}
 		time.Sleep(5 * time.Millisecond) // polling: the server notices the closed connection on its own
+	}
+}
+
+// A request the store cannot decide gets the decision layer's answer: with Redis down and the
+// store failing closed, 503 with Retry-After and the store-unavailable problem.
+func TestForwardAuthStoreDown(t *testing.T) {
+	rs := redistest.Start(t)
+	rs.Kill()
+	_, admin := faServer(t, faYAML+"store: {type: redis, addrs: ["+rs.Addr+"], on_error: fail-closed}\n")
+	a := subRequest(t, from(t, faProxy), admin, "GET", original(0, "GET", "/items", [2]string{"X-API-Key", "key-a"})...)
+	if a.status != http.StatusServiceUnavailable || a.header.Get("Retry-After") == "" || !strings.Contains(a.body, "https://sluice.dev/problems/store-unavailable") {
+		t.Errorf("Redis down: %d %v %s, want 503 with Retry-After and the store-unavailable problem", a.status, a.header, a.body)
 	}
 }
 
