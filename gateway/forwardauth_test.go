@@ -26,7 +26,8 @@ const (
 	faStranger = "127.0.0.3"
 )
 
-// faYAML: partner-a (key-a) has 10 an hour; anonymous clients 5 each an hour; POST /reports
+// faYAML: partner-a (key-a) has 10 an hour; anonymous clients 5 each an hour (token buckets:
+// nothing refills while a test runs, and no window boundary can fall inside one); POST /reports
 // costs 5; /queue is a leaky bucket of one request every 250 ms with room for 5 waiting, and
 // /slow-queue one of one every 30 s with room for one waiting (max_delay 1m lets it wait).
 const faYAML = `
@@ -35,8 +36,8 @@ identity:
   - api_key: {header: X-API-Key}
   - ip: {trusted_proxies: [` + faProxy + `/32]}
 policies:
-  - {name: per-ip, algorithm: fixed-window, limit: 5, period: 1h}
-  - {name: standard, algorithm: fixed-window, limit: 10, period: 1h}
+  - {name: per-ip, algorithm: token-bucket, limit: 5, period: 1h}
+  - {name: standard, algorithm: token-bucket, limit: 10, period: 1h}
   - {name: queue, algorithm: leaky-bucket, limit: 4, period: 1s, burst: 5}
   - {name: slow-queue, algorithm: leaky-bucket, limit: 1, period: 30s, burst: 1}
 default_policy: per-ip

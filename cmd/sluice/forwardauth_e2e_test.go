@@ -51,11 +51,12 @@ func mustReplace(t *testing.T, s, old, new string) string {
 }
 
 // faPolicies completes the recipe's sluice configuration: partner-a (key-a) may make 5
-// requests an hour, every other client 3 by its address, and /reports costs 3.
+// requests an hour, every other client 3 by its address, and /reports costs 3. Token buckets:
+// nothing refills while the test runs, and no window boundary can fall inside it.
 var faPolicies = `
 policies:
-  - {name: per-ip, algorithm: fixed-window, limit: 3, period: 1h}
-  - {name: standard, algorithm: fixed-window, limit: 5, period: 1h}
+  - {name: per-ip, algorithm: token-bucket, limit: 3, period: 1h}
+  - {name: standard, algorithm: token-bucket, limit: 5, period: 1h}
 default_policy: per-ip
 clients:
   - {name: partner-a, api_key_sha256: ` + sha256Hex("key-a") + `, policy: standard}
