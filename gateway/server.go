@@ -307,8 +307,9 @@ func (s *Server) AdminServer() *http.Server {
 }
 
 // Admin returns the admin listener's handler: /metrics (Prometheus), /healthz (the process is
-// up), /readyz (decisions go to the store), POST /v1/check (the decision API), GET /v1/stats and
-// the operator page that shows them (/operator/), and the browser simulation (/).
+// up), /readyz (decisions go to the store), POST /v1/check (the decision API), /v1/forward-auth
+// (proxies' auth sub-requests), GET /v1/stats and the operator page that shows them (/operator/),
+// and the browser simulation (/).
 func (s *Server) Admin() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.registry, promhttp.HandlerOpts{}))
@@ -329,6 +330,10 @@ func (s *Server) Admin() http.Handler {
 		mux.Handle(m.pattern, m.h)
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == forwardAuthPath { // any method; a pattern for every method would clash with the mounts' "GET /"
+			s.forwardAuth(w, r)
+			return
+		}
 		if r.URL.Path == "/v1/check" && r.Method != http.MethodPost {
 			// The mux would give GET to the simulation and answer the others in plain text.
 			w.Header().Set("Allow", http.MethodPost)

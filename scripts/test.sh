@@ -39,6 +39,21 @@ if ! command -v chromium >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; th
 	command -v npm >/dev/null 2>&1 || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nodejs npm >/dev/null
 fi
 
+# Real nginx and Caddy for the forward-auth recipes' tests (cmd/sluice, docs/forward-auth.md):
+# the tests run them as their own processes on free loopback ports.
+if { ! command -v nginx >/dev/null 2>&1 && [ ! -x /usr/sbin/nginx ]; } || ! command -v caddy >/dev/null 2>&1; then
+	echo "== installing nginx, caddy"
+	if [ "$(id -u)" -ne 0 ] || ! command -v apt-get >/dev/null 2>&1; then
+		echo "test.sh: nginx and caddy are needed; install them (Debian: apt-get install nginx caddy)" >&2
+		exit 1
+	fi
+	apt-get update -qq >/dev/null
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nginx caddy >/dev/null
+	# The packages may start system servers on port 80; the tests use their own ports, so stop them.
+	(service nginx stop || true) >/dev/null 2>&1
+	(service caddy stop || true) >/dev/null 2>&1
+fi
+
 echo "== gofmt"
 unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))
 if [ -n "$unformatted" ]; then
