@@ -192,6 +192,32 @@ func TestCrossed(t *testing.T) {
 	}
 }
 
+// TestRunRetriesAcrossABoundary: an attempt that differs while a window of a unit the sequence
+// counts in starts runs once more; one that differs within a window does not.
+func TestRunRetriesAcrossABoundary(t *testing.T) {
+	c, flush := startPeer(t)
+	wrong := Sequence{Name: "wrong", Configs: []string{"basic.yaml"}, Steps: []Step{
+		step("wrong remaining", one("basic", "key1", "a"), answer(ok(lim(50, Second), 10))),
+	}}
+	defer func() { windowClock = time.Now }()
+	base := time.Date(2026, 3, 4, 10, 20, 30, 0, time.UTC)
+	var reads int
+	windowClock = func() time.Time { reads++; return base.Add(time.Duration(reads) * 400 * time.Millisecond) } // 30.4, 30.8: one second
+	if res := wrong.Run(context.Background(), c, flush); res.Attempts != 1 || res.Retried != "" || len(res.Diffs) != 1 {
+		t.Errorf("within a second: %+v", res)
+	}
+	reads = 1 // 30.8, then 31.2: a new second
+	res := wrong.Run(context.Background(), c, flush)
+	if res.Attempts != 2 || !strings.Contains(res.Retried, "second window") || len(res.Diffs) != 1 {
+		t.Errorf("across a second's start: %+v", res)
+	}
+	// A sequence that matches runs once, boundary or not.
+	reads = 1
+	if res := Sequences()[0].Run(context.Background(), c, flush); res.Attempts != 1 || len(res.Diffs) != 0 {
+		t.Errorf("a matching sequence: %+v", res)
+	}
+}
+
 // failTB records a Fatalf and ends the goroutine, as testing.T does, so that a test can see a
 // helper fail.
 type failTB struct {
