@@ -26,9 +26,9 @@
 #               refused, so about a third of the decisions are OVER_LIMIT at ~10k/s (more, the
 #               faster the server: at λ hits per value and second, 1 − (1 − e^−λ)/λ are refused).
 #
-# Rounds: ROUNDS (5) interleaved rounds of peer, sluice, peer, sluice, ... on `client`, then
-# REFUSE_ROUNDS (3) the same on `capped`, then MEMORY_ROUNDS (1) of sluice on its memory store
-# (store: {type: memory}), reported separately. Each round is rlsload with WARMUP (2s) then
+# Rounds: ROUNDS (5) interleaved rounds of peer, sluice, peer, sluice, ... on `client`, the first
+# REFUSE_ROUNDS (3) of them followed by the same on `capped`; then MEMORY_ROUNDS (1) of sluice on
+# its memory store (store: {type: memory}), reported separately. Each round is rlsload with WARMUP (2s) then
 # DURATION (10s), CONCURRENCY (64) callers on CONNS (1) gRPC connection(s), VALUES (10000)
 # distinct values drawn uniformly. The table gives each target's medians over its rounds and the
 # ratios sluice / peer; RLS_OUT=dir keeps every round's JSON line and the servers' logs there.
@@ -154,12 +154,17 @@ EOF
 # wait_ready ADDR PID LOG waits (rlsload -probe: the gRPC health service, then one decision)
 # until the server at ADDR answers, failing with its log if it exits or does not within 20s.
 wait_ready() {
-	local addr=$1 pid=$2 logfile=$3
-	if ! "$work/rlsload" -probe -addr "$addr" -domain "$DOMAIN" -key client -ready 20s 2>"$work/probe.err"; then
-		kill -0 "$pid" 2>/dev/null || log "the server on $addr exited"
-		cat "$work/probe.err" "$logfile" >&2
-		die "the server on $addr did not answer"
-	fi
+	local addr=$1 pid=$2 logfile=$3 deadline=$((SECONDS + 20))
+	until "$work/rlsload" -probe -addr "$addr" -domain "$DOMAIN" -key client -ready 500ms 2>"$work/probe.err"; do
+		if ! kill -0 "$pid" 2>/dev/null; then
+			cat "$logfile" >&2
+			die "the server for $addr exited"
+		fi
+		if ((SECONDS >= deadline)); then
+			cat "$work/probe.err" "$logfile" >&2
+			die "the server on $addr did not answer within 20s"
+		fi
+	done
 }
 
 # 4. The peer.
@@ -222,15 +227,18 @@ measure() {
 }
 targets=(peer)
 [ "$SKIP_SLUICE" = 1 ] || targets+=(sluice)
-for round in $(seq "$ROUNDS"); do
-	log "round $round of $ROUNDS"
-	measure peer "$peer_addr" client
-	[ "$SKIP_SLUICE" = 1 ] || measure sluice "$sluice_addr" client
-done
-for round in $(seq "$REFUSE_ROUNDS"); do
-	log "refusal round $round of $REFUSE_ROUNDS"
-	measure peer-refusing "$peer_addr" capped
-	[ "$SKIP_SLUICE" = 1 ] || measure sluice-refusing "$sluice_addr" capped
+# The refusal rounds go between the main ones (the first REFUSE_ROUNDS rounds have one each), so
+# that a noisy spell on this shared machine touches every target alike.
+for round in $(seq "$((ROUNDS > REFUSE_ROUNDS ? ROUNDS : REFUSE_ROUNDS))"); do
+	log "round $round"
+	if ((round <= ROUNDS)); then
+		measure peer "$peer_addr" client
+		[ "$SKIP_SLUICE" = 1 ] || measure sluice "$sluice_addr" client
+	fi
+	if ((round <= REFUSE_ROUNDS)); then
+		measure peer-refusing "$peer_addr" capped
+		[ "$SKIP_SLUICE" = 1 ] || measure sluice-refusing "$sluice_addr" capped
+	fi
 done
 stop "$peer_pid"
 if [ "$SKIP_SLUICE" != 1 ]; then
