@@ -1,0 +1,312 @@
+#!/usr/bin/env bash
+# The rate limit service benchmark: sluice's Envoy RLS (envoy.service.ratelimit.v3) beside
+# envoyproxy/ratelimit, the reference implementation, on the same machine, the same Redis and the
+# same Envoy configuration, driven by the same load generator (bench/rlsload).
+#
+#   bash scripts/bench-rls.sh                  # both servers
+#   SKIP_SLUICE=1 bash scripts/bench-rls.sh    # the peer alone (until sluice serves rls:)
+#
+# What runs:
+#   - one redis-server on a free loopback port, flushed (FLUSHALL) before every round;
+#   - the peer, built by `go install` at internal/peertest's pinned Version into the same cache as
+#     the tests' (os.UserCacheDir()/sluice-peertest/<version>/service_cmd), run as its README
+#     recommends for throughput: REDIS_PIPELINE_WINDOW=150us (its "optimal performance" advice; at
+#     this version its source applies the window to Redis Cluster only, so on one Redis it is a
+#     no-op), its default pool of 10 Redis connections (REDIS_POOL_SIZE), LOG_LEVEL=warn (its
+#     default), USE_STATSD=false and DISABLE_STATS=true (no statsd to send to), its local cache
+#     off, GOMAXPROCS left to Go (all CPUs). PEER_ENV="K=V ..." adds or overrides settings;
+#   - sluice serve (go build ./cmd/sluice) with store: {type: redis, addrs: [that Redis]} and
+#     rls: {listen: ..., envoy_config: [the same file]}, its HTTP listener on a free port in front
+#     of a dummy upstream (http://127.0.0.1:9: no HTTP request is sent), no admin listener;
+#   - the Envoy configuration (one domain, two value-less rules, so one counter per value):
+#       client: 1,000,000 per second — the main rounds: nothing is ever refused (at ~10k
+#               decisions/s over 10,000 values each value sees ~1 a second), so both servers do
+#               the same work, a Redis round trip per decision;
+#       capped: 1 per second — the refusal rounds: a value's second hit within a second is
+#               refused, so about a third of the decisions are OVER_LIMIT at ~10k/s (more, the
+#               faster the server: at λ hits per value and second, 1 − (1 − e^−λ)/λ are refused).
+#
+# Rounds: ROUNDS (5) interleaved rounds of peer, sluice, peer, sluice, ... on `client`, the first
+# REFUSE_ROUNDS (3) of them followed by the same on `capped`; then MEMORY_ROUNDS (1) of sluice on
+# its memory store (store: {type: memory}), reported separately. Each round is rlsload with WARMUP (2s) then
+# DURATION (10s), CONCURRENCY (64) callers on CONNS (1) gRPC connection(s), VALUES (10000)
+# distinct values drawn uniformly. The table gives each target's medians over its rounds and the
+# ratios sluice / peer; RLS_OUT=dir keeps every round's JSON line and the servers' logs there.
+# The load generator shares the CPUs with the servers and Redis: run it on an otherwise idle
+# machine (the load average before and after is printed).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+if ! command -v go >/dev/null 2>&1 && [ -x /usr/local/go/bin/go ]; then
+	export PATH="/usr/local/go/bin:$PATH"
+fi
+export PATH="$PATH:/usr/sbin:/sbin"
+
+ROUNDS=${ROUNDS:-5}
+REFUSE_ROUNDS=${REFUSE_ROUNDS:-3}
+MEMORY_ROUNDS=${MEMORY_ROUNDS:-1}
+DURATION=${DURATION:-10s}
+WARMUP=${WARMUP:-2s}
+CONCURRENCY=${CONCURRENCY:-64}
+CONNS=${CONNS:-1}
+VALUES=${VALUES:-10000}
+SKIP_SLUICE=${SKIP_SLUICE:-0}
+PEER_ENV=${PEER_ENV:-}
+DOMAIN=rls_bench
+
+log() { printf '%s %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
+die() { log "error: $*"; exit 1; }
+
+for tool in go redis-server redis-cli python3; do
+	command -v "$tool" >/dev/null 2>&1 || die "$tool is needed (redis-server and redis-cli: apt-get install redis-server)"
+done
+for n in "$ROUNDS" "$REFUSE_ROUNDS" "$MEMORY_ROUNDS" "$CONCURRENCY" "$CONNS" "$VALUES"; do
+	[[ $n =~ ^[0-9]+$ ]] || die "ROUNDS, REFUSE_ROUNDS, MEMORY_ROUNDS, CONCURRENCY, CONNS and VALUES are whole numbers (got $n)"
+done
+
+work=$(mktemp -d)
+pids=()
+cleanup() {
+	local pid
+	for pid in "${pids[@]}"; do
+		kill -TERM "$pid" 2>/dev/null || true
+	done
+	for pid in "${pids[@]}"; do
+		wait "$pid" 2>/dev/null || true
+	done
+	if [ -n "${RLS_OUT:-}" ]; then
+		mkdir -p "$RLS_OUT" && cp "$work"/*.json "$work"/*.log "$RLS_OUT"/ 2>/dev/null || true
+	fi
+	rm -rf "$work"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# stop ends one process this script started and forgets it.
+stop() {
+	local pid=$1 p keep=()
+	kill -TERM "$pid" 2>/dev/null || true
+	for _ in $(seq 100); do
+		kill -0 "$pid" 2>/dev/null || break
+		sleep 0.05
+	done
+	kill -KILL "$pid" 2>/dev/null || true
+	wait "$pid" 2>/dev/null || true
+	for p in "${pids[@]}"; do
+		[ "$p" = "$pid" ] || keep+=("$p")
+	done
+	pids=("${keep[@]+"${keep[@]}"}")
+}
+
+free_port() {
+	python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
+}
+
+load_before=$(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || echo unknown)
+
+# 1. Build: the load generator, sluice, and the peer at the tests' pinned version.
+log "building bench/rlsload"
+go build -o "$work/rlsload" ./bench/rlsload
+if [ "$SKIP_SLUICE" != 1 ]; then
+	log "building sluice"
+	go build -o "$work/sluice" ./cmd/sluice
+fi
+version=$(sed -n 's/^\tVersion *= *"\(.*\)"$/\1/p' internal/peertest/peertest.go)
+[ -n "$version" ] || die "no Version in internal/peertest/peertest.go"
+peer_pkg=github.com/envoyproxy/ratelimit/src/service_cmd
+peer_bin="${XDG_CACHE_HOME:-$HOME/.cache}/sluice-peertest/$version/service_cmd"
+if [ ! -s "$peer_bin" ]; then
+	log "building the peer: go install $peer_pkg@$version"
+	mkdir -p "$(dirname "$peer_bin")"
+	tmp=$(mktemp -d "$(dirname "$peer_bin")/build-XXXXXX")
+	(cd "$tmp" && GOBIN="$tmp" GOWORK=off GOFLAGS=-buildvcs=false go install "$peer_pkg@$version") ||
+		die "building the peer failed; it needs the Go module proxy ($(go env GOPROXY))"
+	mv "$tmp/service_cmd" "$peer_bin"
+	rm -rf "$tmp"
+fi
+
+# 2. One Redis.
+redis_port=$(free_port)
+redis-server --bind 127.0.0.1 --port "$redis_port" --save "" --appendonly no --daemonize no \
+	--logfile "$work/redis.log" --dir "$work" >/dev/null 2>&1 &
+redis_pid=$!
+pids+=("$redis_pid")
+deadline=$((SECONDS + 15))
+until [ "$(redis-cli -h 127.0.0.1 -p "$redis_port" ping 2>/dev/null)" = PONG ]; do
+	kill -0 "$redis_pid" 2>/dev/null || { cat "$work/redis.log" >&2; die "redis-server exited"; }
+	((SECONDS < deadline)) || die "redis-server did not answer within 15s"
+	sleep 0.05
+done
+
+# 3. The Envoy configuration both servers load.
+mkdir -p "$work/peer/runtime/ratelimit/config"
+envoy_file="$work/peer/runtime/ratelimit/config/bench.yaml"
+cat >"$envoy_file" <<EOF
+domain: $DOMAIN
+descriptors:
+  # The main rounds: never refused.
+  - key: client
+    rate_limit: {unit: second, requests_per_unit: 1000000}
+  # The refusal rounds: a value's second hit within a second is refused.
+  - key: capped
+    rate_limit: {unit: second, requests_per_unit: 1}
+EOF
+
+# wait_ready ADDR PID LOG waits (rlsload -probe: the gRPC health service, then one decision)
+# until the server at ADDR answers, failing with its log if it exits or does not within 20s.
+wait_ready() {
+	local addr=$1 pid=$2 logfile=$3 deadline=$((SECONDS + 20))
+	until "$work/rlsload" -probe -addr "$addr" -domain "$DOMAIN" -key client -ready 500ms 2>"$work/probe.err"; do
+		if ! kill -0 "$pid" 2>/dev/null; then
+			cat "$logfile" >&2
+			die "the server for $addr exited"
+		fi
+		if ((SECONDS >= deadline)); then
+			cat "$work/probe.err" "$logfile" >&2
+			die "the server on $addr did not answer within 20s"
+		fi
+	done
+}
+
+# 4. The peer.
+peer_port=$(free_port)
+peer_addr=127.0.0.1:$peer_port
+read -r -a peer_extra <<<"$PEER_ENV"
+peer_env=(
+	"PATH=$PATH" "HOME=$work/peer"
+	REDIS_SOCKET_TYPE=tcp REDIS_TYPE=SINGLE "REDIS_URL=127.0.0.1:$redis_port"
+	REDIS_PIPELINE_WINDOW=150us
+	BACKEND_TYPE=redis LOCAL_CACHE_SIZE_IN_BYTES=0
+	"RUNTIME_ROOT=$work/peer/runtime" RUNTIME_SUBDIRECTORY=ratelimit RUNTIME_APPDIRECTORY=config
+	RUNTIME_WATCH_ROOT=false RUNTIME_IGNOREDOTFILES=true
+	USE_STATSD=false DISABLE_STATS=true LOG_LEVEL=warn
+	GRPC_HOST=127.0.0.1 "GRPC_PORT=$peer_port"
+	HOST=127.0.0.1 "PORT=$(free_port)" DEBUG_HOST=127.0.0.1 "DEBUG_PORT=$(free_port)"
+	"${peer_extra[@]+"${peer_extra[@]}"}"
+)
+log "starting the peer ($version) on $peer_addr"
+env -i "${peer_env[@]}" "$peer_bin" >"$work/peer.log" 2>&1 &
+peer_pid=$!
+pids+=("$peer_pid")
+wait_ready "$peer_addr" "$peer_pid" "$work/peer.log"
+
+# 5. sluice. start_sluice NAME STORE writes $work/NAME.yaml (the store line given) and starts
+# sluice serve on it; it sets sluice_pid and sluice_addr.
+start_sluice() {
+	local name=$1 store=$2 grpc_port
+	grpc_port=$(free_port)
+	sluice_addr=127.0.0.1:$grpc_port
+	cat >"$work/$name.yaml" <<EOF
+listen: 127.0.0.1:$(free_port)
+admin_listen: ""
+upstream: http://127.0.0.1:9
+store: $store
+rls:
+  listen: $sluice_addr
+  envoy_config: [$envoy_file]
+EOF
+	log "starting sluice ($name) on $sluice_addr"
+	"$work/sluice" serve --config "$work/$name.yaml" --watch 0 >"$work/$name.log" 2>&1 &
+	sluice_pid=$!
+	pids+=("$sluice_pid")
+	wait_ready "$sluice_addr" "$sluice_pid" "$work/$name.log"
+}
+if [ "$SKIP_SLUICE" != 1 ]; then
+	start_sluice sluice-redis "{type: redis, addrs: [127.0.0.1:$redis_port]}"
+fi
+
+# 6. Rounds. measure NAME ADDR KEY flushes Redis and runs one round, appending its JSON line to
+# $work/NAME.json.
+measure() {
+	local name=$1 addr=$2 key=$3 line
+	redis-cli -h 127.0.0.1 -p "$redis_port" flushall >/dev/null
+	log "measuring $name ($addr, key $key): warm-up $WARMUP, then $DURATION"
+	line=$("$work/rlsload" -addr "$addr" -domain "$DOMAIN" -key "$key" -values "$VALUES" \
+		-concurrency "$CONCURRENCY" -conns "$CONNS" -duration "$DURATION" -warmup "$WARMUP" -label "$name" \
+		2> >(sed 's/^/  /' >&2))
+	echo "$line" >>"$work/$name.json"
+}
+targets=(peer)
+[ "$SKIP_SLUICE" = 1 ] || targets+=(sluice)
+# The refusal rounds go between the main ones (the first REFUSE_ROUNDS rounds have one each), so
+# that a noisy spell on this shared machine touches every target alike.
+for round in $(seq "$((ROUNDS > REFUSE_ROUNDS ? ROUNDS : REFUSE_ROUNDS))"); do
+	log "round $round"
+	if ((round <= ROUNDS)); then
+		measure peer "$peer_addr" client
+		[ "$SKIP_SLUICE" = 1 ] || measure sluice "$sluice_addr" client
+	fi
+	if ((round <= REFUSE_ROUNDS)); then
+		measure peer-refusing "$peer_addr" capped
+		[ "$SKIP_SLUICE" = 1 ] || measure sluice-refusing "$sluice_addr" capped
+	fi
+done
+stop "$peer_pid"
+if [ "$SKIP_SLUICE" != 1 ]; then
+	stop "$sluice_pid"
+	if ((MEMORY_ROUNDS > 0)); then
+		start_sluice sluice-memory "{type: memory}"
+		for round in $(seq "$MEMORY_ROUNDS"); do
+			measure sluice-memory "$sluice_addr" client
+		done
+		stop "$sluice_pid"
+	fi
+fi
+stop "$redis_pid"
+
+# 7. The table: medians per target, and sluice / peer.
+cpu=$(awk -F': *' '/^model name/ {print $2; exit}' /proc/cpuinfo 2>/dev/null || true)
+echo
+echo "### Envoy RLS: rlsload, $CONCURRENCY callers on $CONNS gRPC connection(s), $VALUES values, warm-up $WARMUP, $DURATION per round; medians"
+echo
+echo "Machine: $(nproc) CPUs, ${cpu:-unknown CPU}; $(uname -sr); $(go version | cut -d' ' -f3); redis $(redis-server --version | sed -n 's/.*v=\([^ ]*\).*/\1/p');" \
+	"envoyproxy/ratelimit $version${PEER_ENV:+ with $PEER_ENV}. The load generator, the servers and Redis share the CPUs;" \
+	"load average before: $load_before, after: $(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || echo unknown)."
+echo
+python3 - "$work" <<'EOF'
+import json, os, statistics, sys
+
+work = sys.argv[1]
+labels = {
+    "peer": "envoyproxy/ratelimit, Redis, never refusing",
+    "sluice": "sluice, Redis, never refusing",
+    "peer-refusing": "envoyproxy/ratelimit, Redis, 1/s per value",
+    "sluice-refusing": "sluice, Redis, 1/s per value",
+    "sluice-memory": "sluice, memory store, never refusing",
+}
+rows = {}
+for name in labels:
+    path = os.path.join(work, name + ".json")
+    if not os.path.exists(path):
+        continue
+    runs = [json.loads(l) for l in open(path) if l.strip()]
+    med = lambda k: statistics.median(r[k] for r in runs)
+    total = sum(r["decisions"] for r in runs)
+    rows[name] = dict(
+        rounds=len(runs), rps=med("decisions_per_s"), p50=med("p50_ms"), p90=med("p90_ms"),
+        p99=med("p99_ms"), max=max(r["max_ms"] for r in runs),
+        ok=sum(r["ok"] for r in runs), over=sum(r["over_limit"] for r in runs),
+        errors=sum(r["errors"] for r in runs), total=total,
+        each=" ".join("%.0f" % r["decisions_per_s"] for r in runs))
+print("| target | rounds | decisions/s | p50 | p90 | p99 | max | OK | OVER_LIMIT | errors | each round's decisions/s |")
+print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
+for name, r in rows.items():
+    print("| %s | %d | %.0f | %.2f ms | %.2f ms | %.2f ms | %.2f ms | %d | %d (%.1f %%) | %d | %s |" % (
+        labels[name], r["rounds"], r["rps"], r["p50"], r["p90"], r["p99"], r["max"], r["ok"], r["over"],
+        100.0 * r["over"] / max(r["total"], 1), r["errors"], r["each"]))
+pairs = [("sluice", "peer"), ("sluice-refusing", "peer-refusing"), ("sluice-memory", "peer")]
+lines = []
+for a, b in pairs:
+    if a in rows and b in rows:
+        lines.append("| %s / %s | %.2f× | %.2f× | %.2f× |" % (
+            labels[a], labels[b], rows[a]["rps"] / rows[b]["rps"], rows[a]["p50"] / rows[b]["p50"], rows[a]["p99"] / rows[b]["p99"]))
+if lines:
+    print()
+    print("| ratio | decisions/s | p50 | p99 |")
+    print("|---|---:|---:|---:|")
+    print("\n".join(lines))
+for name, r in rows.items():
+    if r["errors"]:
+        print("\nWarning: %s: %d errors of %d decisions (see rlsload's first error above)." % (labels[name], r["errors"], r["total"]))
+    if not name.endswith("refusing") and r["over"]:
+        print("\nWarning: %s refused %d of %d decisions; nothing should be." % (labels[name], r["over"], r["total"]))
+EOF
