@@ -117,8 +117,7 @@ func (s *Service) ShouldRateLimit(ctx context.Context, in *rlspb.RateLimitReques
 	replaced := envoyconf.Replaced(matches)
 
 	// The limits to decide: every descriptor that matched a limit, not unlimited, not replaced.
-	// Shadow-mode and quota-mode ones never refuse the request on their own (dry run): a
-	// quota-mode one is over only with every other quota-mode one (see below). A limit of 0 is
+	// Shadow-mode and quota-mode ones never refuse the request (dry run). A limit of 0 is
 	// over for any cost above 0 and never reaches the store; if it refuses the request, the
 	// others are only peeked at (cost 0), so that nothing is consumed.
 	req := decision.Request{Client: "rls/" + in.GetDomain(), NoHold: true}
@@ -164,7 +163,6 @@ func (s *Service) ShouldRateLimit(ctx context.Context, in *rlspb.RateLimitReques
 	case decision.Refused:
 		out.OverallCode = rlspb.RateLimitResponse_OVER_LIMIT
 	}
-	quotas, quotasOver := 0, 0
 	for i := range ds {
 		st := &rlspb.RateLimitResponse_DescriptorStatus{Code: rlspb.RateLimitResponse_OK}
 		out.Statuses[i] = st
@@ -186,28 +184,16 @@ func (s *Service) ShouldRateLimit(ctx context.Context, in *rlspb.RateLimitReques
 		} else {
 			st.DurationUntilReset = durationpb.New(untilReset(m, sluice.Decision{}))
 		}
-		if over {
+		switch {
+		case !over:
+		case m.QuotaMode:
+			// Over its quota: OK, nothing left, and no reset time (as envoyproxy/ratelimit says).
+			st.LimitRemaining, st.DurationUntilReset = 0, nil
+		case m.ShadowMode:
 			st.LimitRemaining = 0
-		}
-		if m.QuotaMode {
-			quotas++
-			if over {
-				quotasOver++
-			}
-		}
-		if over && !m.ShadowMode && !m.QuotaMode {
-			st.Code = rlspb.RateLimitResponse_OVER_LIMIT
+		default:
+			st.Code, st.LimitRemaining = rlspb.RateLimitResponse_OVER_LIMIT, 0
 			out.OverallCode = rlspb.RateLimitResponse_OVER_LIMIT
-		}
-	}
-	if quotas > 0 && quotasOver == quotas {
-		// Every quota-mode descriptor is over: so is the request (what the others allowed was
-		// consumed; see docs/envoy.md).
-		out.OverallCode = rlspb.RateLimitResponse_OVER_LIMIT
-		for i, st := range out.Statuses {
-			if matches[i].QuotaMode && found[i] && !replaced[i] && !matches[i].Unlimited && !matches[i].ShadowMode {
-				st.Code = rlspb.RateLimitResponse_OVER_LIMIT
-			}
 		}
 	}
 	if len(v.Decisions) > 0 {

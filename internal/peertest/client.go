@@ -141,6 +141,10 @@ func (r Request) String() string {
 type Client struct {
 	conn *grpc.ClientConn
 	rls  rlspb.RateLimitServiceClient
+	// Extras: the server's answers may carry response_headers_to_add and raw_body, which Run
+	// then does not compare (sluice adds the RateLimit fields, Retry-After and a problem body;
+	// the peer adds nothing unless told to).
+	Extras bool
 }
 
 // Dial returns a Client of the service at addr (host:port). It connects lazily, on the first call.

@@ -151,7 +151,7 @@ func (s Sequence) attempt(ctx context.Context, c *Client) []Diff {
 		resp, err := c.Send(callCtx, st.Req)
 		t1 := time.Now()
 		cancel()
-		diffs = append(diffs, compare(i+1, st, resp, err, t0, t1)...)
+		diffs = append(diffs, compare(i+1, st, resp, err, t0, t1, c.Extras)...)
 	}
 	return diffs
 }
@@ -174,7 +174,7 @@ func (s Sequence) crossed(start, end time.Time) (Unit, bool) {
 	return 0, false
 }
 
-func compare(step int, st Step, resp *rlspb.RateLimitResponse, err error, t0, t1 time.Time) []Diff {
+func compare(step int, st Step, resp *rlspb.RateLimitResponse, err error, t0, t1 time.Time, extras bool) []Diff {
 	var diffs []Diff
 	add := func(desc int, field, want, got string) {
 		diffs = append(diffs, Diff{Step: step, Note: st.Note, Request: st.Req.String(), Descriptor: desc, Field: field, Want: want, Got: got})
@@ -195,13 +195,13 @@ func compare(step int, st Step, resp *rlspb.RateLimitResponse, err error, t0, t1
 	if got := resp.GetOverallCode(); got != w.Overall {
 		add(-1, "overall_code", w.Overall.String(), got.String())
 	}
-	if n := len(resp.GetResponseHeadersToAdd()); n > 0 {
+	if n := len(resp.GetResponseHeadersToAdd()); n > 0 && !extras {
 		add(-1, "response_headers_to_add", "none", fmt.Sprint(resp.GetResponseHeadersToAdd()))
 	}
 	if n := len(resp.GetRequestHeadersToAdd()); n > 0 {
 		add(-1, "request_headers_to_add", "none", fmt.Sprint(resp.GetRequestHeadersToAdd()))
 	}
-	if len(resp.GetRawBody()) > 0 {
+	if len(resp.GetRawBody()) > 0 && !extras {
 		add(-1, "raw_body", "none", fmt.Sprintf("%q", resp.GetRawBody()))
 	}
 	if resp.GetDynamicMetadata() != nil {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/config"
 )
 
 // The examples of docs/envoy.md load and mean what the text says.
@@ -17,9 +18,15 @@ func TestDocsExamples(t *testing.T) {
 		t.Fatal(err)
 	}
 	blocks := regexp.MustCompile("(?s)```yaml\n(.*?)```").FindAllSubmatch(doc, -1)
-	if len(blocks) != 3 {
-		t.Fatalf("%d yaml blocks in docs/envoy.md, want 3", len(blocks))
+	if len(blocks) != 5 {
+		t.Fatalf("%d yaml blocks in docs/envoy.md, want 5", len(blocks))
 	}
+	// The first is sluice's own configuration of the service, the second Envoy's: the others
+	// are the files' format.
+	if cfg, err := config.Parse(blocks[0][1], "sluice.yaml"); err != nil || cfg.RLS == nil || cfg.RLS.Listen != "127.0.0.1:8081" || cfg.Listen != "" {
+		t.Fatalf("the sluice configuration's example: %v", err)
+	}
+	blocks = blocks[2:]
 	c, err := Parse(blocks[0][1], "format")
 	if err != nil || len(c.Warnings()) != 0 {
 		t.Fatalf("the format's example: %v %v", err, c.Warnings())
