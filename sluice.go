@@ -91,15 +91,16 @@ type Store interface {
 	//
 	// Both stores keep this exactly, with one exception: on a Redis Cluster, limits whose keys
 	// lie in different hash slots cannot be decided in one atomic script. The Redis store then
-	// first decides every slot's limits without writing (one call per slot, in parallel) and
-	// answers a refusal found there with nothing written anywhere; only if all allow does it
-	// commit slot by slot, the one with the least quota left first, each commit deciding its
-	// limits again atomically and writing only if they all still allow. No limit ever approves
-	// beyond itself. But a concurrent request may spend a slot's quota between the check and
-	// that slot's commit: the request is then refused, and the slots committed before it keep
-	// its cost (a refused request consumed there); and a commit that fails (a timeout, a node
-	// lost) fails the call with ErrStoreUnavailable, the slots committed before it keeping the
-	// cost. Each slot's limits are decided at one instant of its own node's clock.
+	// first decides every slot's limits without writing (one call per slot, in parallel; skipped
+	// when one slot holds all the enforced limits) and answers a refusal found there with
+	// nothing written anywhere; only if all allow does it commit slot by slot, the one with the
+	// least quota left first, each commit deciding its limits again atomically and writing only
+	// if they all still allow. No limit ever approves beyond itself. But a concurrent request
+	// may spend a slot's quota between the check and that slot's commit: the request is then
+	// refused, and the slots committed before it keep its cost (a refused request consumed
+	// there); and a commit that fails (a timeout, a node lost) fails the call with
+	// ErrStoreUnavailable, the slots committed before it keeping the cost. Each slot's limits
+	// are decided at one instant of its own node's clock.
 	DecideAll(ctx context.Context, key string, limits []Limit, out []Decision) (bool, error)
 }
 
