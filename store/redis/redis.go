@@ -12,9 +12,9 @@
 // — so that all of a client's limits share a Redis Cluster slot and can be decided together
 // (DecideAll; limits under several keys may lie in several slots, see sluice.Store.DecideAll
 // for what a cluster then keeps). The key is a hash, except for the sliding log, whose whole
-// state is one list beside it (…":log": a header, then the entries). A state is never split over keys, so losing a
-// key (eviction, DEL) only ever gives its client quota back. Every key has a TTL equal to the
-// time until its state is as if never seen, so idle clients leave nothing.
+// state is one list beside it (…":log": a header, then the entries). A state is never split
+// over keys, so losing a key (eviction, DEL) only ever gives its client quota back. Every key
+// has a TTL equal to the time until its state is as if never seen, so idle clients leave nothing.
 //
 // Lua numbers are doubles, exact below 2^53; the scripts compute beyond that on exact integers of
 // their own (lua/common.lua), so the store takes every valid policy, as the memory store does.
@@ -476,7 +476,7 @@ func (c *conn) failed(slot uint16, err error) error {
 
 // DecideAll implements sluice.Store with one script when it can: on a single server, and on a
 // cluster when every limit's key lies in one slot (those of one client always do). Limits under
-// keys in several slots of a cluster are decided across them (decideAcrossSlots).
+// keys in several slots of a cluster are decided across them (acrossSlots).
 func (s *Store) DecideAll(ctx context.Context, key string, limits []sluice.Limit, out []sluice.Decision) (bool, error) {
 	if len(out) != len(limits) {
 		return false, fmt.Errorf("redis store: DecideAll: %d decisions for %d limits", len(out), len(limits))

@@ -12,7 +12,7 @@
 --          dry_run (1: the limit counts but never refuses the request; else 0)
 -- ARGV[4+7n]  optional (then the deadline follows it): 'check', to decide every limit and write
 --          nothing even if all allow — the first phase of a DecideAll whose limits lie in several
---          slots of a Redis Cluster (redis.go, decideAcrossSlots)
+--          slots of a Redis Cluster (redis.go, acrossSlots)
 -- ARGV[#ARGV]  (after the limits' arguments) the call's deadline, µs of Redis TIME (common.lua,
 --          DEADLINES); empty: none
 --
