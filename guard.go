@@ -122,7 +122,7 @@ func (g *guard) fallbackAll(ctx context.Context, key string, limits []Limit, out
 	case FailLocal:
 		local := make([]Limit, len(limits))
 		for i, l := range limits {
-			local[i] = l
+			local[i] = l // each under its own Key still: the same keys, each with its share
 			local[i].Policy = g.localPolicy(l.Policy)
 		}
 		ok, err := g.local.DecideAll(ctx, key, local, out)

@@ -76,19 +76,39 @@ type Store interface {
 	// mean the store could not decide.
 	Decide(ctx context.Context, key string, p Policy, cost int64) (Decision, error)
 
-	// DecideAll decides several limits of one key at once, all or nothing: each limit is decided
-	// as if alone, at one instant, and their costs are consumed only if every enforced one (not
-	// DryRun) allows, so a refusal by one consumes nothing from the others ("10 a second and
+	// DecideAll decides several limits of one request at once, all or nothing: each limit is
+	// decided as if alone, at one instant, and their costs are consumed only if every enforced one
+	// (not DryRun) allows, so a refusal by one consumes nothing from the others ("10 a second and
 	// 10,000 a day"). A dry-run limit is decided in the same atomic step: it consumes when the
 	// request is allowed and it allows, it never refuses the request, and it consumes nothing when
 	// an enforced limit refuses. DecideAll fills out[i] for limits[i] and reports whether every
 	// enforced limit allowed. len(out) must be len(limits).
+	//
+	// Each limit counts under key, or under its own Limit.Key if set: the state that a Decide
+	// or DecideAll of that key under the same policy name uses, so limits of one request under
+	// different keys (the client's, a header's value, a path) are decided together, all or
+	// nothing across the keys. The (key, Policy.Name) pairs of one call must be distinct.
+	//
+	// Both stores keep this exactly, with one exception: on a Redis Cluster, limits whose keys
+	// lie in different hash slots cannot be decided in one atomic script. The Redis store then
+	// first decides every slot's limits without writing (one call per slot, in parallel; skipped
+	// when one slot holds all the enforced limits) and answers a refusal found there with
+	// nothing written anywhere; only if all allow does it commit slot by slot, the one with the
+	// least quota left first, each commit deciding its limits again atomically and writing only
+	// if they all still allow. No limit ever approves beyond itself. But a concurrent request
+	// may spend a slot's quota between the check and that slot's commit: the request is then
+	// refused, and the slots committed before it keep its cost (a refused request consumed
+	// there); and a commit that fails (a timeout, a node lost) fails the call with
+	// ErrStoreUnavailable, the slots committed before it keeping the cost. Each slot's limits
+	// are decided at one instant of its own node's clock.
 	DecideAll(ctx context.Context, key string, limits []Limit, out []Decision) (bool, error)
 }
 
 // Limit is one policy, the cost a request takes from it, and how it is applied.
 type Limit struct {
-	// Key, if not "", is the key this limit counts under instead of DecideAll's key.
+	// Key, if not "", is the key this limit counts under instead of DecideAll's key: its state
+	// is kept under (Key, Policy.Name), exactly the state of a Decide(ctx, Key, Policy, ...) or
+	// of a DecideAll(ctx, Key, ...) limit of that policy without a Key.
 	Key    string
 	Policy Policy
 	Cost   int64
@@ -99,6 +119,14 @@ type Limit struct {
 	MaxDelay time.Duration
 	// DryRun: the limit counts but never refuses the request (see DecideAll).
 	DryRun bool
+}
+
+// EffectiveKey is the key l counts under in a DecideAll of key: l.Key, or key if l.Key is "".
+func (l *Limit) EffectiveKey(key string) string {
+	if l.Key != "" {
+		return l.Key
+	}
+	return key
 }
 
 // NoDelay is a Limit.MaxDelay that allows no hold at all.

@@ -20,6 +20,7 @@ import (
 	"fmt"
 	"hash/maphash"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -330,7 +331,7 @@ func (s *Store) decideNewLocked(sh *shard, c *client, h uint64, key string, p *s
 	if st.Alg == 0 {
 		return err
 	}
-	if sh.slots >= s.maxPerShard && !s.makeRoomLocked(sh, now, c) {
+	if sh.slots >= s.maxPerShard && !s.makeRoomLocked(sh, now, []*client{c}) {
 		*d = sluice.Decision{Limit: d.Limit}
 		return s.errFull(p)
 	}
@@ -351,9 +352,9 @@ func (s *Store) errFull(p *sluice.Policy) error {
 // makeRoomLocked frees one place in a full shard: the idle slots of a sample of clients if there
 // are any, else (unless the store rejects when full) the sampled slot closest to its reset.
 // Sampling keeps this O(1) however large the shard: the clients at and after a random place.
-// It never touches except (the client being decided, if it is held already), so a decision
-// never evicts the key it is deciding for, nor a state it has just read.
-func (s *Store) makeRoomLocked(sh *shard, now int64, except *client) bool {
+// It never touches the clients in except (those of the keys being decided, if they are held
+// already), so a decision never evicts a key it is deciding for, nor a state it has just read.
+func (s *Store) makeRoomLocked(sh *shard, now int64, except []*client) bool {
 	var victimClient *client
 	var victim *slot
 	victimAt := 0
@@ -367,7 +368,7 @@ func (s *Store) makeRoomLocked(sh *shard, now int64, except *client) bool {
 			continue
 		}
 		n++
-		if c == except {
+		if slices.Contains(except, c) {
 			continue
 		}
 		if sh.dropIdleAt(i, now) > 0 {
@@ -465,17 +466,18 @@ func ceilPow2(n int) int {
 
 var _ sluice.Store = (*Store)(nil)
 
-// DecideAll implements sluice.Store: every limit of key is decided at one instant under the
-// key's shard lock, on copies of the states; if every enforced limit allows, room is made for the
-// states that are new (or, at the key bound, the whole call fails with ErrFull, writing nothing),
-// and only then are the approvals written, all of them at once.
+// DecideAll implements sluice.Store: every limit is decided at one instant under the lock of its
+// key's shard (of every shard involved, when the limits count under several keys), on copies of
+// the states; if every enforced limit allows, room is made for the states that are new (or, at
+// the key bound, the whole call fails with ErrFull, writing nothing), and only then are the
+// approvals written, all of them at once.
 func (s *Store) DecideAll(_ context.Context, key string, limits []sluice.Limit, out []sluice.Decision) (bool, error) {
 	if len(out) != len(limits) {
 		return false, fmt.Errorf("memory store: DecideAll: %d decisions for %d limits", len(out), len(limits))
 	}
 	if len(limits) == 1 { // Decide's path: the same decision, without a trial copy
 		l := &limits[0]
-		err := s.decide(key, &l.Policy, l.Cost, l.MaxDelayMicros(), &out[0])
+		err := s.decide(l.EffectiveKey(key), &l.Policy, l.Cost, l.MaxDelayMicros(), &out[0])
 		return err == nil && (out[0].Allowed || l.DryRun), err
 	}
 	for i := range limits {
@@ -483,6 +485,12 @@ func (s *Store) DecideAll(_ context.Context, key string, limits []sluice.Limit, 
 			return false, err
 		}
 	}
+	for i := range limits {
+		if k := limits[i].Key; k != "" && k != key {
+			return s.decideAllKeys(key, limits, out)
+		}
+	}
+	// Every limit counts under key: one shard, one client.
 	now := s.now()
 	h := maphash.String(s.seed, key) & s.hashMask
 	sh := &s.shards[h&s.mask]
@@ -523,7 +531,7 @@ func (s *Store) DecideAll(_ context.Context, key string, limits []sluice.Limit, 
 	}
 	// Room first, so that nothing is written unless everything can be.
 	for sh.slots+added > s.maxPerShard {
-		if !s.makeRoomLocked(sh, now, c) {
+		if !s.makeRoomLocked(sh, now, []*client{c}) {
 			for i := range out {
 				out[i] = sluice.Decision{Limit: out[i].Limit}
 			}
@@ -552,6 +560,136 @@ func (s *Store) DecideAll(_ context.Context, key string, limits []sluice.Limit, 
 		sh.slots++
 	}
 	return true, nil
+}
+
+// keyPlace is where one limit of a DecideAll under several keys counts: its key, the key's hash
+// and shard, its client there (nil: none yet) and whether that client holds a state under the
+// limit's policy.
+type keyPlace struct {
+	key  string
+	hash uint64
+	sh   *shard
+	c    *client
+	held bool
+}
+
+// decideAllKeys is DecideAll for limits under several keys, whose costs are checked. It locks
+// every shard involved, each once and in ascending order, so that two calls never each hold a
+// shard the other waits for (Decide and a one-key DecideAll hold one lock at a time); then it
+// decides as DecideAll does for one key: on copies, then room in each shard for the states new
+// there, sparing every client of the call in it, and only then the approvals, all at once.
+func (s *Store) decideAllKeys(key string, limits []sluice.Limit, out []sluice.Decision) (bool, error) {
+	n := len(limits)
+	var inlinePlaces [4]keyPlace
+	var inlineTrial [4]algorithm.State
+	var inlineShards [4]uint64
+	places, trial, shards := inlinePlaces[:0], inlineTrial[:0], inlineShards[:0]
+	if n > len(inlinePlaces) {
+		places, trial, shards = make([]keyPlace, 0, n), make([]algorithm.State, 0, n), make([]uint64, 0, n)
+	}
+	places, trial = places[:n], trial[:n]
+	var keyHash uint64
+	keyHashed := false
+	for i := range limits {
+		k := limits[i].EffectiveKey(key)
+		var h uint64
+		if k == key {
+			if !keyHashed {
+				keyHash, keyHashed = maphash.String(s.seed, key)&s.hashMask, true
+			}
+			h = keyHash
+		} else {
+			h = maphash.String(s.seed, k) & s.hashMask
+		}
+		places[i] = keyPlace{key: k, hash: h, sh: &s.shards[h&s.mask]}
+		if j, found := slices.BinarySearch(shards, h&s.mask); !found {
+			shards = slices.Insert(shards, j, h&s.mask)
+		}
+	}
+	now := s.now()
+	for _, i := range shards {
+		s.shards[i].mu.Lock()
+	}
+	defer s.unlock(shards)
+	all := true
+	for i := range limits {
+		l, p := &limits[i], &places[i]
+		trial[i] = algorithm.State{}
+		if p.c = p.sh.find(p.hash, p.key); p.c != nil {
+			if sl := p.c.find(l.Policy.Name); sl != nil {
+				p.held = true
+				trial[i] = sl.state
+				trial[i].Log = sl.state.Log[:len(sl.state.Log):len(sl.state.Log)] // (see DecideAll)
+			}
+		}
+		if err := algorithm.DecideWithin(&l.Policy, &trial[i], now, l.Cost, l.MaxDelayMicros(), &out[i]); err != nil {
+			return false, err
+		}
+		if !out[i].Allowed && !l.DryRun {
+			all = false
+		}
+	}
+	if !all {
+		return false, nil
+	}
+	// Room first, in every shard, so that nothing is written unless everything can be.
+	var inlineExcept [4]*client
+	for _, si := range shards {
+		sh := &s.shards[si]
+		except, added, first := inlineExcept[:0], 0, -1
+		for i := range limits {
+			p := &places[i]
+			if p.sh != sh {
+				continue
+			}
+			if p.c != nil && !slices.Contains(except, p.c) {
+				except = append(except, p.c)
+			}
+			if out[i].Allowed && limits[i].Cost > 0 && !p.held {
+				if added++; first < 0 {
+					first = i
+				}
+			}
+		}
+		for sh.slots+added > s.maxPerShard {
+			if !s.makeRoomLocked(sh, now, except) {
+				for i := range out {
+					out[i] = sluice.Decision{Limit: out[i].Limit}
+				}
+				return false, s.errFull(&limits[first].Policy)
+			}
+		}
+	}
+	for i := range limits {
+		l, p := &limits[i], &places[i]
+		if !out[i].Allowed || l.Cost == 0 {
+			continue
+		}
+		expires := expiresAt(now, out[i].ResetAfter)
+		if p.held { // its client was spared: the slot is still there
+			sl := p.c.find(l.Policy.Name)
+			sl.state, sl.expires = trial[i], expires
+			continue
+		}
+		fresh := slot{policy: l.Policy.Name, expires: expires, state: trial[i]}
+		c := p.c
+		if c == nil {
+			c = p.sh.find(p.hash, p.key) // made by an earlier limit of this call, if one counts under the key
+		}
+		if c == nil {
+			p.sh.insert(p.hash, newClient(p.key, fresh))
+		} else {
+			c.more = append(c.more, fresh)
+		}
+		p.sh.slots++
+	}
+	return true, nil
+}
+
+func (s *Store) unlock(shards []uint64) {
+	for _, i := range shards {
+		s.shards[i].mu.Unlock()
+	}
 }
 
 // Infallible implements sluice.Infallible: the memory store never fails with

@@ -176,6 +176,32 @@ func TestNoAllocationsOnKnownKeys(t *testing.T) {
 		if n := testing.AllocsPerRun(1000, func() { s.Decide(ctx, "known", p, 1) }); n != 0 {
 			t.Errorf("%v: %v allocations per decision, want 0", p.Algorithm, n)
 		}
+		// DecideAll: one limit (Decide's path), several of one key, and (up to four) under
+		// several keys, which lock several shards; on limits high enough that every call is
+		// approved and writes.
+		p.Limit = 1 << 40
+		if p.Burst > 0 {
+			p.Burst = 1 << 40
+		}
+		loose := sluice.Policy{Name: "loose", Algorithm: sluice.FixedWindow, Limit: 1 << 40, Period: time.Hour}
+		out := make([]sluice.Decision, 3)
+		for _, tc := range []struct {
+			name   string
+			limits []sluice.Limit
+		}{
+			{"one limit", []sluice.Limit{{Policy: p, Cost: 1}}},
+			{"one key", []sluice.Limit{{Policy: p, Cost: 1}, {Policy: loose, Cost: 1}}},
+			{"keyed like the call", []sluice.Limit{{Policy: p, Cost: 1}, {Key: "known", Policy: loose, Cost: 1}}},
+			{"several keys", []sluice.Limit{{Policy: p, Cost: 1}, {Key: "other", Policy: loose, Cost: 1}, {Key: "third", Policy: p, Cost: 1}}},
+		} {
+			o := out[:len(tc.limits)]
+			if ok, err := s.DecideAll(ctx, "known", tc.limits, o); !ok || err != nil {
+				t.Fatalf("%v, DecideAll, %s: %v %v, want approved", p.Algorithm, tc.name, ok, err)
+			}
+			if n := testing.AllocsPerRun(1000, func() { s.DecideAll(ctx, "known", tc.limits, o) }); n != 0 {
+				t.Errorf("%v, DecideAll, %s: %v allocations per call, want 0", p.Algorithm, tc.name, n)
+			}
+		}
 	}
 }
 

@@ -686,6 +686,54 @@ func TestLuaMultiScript(t *testing.T) {
 	}
 }
 
+// TestLuaMultiCheck: multi.lua with 'check' after the limits' arguments decides exactly as
+// without it and writes nothing, even when every limit allows (the first phase of a DecideAll
+// across a cluster's slots); any other mode is an error naming it, writing nothing.
+func TestLuaMultiCheck(t *testing.T) {
+	e := newLuaEnv(t)
+	ctx := context.Background()
+	t0 := int64(1_800_000_000_000_000)
+	keys := []string{"rate-limit:{check}:a", "rate-limit:{check}:a:log", "rate-limit:{check}:b", "rate-limit:{check}:b:log"}
+	fw, sl := luaPolicy(algorithm.FixedWindow, 5, 1_000_000, 0), luaPolicy(algorithm.SlidingLog, 2, 1_000_000, 0)
+	call := func(mode ...string) ([]int64, error) {
+		args := append(append(append([]string{"2", i64(t0), i64(luaSlack)}, luaMultiArgs(&fw, 1)...), luaMultiArgs(&sl, 1)...), mode...)
+		return e.multi.Exec(ctx, e.c, keys, append(args, "")).AsIntSlice()
+	}
+	exists := func() int64 {
+		n, err := e.c.Do(ctx, e.c.B().Exists().Key(keys...).Build()).AsInt64()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	want := []int64{1, 5, 4, 0, 1_000_000, 0, 1, 2, 1, 0, 1_000_000, 0, t0}
+	for range 3 { // a check changes nothing, so each gives the first decision again
+		if got, err := call("check"); err != nil || !slices.Equal(got, want) {
+			t.Fatalf("check: %v %v, want %v", got, err, want)
+		}
+		if n := exists(); n != 0 {
+			t.Fatalf("a check that every limit allowed wrote %d keys", n)
+		}
+	}
+	if got, err := call(); err != nil || !slices.Equal(got, want) {
+		t.Fatalf("the commit after the checks: %v %v, want %v", got, err, want)
+	}
+	if n := exists(); n != 2 {
+		t.Fatalf("the commit wrote %d keys, want 2 (a's hash, b's log)", n)
+	}
+	if got, err := call("check"); err != nil || got[2] != 3 || got[8] != 0 {
+		t.Fatalf("check after the commit: %v %v, want 3 and 0 left", got, err)
+	}
+	for _, bad := range []string{"", "1", "commit", "CHECK"} {
+		if _, err := call(bad); err == nil || !strings.Contains(err.Error(), "sluice: multi script: mode") {
+			t.Errorf("mode %q: %v, want an error naming the mode", bad, err)
+		}
+	}
+	if got, err := call("check"); err != nil || got[2] != 3 || got[8] != 0 {
+		t.Fatalf("after the bad modes: %v %v, want 3 and 0 left (nothing written)", got, err)
+	}
+}
+
 // TestLuaTTL: an approval sets the TTL to the reset plus the slack (rounded up to ms), on the
 // state's one key (the hash, or the sliding log's list); a refusal or a peek leaves it alone; a
 // peek of a never-seen key creates nothing.

@@ -10,22 +10,25 @@
 //
 // Keys: one key per client and policy, hash-tagged by client — prefix + "{customer-42}:orders-api"
 // — so that all of a client's limits share a Redis Cluster slot and can be decided together
-// (DecideAll). The key is a hash, except for the sliding log, whose whole state is one list
-// beside it (…":log": a header, then the entries). A state is never split over keys, so losing a
-// key (eviction, DEL) only ever gives its client quota back. Every key has a TTL equal to the
-// time until its state is as if never seen, so idle clients leave nothing.
+// (DecideAll; limits under several keys may lie in several slots, see sluice.Store.DecideAll
+// for what a cluster then keeps). The key is a hash, except for the sliding log, whose whole
+// state is one list beside it (…":log": a header, then the entries). A state is never split
+// over keys, so losing a key (eviction, DEL) only ever gives its client quota back. Every key
+// has a TTL equal to the time until its state is as if never seen, so idle clients leave nothing.
 //
 // Lua numbers are doubles, exact below 2^53; the scripts compute beyond that on exact integers of
 // their own (lua/common.lua), so the store takes every valid policy, as the memory store does.
 package redis
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -111,6 +114,8 @@ type Store struct {
 	closed  sync.Once
 
 	calls, cacheHits atomic.Uint64
+
+	betweenPhases func() // tests: run between the checks and the commits of acrossSlots
 }
 
 // conn is a store's connection to Redis, made once Redis answered.
@@ -469,8 +474,9 @@ func (c *conn) failed(slot uint16, err error) error {
 	return unavailable(err)
 }
 
-// DecideAll implements sluice.Store with one script: every limit's key shares the client's hash
-// tag, so one atomic call in one slot decides them all.
+// DecideAll implements sluice.Store with one script when it can: on a single server, and on a
+// cluster when every limit's key lies in one slot (those of one client always do). Limits under
+// keys in several slots of a cluster are decided across them (acrossSlots).
 func (s *Store) DecideAll(ctx context.Context, key string, limits []sluice.Limit, out []sluice.Decision) (bool, error) {
 	if len(out) != len(limits) {
 		return false, fmt.Errorf("redis store: DecideAll: %d decisions for %d limits", len(out), len(limits))
@@ -479,20 +485,71 @@ func (s *Store) DecideAll(ctx context.Context, key string, limits []sluice.Limit
 		// One limit is one decision: Decide's path, with the negative cache and batching (the
 		// gateway asks DecideAll for every request, most of which have one policy). A leaky
 		// bucket with a bound on its hold goes to the multi script, which takes the bound.
-		d, err := s.Decide(ctx, key, limits[0].Policy, limits[0].Cost)
+		d, err := s.Decide(ctx, limits[0].EffectiveKey(key), limits[0].Policy, limits[0].Cost)
 		out[0] = d
 		return err == nil && (d.Allowed || limits[0].DryRun), err
 	}
 	keys := make([]string, 0, 2*len(limits))
-	args := make([]string, 0, 4+multiArgs*len(limits))
-	args = append(args, strconv.Itoa(len(limits)), s.now(), s.slack)
 	for i := range limits {
 		l := &limits[i]
 		if err := s.check(&l.Policy, l.Cost, &out[i]); err != nil {
 			return false, err
 		}
-		hash, log := s.keys(key, l.Policy.Name)
+		hash, log := s.keys(l.EffectiveKey(key), l.Policy.Name)
 		keys = append(keys, hash, log)
+	}
+	c, err := s.connected()
+	if err != nil {
+		return false, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	m := multiCall{s: s, c: c, now: s.now(), key: key, limits: limits, keys: keys, out: out}
+	if c.cluster {
+		if groups := slotGroups(limits, keys); len(groups) > 1 {
+			return m.acrossSlots(ctx, groups)
+		}
+	}
+	return m.exec(ctx, nil, false)
+}
+
+// multiCall is one DecideAll on the multi script: the call's key, its limits, their keys in
+// Redis (two per limit, as the script takes them), the time argument of all its calls, and the
+// decisions it fills.
+type multiCall struct {
+	s      *Store
+	c      *conn
+	now    string
+	key    string
+	limits []sluice.Limit
+	keys   []string
+	out    []sluice.Decision
+}
+
+// exec runs the multi script on the limits at the indices in which (nil: all of them; on a
+// cluster they must share a slot), filling their decisions, and reports whether every enforced
+// one allowed. check: decide without writing (the script's 'check').
+func (m *multiCall) exec(ctx context.Context, which []int, check bool) (bool, error) {
+	n := len(which)
+	keys := m.keys
+	if which == nil {
+		n = len(m.limits)
+	} else {
+		keys = make([]string, 0, 2*n)
+		for _, i := range which {
+			keys = append(keys, m.keys[2*i], m.keys[2*i+1])
+		}
+	}
+	limit := func(j int) int {
+		if which == nil {
+			return j
+		}
+		return which[j]
+	}
+	args := make([]string, 0, 5+multiArgs*n)
+	args = append(args, strconv.Itoa(n), m.now, m.s.slack)
+	for j := range n {
+		l := &m.limits[limit(j)]
 		dry := "0"
 		if l.DryRun {
 			dry = "1"
@@ -501,31 +558,153 @@ func (s *Store) DecideAll(ctx context.Context, key string, limits []sluice.Limit
 			strconv.FormatInt(l.Policy.PeriodMicros(), 10), strconv.FormatInt(l.Policy.Burst, 10), strconv.FormatInt(l.Cost, 10),
 			strconv.FormatInt(l.MaxDelayMicros(), 10), dry)
 	}
-	c, err := s.connected()
-	if err != nil {
-		return false, err
+	if check {
+		args = append(args, "check")
 	}
-	ctx, cancel := context.WithTimeout(ctx, s.timeout)
-	defer cancel()
 	deadline, _ := ctx.Deadline()
-	sl := c.slot(keys[0])
-	args = append(args, c.deadlineArg(sl, deadline))
-	s.calls.Add(1)
-	reply, err := s.multi.Exec(ctx, c.client, keys, args).AsIntSlice()
+	sl := m.c.slot(keys[0])
+	args = append(args, m.c.deadlineArg(sl, deadline))
+	m.s.calls.Add(1)
+	reply, err := m.s.multi.Exec(ctx, m.c.client, keys, args).AsIntSlice()
 	if err != nil {
-		return false, c.failed(sl, err)
+		return false, m.c.failed(sl, err)
 	}
-	if len(reply) != 6*len(limits)+1 {
-		return false, fmt.Errorf("%w: redis store: script replied %d numbers, want %d", sluice.ErrStoreUnavailable, len(reply), 6*len(limits)+1)
+	if len(reply) != 6*n+1 {
+		return false, fmt.Errorf("%w: redis store: script replied %d numbers, want %d", sluice.ErrStoreUnavailable, len(reply), 6*n+1)
 	}
-	c.learn(sl, reply[6*len(limits)])
+	m.c.learn(sl, reply[6*n])
 	all := true
-	for i := range limits {
-		r := reply[6*i : 6*i+6]
-		out[i] = algorithm.MakeDecision(r[0] == 1, r[1], r[2], r[3], r[4], r[5])
-		all = all && (out[i].Allowed || limits[i].DryRun)
+	for j := range n {
+		i := limit(j)
+		r := reply[6*j : 6*j+6]
+		m.out[i] = algorithm.MakeDecision(r[0] == 1, r[1], r[2], r[3], r[4], r[5])
+		all = all && (m.out[i].Allowed || m.limits[i].DryRun)
+	}
+	if all && !check && m.s.refused != nil {
+		// Written: as after Decide's approvals, a cached refusal's numbers are stale.
+		for j := range n {
+			if l := &m.limits[limit(j)]; m.out[limit(j)].Allowed && l.Cost > 0 {
+				m.s.refused.forget(l.Policy.Name + "\x00" + l.EffectiveKey(m.key))
+			}
+		}
 	}
 	return all, nil
+}
+
+// slotGroup is the limits of a DecideAll whose keys lie in one slot of a cluster.
+type slotGroup struct {
+	slot     uint16
+	limits   []int // indices into the call's limits
+	enforced bool  // some limit of the group is not DryRun
+}
+
+// slotGroups returns the limits grouped by their keys' slot, in the order of their first limits.
+func slotGroups(limits []sluice.Limit, keys []string) []slotGroup {
+	var groups []slotGroup
+next:
+	for i := range limits {
+		sl := slot(keys[2*i])
+		for g := range groups {
+			if groups[g].slot == sl {
+				groups[g].limits = append(groups[g].limits, i)
+				groups[g].enforced = groups[g].enforced || !limits[i].DryRun
+				continue next
+			}
+		}
+		groups = append(groups, slotGroup{slot: sl, limits: []int{i}, enforced: !limits[i].DryRun})
+	}
+	return groups
+}
+
+// acrossSlots decides limits whose keys lie in several slots of a cluster. One script cannot
+// touch several slots, so this is not one atomic step; it is as close as two phases get:
+//
+//  1. If more than one slot holds enforced limits, every slot's limits are decided without
+//     writing (a check per slot, in parallel). A refusal there is the answer, and nothing has
+//     been written anywhere.
+//  2. The slots with enforced limits are committed one after another, the one with the least
+//     quota left after the check first (where a concurrent request is likeliest to have taken
+//     the rest meanwhile). Each commit decides its limits again, atomically in its slot, and
+//     writes only if all of them still allow; the first that refuses ends the call, refused,
+//     and nothing after it is written. Then the slots of dry-run limits only (which refuse
+//     nothing) are committed, in parallel.
+//
+// So no limit ever approves beyond itself, and a request refused by the state it found consumes
+// nothing. What is not atomic: a commit that refuses because a concurrent request spent its
+// slot's quota after the check leaves the slots committed before it consumed, though the
+// request is refused; and a commit call that fails (a timeout, a node lost) fails the call with
+// ErrStoreUnavailable, leaving the slots committed before it consumed (a call that reached Redis
+// after its deadline wrote nothing). Each slot's limits are decided at one instant of its node's
+// clock; the decisions filled are the commits' where they ran, else the checks'.
+func (m *multiCall) acrossSlots(ctx context.Context, groups []slotGroup) (bool, error) {
+	var every, enforced, dry []*slotGroup
+	for g := range groups {
+		every = append(every, &groups[g])
+		if groups[g].enforced {
+			enforced = append(enforced, &groups[g])
+		} else {
+			dry = append(dry, &groups[g])
+		}
+	}
+	if len(enforced) > 1 {
+		if all, err := m.parallel(ctx, every, true); err != nil || !all {
+			return false, err
+		}
+		// The least quota left first: the least Remaining among a group's enforced limits.
+		headroom := func(g *slotGroup) int64 {
+			least := int64(1<<63 - 1)
+			for _, i := range g.limits {
+				if !m.limits[i].DryRun {
+					least = min(least, m.out[i].Remaining)
+				}
+			}
+			return least
+		}
+		slices.SortStableFunc(enforced, func(a, b *slotGroup) int { return cmp.Compare(headroom(a), headroom(b)) })
+		if m.s.betweenPhases != nil {
+			m.s.betweenPhases()
+		}
+	}
+	for _, g := range enforced {
+		all, err := m.exec(ctx, g.limits, false)
+		if err != nil {
+			return false, err
+		}
+		if !all {
+			if len(enforced) == 1 && len(dry) > 0 {
+				// No check ran: the dry-run limits' decisions, writing nothing.
+				if _, err := m.parallel(ctx, dry, true); err != nil {
+					return false, err
+				}
+			}
+			return false, nil
+		}
+	}
+	if len(dry) == 0 {
+		return true, nil
+	}
+	_, err := m.parallel(ctx, dry, false)
+	return err == nil, err
+}
+
+// parallel runs the multi script on each of groups at once, and reports whether every enforced
+// limit allowed; the error is the first failed group's.
+func (m *multiCall) parallel(ctx context.Context, groups []*slotGroup, check bool) (bool, error) {
+	if len(groups) == 1 {
+		return m.exec(ctx, groups[0].limits, check)
+	}
+	alls, errs := make([]bool, len(groups)), make([]error, len(groups))
+	var wg sync.WaitGroup
+	for g := range groups {
+		wg.Go(func() { alls[g], errs[g] = m.exec(ctx, groups[g].limits, check) })
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return false, err
+		}
+	}
+	return !slices.Contains(alls, false), nil
 }
 
 // multiArgs is how many arguments multi.lua takes per limit: alg, limit, period, burst, cost,

@@ -1,5 +1,6 @@
--- sluice: several limits of one client, all or nothing, atomically. Assembled as common.lua + all
--- five algorithm files + nth.lua + this file. Every key shares the client's hash tag, so one slot.
+-- sluice: several limits of one request, all or nothing, atomically. Assembled as common.lua + all
+-- five algorithm files + nth.lua + this file. On a Redis Cluster every key must lie in one slot:
+-- those of one client do (its hash tag); the store splits the limits of other keys by slot.
 --
 -- KEYS     for each limit i = 1..n: its state hash KEYS[2i-1] and its sliding log's list KEYS[2i]
 --          (as KEYS[1], KEYS[2] of single.lua); the limits' keys must be distinct
@@ -9,11 +10,14 @@
 -- ARGV[4+7(i-1) .. 10+7(i-1)]  limit i's alg, limit, period (µs), burst, cost (as single.lua's
 --          ARGV[1..5]), max_delay (µs a leaky bucket may hold the request; -1: no bound) and
 --          dry_run (1: the limit counts but never refuses the request; else 0)
+-- ARGV[4+7n]  optional (then the deadline follows it): 'check', to decide every limit and write
+--          nothing even if all allow — the first phase of a DecideAll whose limits lie in several
+--          slots of a Redis Cluster (redis.go, acrossSlots)
 -- ARGV[#ARGV]  (after the limits' arguments) the call's deadline, µs of Redis TIME (common.lua,
 --          DEADLINES); empty: none
 --
 -- Each limit is decided as if alone, all at the same now. If every enforced one (dry_run 0) is
--- allowed, every approval is written, the dry-run limits' included; if any enforced one is
+-- allowed and the call is not a check, every approval is written, the dry-run limits' included; if any enforced one is
 -- refused, nothing is written at all (so the decisions of the allowed ones describe a
 -- consumption that did not happen). A dry-run limit's refusal refuses nothing. Every limit's
 -- arguments are checked first (check_all): one out of range fails the call with an error reply
@@ -23,8 +27,13 @@
 -- Reply: 6·n + 1 integers, limit i's {allowed, capacity, remaining, retry, reset, delay} (as
 -- single.lua's reply) at 6(i-1)+1 .. 6i, then time (as single.lua's).
 local n = tonumber(ARGV[1])
-if n == nil or #KEYS ~= 2 * n or #ARGV ~= 4 + 7 * n then
-  return redis.error_reply('ERR sluice: multi script wants 2n keys and 4+7n arguments')
+if n == nil or #KEYS ~= 2 * n or (#ARGV ~= 4 + 7 * n and #ARGV ~= 5 + 7 * n) then
+  return redis.error_reply('ERR sluice: multi script wants 2n keys and 4+7n arguments (5+7n to check)')
+end
+local check_only = #ARGV == 5 + 7 * n
+if check_only and ARGV[4 + 7 * n] ~= 'check' then
+  return redis.error_reply('ERR sluice: multi script: mode ' .. string.format('%q', string.sub(tostring(ARGV[4 + 7 * n]), 1, 40)) ..
+    ' must be check (or absent)')
 end
 local deadline = ARGV[#ARGV]
 local now, ttl_slack, time = time_args(ARGV[2], ARGV[3], has_deadline(deadline))
@@ -51,7 +60,7 @@ for i = 1, n do
     commits[#commits + 1] = commit
   end
 end
-if all then
+if all and not check_only then
   for _, commit in ipairs(commits) do
     commit(ttl_slack)
   end
