@@ -33,6 +33,7 @@ const (
 	DefaultStoreTimeout  = 50 * time.Millisecond // the Redis store's own default (checked by cmd/sluice's tests)
 	DefaultStorePrefix   = "rate-limit:"         // likewise
 	DefaultMaxKeys       = 1 << 20               // the memory store's own default (likewise)
+	DefaultRefusalCache  = 1 << 16               // the Redis store's cache of refusals: its own default (likewise)
 	DefaultLocalShare    = 0.5
 	DefaultAPIKeyHeader  = "X-API-Key"
 	DefaultJWTHeader     = "Authorization" // the token may follow "Bearer "
@@ -103,6 +104,10 @@ type Store struct {
 	OnError     sluice.FailureMode // what happens when Redis cannot decide; default FailClosed
 	LocalShare  float64            // with OnError FailLocal: this instance's share of each policy, in (0, 1]
 	MaxKeys     int                // keys held by the memory store (or the local fallback); 0: DefaultMaxKeys
+	// RefusalCache bounds the refusals the Redis store remembers, to answer a client retrying
+	// before its Retry-After without a round trip; 0 turns the cache off. Default
+	// DefaultRefusalCache.
+	RefusalCache int
 }
 
 // Identity is one source of the client's identity. Exactly one of its pointers is set.

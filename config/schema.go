@@ -65,7 +65,7 @@ func decodeYAML(data []byte, name string) (root *yaml.Node, e *Error) {
 var (
 	topFields     = []string{"listen", "admin_listen", "upstream", "tls", "store", "identity", "policies", "default_policy", "clients", "routes", "limits", "server", "rls", "forward_auth"}
 	tlsFields     = []string{"cert_file", "key_file"}
-	storeFields   = []string{"type", "addrs", "url", "username", "password", "password_env", "prefix", "timeout", "on_error", "local_share", "max_keys"}
+	storeFields   = []string{"type", "addrs", "url", "username", "password", "password_env", "prefix", "timeout", "on_error", "local_share", "max_keys", "refusal_cache"}
 	redisOnly     = []string{"addrs", "url", "username", "password", "password_env", "prefix", "timeout", "on_error", "local_share"}
 	identityKinds = []string{"api_key", "jwt", "ip"}
 	apiKeyFields  = []string{"header"}
@@ -94,7 +94,8 @@ var (
 func (p *parser) config(root *yaml.Node) *Config {
 	c := &Config{
 		File: p.file, Listen: DefaultListen, AdminListen: DefaultAdminListen,
-		Store:       Store{Type: StoreMemory, Prefix: DefaultStorePrefix, Timeout: DefaultStoreTimeout, LocalShare: DefaultLocalShare},
+		Store: Store{Type: StoreMemory, Prefix: DefaultStorePrefix, Timeout: DefaultStoreTimeout, LocalShare: DefaultLocalShare,
+			RefusalCache: DefaultRefusalCache},
 		Limits:      Limits{MaxDelay: DefaultMaxDelay},
 		Server:      Server{BodyTimeout: DefaultBodyTimeout, BodyMinRate: DefaultBodyMinRate, DrainTimeout: DefaultDrainTimeout},
 		ForwardAuth: ForwardAuth{RefusedStatus: DefaultRefusedStatus},

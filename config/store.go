@@ -131,6 +131,15 @@ func (p *parser) store(n *yaml.Node, s *Store) {
 			}
 		}
 	}
+	if n := p.get(m, "refusal_cache"); n != nil {
+		if v, ok := p.int(n, path, "refusal_cache"); ok {
+			if v < 0 || v > 1<<24 {
+				p.errorf(n, path, nil, "refusal_cache %d must be from 0 (off) to 2^24 refusals", v)
+			} else {
+				s.RefusalCache = int(v)
+			}
+		}
+	}
 	if s.Type == StoreRedis {
 		switch {
 		case len(s.Addrs) == 0 && s.URL == "" && !m.has("addrs") && urlN == nil:

@@ -44,8 +44,12 @@ func OpenStore(cfg config.Store, log *slog.Logger) (Store, error) {
 	}
 	switch cfg.Type {
 	case config.StoreRedis:
+		negCache := cfg.RefusalCache // 0 is off: the store's -1
+		if negCache == 0 {
+			negCache = -1
+		}
 		rs, err := redisstore.New(redisstore.Options{Addrs: cfg.Addrs, URL: cfg.URL, Username: cfg.Username,
-			Password: cfg.Password.Value(), Prefix: cfg.Prefix, Timeout: cfg.Timeout, Logger: log})
+			Password: cfg.Password.Value(), Prefix: cfg.Prefix, Timeout: cfg.Timeout, Logger: log, NegativeCacheSize: negCache})
 		if err != nil {
 			return st, err
 		}

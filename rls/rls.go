@@ -16,6 +16,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -117,12 +118,15 @@ func (s *Service) ShouldRateLimit(ctx context.Context, in *rlspb.RateLimitReques
 	replaced := envoyconf.Replaced(matches)
 
 	// The limits to decide: every descriptor that matched a limit, not unlimited, not replaced.
-	// Shadow-mode and quota-mode ones never refuse the request (dry run). A limit of 0 is
-	// over for any cost above 0 and never reaches the store; if it refuses the request, the
-	// others are only peeked at (cost 0), so that nothing is consumed.
+	// Shadow-mode and quota-mode ones never refuse the request (dry run). One that can never
+	// pass (a limit of 0, or a cost above what its limit can ever hold) is over; if it refuses
+	// the request, the others are only peeked at (cost 0), so that nothing is consumed. The same
+	// counter twice in one request is one limit of their summed cost; each of its statuses
+	// says what remained after its own hits, in the request's order, as the reference counts.
 	req := decision.Request{Client: "rls/" + in.GetDomain(), NoHold: true}
-	at := make([]int, len(ds)) // descriptor i's index in req.Limits, or -1
-	zeroOver := make([]bool, len(ds))
+	at := make([]int, len(ds))      // descriptor i's index in req.Limits, or -1
+	later := make([]int64, len(ds)) // the cost of the descriptors after i on the same counter
+	never := make([]bool, len(ds))  // descriptor i can never pass
 	peek := false
 	for i := range ds {
 		at[i] = -1
@@ -130,9 +134,20 @@ func (s *Service) ShouldRateLimit(ctx context.Context, in *rlspb.RateLimitReques
 		if !found[i] || m.Unlimited || replaced[i] {
 			continue
 		}
-		if m.RequestsPerUnit == 0 {
-			zeroOver[i] = costs[i] > 0
-			peek = peek || (zeroOver[i] && !m.ShadowMode && !m.QuotaMode)
+		if m.RequestsPerUnit == 0 { // not a policy a store can hold
+			never[i] = costs[i] > 0
+			peek = peek || (never[i] && !m.ShadowMode && !m.QuotaMode)
+			continue
+		}
+		dup := slices.IndexFunc(req.Limits, func(l decision.Limit) bool { return l.Key == m.Key })
+		if dup >= 0 {
+			at[i] = dup
+			req.Costs[dup] += costs[i]
+			for j := range i {
+				if at[j] == dup {
+					later[j] += costs[i]
+				}
+			}
 			continue
 		}
 		at[i] = len(req.Limits)
@@ -141,8 +156,21 @@ func (s *Service) ShouldRateLimit(ctx context.Context, in *rlspb.RateLimitReques
 		req.Limits = append(req.Limits, decision.Limit{Policy: p, PolicyName: nameOf(m), Key: m.Key, DryRun: m.ShadowMode || m.QuotaMode})
 		req.Costs = append(req.Costs, costs[i])
 	}
+	for k, c := range req.Costs {
+		var d sluice.Decision
+		if algorithm.CheckCost(&req.Limits[k].Policy, c, &d) != nil { // the (summed) cost never fits
+			req.Costs[k] = 0 // peek at it: its statuses say over
+			for i := range ds {
+				if at[i] == k {
+					never[i] = true
+					peek = peek || (!matches[i].ShadowMode && !matches[i].QuotaMode)
+				}
+			}
+		}
+	}
 	if peek {
 		clear(req.Costs)
+		clear(later)
 	}
 	if len(req.Limits) > 0 {
 		req.Who = identity.Identity{Key: req.Limits[0].Key, Source: "rls"}
@@ -152,10 +180,6 @@ func (s *Service) ShouldRateLimit(ctx context.Context, in *rlspb.RateLimitReques
 	out := &rlspb.RateLimitResponse{OverallCode: rlspb.RateLimitResponse_OK, Statuses: make([]*rlspb.RateLimitResponse_DescriptorStatus, len(ds))}
 	switch v.Outcome {
 	case decision.Failed:
-		if errors.Is(v.Err, sluice.ErrCostExceedsLimit) {
-			// A hits_addend no window can ever hold is over the limit, now and later.
-			return overCost(out, &req, matches, at, v.Problem), nil
-		}
 		if errors.Is(v.Err, sluice.ErrStoreUnavailable) {
 			return nil, status.Error(codes.Unavailable, "the rate limit store is unavailable: "+v.Problem.Detail)
 		}
@@ -175,12 +199,12 @@ func (s *Service) ShouldRateLimit(ctx context.Context, in *rlspb.RateLimitReques
 			continue
 		}
 		st.CurrentLimit = currentLimit(m)
-		over := zeroOver[i]
+		over := never[i]
 		if at[i] >= 0 {
 			d := v.Decisions[at[i]].Decision
-			st.LimitRemaining = clampUint32(d.Remaining)
+			st.LimitRemaining = clampUint32(d.Remaining + later[i])
 			st.DurationUntilReset = durationpb.New(untilReset(m, d))
-			over = !d.Allowed
+			over = over || !d.Allowed
 		} else {
 			st.DurationUntilReset = durationpb.New(untilReset(m, sluice.Decision{}))
 		}
@@ -200,7 +224,7 @@ func (s *Service) ShouldRateLimit(ctx context.Context, in *rlspb.RateLimitReques
 		out.ResponseHeadersToAdd = headers(v.Decisions, s.legacy.Load())
 	}
 	if out.OverallCode == rlspb.RateLimitResponse_OVER_LIMIT {
-		wait := retryAfter(&v, &req, matches, zeroOver)
+		wait := retryAfter(&v, &req, matches, never)
 		retry := answer.RetryAfter(wait)
 		out.ResponseHeadersToAdd = append(out.ResponseHeadersToAdd, header("Retry-After", retry),
 			header("Content-Type", answer.ContentType))
@@ -217,30 +241,6 @@ func (s *Service) ShouldRateLimit(ctx context.Context, in *rlspb.RateLimitReques
 		out.RawBody = problem.AppendJSON(nil)
 	}
 	return out, nil
-}
-
-// overCost answers a request one of whose descriptors costs more than its limit can ever hold:
-// OVER_LIMIT for that descriptor (and the request), nothing consumed anywhere.
-func overCost(out *rlspb.RateLimitResponse, req *decision.Request, matches []envoyconf.Match, at []int, p answer.Problem) *rlspb.RateLimitResponse {
-	out.OverallCode = rlspb.RateLimitResponse_OVER_LIMIT
-	for i := range out.Statuses {
-		st := &rlspb.RateLimitResponse_DescriptorStatus{Code: rlspb.RateLimitResponse_OK}
-		out.Statuses[i] = st
-		if at[i] < 0 {
-			continue
-		}
-		m := &matches[i]
-		st.CurrentLimit = currentLimit(m)
-		l := &req.Limits[at[i]]
-		var d sluice.Decision
-		if algorithm.CheckCost(&l.Policy, req.Costs[at[i]], &d) != nil && !l.DryRun {
-			st.Code = rlspb.RateLimitResponse_OVER_LIMIT
-		}
-	}
-	p.Client = ""
-	out.RawBody = p.AppendJSON(nil)
-	out.ResponseHeadersToAdd = []*corepb.HeaderValue{header("Content-Type", answer.ContentType)}
-	return out
 }
 
 func violated(names []string) string {
@@ -294,14 +294,14 @@ func headers(ds []answer.Applied, legacy bool) []*corepb.HeaderValue {
 func header(k, v string) *corepb.HeaderValue { return &corepb.HeaderValue{Key: k, Value: v} }
 
 // retryAfter is how long a client over the limit should wait: until every enforced limit that
-// refused would allow it (a limit of 0 never will: until its window ends, as the reference says).
-func retryAfter(v *decision.Verdict, req *decision.Request, matches []envoyconf.Match, zeroOver []bool) time.Duration {
+// refused would allow it (one that can never pass: until its window ends, as the reference says).
+func retryAfter(v *decision.Verdict, req *decision.Request, matches []envoyconf.Match, never []bool) time.Duration {
 	var wait time.Duration
 	if v.Outcome == decision.Refused {
 		wait = v.RetryAfter(req)
 	}
 	for i, m := range matches {
-		if zeroOver[i] && !m.ShadowMode {
+		if never[i] && !m.ShadowMode && !m.QuotaMode {
 			wait = max(wait, untilReset(&m, sluice.Decision{}))
 		}
 	}

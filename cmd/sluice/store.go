@@ -49,7 +49,7 @@ func openStore(cfg config.Store, log *slog.Logger) (gateway.Store, error) {
 func redisOptions(cfg config.Store, log *slog.Logger) redisstore.Options {
 	return redisstore.Options{
 		Addrs: cfg.Addrs, URL: cfg.URL, Username: cfg.Username, Password: cfg.Password.Value(),
-		Prefix: cfg.Prefix, Timeout: cfg.Timeout, Logger: log,
+		Prefix: cfg.Prefix, Timeout: cfg.Timeout, Logger: log, NegativeCacheSize: refusalCache(cfg.RefusalCache),
 	}
 }
 
@@ -60,4 +60,12 @@ func memoryOptions(cfg config.Store) []memory.Option {
 		return []memory.Option{memory.WithMaxKeys(cfg.MaxKeys)}
 	}
 	return nil
+}
+
+// refusalCache is store.refusal_cache as the Redis store's option: 0 (off) is negative there.
+func refusalCache(n int) int {
+	if n == 0 {
+		return -1
+	}
+	return n
 }
