@@ -34,18 +34,22 @@ func newServeCommand() *cobra.Command {
 	var watch time.Duration
 	cmd := &cobra.Command{
 		Use:   "serve [--config FILE]",
-		Short: "run the gateway: a rate-limiting reverse proxy, with an admin listener",
+		Short: "run the gateway: a rate-limiting reverse proxy, an admin listener, and Envoy's rate limit service",
 		Long: `Run sluice as a reverse proxy in front of an API: each request's client is identified, its
 policies are decided on the store, and it is forwarded, held (leaky bucket) or answered 429 with
 Retry-After, the IETF RateLimit fields and a problem body. The admin listener serves /metrics,
-/healthz, /readyz, POST /v1/check (the decision API), GET /v1/stats and the operator page that
-shows it (/operator/: who is being limited now), and the browser simulation (/).
+/healthz, /readyz, POST /v1/check (the decision API), /v1/forward-auth (the auth sub-requests of
+nginx, Caddy and Traefik: docs/forward-auth.md), GET /v1/stats and the operator page that shows
+it (/operator/: who is being limited now), and the browser simulation (/). With an rls section it
+is also Envoy's rate limit service (envoy.service.ratelimit.v3 over gRPC), reading
+envoyproxy/ratelimit's configuration files (docs/envoy.md); listen: "" runs no proxy.
 
 Without --config it runs a demo: the memory store, a built-in demo backend, and a default
 policy; it prints what to try with curl.
 
 The configuration is reloaded on SIGHUP and when the file changes; an invalid one is logged
-with its lines and the running one stays (listen, admin_listen and tls change at a restart).
+with its lines and the running one stays, the Envoy files included (listen, admin_listen, tls
+and rls.listen change at a restart).
 SIGTERM or SIGINT shut down gracefully: requests in flight may finish for server.drain_timeout
 (default 30s), then they are cut. A request body must keep coming: server.body_timeout and
 server.body_min_rate bound a slow one. /readyz is 200 when decisions go to the store. A bad
