@@ -20,6 +20,9 @@ const maxMessage = 64 << 10
 func (s *Service) Server() (*grpc.Server, *health.Server) {
 	gs := grpc.NewServer(
 		grpc.MaxRecvMsgSize(maxMessage),
+		// Workers keep their grown stacks: a goroutine per stream would grow its stack again for
+		// every call (measured: 10–25% of the service's CPU on the Redis store).
+		grpc.NumStreamWorkers(64),
 		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: 5 * time.Minute}),
 		// Envoy pings its long-lived connections; allow it as often as every 10 s.
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
