@@ -212,3 +212,44 @@ func waitLog(t *testing.T, p *sluiceProc, s string) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// On a Redis Cluster: every algorithm as on one server, and a request whose descriptors' counters
+// lie in different hash slots is still over if one is, consuming nothing on the others.
+func TestServeE2ERLSCluster(t *testing.T) {
+	cl := redistest.StartCluster(t, 3)
+	dir := t.TempDir()
+	var addr string
+	startSluice(t, dir, "sluice.yaml", rlsConfig(t, dir, rlsFile, "store: {type: redis, addrs: ["+strings.Join(cl.Addrs(), ", ")+"]}\n", &addr))
+	c := peertest.NewClient(t, addr)
+	const OK, OVER = rlspb.RateLimitResponse_OK, rlspb.RateLimitResponse_OVER_LIMIT
+	for _, alg := range []string{"fixed", "sliding-log", "sliding-window", "token-bucket"} {
+		var got []rlspb.RateLimitResponse_Code
+		for range 4 {
+			got = append(got, rlsCode(t, c, "e2e", peertest.E(alg, "v")))
+		}
+		if want := []rlspb.RateLimitResponse_Code{OK, OK, OK, OVER}; fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Errorf("%s on the cluster: %v, want %v", alg, got, want)
+		}
+	}
+	// "fixed"/"a" is spent; a request of it and of ten fresh values (their counters in other
+	// slots) is over, and the fresh ones keep all of their quota.
+	for range 3 {
+		rlsCode(t, c, "e2e", peertest.E("fixed", "a"))
+	}
+	ds := [][]peertest.Entry{{peertest.E("fixed", "a")}}
+	for i := range 10 {
+		ds = append(ds, []peertest.Entry{peertest.E("fixed", fmt.Sprintf("fresh-%d", i))})
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	resp, err := c.ShouldRateLimit(ctx, "e2e", ds, 0)
+	if err != nil || resp.OverallCode != OVER || resp.Statuses[0].Code != OVER {
+		t.Fatalf("mixed request: %v %v", resp, err)
+	}
+	for i := range 10 {
+		r, err := rlsAsk(t, c, "e2e", 0, peertest.E("fixed", fmt.Sprintf("fresh-%d", i)))
+		if err != nil || r.Statuses[0].LimitRemaining != 2 {
+			t.Errorf("fresh-%d after the refused request: %v %v (want 2 remaining: the refused request consumed nothing)", i, r, err)
+		}
+	}
+}
