@@ -80,7 +80,7 @@ func (s *Server) forwardAuth(w http.ResponseWriter, r *http.Request) {
 	// The sub-request's header fields are the original request's (the proxies copy them) with
 	// X-Forwarded-For set by the proxy, and its peer is the proxy: the ip source walks the header
 	// as it would behind the proxy listener.
-	req := g.policies.Resolve(identity.HTTP(r), method, routePath(path))
+	req := g.policies.Resolve(forwardedRequest{identity.HTTP(r), u.RawQuery}, method, routePath(path))
 	v := g.Decide(r.Context(), &req)
 	answer.Headers(w.Header(), v.Decisions, g.cfg.Limits.LegacyHeaders)
 	switch v.Outcome {
@@ -201,3 +201,13 @@ func isToken(s string) bool {
 	}
 	return true
 }
+
+// forwardedRequest is a sub-request as the identity sources and key_by read it: its header
+// fields (the original request's, as the proxy copies them) and peer, with the original URI's
+// query in place of the sub-request's own.
+type forwardedRequest struct {
+	identity.Request
+	rawQuery string
+}
+
+func (f forwardedRequest) Query(name string) string { return identity.QueryValue(f.rawQuery, name) }

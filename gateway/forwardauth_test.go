@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -457,4 +458,26 @@ func (c *countingReader) Read(p []byte) (int, error) {
 	n, err := c.r.Read(p)
 	c.n.Add(int64(n))
 	return n, err
+}
+
+// A policy keyed by a query parameter counts by the original request's query, not the
+// sub-request's (which has none).
+func TestForwardAuthKeyByQuery(t *testing.T) {
+	_, admin := faServer(t, `
+upstream: http://127.0.0.1:9
+identity:
+  - ip: {trusted_proxies: [`+faProxy+`/32]}
+policies:
+  - {name: per-region, algorithm: fixed-window, limit: 2, period: 1h, key_by: [{query: region}]}
+default_policy: per-region
+`)
+	proxy := from(t, faProxy)
+	xff := [2]string{"X-Forwarded-For", "198.51.100.7"}
+	var got []int
+	for _, uri := range []string{"/a?region=eu", "/b?region=eu", "/c?region=eu", "/d?region=us", "/e?region=us", "/f"} {
+		got = append(got, subRequest(t, proxy, admin, "GET", original(0, "GET", uri, xff)...).status)
+	}
+	if want := []int{200, 200, 429, 200, 200, 200}; fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("statuses %v, want %v: eu's two, then refused; us its own two; no region its own", got, want)
+	}
 }
