@@ -154,8 +154,9 @@ func Parse(query string) (Scenario, Errors) {
 
 	if text, ok := get(KeyTraffic); !ok || text == "" {
 		fail(KeyTraffic, "is required: a pattern such as \"5/s for 10s; 40 in 1s; 5/s for 10s\"")
-	} else {
-		sc.Traffic = sim.NormalizePattern(text)
+	} else if sc.Traffic = sim.NormalizePattern(text); sc.Traffic == "" {
+		// Only separators (";"): no segment at all, which would encode as no traffic.
+		fail(KeyTraffic, "has no segments: want a pattern such as \"5/s for 10s; 40 in 1s; 5/s for 10s\"")
 	}
 	if text, ok := get(KeyJitter); ok && text != "" {
 		d, msg := parseDuration(text, 0)
