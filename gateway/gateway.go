@@ -1,9 +1,12 @@
-// Package gateway is sluice's HTTP face: a reverse proxy that identifies each request's client,
-// decides its policies on the store (all of them at once, all or nothing), and forwards it, holds
-// it (leaky bucket) or answers 429 with Retry-After, the IETF RateLimit fields and a problem body;
-// and an admin listener with metrics, health and a decision API (POST /v1/check).
+// Package gateway is sluice's HTTP front ends over the decision layer (package decision): a
+// reverse proxy that forwards, holds (leaky bucket) or answers 429 what the decision layer
+// decides of each request (the fasthttp engine, ServeFast, and the net/http one, ServeHTTP); and
+// an admin listener with metrics, health, stats, the decision API (POST /v1/check) and
+// forward-auth for nginx, Caddy and Traefik (/v1/forward-auth).
 //
 // A Gateway is one configuration; a Server swaps Gateways on reload without dropping requests.
+// The Server decides on a store its caller opened (cmd/sluice, the composition root): the
+// gateway imports no store and mounts no pages of its own.
 package gateway
 
 import (

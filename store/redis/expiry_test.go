@@ -53,8 +53,11 @@ func TestKeysExpireWhenIdle(t *testing.T) {
 		}
 		resetMS := (reset + time.Millisecond - 1) / time.Millisecond
 		for _, k := range keys {
-			if pttl := mustInt(t, srv, "PTTL", k); pttl <= 0 || pttl > int64(resetMS) {
-				t.Fatalf("%s: PTTL %dms right after an approval whose ResetAfter is %v; want 1..%d", k, pttl, reset, resetMS)
+			// 0 or -2: the key is in its last millisecond, or expired since it was listed, which a
+			// fixed window's key does when its window ends in those few milliseconds (reset is
+			// the longest of the approvals').
+			if pttl := mustInt(t, srv, "PTTL", k); pttl == -1 || pttl > int64(resetMS) {
+				t.Fatalf("%s: PTTL %dms right after an approval whose ResetAfter is %v; want at most %d (or gone)", k, pttl, reset, resetMS)
 			}
 		}
 		// Every key keeps a TTL until it is gone: PTTL never -1 (no TTL). (While polling, a PTTL
