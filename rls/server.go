@@ -14,6 +14,9 @@ import (
 // entries (the bounds above), never megabytes.
 const maxMessage = 64 << 10
 
+// maxStreams bounds the calls in flight on one connection; more wait for one to end.
+const maxStreams = 1024
+
 // Server returns a gRPC server that serves s and the standard health service
 // (grpc.health.v1.Health: SERVING for "" and for envoy.service.ratelimit.v3.RateLimitService),
 // and the health server, to set NOT_SERVING when draining (see health.Server.Shutdown).
@@ -23,6 +26,9 @@ func (s *Service) Server() (*grpc.Server, *health.Server) {
 		// Workers keep their grown stacks: a goroutine per stream would grow its stack again for
 		// every call (measured: 10–25% of the service's CPU on the Redis store).
 		grpc.NumStreamWorkers(64),
+		// One connection carries many calls at once (an Envoy worker's), but not without bound:
+		// each call in flight holds memory until it is answered.
+		grpc.MaxConcurrentStreams(maxStreams),
 		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: 5 * time.Minute}),
 		// Envoy pings its long-lived connections; allow it as often as every 10 s.
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
