@@ -2,6 +2,7 @@ package config
 
 import (
 	"fmt"
+	"github.com/sluicehq/sluice/internal/suggest"
 	"io"
 	"os"
 	"path/filepath"
@@ -207,50 +208,12 @@ func (p *parser) checkKnown(m *mapping, path string, fields ...string) {
 		if slices.Contains(fields, k.Value) {
 			continue
 		}
-		if near := nearest(k.Value, fields); near != "" {
+		if near := suggest.Field(k.Value, fields); near != "" {
 			p.errorf(k, path, nil, "unknown field %q; did you mean %q?", k.Value, near)
 		} else {
 			p.errorf(k, path, nil, "unknown field %q (known: %s)", k.Value, strings.Join(fields, ", "))
 		}
 	}
-}
-
-// nearest returns the field within edit distance 2 of s (or that differs only in case or '-'
-// for '_'), or "".
-func nearest(s string, fields []string) string {
-	norm := func(s string) string { return strings.ReplaceAll(strings.ToLower(s), "-", "_") }
-	best, bestD := "", 3
-	for _, f := range fields {
-		if norm(f) == norm(s) {
-			return f
-		}
-		if d := editDistance(s, f); d < bestD {
-			best, bestD = f, d
-		}
-	}
-	return best
-}
-
-func editDistance(a, b string) int {
-	if len(a) > 64 || len(b) > 64 {
-		return 99
-	}
-	prev, cur := make([]int, len(b)+1), make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			sub := prev[j-1]
-			if a[i-1] != b[j-1] {
-				sub++
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, sub)
-		}
-		prev, cur = cur, prev
-	}
-	return prev[len(b)]
 }
 
 // The scalar readers below take a non-nil value node (from get), record a problem and return

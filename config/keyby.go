@@ -6,6 +6,7 @@ package config
 
 import (
 	"fmt"
+	"github.com/sluicehq/sluice/internal/suggest"
 	"net/textproto"
 	"slices"
 	"strings"
@@ -137,7 +138,7 @@ func (p *parser) keyPart(item *yaml.Node, path, field string, c *Config) (KeyPar
 			return part, false
 		default:
 			msg := fmt.Sprintf("%s %s is not an attribute (want %s)", field, literal(item), attrList)
-			if near := nearest(item.Value, keyByFields); near != "" && near != "shared" {
+			if near := suggest.Field(item.Value, keyByFields); near != "" && near != "shared" {
 				msg = fmt.Sprintf("%s %s is not an attribute; did you mean %q?", field, literal(item), near)
 			}
 			p.errorf(item, path, nil, "%s", msg)

@@ -6,6 +6,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"github.com/sluicehq/sluice/internal/suggest"
 	"io"
 	"regexp"
 	"slices"
@@ -257,7 +258,7 @@ func (p *parser) fields(m *mapping, path, level string, own []string) {
 		case slices.Contains(extensionFields, k.Value):
 			p.errorf(k, path, "%s belongs in a descriptor, beside rate_limit, not in %s", k.Value, level)
 		default:
-			if near := nearest(k.Value, own); near != "" {
+			if near := suggest.Field(k.Value, own); near != "" {
 				p.errorf(k, path, "unknown field %q; did you mean %q?", k.Value, near)
 			} else {
 				p.errorf(k, path, "unknown field %q (known in %s: %s)", k.Value, level, strings.Join(own, ", "))
@@ -406,44 +407,6 @@ func (p *parser) list(n *yaml.Node, path, field string, f func(i int, item *yaml
 		p.fill(m, item, itemPath, 0)
 		f(i, item, m)
 	}
-}
-
-// nearest returns the field within edit distance 2 of s (or that differs only in case or '-'
-// for '_'), or "". (As package config suggests fields.)
-func nearest(s string, fields []string) string {
-	norm := func(s string) string { return strings.ReplaceAll(strings.ToLower(s), "-", "_") }
-	best, bestD := "", 3
-	for _, f := range fields {
-		if norm(f) == norm(s) || strings.ReplaceAll(norm(s), "_", "") == strings.ReplaceAll(f, "_", "") {
-			return f
-		}
-		if d := editDistance(s, f); d < bestD {
-			best, bestD = f, d
-		}
-	}
-	return best
-}
-
-func editDistance(a, b string) int {
-	if len(a) > 64 || len(b) > 64 {
-		return 99
-	}
-	prev, cur := make([]int, len(b)+1), make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			sub := prev[j-1]
-			if a[i-1] != b[j-1] {
-				sub++
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, sub)
-		}
-		prev, cur = cur, prev
-	}
-	return prev[len(b)]
 }
 
 // parse reads one file's document into a domain.
