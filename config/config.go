@@ -17,6 +17,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"log/slog"
 	"net/netip"
 	"net/url"
 	"os"
@@ -76,6 +77,7 @@ type Config struct {
 	Server        Server
 	RLS           *RLS // Envoy's rate limit service; nil: not served
 	ForwardAuth   ForwardAuth
+	Log           Log
 
 	policies  map[string]*Policy
 	byName    map[string]*Client
@@ -225,6 +227,19 @@ type RLS struct {
 	EnvoyConfig []string // the files, resolved against the configuration's directory
 	EnvoyLines  []int    // the line each file is named on
 	Line        int
+}
+
+// Log formats.
+const (
+	LogText = "text" // slog's key=value lines
+	LogJSON = "json" // one JSON object a line
+)
+
+// Log is how sluice writes its log (to standard error): the format, and the least level
+// written. A reload changes the level; the format changes at a restart.
+type Log struct {
+	Format string     // LogText (the default) or LogJSON
+	Level  slog.Level // default slog.LevelInfo
 }
 
 // ForwardAuth is how /v1/forward-auth (proxies' auth sub-requests) answers.

@@ -5,6 +5,7 @@ import (
 	"crypto/ed25519"
 	"crypto/rsa"
 	"crypto/sha256"
+	"log/slog"
 	"net/netip"
 	"path/filepath"
 	"slices"
@@ -418,4 +419,18 @@ func BenchmarkLookup(b *testing.B) {
 			}
 		}
 	})
+}
+
+func TestLogSection(t *testing.T) {
+	cfg, err := Parse([]byte("upstream: http://127.0.0.1:9\nlog: {format: json, level: debug}\n"), "log.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Log.Format != LogJSON || cfg.Log.Level != slog.LevelDebug {
+		t.Errorf("log %+v", cfg.Log)
+	}
+	cfg, err = Parse([]byte("upstream: http://127.0.0.1:9\n"), "log.yaml")
+	if err != nil || cfg.Log.Format != LogText || cfg.Log.Level != slog.LevelInfo {
+		t.Errorf("default log %+v (%v)", cfg.Log, err)
+	}
 }

@@ -186,6 +186,10 @@ var errorCases = []struct {
 	{"local_share zero", up + "store: {type: redis, addrs: [r:6379], on_error: local, local_share: 0}\n", []wantErr{at(2, "local_share 0 must be in (0, 1]")}},
 	{"local_share above 1", up + "store: {type: redis, addrs: [r:6379], on_error: local, local_share: 1.5}\n", []wantErr{at(2, "local_share 1.5 must be in (0, 1]")}},
 	{"local_share type", up + "store: {type: redis, addrs: [r:6379], local_share: half}\n", []wantErr{at(2, `local_share "half" must be a number`)}},
+	{"log format", up + "log: {format: xml}\n", []wantErr{at(2, `format "xml" must be text or json`)}},
+	{"log level", up + "log:\n  level: loud\n", []wantErr{at(3, `level "loud" must be debug, info, warn or error`)}},
+	{"log level offset", up + "log: {level: info+2}\n", []wantErr{at(2, `level "info+2" must be`)}},
+	{"log unknown field", up + "log: {formt: json}\n", []wantErr{at(2, "formt")}},
 	{"max_keys negative", up + "store: {max_keys: -1}\n", []wantErr{at(2, "max_keys -1 must be from 0")}},
 
 	// Server.

@@ -7,6 +7,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/url"
 	"strconv"
@@ -235,6 +236,36 @@ func (p *parser) forwardAuth(n *yaml.Node, f *ForwardAuth) {
 				p.errorf(n, path, nil, "refused_status %d must be a 4xx or 5xx status (nginx's auth_request passes only 401 and 403 on; 429 suits Caddy and Traefik)", v)
 			} else {
 				f.RefusedStatus = int(v)
+			}
+		}
+	}
+}
+
+// log reads the log section: the format of sluice's log lines and the least level written.
+func (p *parser) log(n *yaml.Node, l *Log) {
+	const path = "log"
+	m := p.mapping(n, n, "", "log")
+	if m == nil {
+		return
+	}
+	p.checkKnown(m, path, logFields...)
+	if n := p.get(m, "format"); n != nil {
+		if v, ok := p.str(n, path, "format"); ok {
+			switch v {
+			case LogText, LogJSON:
+				l.Format = v
+			default:
+				p.errorf(n, path, nil, "format %q must be text or json", v)
+			}
+		}
+	}
+	if n := p.get(m, "level"); n != nil {
+		if v, ok := p.str(n, path, "level"); ok {
+			var lv slog.Level
+			if err := lv.UnmarshalText([]byte(v)); err != nil || strings.ContainsAny(v, "+-") {
+				p.errorf(n, path, nil, "level %q must be debug, info, warn or error", v)
+			} else {
+				l.Level = lv
 			}
 		}
 	}

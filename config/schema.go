@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -63,7 +64,7 @@ func decodeYAML(data []byte, name string) (root *yaml.Node, e *Error) {
 
 // Field names, in the order docs/config.md lists them.
 var (
-	topFields     = []string{"listen", "admin_listen", "upstream", "tls", "store", "identity", "policies", "default_policy", "clients", "routes", "limits", "server", "rls", "forward_auth"}
+	topFields     = []string{"listen", "admin_listen", "upstream", "tls", "store", "identity", "policies", "default_policy", "clients", "routes", "limits", "server", "rls", "forward_auth", "log"}
 	tlsFields     = []string{"cert_file", "key_file"}
 	storeFields   = []string{"type", "addrs", "url", "username", "password", "password_env", "prefix", "timeout", "on_error", "local_share", "max_keys", "refusal_cache"}
 	redisOnly     = []string{"addrs", "url", "username", "password", "password_env", "prefix", "timeout", "on_error", "local_share"}
@@ -78,6 +79,7 @@ var (
 	serverFields  = []string{"body_timeout", "body_min_rate", "drain_timeout"}
 	rlsFields     = []string{"listen", "envoy_config"}
 	faFields      = []string{"refused_status"}
+	logFields     = []string{"format", "level"}
 	jwtAlgorithms = []string{"HS256", "HS384", "HS512", "RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "ES512", "EdDSA"}
 	policyNameRE  = regexp.MustCompile(`^[a-z0-9._-]+$`)
 	clientNameRE  = regexp.MustCompile(`^[A-Za-z0-9._-]+$`)
@@ -99,6 +101,7 @@ func (p *parser) config(root *yaml.Node) *Config {
 		Limits:      Limits{MaxDelay: DefaultMaxDelay},
 		Server:      Server{BodyTimeout: DefaultBodyTimeout, BodyMinRate: DefaultBodyMinRate, DrainTimeout: DefaultDrainTimeout},
 		ForwardAuth: ForwardAuth{RefusedStatus: DefaultRefusedStatus},
+		Log:         Log{Format: LogText, Level: slog.LevelInfo},
 	}
 	start := &yaml.Node{Line: 1, Column: 1} // where an empty file's problems are
 	if root != nil {
@@ -170,6 +173,9 @@ func (p *parser) config(root *yaml.Node) *Config {
 	}
 	if n := p.get(m, "rls"); n != nil {
 		c.RLS = p.rls(n)
+	}
+	if n := p.get(m, "log"); n != nil {
+		p.log(n, &c.Log)
 	}
 	if n := p.get(m, "forward_auth"); n != nil {
 		p.forwardAuth(n, &c.ForwardAuth)

@@ -65,7 +65,6 @@ configuration at start exits with code 2. See docs/config.md.`,
 }
 
 func serve(ctx context.Context, path string, watch time.Duration, stdout, stderr io.Writer) error {
-	log := slog.New(slog.NewTextHandler(stderr, nil))
 	// Take the signals before anything listens: a SIGHUP's default action would end the process.
 	signals := make(chan os.Signal, 2)
 	signal.Notify(signals, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
@@ -84,8 +83,10 @@ func serve(ctx context.Context, path string, watch time.Duration, stdout, stderr
 			return configError{err}
 		}
 	}
-	// The composition root: the store the configuration describes, the gateway on it, and the
-	// pages on the admin listener.
+	// The composition root: the log, the store the configuration describes, the gateway on it,
+	// and the pages on the admin listener.
+	level := new(slog.LevelVar)
+	log := newLogger(cfg.Log, level, stderr)
 	st, err := openStore(cfg.Store, log)
 	if err != nil {
 		return failure{err}

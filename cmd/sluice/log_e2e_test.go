@@ -1,0 +1,57 @@
+package main
+
+import (
+	"encoding/json"
+	"strings"
+	"syscall"
+	"testing"
+)
+
+// With log: {format: json}, every line sluice writes to standard error is one JSON object with a
+// time, a level and a message: at start, on a reload (a bad one too), and at shutdown.
+func TestServeE2EJSONLogs(t *testing.T) {
+	up := newUpstream(t)
+	dir := t.TempDir()
+	p := startSluice(t, dir, "sluice.yaml", openConfig(up.URL, "log: {format: json}\n"))
+	resp, err := e2eClient.Get(p.proxy + "/a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	writeFile(t, p.config, "upstream: [not, a, url]\n")
+	p.signal(syscall.SIGHUP)
+	waitLog(t, p, "configuration not reloaded")
+	if code := p.stop(); code != 0 {
+		t.Fatalf("exit code %d", code)
+	}
+	lines := strings.Split(strings.TrimSpace(p.stderr.String()), "\n")
+	if len(lines) < 4 {
+		t.Fatalf("%d log lines:\n%s", len(lines), p.stderr.String())
+	}
+	for i, line := range lines {
+		var rec map[string]any
+		if err := json.Unmarshal([]byte(line), &rec); err != nil {
+			t.Fatalf("line %d is not JSON (%v): %q", i+1, err, line)
+		}
+		for _, k := range []string{"time", "level", "msg"} {
+			if _, ok := rec[k]; !ok {
+				t.Errorf("line %d has no %q: %q", i+1, k, line)
+			}
+		}
+	}
+	if !strings.Contains(p.stderr.String(), `"level":"ERROR","msg":"configuration not reloaded`) {
+		t.Errorf("the failed reload is not an ERROR line:\n%s", p.stderr.String())
+	}
+}
+
+// log.level hides what is below it: at warn, the start's INFO lines are not written.
+func TestServeE2ELogLevel(t *testing.T) {
+	up := newUpstream(t)
+	p := startSluice(t, t.TempDir(), "sluice.yaml", openConfig(up.URL, "log: {level: warn}\n"))
+	if code := p.stop(); code != 0 {
+		t.Fatalf("exit code %d", code)
+	}
+	if s := p.stderr.String(); strings.Contains(s, "level=INFO") {
+		t.Errorf("INFO lines at level warn:\n%s", s)
+	}
+}
