@@ -2,9 +2,11 @@ package main
 
 import (
 	"encoding/json"
+	"os"
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 )
 
 // With log: {format: json}, every line sluice writes to standard error is one JSON object with a
@@ -53,5 +55,33 @@ func TestServeE2ELogLevel(t *testing.T) {
 	}
 	if s := p.stderr.String(); strings.Contains(s, "level=INFO") {
 		t.Errorf("INFO lines at level warn:\n%s", s)
+	}
+}
+
+// A reload changes the level: at warn, a good reload's INFO line is not written; after a reload
+// to debug, the next one's is.
+func TestServeE2ELogLevelReload(t *testing.T) {
+	up := newUpstream(t)
+	p := startSluice(t, t.TempDir(), "sluice.yaml", openConfig(up.URL, "log: {level: warn}\n"))
+	old, err := os.ReadFile(p.config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := strings.Replace(string(old), "log: {level: warn}", "log: {level: debug}", 1)
+	writeFile(t, p.config, text)
+	p.signal(syscall.SIGHUP)
+	// At warn, the reload logs nothing: its metric says when it is done.
+	deadline := time.Now().Add(10 * time.Second)
+	for p.metric(t, "sluice_config_reloads_total", map[string]string{"result": "ok"}) < 1 {
+		if time.Now().After(deadline) {
+			t.Fatal("the first reload did not happen")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	writeFile(t, p.config, text+"# again\n")
+	p.signal(syscall.SIGHUP)
+	waitLog(t, p, "configuration reloaded")
+	if n := strings.Count(p.stderr.String(), "configuration reloaded"); n != 1 {
+		t.Errorf("%d INFO lines for the two reloads, want 1 (the second, at debug):\n%s", n, p.stderr.String())
 	}
 }

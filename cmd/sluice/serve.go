@@ -195,6 +195,7 @@ func serve(ctx context.Context, path string, watch time.Duration, stdout, stderr
 		case sig := <-signals:
 			if sig == syscall.SIGHUP {
 				_ = srv.Reload()
+				level.Set(srv.Config().Log.Level) // the running configuration's: the new one if it took
 				continue
 			}
 			drain := srv.Config().Server.DrainTimeout
@@ -228,6 +229,7 @@ func serve(ctx context.Context, path string, watch time.Duration, stdout, stderr
 			if now := statFile(path); now != stamp {
 				stamp = now
 				_ = srv.Reload()
+				level.Set(srv.Config().Log.Level) // the running configuration's: the new one if it took
 			}
 		case err := <-errs:
 			if err == nil || errors.Is(err, http.ErrServerClosed) {
