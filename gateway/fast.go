@@ -120,7 +120,11 @@ func (g *Gateway) forward(ctx *fasthttp.RequestCtx) {
 		body = &clientBody{r: ctx.RequestBodyStream()}
 		out.SetBodyStream(body, req.Header.ContentLength())
 	}
+	sent := time.Now()
 	err := up.client.Do(out, resp)
+	if err == nil {
+		g.metrics.upstreamAnswered(resp.StatusCode(), time.Since(sent))
+	}
 	if err != nil {
 		if berr := body.failed(); berr != nil {
 			bc := bodyConnOf(ctx.Conn())

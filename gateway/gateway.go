@@ -68,7 +68,7 @@ func New(cfg *config.Config, store sluice.Store, metrics *Metrics, up *Upstream)
 				pr.Out.Body = netBody{&clientBody{r: pr.Out.Body, closer: pr.Out.Body}}
 			}
 		},
-		Transport:  transport,
+		Transport:  timedTransport{transport, metrics},
 		BufferPool: copyBuffers, // without one, every response body copy allocates 32 KiB
 		// FlushInterval 0: a response of unknown length (a stream, chunked, text/event-stream)
 		// is still flushed as it comes; others are written as the copy goes.
@@ -160,6 +160,23 @@ func (o observer) Decided(req *decision.Request, v *decision.Verdict, took time.
 		o.g.retries.refused(req.Who.Key, retryAt)
 	case decision.Held:
 		outcome = outcomeDelayed
+		m.holds.Observe(v.Hold.Seconds())
 	}
 	m.activity.record(req.Client, outcome, now, retryAt)
+}
+
+// timedTransport counts the upstream's answers (their status class and time to the header) for
+// the net/http engine, as forward does for the fasthttp one.
+type timedTransport struct {
+	rt      http.RoundTripper
+	metrics *Metrics
+}
+
+func (t timedTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	sent := time.Now()
+	resp, err := t.rt.RoundTrip(r)
+	if err == nil {
+		t.metrics.upstreamAnswered(resp.StatusCode, time.Since(sent))
+	}
+	return resp, err
 }

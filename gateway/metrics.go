@@ -1,7 +1,10 @@
 package gateway
 
 import (
+	"runtime"
+	"runtime/debug"
 	"sync/atomic"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
@@ -19,7 +22,11 @@ type Metrics struct {
 	latency        prometheus.Histogram
 	storeErrors    prometheus.Counter
 	upstreamErrors prometheus.Counter
-	reloads        *prometheus.CounterVec // result
+	reloads        *prometheus.CounterVec   // result
+	lastReload     prometheus.Gauge         // unix seconds of the last reload tried
+	lastReloadOK   prometheus.Gauge         // 1 if it took, 0 if the old configuration kept running
+	holds          prometheus.Histogram     // leaky-bucket holds of admitted requests
+	upstream       *prometheus.HistogramVec // class: the upstream's answers by status class, and their time
 
 	// byPolicy caches decisions' counters per client and policy label: looking them up in the
 	// CounterVec hashes the labels and takes a lock on every request.
@@ -91,8 +98,19 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_config_reloads_total",
 			Help: "Configuration reloads by result: ok, or failed (the old configuration keeps running)."}, []string{"result"}),
 	}
+	m.lastReload = prometheus.NewGauge(prometheus.GaugeOpts{Name: "sluice_config_last_reload_timestamp_seconds",
+		Help: "When the configuration was last reloaded (or a reload was tried), in Unix seconds; 0 before the first."})
+	m.lastReloadOK = prometheus.NewGauge(prometheus.GaugeOpts{Name: "sluice_config_last_reload_successful",
+		Help: "1 if the last reload took (or none was tried), 0 if it failed and the previous configuration keeps running."})
+	m.lastReloadOK.Set(1)
+	m.holds = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "sluice_hold_seconds",
+		Help: "How long leaky-bucket policies held the requests they admitted with a delay.", Buckets: []float64{.001, .005, .01, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60}})
+	m.upstream = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "sluice_upstream_seconds",
+		Help:    "The upstream's answers to forwarded requests, by status class (1xx..5xx), and how long each took to its header.",
+		Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30}}, []string{"class"})
 	m.activity = newActivity()
-	reg.MustRegister(m.decisions, m.earlyRetries, m.abandoned, m.latency, m.storeErrors, m.upstreamErrors, m.reloads)
+	reg.MustRegister(m.decisions, m.earlyRetries, m.abandoned, m.latency, m.storeErrors, m.upstreamErrors, m.reloads,
+		m.lastReload, m.lastReloadOK, m.holds, m.upstream, buildInfo())
 	return m
 }
 
@@ -122,4 +140,39 @@ func (rc *resultCounters) count(d sluice.Decision, dry, passed bool) {
 		c = &counter
 	}
 	(*c).Inc()
+}
+
+// statusClasses are the upstream metric's class labels, by status / 100.
+var statusClasses = [...]string{"", "1xx", "2xx", "3xx", "4xx", "5xx"}
+
+// upstreamAnswered counts an upstream's answer of status after took.
+func (m *Metrics) upstreamAnswered(status int, took time.Duration) {
+	if c := status / 100; c >= 1 && c <= 5 {
+		m.upstream.WithLabelValues(statusClasses[c]).Observe(took.Seconds())
+	}
+}
+
+// buildInfo is sluice_build_info: 1, labelled with the build's version, VCS commit and time
+// (from the binary's build information; "unknown" when it has none), and Go version.
+func buildInfo() prometheus.Collector {
+	version, commit, when := "unknown", "unknown", "unknown"
+	goVersion := runtime.Version()
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		if bi.Main.Version != "" {
+			version = bi.Main.Version
+		}
+		for _, s := range bi.Settings {
+			switch s.Key {
+			case "vcs.revision":
+				commit = s.Value
+			case "vcs.time":
+				when = s.Value
+			}
+		}
+	}
+	g := prometheus.NewGauge(prometheus.GaugeOpts{Name: "sluice_build_info",
+		Help:        "Always 1: the build's version, VCS commit and time, and Go version, as labels.",
+		ConstLabels: prometheus.Labels{"version": version, "commit": commit, "commit_time": when, "goversion": goVersion}})
+	g.Set(1)
+	return g
 }

@@ -71,6 +71,23 @@ func NewServer(cfg *config.Config, path string, st Store, log *slog.Logger) (*Se
 	if a, ok := st.Store.(sluice.Available); ok {
 		s.store = &watchedStore{Store: st.Store, avail: a, log: log, mode: cfg.Store.OnError.String()}
 	}
+	s.registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sluice_store_breaker_open",
+		Help: "1 while the store's breaker is open (it failed; the failure mode decides until a probe finds it back), else 0."},
+		func() float64 {
+			if a, ok := s.store.(sluice.Available); ok && !a.Available() {
+				return 1
+			}
+			return 0
+		}), prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sluice_store_reachable",
+		Help: "1 if the store answered a ping at this scrape (within a second), else 0."},
+		func() float64 {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			defer cancel()
+			if s.ping(ctx) != nil {
+				return 0
+			}
+			return 1
+		}))
 	g, err := New(cfg, s.store, s.metrics, nil)
 	if err != nil {
 		s.closer()
@@ -221,11 +238,14 @@ var ErrStoreChanged = errors.New("the store section changed; restart sluice to c
 // running configuration stays and the error (with its lines) is returned, logged and counted.
 func (s *Server) Reload() error {
 	err := s.reload()
+	s.metrics.lastReload.SetToCurrentTime()
 	if err != nil {
+		s.metrics.lastReloadOK.Set(0)
 		s.metrics.reloads.WithLabelValues("failed").Inc()
 		s.log.Error("configuration not reloaded; the previous one keeps running", "file", s.path, "error", err.Error())
 		return err
 	}
+	s.metrics.lastReloadOK.Set(1)
 	s.metrics.reloads.WithLabelValues("ok").Inc()
 	s.log.Info("configuration reloaded", "file", s.path, "config", s.cfg.Load().String())
 	return nil
