@@ -240,6 +240,15 @@ const (
 type Log struct {
 	Format string     // LogText (the default) or LogJSON
 	Level  slog.Level // default slog.LevelInfo
+	// Access, if set, writes a line per request the proxy served (at level info): who, what,
+	// the decision, the status and the times; never a credential.
+	Access *AccessLog
+}
+
+// AccessLog bounds the access log.
+type AccessLog struct {
+	Sample    float64 // the share of requests logged, in (0, 1]; default 1
+	PerSecond float64 // at most this many lines a second (the rest are counted, not written); 0: no bound
 }
 
 // ForwardAuth is how /v1/forward-auth (proxies' auth sub-requests) answers.

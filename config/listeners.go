@@ -259,6 +259,9 @@ func (p *parser) log(n *yaml.Node, l *Log) {
 			}
 		}
 	}
+	if n := p.get(m, "access"); n != nil {
+		l.Access = p.accessLog(n)
+	}
 	if n := p.get(m, "level"); n != nil {
 		if v, ok := p.str(n, path, "level"); ok {
 			var lv slog.Level
@@ -269,4 +272,41 @@ func (p *parser) log(n *yaml.Node, l *Log) {
 			}
 		}
 	}
+}
+
+// accessLog reads log.access: true, or a mapping of its bounds.
+func (p *parser) accessLog(n *yaml.Node) *AccessLog {
+	const path = "log.access"
+	a := &AccessLog{Sample: 1}
+	if d := p.deref(n); d != nil && d.Kind == yaml.ScalarNode {
+		on, ok := p.bool(n, "log", "access")
+		if !ok || !on {
+			return nil
+		}
+		return a
+	}
+	m := p.mapping(n, n, "log", "access")
+	if m == nil {
+		return nil
+	}
+	p.checkKnown(m, path, accessFields...)
+	if n := p.get(m, "sample"); n != nil {
+		if v, ok := p.float(n, path, "sample"); ok {
+			if !(v > 0 && v <= 1) {
+				p.errorf(n, path, nil, "sample %v must be in (0, 1]: the share of requests logged", v)
+			} else {
+				a.Sample = v
+			}
+		}
+	}
+	if n := p.get(m, "per_second"); n != nil {
+		if v, ok := p.float(n, path, "per_second"); ok {
+			if !(v >= 0 && v <= 1e6) {
+				p.errorf(n, path, nil, "per_second %v must be from 0 (no bound) to 1,000,000 lines a second", v)
+			} else {
+				a.PerSecond = v
+			}
+		}
+	}
+	return a
 }

@@ -79,7 +79,8 @@ var (
 	serverFields  = []string{"body_timeout", "body_min_rate", "drain_timeout"}
 	rlsFields     = []string{"listen", "envoy_config"}
 	faFields      = []string{"refused_status"}
-	logFields     = []string{"format", "level"}
+	logFields     = []string{"format", "level", "access"}
+	accessFields  = []string{"sample", "per_second"}
 	jwtAlgorithms = []string{"HS256", "HS384", "HS512", "RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "ES512", "EdDSA"}
 	policyNameRE  = regexp.MustCompile(`^[a-z0-9._-]+$`)
 	clientNameRE  = regexp.MustCompile(`^[A-Za-z0-9._-]+$`)

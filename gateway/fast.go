@@ -19,6 +19,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/sluicehq/sluice/answer"
+	"github.com/sluicehq/sluice/decision"
 	"github.com/sluicehq/sluice/identity"
 )
 
@@ -29,6 +30,10 @@ import (
 // ServeFast is the fasthttp engine's handler: it decides as ServeHTTP does, then forwards the
 // request through the upstream's HostClient, holds it, or answers it.
 func (g *Gateway) ServeFast(ctx *fasthttp.RequestCtx) {
+	var start time.Time
+	if g.access != nil {
+		start = time.Now()
+	}
 	req := g.policies.Resolve(fastRequest{ctx}, b2s(ctx.Method()), b2s(ctx.Path()))
 	// The store gets its own timeouts; the RequestCtx is not a context to hand on (it is
 	// recycled when the handler returns, and it is never cancelled by the client leaving).
@@ -37,6 +42,7 @@ func (g *Gateway) ServeFast(ctx *fasthttp.RequestCtx) {
 	if !v.Passes() {
 		writeProblem(ctx, v.Problem)
 		g.fields(&ctx.Response.Header, v.Decisions)
+		g.logAccess(ctx, start, &req, v.Outcome, ctx.Response.StatusCode(), 0)
 		return
 	}
 	if v.Hold > 0 {
@@ -46,11 +52,22 @@ func (g *Gateway) ServeFast(ctx *fasthttp.RequestCtx) {
 		if !stayed { // the client left while held: do not forward
 			g.metrics.abandon(req.Client)
 			ctx.SetConnectionClose()
+			g.logAccess(ctx, start, &req, v.Outcome, 499, 0) // nginx's code for a client gone
 			return
 		}
 	}
-	g.forward(ctx)
+	took := g.forward(ctx)
 	g.fields(&ctx.Response.Header, v.Decisions)
+	g.logAccess(ctx, start, &req, v.Outcome, ctx.Response.StatusCode(), took)
+}
+
+// logAccess writes the request's access line, if there is an access log.
+func (g *Gateway) logAccess(ctx *fasthttp.RequestCtx, start time.Time, req *decision.Request, o decision.Outcome, status int, upstream time.Duration) {
+	if g.access == nil {
+		return
+	}
+	g.access.write(&entry{start: start, req: req, outcome: o, method: string(ctx.Method()), path: string(ctx.Path()),
+		status: status, upstream: upstream})
 }
 
 // fields adds the RateLimit fields of decisions to h.
@@ -90,13 +107,14 @@ var http11 = []byte("HTTP/1.1")
 // own: it frames each message itself.
 var hopHeaders = []string{"Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate", "Proxy-Authorization", "Te", "Trailer", "Upgrade"}
 
-// forward sends the request to the upstream and makes its answer the response.
-func (g *Gateway) forward(ctx *fasthttp.RequestCtx) {
+// forward sends the request to the upstream and makes its answer the response; it returns how
+// long the upstream took to answer (0 if it did not).
+func (g *Gateway) forward(ctx *fasthttp.RequestCtx) time.Duration {
 	req, resp := &ctx.Request, &ctx.Response
 	up := g.up
 	if upgrade := req.Header.Peek("Upgrade"); len(upgrade) > 0 {
 		g.tunnel(ctx)
-		return
+		return 0
 	}
 	clientClose := req.Header.ConnectionClose()
 	// Expect too: the listener has answered the client's "Expect: 100-continue" (the body is
@@ -122,18 +140,19 @@ func (g *Gateway) forward(ctx *fasthttp.RequestCtx) {
 	}
 	sent := time.Now()
 	err := up.client.Do(out, resp)
+	took := time.Since(sent)
 	if err == nil {
-		g.metrics.upstreamAnswered(resp.StatusCode(), time.Since(sent))
+		g.metrics.upstreamAnswered(resp.StatusCode(), took)
 	}
 	if err != nil {
 		if berr := body.failed(); berr != nil {
 			bc := bodyConnOf(ctx.Conn())
 			writeProblem(ctx, g.clientBodyFailed(ctx.RemoteAddr().String(), bc != nil && bc.timedOut, berr))
 			ctx.SetConnectionClose() // the rest of the body, if any, cannot be found
-			return
+			return 0
 		}
 		writeProblem(ctx, g.upstreamFailed(err))
-		return
+		return 0
 	}
 	removeHopHeaders(&resp.Header)
 	// The answer is this server's, in its own protocol: an HTTP/1.0 upstream's status line and
@@ -143,6 +162,7 @@ func (g *Gateway) forward(ctx *fasthttp.RequestCtx) {
 	if clientClose {
 		ctx.SetConnectionClose()
 	}
+	return took
 }
 
 // target points req at the upstream: its scheme and host (the HostClient refuses a request whose

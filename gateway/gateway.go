@@ -36,6 +36,7 @@ type Gateway struct {
 	proxy    *httputil.ReverseProxy // the net/http engine's
 	metrics  *Metrics
 	retries  *earlyRetries
+	access   *accessLog // nil: no access log
 }
 
 // New returns a Gateway for cfg, deciding on store (already guarded by the caller: see
@@ -106,12 +107,57 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			Status: http.StatusBadGateway, Detail: "this gateway has no upstream (listen: \"\")"})
 		return
 	}
+	start := time.Now()
 	req := g.policies.Resolve(identity.HTTP(r), r.Method, routePath(r.URL.Path))
 	v := g.decider.Decide(r.Context(), &req)
-	if !decision.Serve(w, r, &v, g.cfg.Limits.LegacyHeaders, g.proxy) {
-		g.metrics.abandon(req.Client)
+	if g.access == nil {
+		if !decision.Serve(w, r, &v, g.cfg.Limits.LegacyHeaders, g.proxy) {
+			g.metrics.abandon(req.Client)
+		}
+		return
 	}
+	rec := &statusRecorder{ResponseWriter: w}
+	next := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		rec.sent = time.Now()
+		g.proxy.ServeHTTP(w, r)
+	})
+	e := entry{start: start, req: &req, outcome: v.Outcome, method: r.Method, path: r.URL.Path}
+	if !decision.Serve(rec, r, &v, g.cfg.Limits.LegacyHeaders, next) {
+		g.metrics.abandon(req.Client)
+		e.status = 499 // the client left while held (nginx's code for it)
+	} else {
+		e.status = rec.status
+		if !rec.sent.IsZero() && !rec.answered.IsZero() {
+			e.upstream = rec.answered.Sub(rec.sent)
+		}
+	}
+	g.access.write(&e)
 }
+
+// statusRecorder notes the status of the answer and when its header was written, for the access
+// log.
+type statusRecorder struct {
+	http.ResponseWriter
+	status         int
+	sent, answered time.Time
+}
+
+func (s *statusRecorder) WriteHeader(code int) {
+	if s.status == 0 && code >= 200 {
+		s.status, s.answered = code, time.Now()
+	}
+	s.ResponseWriter.WriteHeader(code)
+}
+
+func (s *statusRecorder) Write(b []byte) (int, error) {
+	if s.status == 0 {
+		s.status, s.answered = 200, time.Now()
+	}
+	return s.ResponseWriter.Write(b)
+}
+
+// Unwrap lets http.ResponseController reach the server's writer.
+func (s *statusRecorder) Unwrap() http.ResponseWriter { return s.ResponseWriter }
 
 // routePath is the path routes are matched on: net/http leaves "." and ".." segments in
 // URL.Path, and an upstream that resolves them would serve "/a/../reports" as "/reports";

@@ -93,6 +93,7 @@ func NewServer(cfg *config.Config, path string, st Store, log *slog.Logger) (*Se
 		s.closer()
 		return nil, err
 	}
+	g.access = newAccessLog(cfg.Log.Access, log)
 	s.current.Store(g)
 	s.cfg.Store(cfg)
 	return s, nil
@@ -276,6 +277,7 @@ func (s *Server) reload() error {
 	if err != nil {
 		return err
 	}
+	g.access = newAccessLog(cfg.Log.Access, s.log)
 	var commit func()
 	if s.prepare != nil {
 		if commit, err = s.prepare(cfg); err != nil {
