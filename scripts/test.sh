@@ -54,6 +54,18 @@ if { ! command -v nginx >/dev/null 2>&1 && [ ! -x /usr/sbin/nginx ]; } || ! comm
 	(service caddy stop || true) >/dev/null 2>&1
 fi
 
+# systemd-analyze for the systemd unit's tests (deploy/): they verify the unit file offline, no
+# running systemd needed.
+if ! command -v systemd-analyze >/dev/null 2>&1; then
+	echo "== installing systemd (for systemd-analyze)"
+	if [ "$(id -u)" -ne 0 ] || ! command -v apt-get >/dev/null 2>&1; then
+		echo "test.sh: systemd-analyze is needed; install it (Debian: apt-get install systemd)" >&2
+		exit 1
+	fi
+	apt-get update -qq >/dev/null
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq systemd >/dev/null
+fi
+
 echo "== gofmt"
 unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))
 if [ -n "$unformatted" ]; then
