@@ -78,6 +78,7 @@ type Config struct {
 	RLS           *RLS // Envoy's rate limit service; nil: not served
 	ForwardAuth   ForwardAuth
 	Log           Log
+	Admin         Admin
 
 	policies  map[string]*Policy
 	byName    map[string]*Client
@@ -227,6 +228,17 @@ type RLS struct {
 	EnvoyConfig []string // the files, resolved against the configuration's directory
 	EnvoyLines  []int    // the line each file is named on
 	Line        int
+}
+
+// Admin protects the admin listener.
+type Admin struct {
+	// Token, if set, is the bearer token every admin request but /healthz, /readyz and
+	// /v1/forward-auth (which trusts only trusted_proxies) must carry: Authorization: Bearer TOKEN.
+	Token    Secret
+	TokenEnv string // the environment variable it was read from
+	// MetricsListen, if set, is a listener of its own serving only /metrics (and /healthz),
+	// without the token, for scrapers that should reach nothing else.
+	MetricsListen string
 }
 
 // Log formats.

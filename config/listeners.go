@@ -310,3 +310,22 @@ func (p *parser) accessLog(n *yaml.Node) *AccessLog {
 	}
 	return a
 }
+
+// admin reads the admin section: who may use the admin listener, and a listener of its own for
+// /metrics.
+func (p *parser) admin(n *yaml.Node, a *Admin) {
+	const path = "admin"
+	m := p.mapping(n, n, "", "admin")
+	if m == nil {
+		return
+	}
+	p.checkKnown(m, path, adminFields...)
+	if n := p.get(m, "token_env"); n != nil {
+		a.TokenEnv, a.Token = p.env(n, path, "token_env", "admin token")
+	}
+	if n := p.get(m, "metrics_listen"); n != nil {
+		if s, ok := p.hostPort(n, path, "metrics_listen"); ok {
+			a.MetricsListen = s
+		}
+	}
+}

@@ -64,7 +64,7 @@ func decodeYAML(data []byte, name string) (root *yaml.Node, e *Error) {
 
 // Field names, in the order docs/config.md lists them.
 var (
-	topFields     = []string{"listen", "admin_listen", "upstream", "tls", "store", "identity", "policies", "default_policy", "clients", "routes", "limits", "server", "rls", "forward_auth", "log"}
+	topFields     = []string{"listen", "admin_listen", "upstream", "tls", "store", "identity", "policies", "default_policy", "clients", "routes", "limits", "server", "rls", "forward_auth", "log", "admin"}
 	tlsFields     = []string{"cert_file", "key_file"}
 	storeFields   = []string{"type", "addrs", "url", "username", "password", "password_env", "prefix", "timeout", "on_error", "local_share", "max_keys", "refusal_cache"}
 	redisOnly     = []string{"addrs", "url", "username", "password", "password_env", "prefix", "timeout", "on_error", "local_share"}
@@ -80,6 +80,7 @@ var (
 	rlsFields     = []string{"listen", "envoy_config"}
 	faFields      = []string{"refused_status"}
 	logFields     = []string{"format", "level", "access"}
+	adminFields   = []string{"token_env", "metrics_listen"}
 	accessFields  = []string{"sample", "per_second"}
 	jwtAlgorithms = []string{"HS256", "HS384", "HS512", "RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "ES512", "EdDSA"}
 	policyNameRE  = regexp.MustCompile(`^[a-z0-9._-]+$`)
@@ -177,6 +178,12 @@ func (p *parser) config(root *yaml.Node) *Config {
 	}
 	if n := p.get(m, "log"); n != nil {
 		p.log(n, &c.Log)
+	}
+	if n := p.get(m, "admin"); n != nil {
+		p.admin(n, &c.Admin)
+		if l := c.Admin.MetricsListen; l != "" && (l == c.Listen || l == c.AdminListen || (c.RLS != nil && l == c.RLS.Listen)) {
+			p.errorf(m.values["admin"], "admin", nil, "metrics_listen %q is also another listener's; give it a port of its own", l)
+		}
 	}
 	if n := p.get(m, "forward_auth"); n != nil {
 		p.forwardAuth(n, &c.ForwardAuth)

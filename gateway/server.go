@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"crypto/subtle"
 	"crypto/tls"
 	"encoding/json"
 	"errors"
@@ -264,6 +265,10 @@ func (s *Server) reload() error {
 	if !reflect.DeepEqual(cfg.Store, old.Store) {
 		return ErrStoreChanged
 	}
+	if cfg.Admin.MetricsListen != old.Admin.MetricsListen {
+		s.log.Warn("admin.metrics_listen takes effect at the next restart; the running one stays", "file", s.path, "metrics_listen", old.Admin.MetricsListen)
+		cfg.Admin.MetricsListen = old.Admin.MetricsListen
+	}
 	if cfg.Listen != old.Listen || cfg.AdminListen != old.AdminListen || !reflect.DeepEqual(cfg.TLS, old.TLS) {
 		s.log.Warn("listen, admin_listen and tls take effect at the next restart; the running ones stay",
 			"file", s.path, "listen", old.Listen, "admin_listen", old.AdminListen)
@@ -353,7 +358,14 @@ func (s *Server) Admin() http.Handler {
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == forwardAuthPath { // any method; a pattern for every method would clash with the mounts' "GET /"
-			s.forwardAuth(w, r)
+			s.forwardAuth(w, r) // believed only from trusted_proxies: no token
+			return
+		}
+		if r.URL.Path != "/healthz" && r.URL.Path != "/readyz" && !s.authorized(r) {
+			// The probes answer anyone: a load balancer or kubelet has no token.
+			w.Header().Set("WWW-Authenticate", `Bearer realm="sluice admin"`)
+			answer.WriteProblem(w, answer.Problem{Type: answer.TypeBlank, Title: http.StatusText(http.StatusUnauthorized),
+				Status: http.StatusUnauthorized, Detail: "the admin listener wants Authorization: Bearer TOKEN (admin.token_env)"})
 			return
 		}
 		if r.URL.Path == "/v1/check" && r.Method != http.MethodPost {
@@ -365,6 +377,27 @@ func (s *Server) Admin() http.Handler {
 		}
 		mux.ServeHTTP(w, r)
 	})
+}
+
+// authorized reports whether r may use the admin listener: always when no admin.token_env is
+// configured, else when it carries the token as a bearer token (compared in constant time).
+func (s *Server) authorized(r *http.Request) bool {
+	token := s.cfg.Load().Admin.Token
+	if token.IsZero() {
+		return true
+	}
+	got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	return ok && subtle.ConstantTimeCompare([]byte(got), []byte(token.Value())) == 1
+}
+
+// MetricsServer returns the server of admin.metrics_listen: /metrics (and /healthz) only, with
+// no token, for scrapers that should reach nothing else.
+func (s *Server) MetricsServer() *http.Server {
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(s.registry, promhttp.HandlerOpts{}))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { fmt.Fprintln(w, "ok") })
+	return &http.Server{Handler: mux, ReadHeaderTimeout: headerTimeout, ReadTimeout: adminReadTimeout,
+		WriteTimeout: adminWriteTimeout, IdleTimeout: idleTimeout, MaxHeaderBytes: maxHeaderBytes}
 }
 
 // readyKey and readyPolicy are what /readyz decides on: a key no client's can be (client names

@@ -85,3 +85,25 @@ func TestServeE2ELogLevelReload(t *testing.T) {
 		t.Errorf("%d INFO lines for the two reloads, want 1 (the second, at debug):\n%s", n, p.stderr.String())
 	}
 }
+
+// admin.metrics_listen is a listener of its own for /metrics, open while the admin listener
+// wants its token.
+func TestServeE2EMetricsListener(t *testing.T) {
+	up := newUpstream(t)
+	maddr, err := freeAddr()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("SLUICE_TEST_ADMIN_TOKEN", "e2e-admin-token")
+	p := startSluice(t, t.TempDir(), "sluice.yaml", openConfig(up.URL, "admin: {token_env: SLUICE_TEST_ADMIN_TOKEN, metrics_listen: "+maddr+"}\n"))
+	for url, want := range map[string]int{"http://" + maddr + "/metrics": 200, p.admin + "/metrics": 401, p.admin + "/readyz": 200} {
+		resp, err := e2eClient.Get(url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != want {
+			t.Errorf("GET %s: %d, want %d", url, resp.StatusCode, want)
+		}
+	}
+}

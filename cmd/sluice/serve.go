@@ -144,11 +144,17 @@ func serve(ctx context.Context, path string, watch time.Duration, stdout, stderr
 			return err
 		}
 	}
+	var metricsLn net.Listener
+	if cfg.Admin.MetricsListen != "" {
+		if metricsLn, err = listen(cfg.Admin.MetricsListen, "metrics"); err != nil {
+			return err
+		}
+	}
 	if len(lns) == 0 {
 		return configError{fmt.Errorf("%s: nothing to serve: listen, admin_listen and rls are all off", cfg.File)}
 	}
 
-	errs := make(chan error, 3)
+	errs := make(chan error, 4)
 	var proxy *gateway.Proxy
 	if proxyLn != nil {
 		proxy = srv.FastServer()
@@ -165,6 +171,12 @@ func serve(ctx context.Context, path string, watch time.Duration, stdout, stderr
 		admin = srv.AdminServer()
 		go func() { errs <- admin.Serve(adminLn) }()
 		log.Info("admin listening", "addr", adminLn.Addr().String())
+	}
+	var metrics *http.Server
+	if metricsLn != nil {
+		metrics = srv.MetricsServer()
+		go func() { errs <- metrics.Serve(metricsLn) }()
+		log.Info("metrics listening", "addr", metricsLn.Addr().String())
 	}
 	if rlsLn != nil {
 		go func() { errs <- svc.grpc.Serve(rlsLn) }()
@@ -204,11 +216,13 @@ func serve(ctx context.Context, path string, watch time.Duration, stdout, stderr
 			defer cancel()
 			// Requests in flight finish (held ones too) within server.drain_timeout; idle
 			// connections close at once. Those still running then are cut: the process exits.
-			done := make(chan struct{}, 3)
+			done := make(chan struct{}, 4)
 			running := 0
-			if admin != nil {
-				running++
-				go func() { _ = admin.Shutdown(shutdown); done <- struct{}{} }()
+			for _, hs := range []*http.Server{admin, metrics} {
+				if hs != nil {
+					running++
+					go func() { _ = hs.Shutdown(shutdown); done <- struct{}{} }()
+				}
 			}
 			if svc != nil {
 				running++
