@@ -2,6 +2,7 @@ package gateway_test
 
 import (
 	"io"
+	"net/http"
 	"log/slog"
 	"net/http/httptest"
 	"os"
@@ -88,5 +89,24 @@ func TestReloadMetrics(t *testing.T) {
 	}
 	if ok := metricSum(t, admin.URL, "sluice_config_last_reload_successful"); ok != 1 {
 		t.Errorf("after a good reload: successful %v", ok)
+	}
+}
+
+// A scraper that asks for OpenMetrics gets it.
+func TestOpenMetrics(t *testing.T) {
+	up := newUpstream(t)
+	_, srv := start(t, "nethttp", "upstream: UPSTREAM\n", up)
+	admin := httptest.NewServer(srv.Admin())
+	defer admin.Close()
+	req, _ := http.NewRequest("GET", admin.URL+"/metrics", nil)
+	req.Header.Set("Accept", "application/openmetrics-text; version=1.0.0")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if ct := resp.Header.Get("Content-Type"); !strings.HasPrefix(ct, "application/openmetrics-text") || !strings.HasSuffix(strings.TrimSpace(string(b)), "# EOF") {
+		t.Errorf("Content-Type %q, ends %q", ct, string(b[max(0, len(b)-20):]))
 	}
 }

@@ -339,7 +339,7 @@ func (s *Server) AdminServer() *http.Server {
 // and the browser simulation (/).
 func (s *Server) Admin() http.Handler {
 	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", promhttp.HandlerFor(s.registry, promhttp.HandlerOpts{}))
+	mux.Handle("GET /metrics", promhttp.HandlerFor(s.registry, promhttp.HandlerOpts{EnableOpenMetrics: true}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { fmt.Fprintln(w, "ok") })
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel := context.WithTimeout(r.Context(), time.Second)
@@ -394,7 +394,7 @@ func (s *Server) authorized(r *http.Request) bool {
 // no token, for scrapers that should reach nothing else.
 func (s *Server) MetricsServer() *http.Server {
 	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", promhttp.HandlerFor(s.registry, promhttp.HandlerOpts{}))
+	mux.Handle("GET /metrics", promhttp.HandlerFor(s.registry, promhttp.HandlerOpts{EnableOpenMetrics: true}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { fmt.Fprintln(w, "ok") })
 	return &http.Server{Handler: mux, ReadHeaderTimeout: headerTimeout, ReadTimeout: adminReadTimeout,
 		WriteTimeout: adminWriteTimeout, IdleTimeout: idleTimeout, MaxHeaderBytes: maxHeaderBytes}
