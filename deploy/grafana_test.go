@@ -63,9 +63,9 @@ limits: {max_delay: 15s}
 	}
 	gone, cancel := context.WithCancel(context.Background())
 	cancel()
-	serve(gone) // held 10 s, its client already gone: abandoned
-	serve(gone) // held 20 s: over max_delay, refused
-	serve(gone) // refused again, before its Retry-After: an early retry
+	serve(gone)              // held 10 s, its client already gone: abandoned
+	serve(gone)              // held 20 s: over max_delay, refused
+	serve(gone)              // refused again, before its Retry-After: an early retry
 	if srv.Reload() == nil { // no file to reload: a failed reload, counted
 		t.Fatal("a server without a file reloaded")
 	}

@@ -2,8 +2,8 @@ package gateway_test
 
 import (
 	"io"
-	"net/http"
 	"log/slog"
+	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
