@@ -188,8 +188,8 @@ type containerEngine struct {
 
 // containerPodman finds podman and runc, and writes the configuration they need here: runc
 // (crun fails on these machines' cgroups and rlimits), cgroupfs, no default ulimits, the vfs
-// storage driver (it works everywhere, overlay does not), events to a file, all under a
-// temporary directory.
+// storage driver (it works everywhere, overlay does not), events to a file, its state and
+// network configuration all under a temporary directory.
 func containerPodman(t *testing.T) *containerEngine {
 	t.Helper()
 	for _, bin := range []string{"podman", "runc"} {
@@ -207,9 +207,13 @@ runtime = "runc"
 cgroup_manager = "cgroupfs"
 events_logger = "file"
 events_logfile_path = %q
+tmp_dir = %q
 [engine.runtimes]
 runc = [%q]
-`, filepath.Join(dir, "events.log"), runc)
+
+[network]
+network_config_dir = %q
+`, filepath.Join(dir, "events.log"), filepath.Join(dir, "tmp"), runc, filepath.Join(dir, "networks"))
 	storage := fmt.Sprintf(`[storage]
 driver = "vfs"
 graphroot = %q
@@ -224,8 +228,8 @@ runroot = %q
 		"CONTAINERS_CONF="+filepath.Join(dir, "containers.conf"),
 		"CONTAINERS_STORAGE_CONF="+filepath.Join(dir, "storage.conf"),
 		"TMPDIR="+dir)}
-	// Before the directory goes: podman's own state, so that nothing of it stays mounted.
-	t.Cleanup(func() { _, _ = pm.output("system", "reset", "--force") })
+	// Before the directory goes: any container left running in it.
+	t.Cleanup(func() { _, _ = pm.output("rm", "--all", "--force", "--time", "0") })
 	return pm
 }
 
