@@ -66,6 +66,18 @@ if ! command -v systemd-analyze >/dev/null 2>&1; then
 	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq systemd >/dev/null
 fi
 
+# podman and runc for the container image's test (deploy/): it builds the image with
+# scripts/build-image.sh and runs it, with a podman configuration and storage of its own.
+if ! command -v podman >/dev/null 2>&1 || ! command -v runc >/dev/null 2>&1; then
+	echo "== installing podman, runc"
+	if [ "$(id -u)" -ne 0 ] || ! command -v apt-get >/dev/null 2>&1; then
+		echo "test.sh: podman and runc are needed; install them (Debian: apt-get install podman runc)" >&2
+		exit 1
+	fi
+	apt-get update -qq >/dev/null
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq podman runc >/dev/null
+fi
+
 echo "== gofmt"
 unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))
 if [ -n "$unformatted" ]; then

@@ -16,6 +16,7 @@ import (
 	"io"
 	"os"
 	"strings"
+	_ "time/tzdata" // the time zone database, for hosts and images without /usr/share/zoneinfo
 
 	"github.com/spf13/cobra"
 )

@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Builds sluice's container image with podman: the static binary first, outside the container
+# build (no base image and no registry needed), then the image FROM scratch around it
+# (deploy/container/Containerfile). Tags it sluice:dev and sluice:<version>, the version being
+# `git describe` of this checkout (v1.2.3, v1.2.3-4-gabc1234, or the commit; -dirty with changes).
+#
+#   scripts/build-image.sh                 # sluice:dev, sluice:<version>
+#   IMAGE=registry.example.com/sluice scripts/build-image.sh
+#
+# podman's own settings come from its usual places, and from CONTAINERS_CONF and
+# CONTAINERS_STORAGE_CONF (the container test points them at files of its own). Prints the
+# image's ID last, on a line of its own.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+if ! command -v go >/dev/null 2>&1 && [ -x /usr/local/go/bin/go ]; then
+	export PATH="/usr/local/go/bin:$PATH"
+fi
+command -v go >/dev/null || { echo "build-image.sh: Go is not installed (https://go.dev/dl/)" >&2; exit 1; }
+command -v podman >/dev/null || { echo "build-image.sh: podman is not installed (Debian: apt-get install podman runc)" >&2; exit 1; }
+
+image=${IMAGE:-sluice}
+ca=${CA_BUNDLE:-/etc/ssl/certs/ca-certificates.crt}
+[ -r "$ca" ] || { echo "build-image.sh: no CA bundle at $ca (Debian: apt-get install ca-certificates; or set CA_BUNDLE)" >&2; exit 1; }
+version=$(git describe --tags --always --dirty 2>/dev/null || echo devel)
+
+ctx=$(mktemp -d)
+trap 'rm -rf "$ctx"' EXIT
+# Static (no cgo: no libc in the image), no build paths in it, the version stamped in.
+# cmd/sluice embeds the time zone database itself (time/tzdata): there is no /usr/share/zoneinfo.
+CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X main.version=$version" -o "$ctx/sluice" ./cmd/sluice
+cp "$ca" "$ctx/ca-certificates.crt"
+cp deploy/container/sluice.yaml deploy/container/passwd deploy/container/group "$ctx/"
+chmod 0644 "$ctx/ca-certificates.crt" "$ctx/sluice.yaml" "$ctx/passwd" "$ctx/group"
+chmod 0755 "$ctx/sluice"
+
+# The version is a valid tag only without characters a tag may not hold (a tag: [A-Za-z0-9_.-]).
+tag=$(printf %s "$version" | tr -c 'A-Za-z0-9_.-' '-')
+podman build --quiet -f deploy/container/Containerfile \
+	--label org.opencontainers.image.version="$version" \
+	--label org.opencontainers.image.source=https://github.com/sluicehq/sluice \
+	-t "$image:dev" -t "$image:$tag" "$ctx"
