@@ -91,7 +91,9 @@ echo "== web assets up to date and reproducible"
 bash scripts/check-web.sh
 
 echo "== go test -race"
-go test -race -count=1 ./...
+# -timeout: on a fresh machine, deploy/ builds helm from the Go module proxy and a static sluice
+# for the container image first (minutes each, once: both are cached after).
+go test -race -count=1 -timeout 25m ./...
 
 # A count (Nx), not a duration: with a duration, go1.26's fuzz coordinator can report a spurious
 # "context deadline exceeded" when the time runs out mid-execution (golang/go#75804, fixed in 1.27).
