@@ -43,6 +43,7 @@ type Server struct {
 	log      *slog.Logger
 	mounts   []mount
 	prepare  func(*config.Config) (func(), error)
+	adjust   func(*config.Config) error
 
 	listen, adminListen atomic.Pointer[string] // the addresses listened on (Proxy.Serve, AdminServer)
 }
@@ -261,6 +262,11 @@ func (s *Server) reload() error {
 	if err != nil {
 		return err
 	}
+	if s.adjust != nil {
+		if err := s.adjust(cfg); err != nil {
+			return err
+		}
+	}
 	old := s.cfg.Load()
 	if !reflect.DeepEqual(cfg.Store, old.Store) {
 		return ErrStoreChanged
@@ -304,6 +310,13 @@ func (s *Server) reload() error {
 // serving.
 func (s *Server) OnReload(prepare func(cfg *config.Config) (commit func(), err error)) {
 	s.prepare = prepare
+}
+
+// Adjust has every Reload change the configuration it read by adjust before anything looks at
+// it: cmd/sluice puts the listen addresses of its command line over the file's, as it did at the
+// start. Its error fails the reload. Call it before serving.
+func (s *Server) Adjust(adjust func(cfg *config.Config) error) {
+	s.adjust = adjust
 }
 
 // Decide decides req on the configuration running now (its metrics and operator page count it):

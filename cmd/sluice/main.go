@@ -1,9 +1,11 @@
 // Command sluice is the rate limiter's command line:
 //
-//	sluice serve [--config FILE]
+//	sluice serve [--config FILE] [--listen ADDR] [--admin-listen ADDR]
+//	sluice check --config FILE
 //	sluice simulate [policy flags] (--traffic PATTERN | --trace FILE) [--compare] [--format table|csv|json]
 //	sluice web [--listen ADDR | --export DIR]
-//	sluice version
+//	sluice version (or sluice --version)
+//	sluice completion bash|zsh|fish|powershell
 //
 // Exit codes: 0 success (and --help), 1 the command failed at its work (e.g. writing its
 // output), 2 a bad command line or bad input (flags, pattern, trace, policy); errors are one
@@ -40,6 +42,7 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	root.SetIn(stdin)
 	root.SetOut(stdout)
 	root.SetErr(stderr)
+	initCompletion(root)
 	err := root.Execute()
 	if err == nil {
 		return exitOK
@@ -65,7 +68,7 @@ func (f failure) Error() string { return f.err.Error() }
 func (f failure) Unwrap() error { return f.err }
 
 // newRootCommand builds the command tree. Subcommands add themselves here, one constructor each
-// (newServeCommand, newSimulateCommand, newWebCommand, newVersionCommand).
+// (newServeCommand, newCheckCommand, newSimulateCommand, newWebCommand, newVersionCommand).
 func newRootCommand(stdin io.Reader) *cobra.Command {
 	root := &cobra.Command{
 		Use:   "sluice",
@@ -76,6 +79,7 @@ and decides the same way on every gateway instance.
 Try:
   sluice serve                      # the gateway's demo, on the in-memory store
   sluice serve --config sluice.yaml # in front of your API (see docs/config.md)
+  sluice check --config sluice.yaml # check a configuration without starting
   sluice simulate --compare --limit 5 --period 1s --burst 40 \
       --traffic "5/s for 10s; 40 in 1s; 5/s for 10s"
 
@@ -90,12 +94,32 @@ Exit codes: 0 success, 1 the command failed at its work, 2 a bad command line or
 		SilenceErrors: true, // run prints the one-line error
 		SilenceUsage:  true, // a value error is not a reason to print the usage
 	}
-	root.CompletionOptions.DisableDefaultCmd = true
+	root.Version = versionString()
+	root.SetVersionTemplate("sluice {{.Version}}\n")
 	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error {
 		return fmt.Errorf("%w (see %s --help)", err, cmd.CommandPath())
 	})
-	root.AddCommand(newServeCommand(), newSimulateCommand(stdin), newVersionCommand(), newWebCommand())
+	root.AddCommand(newServeCommand(), newCheckCommand(), newSimulateCommand(stdin), newVersionCommand(), newWebCommand())
 	return root
+}
+
+// initCompletion adds cobra's completion command (sluice completion bash|zsh|fish|powershell
+// prints the shell's script) to root, once root's output is set (its
+// scripts go to the output of that moment).
+func initCompletion(root *cobra.Command) {
+	root.InitDefaultCompletionCmd()
+	for _, c := range root.Commands() {
+		if c.Name() == "completion" {
+			// Not cobra's help, with exit code 0, for a shell it has no script for.
+			c.Args = cobra.ArbitraryArgs
+			c.RunE = func(cmd *cobra.Command, args []string) error {
+				if len(args) == 0 {
+					return cmd.Help()
+				}
+				return fmt.Errorf("completion: unknown shell %q: want bash, zsh, fish or powershell", args[0])
+			}
+		}
+	}
 }
 
 func unknownCommand(root *cobra.Command, name string) error {

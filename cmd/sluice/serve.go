@@ -33,7 +33,7 @@ func newServeCommand() *cobra.Command {
 	var path string
 	var watch time.Duration
 	cmd := &cobra.Command{
-		Use:   "serve [--config FILE]",
+		Use:   "serve [--config FILE] [--listen ADDR] [--admin-listen ADDR]",
 		Short: "run the gateway: a rate-limiting reverse proxy, an admin listener, and Envoy's rate limit service",
 		Long: `Run sluice as a reverse proxy in front of an API: each request's client is identified, its
 policies are decided on the store, and it is forwarded, held (leaky bucket) or answered 429 with
@@ -44,8 +44,12 @@ it (/operator/: who is being limited now), and the browser simulation (/). With 
 is also Envoy's rate limit service (envoy.service.ratelimit.v3 over gRPC), reading
 envoyproxy/ratelimit's configuration files (docs/envoy.md); listen: "" runs no proxy.
 
-Without --config it runs a demo: the memory store, a built-in demo backend, and a default
-policy; it prints what to try with curl.
+Without --config (or SLUICE_CONFIG, the file's path) it runs a demo: the memory store, a
+built-in demo backend, and a default policy; it prints what to try with curl.
+
+--listen and --admin-listen, else SLUICE_LISTEN and SLUICE_ADMIN_LISTEN, put their address
+over the file's listen and admin_listen, at the start and at every reload; --admin-listen ""
+turns the admin listener off (an empty variable counts as not set).
 
 The configuration is reloaded on SIGHUP and when the file changes; an invalid one is logged
 with its lines and the running one stays, the Envoy files included (listen, admin_listen, tls
@@ -56,15 +60,21 @@ server.body_min_rate bound a slow one. /readyz is 200 when decisions go to the s
 configuration at start exits with code 2. See docs/config.md.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return serve(cmd.Context(), path, watch, cmd.OutOrStdout(), cmd.ErrOrStderr())
+			o, err := readOverrides(cmd)
+			if err != nil {
+				return err
+			}
+			return serve(cmd.Context(), configPath(cmd, path), watch, o, cmd.OutOrStdout(), cmd.ErrOrStderr())
 		},
 	}
-	cmd.Flags().StringVar(&path, "config", "", "the YAML configuration `FILE` (none: the demo)")
+	cmd.Flags().StringVar(&path, "config", "", "the YAML configuration `FILE` (none: $"+envConfig+", else the demo)")
+	cmd.Flags().String("listen", "", "the proxy's `ADDR` (host:port), over the file's listen; \"\": no proxy (default $"+envListen+", else the file's)")
+	cmd.Flags().String("admin-listen", "", "the admin listener's `ADDR` (host:port), over the file's admin_listen; \"\": none (default $"+envAdminListen+", else the file's)")
 	cmd.Flags().DurationVar(&watch, "watch", time.Second, "how often to check the configuration file for changes (0: only on SIGHUP)")
 	return cmd
 }
 
-func serve(ctx context.Context, path string, watch time.Duration, stdout, stderr io.Writer) error {
+func serve(ctx context.Context, path string, watch time.Duration, o overrides, stdout, stderr io.Writer) error {
 	// Take the signals before anything listens: a SIGHUP's default action would end the process.
 	signals := make(chan os.Signal, 2)
 	signal.Notify(signals, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
@@ -83,6 +93,12 @@ func serve(ctx context.Context, path string, watch time.Duration, stdout, stderr
 			return configError{err}
 		}
 	}
+	if err := o.apply(cfg); err != nil {
+		if demo != nil {
+			return err
+		}
+		return configError{err}
+	}
 	// The composition root: the log, the store the configuration describes, the gateway on it,
 	// and the pages on the admin listener.
 	level := new(slog.LevelVar)
@@ -96,6 +112,7 @@ func serve(ctx context.Context, path string, watch time.Duration, stdout, stderr
 		return failure{err}
 	}
 	defer srv.Close()
+	srv.Adjust(o.apply)
 	srv.Mount("GET /", web.Handler()) // the browser simulation, and what no other pattern matches
 
 	svc, err := startRLS(cfg, srv, log)
@@ -191,7 +208,7 @@ func serve(ctx context.Context, path string, watch time.Duration, stdout, stderr
 	} else {
 		log.Info("sluice serving, with no proxy listener (listen: \"\")", "config", cfg.String())
 	}
-	if demo != nil {
+	if demo != nil && proxyLn != nil {
 		printDemo(stdout, scheme+"://"+proxyLn.Addr().String(), cfg.AdminListen)
 	}
 
