@@ -349,6 +349,11 @@ func helmCheck(t *testing.T, objs []helmObj, want helmExpect) []string {
 	if err != nil {
 		return append(problems, "ConfigMap sluice.yaml does not parse: "+err.Error())
 	}
+	// And the binary agrees: `sluice check` accepts the rendered files as they will be mounted
+	// (the Envoy files beside it included), with the Secrets' variables set.
+	if out, err := exec.Command(sluiceBinary(t), "check", "--config", filepath.Join(dir, "sluice.yaml")).CombinedOutput(); err != nil {
+		bad("sluice check refuses the rendered configuration: %v\n%s", err, out)
+	}
 	if cfg.Store.Type != config.StoreRedis && want.replicas > 1 {
 		bad("%d replicas on the %s store: each pod would count separately", want.replicas, cfg.Store.Type)
 	}
