@@ -79,6 +79,7 @@ type Config struct {
 	ForwardAuth   ForwardAuth
 	Log           Log
 	Admin         Admin
+	Tracing       *Tracing // nil: no traces
 
 	policies  map[string]*Policy
 	byName    map[string]*Client
@@ -228,6 +229,14 @@ type RLS struct {
 	EnvoyConfig []string // the files, resolved against the configuration's directory
 	EnvoyLines  []int    // the line each file is named on
 	Line        int
+}
+
+// Tracing exports OpenTelemetry traces: a span per proxied request (the decision, the status),
+// a child span per store call, and the W3C traceparent passed on to the upstream.
+type Tracing struct {
+	Endpoint    string  // the OTLP/gRPC collector, host:port (plaintext)
+	Sample      float64 // the share of traces begun here that are recorded, 0..1; default 1. A request's own traceparent decides for it
+	ServiceName string  // service.name; default "sluice"
 }
 
 // Admin protects the admin listener.

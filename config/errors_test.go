@@ -189,6 +189,8 @@ var errorCases = []struct {
 	{"admin token unset", up + "admin: {token_env: NOT_SET_ANYWHERE}\n", []wantErr{at(2, "missing admin token: the environment variable NOT_SET_ANYWHERE")}},
 	{"admin metrics_listen clash", up + "admin_listen: 127.0.0.1:9090\nadmin: {metrics_listen: 127.0.0.1:9090}\n", []wantErr{at(3, `metrics_listen "127.0.0.1:9090" is also another listener's`)}},
 	{"admin unknown field", up + "admin: {token: abc}\n", []wantErr{at(2, "token")}},
+	{"tracing without endpoint", up + "tracing: {sample: 0.5}\n", []wantErr{at(2, "otlp_endpoint is required")}},
+	{"tracing sample", up + "tracing: {otlp_endpoint: 127.0.0.1:4317, sample: 2}\n", []wantErr{at(2, "sample 2 must be from 0 to 1")}},
 	{"log format", up + "log: {format: xml}\n", []wantErr{at(2, `format "xml" must be text or json`)}},
 	{"log level", up + "log:\n  level: loud\n", []wantErr{at(3, `level "loud" must be debug, info, warn or error`)}},
 	{"log level offset", up + "log: {level: info+2}\n", []wantErr{at(2, `level "info+2" must be`)}},

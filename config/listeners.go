@@ -329,3 +329,36 @@ func (p *parser) admin(n *yaml.Node, a *Admin) {
 		}
 	}
 }
+
+// tracing reads the tracing section: OpenTelemetry spans exported over OTLP/gRPC.
+func (p *parser) tracing(n *yaml.Node) *Tracing {
+	const path = "tracing"
+	m := p.mapping(n, n, "", "tracing")
+	if m == nil {
+		return nil
+	}
+	p.checkKnown(m, path, tracingFields...)
+	t := &Tracing{Sample: 1, ServiceName: "sluice"}
+	if n := p.get(m, "otlp_endpoint"); n != nil {
+		if s, ok := p.hostPort(n, path, "otlp_endpoint"); ok {
+			t.Endpoint = s
+		}
+	} else {
+		p.errorf(m.node, path, nil, "otlp_endpoint is required: the OTLP/gRPC collector's host:port, e.g. otlp_endpoint: 127.0.0.1:4317")
+	}
+	if n := p.get(m, "sample"); n != nil {
+		if v, ok := p.float(n, path, "sample"); ok {
+			if !(v >= 0 && v <= 1) {
+				p.errorf(n, path, nil, "sample %v must be from 0 to 1: the share of new traces recorded", v)
+			} else {
+				t.Sample = v
+			}
+		}
+	}
+	if n := p.get(m, "service_name"); n != nil {
+		if v, ok := p.str(n, path, "service_name"); ok && v != "" {
+			t.ServiceName = v
+		}
+	}
+	return t
+}

@@ -64,7 +64,7 @@ func decodeYAML(data []byte, name string) (root *yaml.Node, e *Error) {
 
 // Field names, in the order docs/config.md lists them.
 var (
-	topFields     = []string{"listen", "admin_listen", "upstream", "tls", "store", "identity", "policies", "default_policy", "clients", "routes", "limits", "server", "rls", "forward_auth", "log", "admin"}
+	topFields     = []string{"listen", "admin_listen", "upstream", "tls", "store", "identity", "policies", "default_policy", "clients", "routes", "limits", "server", "rls", "forward_auth", "log", "admin", "tracing"}
 	tlsFields     = []string{"cert_file", "key_file"}
 	storeFields   = []string{"type", "addrs", "url", "username", "password", "password_env", "prefix", "timeout", "on_error", "local_share", "max_keys", "refusal_cache"}
 	redisOnly     = []string{"addrs", "url", "username", "password", "password_env", "prefix", "timeout", "on_error", "local_share"}
@@ -81,6 +81,7 @@ var (
 	faFields      = []string{"refused_status"}
 	logFields     = []string{"format", "level", "access"}
 	adminFields   = []string{"token_env", "metrics_listen"}
+	tracingFields = []string{"otlp_endpoint", "sample", "service_name"}
 	accessFields  = []string{"sample", "per_second"}
 	jwtAlgorithms = []string{"HS256", "HS384", "HS512", "RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "ES512", "EdDSA"}
 	policyNameRE  = regexp.MustCompile(`^[a-z0-9._-]+$`)
@@ -178,6 +179,9 @@ func (p *parser) config(root *yaml.Node) *Config {
 	}
 	if n := p.get(m, "log"); n != nil {
 		p.log(n, &c.Log)
+	}
+	if n := p.get(m, "tracing"); n != nil {
+		c.Tracing = p.tracing(n)
 	}
 	if n := p.get(m, "admin"); n != nil {
 		p.admin(n, &c.Admin)

@@ -17,6 +17,7 @@ import (
 	"unsafe"
 
 	"github.com/valyala/fasthttp"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sluicehq/sluice/answer"
 	"github.com/sluicehq/sluice/decision"
@@ -34,15 +35,20 @@ func (g *Gateway) ServeFast(ctx *fasthttp.RequestCtx) {
 	if g.access != nil {
 		start = time.Now()
 	}
-	req := g.policies.Resolve(fastRequest{ctx}, b2s(ctx.Method()), b2s(ctx.Path()))
 	// The store gets its own timeouts; the RequestCtx is not a context to hand on (it is
 	// recycled when the handler returns, and it is never cancelled by the client leaving).
-	v := g.decider.Decide(context.Background(), &req)
+	dctx := context.Background()
+	var span trace.Span
+	if g.tracing {
+		dctx, span = startSpan(dctx, fastCarrier{&ctx.Request.Header}, string(ctx.Method()), string(ctx.Path()))
+	}
+	req := g.policies.Resolve(fastRequest{ctx}, b2s(ctx.Method()), b2s(ctx.Path()))
+	v := g.decider.Decide(dctx, &req)
 	defer v.Release()
 	if !v.Passes() {
 		writeProblem(ctx, v.Problem)
 		g.fields(&ctx.Response.Header, v.Decisions)
-		g.logAccess(ctx, start, &req, v.Outcome, ctx.Response.StatusCode(), 0)
+		g.finish(ctx, start, span, &req, v.Outcome, ctx.Response.StatusCode(), 0)
 		return
 	}
 	if v.Hold > 0 {
@@ -52,13 +58,24 @@ func (g *Gateway) ServeFast(ctx *fasthttp.RequestCtx) {
 		if !stayed { // the client left while held: do not forward
 			g.metrics.abandon(req.Client)
 			ctx.SetConnectionClose()
-			g.logAccess(ctx, start, &req, v.Outcome, 499, 0) // nginx's code for a client gone
+			g.finish(ctx, start, span, &req, v.Outcome, 499, 0) // nginx's code for a client gone
 			return
 		}
 	}
+	if span != nil {
+		propagator.Inject(dctx, fastCarrier{&ctx.Request.Header}) // this span is the upstream's parent
+	}
 	took := g.forward(ctx)
 	g.fields(&ctx.Response.Header, v.Decisions)
-	g.logAccess(ctx, start, &req, v.Outcome, ctx.Response.StatusCode(), took)
+	g.finish(ctx, start, span, &req, v.Outcome, ctx.Response.StatusCode(), took)
+}
+
+// finish writes the request's access line and ends its span, if there are any.
+func (g *Gateway) finish(ctx *fasthttp.RequestCtx, start time.Time, span trace.Span, req *decision.Request, o decision.Outcome, status int, upstream time.Duration) {
+	g.logAccess(ctx, start, req, o, status, upstream)
+	if span != nil {
+		endSpan(span, req, o, status)
+	}
 }
 
 // logAccess writes the request's access line, if there is an access log.

@@ -19,6 +19,9 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/algorithm"
 	"github.com/sluicehq/sluice/answer"
@@ -37,6 +40,7 @@ type Gateway struct {
 	metrics  *Metrics
 	retries  *earlyRetries
 	access   *accessLog // nil: no access log
+	tracing  bool       // spans for requests and store calls (config tracing)
 }
 
 // New returns a Gateway for cfg, deciding on store (already guarded by the caller: see
@@ -47,7 +51,10 @@ func New(cfg *config.Config, store sluice.Store, metrics *Metrics, up *Upstream)
 	if err != nil {
 		return nil, err
 	}
-	g := &Gateway{cfg: cfg, policies: policies, metrics: metrics, retries: newEarlyRetries(1 << 16)}
+	g := &Gateway{cfg: cfg, policies: policies, metrics: metrics, retries: newEarlyRetries(1 << 16), tracing: cfg.Tracing != nil}
+	if g.tracing {
+		store = tracedStore{store}
+	}
 	g.decider = decision.Decider{Store: store, MaxDelay: cfg.Limits.MaxDelay, Observer: observer{g}}
 	if cfg.Upstream == nil {
 		// No proxy listener (listen: ""): the Gateway decides for the other front ends only.
@@ -108,9 +115,17 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	start := time.Now()
-	req := g.policies.Resolve(identity.HTTP(r), r.Method, routePath(r.URL.Path))
+	path := routePath(r.URL.Path)
+	var span trace.Span
+	if g.tracing {
+		var ctx context.Context
+		ctx, span = startSpan(r.Context(), propagation.HeaderCarrier(r.Header), r.Method, path)
+		r = r.WithContext(ctx)
+		propagator.Inject(ctx, propagation.HeaderCarrier(r.Header)) // forwarded with the request: this span is the upstream's parent
+	}
+	req := g.policies.Resolve(identity.HTTP(r), r.Method, path)
 	v := g.decider.Decide(r.Context(), &req)
-	if g.access == nil {
+	if g.access == nil && span == nil {
 		if !decision.Serve(w, r, &v, g.cfg.Limits.LegacyHeaders, g.proxy) {
 			g.metrics.abandon(req.Client)
 		}
@@ -132,6 +147,9 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	g.access.write(&e)
+	if span != nil {
+		endSpan(span, &req, e.outcome, e.status)
+	}
 }
 
 // statusRecorder notes the status of the answer and when its header was written, for the access

@@ -103,6 +103,18 @@ func serve(ctx context.Context, path string, watch time.Duration, o overrides, s
 	// and the pages on the admin listener.
 	level := new(slog.LevelVar)
 	log := newLogger(cfg.Log, level, stderr)
+	stopTracing, err := startTracing(cfg.Tracing)
+	if err != nil {
+		return failure{err}
+	}
+	defer func() {
+		// The spans of the last requests are sent before the process exits.
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := stopTracing(ctx); err != nil {
+			log.Warn("tracing: the last spans were not sent", "error", err.Error())
+		}
+	}()
 	st, err := openStore(cfg.Store, log)
 	if err != nil {
 		return failure{err}
