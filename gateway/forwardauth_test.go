@@ -427,6 +427,9 @@ func TestForwardAuthStoreDown(t *testing.T) {
 	if a.status != http.StatusServiceUnavailable || a.header.Get("Retry-After") == "" || !strings.Contains(a.body, "https://sluice.dev/problems/store-unavailable") {
 		t.Errorf("Redis down: %d %v %s, want 503 with Retry-After and the store-unavailable problem", a.status, a.header, a.body)
 	}
+	if n := metricSum(t, admin, "sluice_undecided_total", `kind="unavailable"`); n != 1 {
+		t.Errorf("sluice_undecided_total{kind=unavailable} = %v, want 1", n)
+	}
 }
 
 // A body is not read beyond a small bound (the proxies send none): a sub-request with a large

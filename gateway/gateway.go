@@ -196,7 +196,17 @@ func routePath(p string) string {
 type observer struct{ g *Gateway }
 
 func (o observer) Failed(req *decision.Request, err error) {
-	if !errors.Is(err, sluice.ErrInvalidCost) && !errors.Is(err, sluice.ErrCostExceedsLimit) {
+	kind := "other"
+	switch {
+	case errors.Is(err, sluice.ErrInvalidCost):
+		kind = "invalid_cost"
+	case errors.Is(err, sluice.ErrCostExceedsLimit):
+		kind = "cost_exceeds_limit"
+	case errors.Is(err, sluice.ErrStoreUnavailable):
+		kind = "unavailable"
+	}
+	o.g.metrics.failures.WithLabelValues(kind).Inc()
+	if kind != "invalid_cost" && kind != "cost_exceeds_limit" {
 		o.g.metrics.storeErrors.Inc()
 	}
 }

@@ -21,6 +21,7 @@ type Metrics struct {
 	abandoned      *prometheus.CounterVec // client
 	latency        prometheus.Histogram
 	storeErrors    prometheus.Counter
+	failures       *prometheus.CounterVec // kind: requests the store call did not decide, by why
 	upstreamErrors prometheus.Counter
 	reloads        *prometheus.CounterVec   // result
 	lastReload     prometheus.Gauge         // unix seconds of the last reload tried
@@ -90,7 +91,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		abandoned: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_abandoned_total",
 			Help: "Requests whose client disconnected while a leaky bucket held them (not forwarded)."}, []string{"client"}),
 		latency: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "sluice_decision_seconds",
-			Help: "Time to decide a request's policies (store round trip included).", Buckets: []float64{.00001, .00005, .0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1}}),
+			Help: "The store call of each decided request (one atomic call for all its policies: the Redis round trip, or the memory store's lock), in seconds.", Buckets: []float64{.00001, .00005, .0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1}}),
 		storeErrors: prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_store_errors_total",
 			Help: "Requests the store could not decide and the failure mode refused (503)."}),
 		upstreamErrors: prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_upstream_errors_total",
@@ -98,6 +99,9 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_config_reloads_total",
 			Help: "Configuration reloads by result: ok, or failed (the old configuration keeps running)."}, []string{"result"}),
 	}
+	m.failures = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_undecided_total",
+		Help: "Requests whose store call decided nothing, by kind: unavailable (the store failed and the failure mode refused: 503), invalid_cost and cost_exceeds_limit (400), other (500)."},
+		[]string{"kind"})
 	m.lastReload = prometheus.NewGauge(prometheus.GaugeOpts{Name: "sluice_config_last_reload_timestamp_seconds",
 		Help: "When the configuration was last reloaded (or a reload was tried), in Unix seconds; 0 before the first."})
 	m.lastReloadOK = prometheus.NewGauge(prometheus.GaugeOpts{Name: "sluice_config_last_reload_successful",
@@ -110,7 +114,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30}}, []string{"class"})
 	m.activity = newActivity()
 	reg.MustRegister(m.decisions, m.earlyRetries, m.abandoned, m.latency, m.storeErrors, m.upstreamErrors, m.reloads,
-		m.lastReload, m.lastReloadOK, m.holds, m.upstream, buildInfo())
+		m.lastReload, m.lastReloadOK, m.holds, m.upstream, m.failures, buildInfo())
 	return m
 }
 
