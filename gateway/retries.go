@@ -10,8 +10,10 @@ import (
 // common "immediate retry" mistake: a client that comes back before its Retry-After ran out.
 // Bounded: a full shard forgets new refusals rather than grow (client input never grows memory).
 type earlyRetries struct {
-	hashKey maphash.Seed // random per process: clients cannot aim their keys at one shard
-	shards  [32]struct {
+	// hasher picks a key's shard. A zero maphash.Hash takes a random key on first use, which its
+	// copies keep: random per process, so clients cannot aim their keys at one shard.
+	hasher maphash.Hash
+	shards [32]struct {
 		mu sync.Mutex
 		m  map[string]time.Time // guarded by mu
 	}
@@ -19,16 +21,25 @@ type earlyRetries struct {
 }
 
 func newEarlyRetries(size int) *earlyRetries {
-	e := &earlyRetries{hashKey: maphash.MakeSeed(), max: max(1, size/32)}
+	e := &earlyRetries{max: max(1, size/32)}
+	e.hasher.Reset() // takes its random key now, before any copy (a copy of a zero Hash would take its own)
 	for i := range e.shards {
 		e.shards[i].m = map[string]time.Time{}
 	}
 	return e
 }
 
+// hash is key's hash under the process's random key.
+func (e *earlyRetries) hash(key string) uint64 {
+	h := e.hasher // a copy: its key, none of its state
+	h.Reset()
+	h.WriteString(key)
+	return h.Sum64()
+}
+
 // early reports whether key comes back before its last refusal's Retry-After ran out.
 func (e *earlyRetries) early(key string, now time.Time) bool {
-	sh := &e.shards[maphash.String(e.hashKey, key)%32]
+	sh := &e.shards[e.hash(key)%32]
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	until, ok := sh.m[key]
@@ -44,7 +55,7 @@ func (e *earlyRetries) early(key string, now time.Time) bool {
 
 // refused records that key is refused until until.
 func (e *earlyRetries) refused(key string, until time.Time) {
-	sh := &e.shards[maphash.String(e.hashKey, key)%32]
+	sh := &e.shards[e.hash(key)%32]
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	if _, ok := sh.m[key]; !ok && len(sh.m) >= e.max {

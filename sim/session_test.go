@@ -12,13 +12,13 @@ import (
 )
 
 // Peeking between requests changes no decision: a session peeked at every 37ms decides steady
-// traffic with a burst (seedPattern), and random traffic, exactly as Run does.
+// traffic with a burst (burstPattern), and random traffic, exactly as Run does.
 func TestSessionPeekChangesNothing(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	for trial := range 50 {
 		var reqs []Request
 		if trial == 0 {
-			reqs = seed(t)
+			reqs = burstTraffic(t)
 		} else {
 			at := int64(0)
 			for range rng.IntN(300) + 1 {

@@ -13,11 +13,11 @@ import (
 )
 
 // Steady traffic at the limit, a burst of 40 in a second, steady again.
-const seedPattern = "5/s for 10s; 40 in 1s; 5/s for 10s"
+const burstPattern = "5/s for 10s; 40 in 1s; 5/s for 10s"
 
-func seed(t *testing.T) []Request {
+func burstTraffic(t *testing.T) []Request {
 	t.Helper()
-	reqs, err := ParseTraffic(seedPattern)
+	reqs, err := ParseTraffic(burstPattern)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -52,7 +52,7 @@ func span(from, to int, except ...int) []int {
 }
 
 func TestCompareSteadyBurstSteady(t *testing.T) {
-	results, err := Compare(5, time.Second, 40, seed(t))
+	results, err := Compare(5, time.Second, 40, burstTraffic(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -223,11 +223,11 @@ func TestRunSteps(t *testing.T) {
 
 func TestRunIsFreshEachTime(t *testing.T) {
 	p := sluice.Policy{Algorithm: sluice.SlidingLog, Limit: 5, Period: time.Second}
-	a, err := Run(p, seed(t))
+	a, err := Run(p, burstTraffic(t))
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := Run(p, seed(t))
+	b, err := Run(p, burstTraffic(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -263,7 +263,7 @@ func TestRunErrors(t *testing.T) {
 func TestSimulateStopsOnEmitError(t *testing.T) {
 	stop := errors.New("stop")
 	n := 0
-	sum, err := Simulate(sluice.Policy{Algorithm: sluice.TokenBucket, Limit: 5, Period: time.Second}, seed(t), func(Row) error {
+	sum, err := Simulate(sluice.Policy{Algorithm: sluice.TokenBucket, Limit: 5, Period: time.Second}, burstTraffic(t), func(Row) error {
 		if n++; n == 3 {
 			return stop
 		}
@@ -290,7 +290,7 @@ func TestCompare(t *testing.T) {
 	if !slices.Equal(algs, algorithm.Algorithms) {
 		t.Errorf("algorithms %v, want %v", algs, algorithm.Algorithms)
 	}
-	if _, err := Compare(0, time.Second, 0, seed(t)); err == nil || !strings.Contains(err.Error(), "fixed-window") || !strings.Contains(err.Error(), "limit 0") {
+	if _, err := Compare(0, time.Second, 0, burstTraffic(t)); err == nil || !strings.Contains(err.Error(), "fixed-window") || !strings.Contains(err.Error(), "limit 0") {
 		t.Errorf("Compare with limit 0: error %v, want one naming the algorithm and the limit", err)
 	}
 }

@@ -37,7 +37,7 @@ func TestNewTimelineWidth(t *testing.T) {
 }
 
 func TestTimelineCounts(t *testing.T) {
-	reqs := seed(t)
+	reqs := burstTraffic(t)
 	tl := NewTimeline(reqs, 60)
 	_, err := Simulate(sluice.Policy{Algorithm: sluice.LeakyBucket, Limit: 5, Period: time.Second, Burst: 10}, reqs, func(r Row) error {
 		tl.Add(r)

@@ -31,9 +31,11 @@ import (
 // each entry also holds the policy's fingerprint, and a lookup under another one misses and drops
 // the entry: the new policy's decision is Redis's, from the first request.
 type negativeCache struct {
-	hashKey maphash.Seed // random per process: clients cannot aim their keys at one shard
-	shards  [64]negShard
-	max     int // entries per shard
+	// hasher picks a key's shard. A zero maphash.Hash takes a random key on first use, which its
+	// copies keep: random per process, so clients cannot aim their keys at one shard.
+	hasher maphash.Hash
+	shards [64]negShard
+	max    int // entries per shard
 }
 
 type negShard struct {
@@ -61,7 +63,8 @@ func fingerprintOf(p *sluice.Policy) fingerprint {
 }
 
 func newNegativeCache(size int) *negativeCache {
-	c := &negativeCache{hashKey: maphash.MakeSeed(), max: max(1, size/64)}
+	c := &negativeCache{max: max(1, size/64)}
+	c.hasher.Reset() // takes its random key now, before any copy (a copy of a zero Hash would take its own)
 	for i := range c.shards {
 		c.shards[i].m = map[string]negEntry{}
 	}
@@ -69,7 +72,10 @@ func newNegativeCache(size int) *negativeCache {
 }
 
 func (c *negativeCache) shard(key string) *negShard {
-	return &c.shards[maphash.String(c.hashKey, key)%uint64(len(c.shards))]
+	h := c.hasher // a copy: its key, none of its state
+	h.Reset()
+	h.WriteString(key)
+	return &c.shards[h.Sum64()%uint64(len(c.shards))]
 }
 
 // lookup returns the cached refusal of key under the policy fp for cost at now, if there is one.
