@@ -234,10 +234,17 @@ type RLS struct {
 // Tracing exports OpenTelemetry traces: a span per proxied request (the decision, the status),
 // a child span per store call, and the W3C traceparent passed on to the upstream.
 type Tracing struct {
-	Endpoint    string  // the OTLP/gRPC collector, host:port (plaintext)
+	Endpoint    string  // the OTLP collector, host:port (plaintext)
+	Protocol    string  // OTLPGRPC (default) or OTLPHTTP
 	Sample      float64 // the share of traces begun here that are recorded, 0..1; default 1. A request's own traceparent decides for it
 	ServiceName string  // service.name; default "sluice"
 }
+
+// The OTLP transports of Tracing.Protocol, named as OTEL_EXPORTER_OTLP_PROTOCOL names them.
+const (
+	OTLPGRPC = "grpc"          // OTLP/gRPC, the collector's port 4317
+	OTLPHTTP = "http/protobuf" // OTLP/HTTP: protobuf POSTed to /v1/traces, the collector's port 4318
+)
 
 // Admin protects the admin listener.
 type Admin struct {

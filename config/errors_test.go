@@ -191,6 +191,7 @@ var errorCases = []struct {
 	{"admin unknown field", up + "admin: {token: abc}\n", []wantErr{at(2, "token")}},
 	{"tracing without endpoint", up + "tracing: {sample: 0.5}\n", []wantErr{at(2, "otlp_endpoint is required")}},
 	{"tracing sample", up + "tracing: {otlp_endpoint: 127.0.0.1:4317, sample: 2}\n", []wantErr{at(2, "sample 2 must be from 0 to 1")}},
+	{"tracing protocol", up + "tracing:\n  otlp_endpoint: 127.0.0.1:4318\n  otlp_protocol: http/json\n", []wantErr{at(4, `otlp_protocol "http/json" must be grpc (OTLP/gRPC, port 4317) or http/protobuf`)}},
 	{"log format", up + "log: {format: xml}\n", []wantErr{at(2, `format "xml" must be text or json`)}},
 	{"log level", up + "log:\n  level: loud\n", []wantErr{at(3, `level "loud" must be debug, info, warn or error`)}},
 	{"log level offset", up + "log: {level: info+2}\n", []wantErr{at(2, `level "info+2" must be`)}},

@@ -330,7 +330,7 @@ func (p *parser) admin(n *yaml.Node, a *Admin) {
 	}
 }
 
-// tracing reads the tracing section: OpenTelemetry spans exported over OTLP/gRPC.
+// tracing reads the tracing section: OpenTelemetry spans exported over OTLP/gRPC or OTLP/HTTP.
 func (p *parser) tracing(n *yaml.Node) *Tracing {
 	const path = "tracing"
 	m := p.mapping(n, n, "", "tracing")
@@ -338,13 +338,23 @@ func (p *parser) tracing(n *yaml.Node) *Tracing {
 		return nil
 	}
 	p.checkKnown(m, path, tracingFields...)
-	t := &Tracing{Sample: 1, ServiceName: "sluice"}
+	t := &Tracing{Protocol: OTLPGRPC, Sample: 1, ServiceName: "sluice"}
+	if n := p.get(m, "otlp_protocol"); n != nil {
+		if v, ok := p.str(n, path, "otlp_protocol"); ok {
+			switch v {
+			case OTLPGRPC, OTLPHTTP:
+				t.Protocol = v
+			default:
+				p.errorf(n, path, nil, "otlp_protocol %q must be %s (OTLP/gRPC, port 4317) or %s (OTLP/HTTP, port 4318)", v, OTLPGRPC, OTLPHTTP)
+			}
+		}
+	}
 	if n := p.get(m, "otlp_endpoint"); n != nil {
 		if s, ok := p.hostPort(n, path, "otlp_endpoint"); ok {
 			t.Endpoint = s
 		}
 	} else {
-		p.errorf(m.node, path, nil, "otlp_endpoint is required: the OTLP/gRPC collector's host:port, e.g. otlp_endpoint: 127.0.0.1:4317")
+		p.errorf(m.node, path, nil, "otlp_endpoint is required: the OTLP collector's host:port, e.g. otlp_endpoint: 127.0.0.1:4317 (gRPC) or 127.0.0.1:4318 (otlp_protocol: http/protobuf)")
 	}
 	if n := p.get(m, "sample"); n != nil {
 		if v, ok := p.float(n, path, "sample"); ok {

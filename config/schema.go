@@ -81,7 +81,7 @@ var (
 	faFields      = []string{"refused_status"}
 	logFields     = []string{"format", "level", "access"}
 	adminFields   = []string{"token_env", "metrics_listen"}
-	tracingFields = []string{"otlp_endpoint", "sample", "service_name"}
+	tracingFields = []string{"otlp_endpoint", "otlp_protocol", "sample", "service_name"}
 	accessFields  = []string{"sample", "per_second"}
 	jwtAlgorithms = []string{"HS256", "HS384", "HS512", "RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "ES512", "EdDSA"}
 	policyNameRE  = regexp.MustCompile(`^[a-z0-9._-]+$`)

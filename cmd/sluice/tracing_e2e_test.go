@@ -1,9 +1,11 @@
 package main
 
 import (
+	"compress/gzip"
 	"context"
 	"encoding/hex"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -15,9 +17,13 @@ import (
 	collectorpb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 	"google.golang.org/grpc"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/sluicehq/sluice/config"
 )
 
-// otlpReceiver is a real OTLP/gRPC trace receiver: the collector's protocol, served on loopback.
+// otlpReceiver is a real OTLP trace receiver, the collector's protocols served on loopback: over
+// gRPC (Export) and over HTTP (ServeHTTP: protobuf POSTed to /v1/traces).
 type otlpReceiver struct {
 	collectorpb.UnimplementedTraceServiceServer
 	mu    sync.Mutex
@@ -33,6 +39,55 @@ func (r *otlpReceiver) Export(_ context.Context, req *collectorpb.ExportTraceSer
 		}
 	}
 	return &collectorpb.ExportTraceServiceResponse{}, nil
+}
+
+func (r *otlpReceiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
+	if req.Method != http.MethodPost || req.URL.Path != "/v1/traces" || req.Header.Get("Content-Type") != "application/x-protobuf" {
+		http.Error(w, "want a protobuf POST to /v1/traces", http.StatusBadRequest)
+		return
+	}
+	var body io.Reader = req.Body
+	if req.Header.Get("Content-Encoding") == "gzip" {
+		zr, err := gzip.NewReader(req.Body)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		body = zr
+	}
+	raw, err := io.ReadAll(body)
+	var msg collectorpb.ExportTraceServiceRequest
+	if err == nil {
+		err = proto.Unmarshal(raw, &msg)
+	}
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	resp, _ := r.Export(req.Context(), &msg)
+	out, _ := proto.Marshal(resp)
+	w.Header().Set("Content-Type", "application/x-protobuf")
+	w.Write(out)
+}
+
+// listen serves the receiver over protocol (config.OTLPGRPC or config.OTLPHTTP) on a free loopback
+// port until the test ends, and returns its address.
+func (r *otlpReceiver) listen(t *testing.T, protocol string) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if protocol == config.OTLPHTTP {
+		hs := &http.Server{Handler: r}
+		go hs.Serve(ln)
+		t.Cleanup(func() { hs.Close() })
+	} else {
+		gs := grpc.NewServer()
+		collectorpb.RegisterTraceServiceServer(gs, r)
+		go gs.Serve(ln)
+		t.Cleanup(gs.Stop)
+	}
+	return ln.Addr().String()
 }
 
 func (r *otlpReceiver) got() []*tracepb.Span {
@@ -55,17 +110,16 @@ func spanAttr(s *tracepb.Span, key string) string {
 
 // With tracing, a request's span continues the caller's traceparent, has a child span for the
 // store call, carries the decision, and the upstream receives a traceparent of the same trace
-// whose parent is sluice's span; the spans reach a real OTLP receiver.
+// whose parent is sluice's span; the spans reach a real OTLP receiver, over gRPC and over HTTP.
 func TestServeE2ETracing(t *testing.T) {
-	recv := &otlpReceiver{}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	for _, protocol := range []string{config.OTLPGRPC, config.OTLPHTTP} {
+		t.Run(strings.ReplaceAll(protocol, "/", "-"), func(t *testing.T) { testServeTracing(t, protocol) })
 	}
-	gs := grpc.NewServer()
-	collectorpb.RegisterTraceServiceServer(gs, recv)
-	go gs.Serve(ln)
-	defer gs.Stop()
+}
+
+func testServeTracing(t *testing.T, protocol string) {
+	recv := &otlpReceiver{}
+	addr := recv.listen(t, protocol)
 
 	var mu sync.Mutex
 	var upstreamParent string
@@ -75,7 +129,7 @@ func TestServeE2ETracing(t *testing.T) {
 		mu.Unlock()
 	}))
 	defer up.Close()
-	p := startSluice(t, t.TempDir(), "sluice.yaml", openConfig(up.URL, "tracing: {otlp_endpoint: "+ln.Addr().String()+"}\n"))
+	p := startSluice(t, t.TempDir(), "sluice.yaml", openConfig(up.URL, "tracing: {otlp_endpoint: "+addr+", otlp_protocol: "+protocol+"}\n"))
 
 	const traceID, parentID = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
 	req, _ := http.NewRequest("GET", p.proxy+"/traced", nil)
