@@ -89,10 +89,14 @@ type Config struct {
 	defaults  resolution // DefaultPolicy resolved
 }
 
-// TLS is the proxy listener's certificate and key (PEM files), checked at load.
+// TLS is a listener's certificate and key (PEM files), checked at load: the proxy's (tls) or
+// the admin listener's (admin.tls).
 type TLS struct {
 	CertFile string // resolved against the configuration's directory
 	KeyFile  string
+	// ClientCAFile (admin.tls only), if set, holds the CAs whose client certificates the admin
+	// listener accepts: every request but the probes and /v1/forward-auth must present one (mTLS).
+	ClientCAFile string
 }
 
 // Store says where the limiter keeps its state.
@@ -255,6 +259,9 @@ type Admin struct {
 	// MetricsListen, if set, is a listener of its own serving only /metrics (and /healthz),
 	// without the token, for scrapers that should reach nothing else.
 	MetricsListen string
+	// TLS, if set, serves the admin listener over HTTPS; with TLS.ClientCAFile, it also wants a
+	// client certificate (as the token, both when both are set). Changes at a restart.
+	TLS *TLS
 }
 
 // Log formats.

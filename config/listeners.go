@@ -5,6 +5,7 @@ package config
 
 import (
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -74,50 +75,64 @@ func (p *parser) upstream(n *yaml.Node) *url.URL {
 	return nil
 }
 
-func (p *parser) tls(n *yaml.Node) *TLS {
-	m := p.mapping(n, n, "", "tls")
+func (p *parser) tls(n *yaml.Node, path string, fields []string) *TLS {
+	m := p.mapping(n, n, "", path)
 	if m == nil {
 		return nil
 	}
-	p.checkKnown(m, "tls", tlsFields...)
+	p.checkKnown(m, path, fields...)
 	var t TLS
 	certN, keyN := p.get(m, "cert_file"), p.get(m, "key_file")
 	if certN != nil {
-		t.CertFile, _ = p.str(certN, "tls", "cert_file")
+		t.CertFile, _ = p.str(certN, path, "cert_file")
 	}
 	if keyN != nil {
-		t.KeyFile, _ = p.str(keyN, "tls", "key_file")
+		t.KeyFile, _ = p.str(keyN, path, "key_file")
 	}
 	switch {
 	case t.CertFile == "" && t.KeyFile == "":
-		if certN == nil && keyN == nil {
+		if certN == nil && keyN == nil && p.get(m, "client_ca_file") == nil {
 			return nil
 		}
-		p.errorf(m.node, "tls", nil, "cert_file and key_file are required (or leave tls out)")
+		p.errorf(m.node, path, nil, "cert_file and key_file are required (or leave tls out)")
 		return nil
 	case t.KeyFile == "":
-		p.errorf(m.node, "tls", nil, "key_file is required with cert_file")
+		p.errorf(m.node, path, nil, "key_file is required with cert_file")
 		return nil
 	case t.CertFile == "":
-		p.errorf(m.node, "tls", nil, "cert_file is required with key_file")
+		p.errorf(m.node, path, nil, "cert_file is required with key_file")
 		return nil
 	}
 	t.CertFile, t.KeyFile = p.path(t.CertFile), p.path(t.KeyFile)
 	cert, err := readFile(t.CertFile)
 	if err != nil {
-		p.errorf(certN, "tls", err, "cert_file %q cannot be read: %v", t.CertFile, err)
+		p.errorf(certN, path, err, "cert_file %q cannot be read: %v", t.CertFile, err)
 	}
 	key, kerr := readFile(t.KeyFile)
 	if kerr != nil {
-		p.errorf(keyN, "tls", kerr, "key_file %q cannot be read: %v", t.KeyFile, kerr)
+		p.errorf(keyN, path, kerr, "key_file %q cannot be read: %v", t.KeyFile, kerr)
 	}
 	if err != nil || kerr != nil {
 		return nil
 	}
 	// Parsed and dropped: the private key stays out of the Config (and so out of any printout).
 	if _, err := tls.X509KeyPair(cert, key); err != nil {
-		p.errorf(certN, "tls", err, "cert_file and key_file are not a PEM certificate and its private key: %v", err)
+		p.errorf(certN, path, err, "cert_file and key_file are not a PEM certificate and its private key: %v", err)
 		return nil
+	}
+	if caN := p.get(m, "client_ca_file"); caN != nil { // only where fields allow it: checkKnown said so
+		if f, ok := p.str(caN, path, "client_ca_file"); ok {
+			t.ClientCAFile = p.path(f)
+			pem, err := readFile(t.ClientCAFile)
+			if err != nil {
+				p.errorf(caN, path, err, "client_ca_file %q cannot be read: %v", t.ClientCAFile, err)
+				return nil
+			}
+			if !x509.NewCertPool().AppendCertsFromPEM(pem) {
+				p.errorf(caN, path, nil, "client_ca_file %q holds no PEM certificate", t.ClientCAFile)
+				return nil
+			}
+		}
 	}
 	return &t
 }
@@ -327,6 +342,9 @@ func (p *parser) admin(n *yaml.Node, a *Admin) {
 		if s, ok := p.hostPort(n, path, "metrics_listen"); ok {
 			a.MetricsListen = s
 		}
+	}
+	if n := p.get(m, "tls"); n != nil {
+		a.TLS = p.tls(n, path+".tls", adminTLSFields)
 	}
 }
 

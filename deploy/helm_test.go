@@ -10,10 +10,18 @@ package deploy
 import (
 	"bytes"
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
 	"crypto/sha256"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"io"
+	"maps"
+	"math/big"
 	"net"
 	"os"
 	"os/exec"
@@ -213,6 +221,39 @@ type helmExpect struct {
 	serviceMonitor bool
 	rls            bool
 	secretEnvs     []string // variables filled from Secrets, sorted
+	adminTLSSecret string   // the Secret of the admin listener's certificate, if any
+}
+
+// helmAdminTLSDir is where the chart mounts values.adminTLS.existingSecret.
+const helmAdminTLSDir = "/etc/sluice-admin-tls"
+
+// helmTestCertificate writes a self-signed certificate as tls.crt, its key as tls.key and itself
+// as ca.crt into dir, the files of a kubernetes.io/tls Secret with a CA.
+func helmTestCertificate(t *testing.T, dir string) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "sluice"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), IsCA: true, BasicConstraintsValid: true}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kder, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for name, b := range map[string][]byte{"tls.crt": cert, "ca.crt": cert, "tls.key": pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder})} {
+		if err := os.WriteFile(filepath.Join(dir, name), b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
 }
 
 // helmCheck checks rendered objects and returns every problem found (none: consistent). It reads
@@ -304,6 +345,40 @@ func helmCheck(t *testing.T, objs []helmObj, want helmExpect) []string {
 		bad("ConfigMap %s is not mounted at /etc/sluice", cm.name())
 	}
 	dir := t.TempDir()
+
+	// The admin certificate: the configuration names its files in the Secret's mount, which must
+	// be mounted; stand-ins are written there (under dir) so that it parses as in the pod.
+	adminTLS := strings.Contains(helmStr(data["sluice.yaml"]), helmAdminTLSDir)
+	if adminTLS {
+		secretMounted := false
+		for _, m := range helmList(helmGet(c, "volumeMounts")) {
+			if helmStr(helmGet(m, "mountPath")) != helmAdminTLSDir {
+				continue
+			}
+			for _, v := range helmList(helmGet(pod, "spec", "volumes")) {
+				if helmGet(v, "name") == helmGet(m, "name") && helmStr(helmGet(v, "secret", "secretName")) == want.adminTLSSecret {
+					secretMounted = true
+				}
+			}
+		}
+		if !secretMounted {
+			bad("admin.tls names files in %s, where Secret %q is not mounted", helmAdminTLSDir, want.adminTLSSecret)
+		}
+		data = maps.Clone(data) // the rendered object stays as rendered
+		tlsDir := filepath.Join(dir, "admin-tls")
+		helmTestCertificate(t, tlsDir)
+		data["sluice.yaml"] = strings.ReplaceAll(helmStr(data["sluice.yaml"]), helmAdminTLSDir, tlsDir)
+		cfgText = helmStr(data["sluice.yaml"])
+	}
+	for _, p := range []string{"readinessProbe", "livenessProbe"} {
+		scheme, wantScheme := helmStr(helmGet(c, p, "httpGet", "scheme")), "HTTP"
+		if adminTLS {
+			wantScheme = "HTTPS"
+		}
+		if scheme != wantScheme {
+			bad("%s scheme %q, want %s (admin.tls: %v)", p, scheme, wantScheme, adminTLS)
+		}
+	}
 	for name, text := range data {
 		if err := os.WriteFile(filepath.Join(dir, name), []byte(helmStr(text)), 0o644); err != nil {
 			t.Fatal(err)
@@ -653,6 +728,33 @@ func TestHelmTemplateOptions(t *testing.T) {
 			t.Errorf("rls.envoy_config %v, want [edge.yaml]", cfg.RLS.EnvoyConfig)
 		}
 	}
+}
+
+// With adminTLS, the chart mounts the Secret, writes admin.tls naming its files (and the client
+// CA with clientCA) and makes the probes HTTPS; the rendered configuration parses with the
+// Secret's files in place, and a probe left on HTTP is caught.
+func TestHelmAdminTLS(t *testing.T) {
+	objs, err := helmTemplate(t, helmValues(t, "adminTLS: {existingSecret: sluice-admin-tls, clientCA: true}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := helmExpect{replicas: 3, adminTLSSecret: "sluice-admin-tls"}
+	for _, p := range helmCheck(t, objs, want) {
+		t.Error(p)
+	}
+	for _, o := range objs {
+		if o.kind() == "ConfigMap" {
+			if text := helmStr(helmGet(o, "data", "sluice.yaml")); !strings.Contains(text, "client_ca_file: "+helmAdminTLSDir+"/ca.crt") {
+				t.Errorf("the configuration does not want client certificates:\n%s", text)
+			}
+		}
+	}
+	plain := helmCopy(t, objs)
+	helmEdit(plain, "Deployment", func(o helmObj) {
+		c := helmGet(o, "spec", "template", "spec", "containers", 0).(map[string]any)
+		c["readinessProbe"].(map[string]any)["httpGet"].(map[string]any)["scheme"] = "HTTP"
+	})
+	helmWantProblem(t, helmCheck(t, plain, want), `readinessProbe scheme "HTTP", want HTTPS`)
 }
 
 // TestHelmConfigChangeRollsPods: the checksum annotation follows the configuration, so a change

@@ -275,6 +275,11 @@ func (s *Server) reload() error {
 		s.log.Warn("admin.metrics_listen takes effect at the next restart; the running one stays", "file", s.path, "metrics_listen", old.Admin.MetricsListen)
 		cfg.Admin.MetricsListen = old.Admin.MetricsListen
 	}
+	if !reflect.DeepEqual(cfg.Admin.TLS, old.Admin.TLS) {
+		// The running listener's handshake says who gets in: its client CAs are what authorize.
+		s.log.Warn("admin.tls takes effect at the next restart; the running one stays", "file", s.path)
+		cfg.Admin.TLS = old.Admin.TLS
+	}
 	if cfg.Listen != old.Listen || cfg.AdminListen != old.AdminListen || !reflect.DeepEqual(cfg.TLS, old.TLS) {
 		s.log.Warn("listen, admin_listen and tls take effect at the next restart; the running ones stay",
 			"file", s.path, "listen", old.Listen, "admin_listen", old.AdminListen)
@@ -374,12 +379,14 @@ func (s *Server) Admin() http.Handler {
 			s.forwardAuth(w, r) // believed only from trusted_proxies: no token
 			return
 		}
-		if r.URL.Path != "/healthz" && r.URL.Path != "/readyz" && !s.authorized(r) {
-			// The probes answer anyone: a load balancer or kubelet has no token.
-			w.Header().Set("WWW-Authenticate", `Bearer realm="sluice admin"`)
-			answer.WriteProblem(w, answer.Problem{Type: answer.TypeBlank, Title: http.StatusText(http.StatusUnauthorized),
-				Status: http.StatusUnauthorized, Detail: "the admin listener wants Authorization: Bearer TOKEN (admin.token_env)"})
-			return
+		if r.URL.Path != "/healthz" && r.URL.Path != "/readyz" {
+			// The probes answer anyone: a load balancer or kubelet has no token or certificate.
+			if why := s.unauthorized(r); why != "" {
+				w.Header().Set("WWW-Authenticate", `Bearer realm="sluice admin"`)
+				answer.WriteProblem(w, answer.Problem{Type: answer.TypeBlank, Title: http.StatusText(http.StatusUnauthorized),
+					Status: http.StatusUnauthorized, Detail: why})
+				return
+			}
 		}
 		if r.URL.Path == "/v1/check" && r.Method != http.MethodPost {
 			// The mux would give GET to the simulation and answer the others in plain text.
@@ -392,15 +399,23 @@ func (s *Server) Admin() http.Handler {
 	})
 }
 
-// authorized reports whether r may use the admin listener: always when no admin.token_env is
-// configured, else when it carries the token as a bearer token (compared in constant time).
-func (s *Server) authorized(r *http.Request) bool {
-	token := s.cfg.Load().Admin.Token
-	if token.IsZero() {
-		return true
+// unauthorized says why r may not use the admin listener, or "" if it may: with admin.tls's
+// client_ca_file, r must have come with a client certificate that CA signed (the handshake
+// verified it); with admin.token_env, r must carry the token as a bearer token (compared in
+// constant time); with both, both.
+func (s *Server) unauthorized(r *http.Request) string {
+	a := s.cfg.Load().Admin
+	if a.TLS != nil && a.TLS.ClientCAFile != "" && (r.TLS == nil || len(r.TLS.VerifiedChains) == 0) {
+		return "the admin listener wants a client certificate signed by a CA of admin.tls.client_ca_file"
+	}
+	if a.Token.IsZero() {
+		return ""
 	}
 	got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-	return ok && subtle.ConstantTimeCompare([]byte(got), []byte(token.Value())) == 1
+	if !ok || subtle.ConstantTimeCompare([]byte(got), []byte(a.Token.Value())) != 1 {
+		return "the admin listener wants Authorization: Bearer TOKEN (admin.token_env)"
+	}
+	return ""
 }
 
 // MetricsServer returns the server of admin.metrics_listen: /metrics (and /healthz) only, with

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -155,17 +156,22 @@ func serve(ctx context.Context, path string, watch time.Duration, o overrides, s
 			return err
 		}
 		if cfg.TLS != nil {
-			cert, err := tls.LoadX509KeyPair(cfg.TLS.CertFile, cfg.TLS.KeyFile)
-			if err != nil {
+			if tlsConfig, err = listenerTLS(cfg.TLS); err != nil {
 				closeAll()
 				return configError{fmt.Errorf("%s: tls: %w", cfg.File, err)}
 			}
-			tlsConfig = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
 		}
 	}
+	var adminTLS *tls.Config
 	if cfg.AdminListen != "" {
 		if adminLn, err = listen(cfg.AdminListen, "admin"); err != nil {
 			return err
+		}
+		if cfg.Admin.TLS != nil {
+			if adminTLS, err = listenerTLS(cfg.Admin.TLS); err != nil {
+				closeAll()
+				return configError{fmt.Errorf("%s: admin.tls: %w", cfg.File, err)}
+			}
 		}
 	}
 	if svc != nil {
@@ -198,8 +204,13 @@ func serve(ctx context.Context, path string, watch time.Duration, o overrides, s
 	var admin *http.Server
 	if adminLn != nil {
 		admin = srv.AdminServer()
-		go func() { errs <- admin.Serve(adminLn) }()
-		log.Info("admin listening", "addr", adminLn.Addr().String())
+		if adminTLS != nil {
+			admin.TLSConfig = adminTLS
+			go func() { errs <- admin.ServeTLS(adminLn, "", "") }()
+		} else {
+			go func() { errs <- admin.Serve(adminLn) }()
+		}
+		log.Info("admin listening", "addr", adminLn.Addr().String(), "tls", adminTLS != nil, "client_certificates", cfg.Admin.TLS != nil && cfg.Admin.TLS.ClientCAFile != "")
 	}
 	var metrics *http.Server
 	if metricsLn != nil {
@@ -333,4 +344,28 @@ Try:
 Open http://%[3]s/operator/ to see who is being limited, http://%[3]s/ for the simulation.
 Stop with Ctrl-C.
 `, proxy, config.DemoAPIKey, admin)
+}
+
+// listenerTLS is the TLS configuration of a listener's certificate (config checked the files at
+// load; they are read again here, as the listener starts). With t.ClientCAFile, the handshake asks
+// for a client certificate and verifies one that is given against those CAs; the admin listener
+// then refuses a request without one (gateway: the probes need none, as kubelet has none).
+func listenerTLS(t *config.TLS) (*tls.Config, error) {
+	cert, err := tls.LoadX509KeyPair(t.CertFile, t.KeyFile)
+	if err != nil {
+		return nil, err
+	}
+	c := &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	if t.ClientCAFile != "" {
+		pem, err := os.ReadFile(t.ClientCAFile)
+		if err != nil {
+			return nil, err
+		}
+		c.ClientCAs = x509.NewCertPool()
+		if !c.ClientCAs.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("client_ca_file %q holds no PEM certificate", t.ClientCAFile)
+		}
+		c.ClientAuth = tls.VerifyClientCertIfGiven
+	}
+	return c, nil
 }

@@ -208,6 +208,7 @@ type sluiceProc struct {
 	stderr *syncBuffer
 	stdout *syncBuffer
 	done   chan struct{} // closed when the process has exited
+	client *http.Client  // what waitFor asks the admin listener with; nil: e2eClient
 }
 
 // configFunc writes a configuration for the given listen and admin_listen addresses.
@@ -243,6 +244,12 @@ func startSluiceArgs(t *testing.T, dir, name string, cfg configFunc, args ...str
 
 // launch is startSluice returning its error, for any goroutine.
 func launch(t *testing.T, dir, name string, cfg configFunc, ready string, args ...string) (*sluiceProc, error) {
+	return launchWith(t, dir, name, cfg, ready, nil, args...)
+}
+
+// launchWith is launch with an admin listener served over HTTPS, asked with client (nil: plain
+// HTTP, asked with e2eClient).
+func launchWith(t *testing.T, dir, name string, cfg configFunc, ready string, client *http.Client, args ...string) (*sluiceProc, error) {
 	if len(args) == 0 {
 		args = []string{"--watch", "0"}
 	}
@@ -264,7 +271,10 @@ func launch(t *testing.T, dir, name string, cfg configFunc, ready string, args .
 			return nil, err
 		}
 		p := &sluiceProc{t: t, config: path, proxy: "http://" + listen, admin: "http://" + admin,
-			stderr: &syncBuffer{}, stdout: &syncBuffer{}, done: make(chan struct{})}
+			stderr: &syncBuffer{}, stdout: &syncBuffer{}, done: make(chan struct{}), client: client}
+		if client != nil {
+			p.admin = "https://" + admin
+		}
 		p.cmd = exec.Command(bin, append([]string{"serve", "--config", path}, args...)...)
 		p.cmd.Env = sluiceEnv()
 		p.cmd.Stdout, p.cmd.Stderr = p.stdout, p.stderr
@@ -308,7 +318,11 @@ func (p *sluiceProc) waitFor(path string, timeout time.Duration) error {
 			return fmt.Errorf("the process exited (%v)", p.cmd.ProcessState)
 		default:
 		}
-		resp, err := e2eClient.Get(p.admin + path)
+		c := p.client
+		if c == nil {
+			c = e2eClient
+		}
+		resp, err := c.Get(p.admin + path)
 		if err == nil {
 			io.Copy(io.Discard, resp.Body)
 			resp.Body.Close()

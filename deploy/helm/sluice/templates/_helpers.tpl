@@ -53,6 +53,15 @@ annotations use the same ports), the Redis store from values.redis, and the rls 
 {{- end }}
 {{- $_ = set $cfg "store" $store }}
 {{- end }}
+{{- if .Values.adminTLS.existingSecret }}
+{{- $admin := deepCopy (default dict $cfg.admin) }}
+{{- $tls := dict "cert_file" "/etc/sluice-admin-tls/tls.crt" "key_file" "/etc/sluice-admin-tls/tls.key" }}
+{{- if .Values.adminTLS.clientCA }}
+{{- $_ = set $tls "client_ca_file" "/etc/sluice-admin-tls/ca.crt" }}
+{{- end }}
+{{- $_ = set $admin "tls" $tls }}
+{{- $_ = set $cfg "admin" $admin }}
+{{- end }}
 {{- if .Values.rls.enabled }}
 {{- $rls := dict "listen" (printf "0.0.0.0:%v" .Values.ports.rls) "envoy_config" (keys .Values.rls.envoyConfig | sortAlpha) }}
 {{- $_ = set $cfg "rls" $rls }}
