@@ -197,6 +197,10 @@ func TestFleetGuardShare(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if _, err := sluice.NewLimiter(st, sluice.Policy{Name: "x", Algorithm: sluice.FixedWindow, Limit: 1, Period: time.Second},
+		sluice.WithFleetFallback(nil, a.Size)); err == nil || !strings.Contains(err.Error(), "WithFleetFallback") {
+		t.Errorf("WithFleetFallback without a local store: %v; want an error naming it", err)
+	}
 	approvals := func(key string, wantLimit int64) int {
 		t.Helper()
 		n := 0
