@@ -35,7 +35,7 @@ const (
 	DefaultStorePrefix   = "rate-limit:"         // likewise
 	DefaultMaxKeys       = 1 << 20               // the memory store's own default (likewise)
 	DefaultRefusalCache  = 1 << 16               // the Redis store's cache of refusals: its own default (likewise)
-	DefaultLocalShare    = LocalShareFleet // on_error local: 1/n of each policy, n the instances on the Redis
+	DefaultLocalShare    = LocalShareFleet       // on_error local: 1/n of each policy, n the instances on the Redis
 	DefaultAPIKeyHeader  = "X-API-Key"
 	DefaultJWTHeader     = "Authorization" // the token may follow "Bearer "
 	DefaultJWTClaim      = "sub"
