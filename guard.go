@@ -19,7 +19,7 @@ type guard struct {
 }
 
 // Guard wraps store with the breaker and the failure mode that opts set (WithFailureMode,
-// WithLocalFallback, WithBreaker), as NewLimiter does for every store that is not Infallible:
+// WithLocalFallback, WithFleetFallback, WithBreaker), as NewLimiter does for every store that is not Infallible:
 // for callers that use a store directly, such as the gateway's DecideAll. An Infallible store is
 // returned as it is. The result implements Available.
 func Guard(store Store, opts ...Option) (Store, error) {

@@ -35,7 +35,7 @@ const (
 	// FailOpen allows, with Decision.Fallback = FallbackOpen so that callers can count it.
 	FailOpen
 	// FailLocal decides on an in-process store with this instance's share of the policy (see
-	// WithLocalFallback), with Decision.Fallback = FallbackLocal.
+	// WithLocalFallback, WithFleetFallback), with Decision.Fallback = FallbackLocal.
 	FailLocal
 )
 
@@ -52,7 +52,7 @@ func (m FailureMode) String() string {
 }
 
 // WithFailureMode sets what happens when the store fails: FailClosed (the default) or FailOpen.
-// For FailLocal use WithLocalFallback.
+// For FailLocal use WithLocalFallback or WithFleetFallback.
 func WithFailureMode(m FailureMode) Option { return func(l *Limiter) { l.config.mode = m } }
 
 // WithLocalFallback makes the limiter fail to local: while the store is unavailable it decides
@@ -60,7 +60,9 @@ func WithFailureMode(m FailureMode) Option { return func(l *Limiter) { l.config.
 // but at least 1 (a burst of 0 stays 0) — a conservative per-instance limit: with n instances,
 // a share of 1/n keeps the total near the policy. share must be in (0, 1].
 func WithLocalFallback(local Store, share float64) Option {
-	return func(l *Limiter) { l.config.mode, l.config.local, l.config.share = FailLocal, local, share }
+	return func(l *Limiter) {
+		l.config.mode, l.config.local, l.config.share, l.config.size = FailLocal, local, share, nil
+	}
 }
 
 // WithFleetFallback makes the limiter fail to local like WithLocalFallback, with a share that
