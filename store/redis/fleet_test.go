@@ -322,3 +322,25 @@ func TestFleetOptions(t *testing.T) {
 		t.Errorf("two default ids are both %q", f.ID())
 	}
 }
+
+// TestFleetCluster: on a Redis Cluster the registry is one key, in one slot: instances connected
+// through different nodes count each other.
+func TestFleetCluster(t *testing.T) {
+	cl := redistest.StartCluster(t, 3)
+	open := func(addr string) *redis.Store {
+		s, err := redis.New(redis.Options{Addrs: []string{addr}, Timeout: 5 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(s.Close)
+		return s
+	}
+	addrs := cl.Addrs()
+	a, b := openFleet(t, open(addrs[0]), "gw-a"), openFleet(t, open(addrs[2]), "gw-b")
+	beat(t, a)
+	beat(t, b)
+	beat(t, a)
+	if v := a.View(); v.Count != 2 || ids(v) != "gw-a gw-b" {
+		t.Fatalf("on the cluster: %+v; want gw-a and gw-b", v)
+	}
+}
