@@ -172,7 +172,7 @@ func (f *Fleet) run() {
 		cancel()
 		switch {
 		case err != nil && !failing:
-			f.s.log.Warn("fleet: a heartbeat did not reach Redis; the local fallback keeps the last count seen",
+			f.s.log.Warn("fleet: a heartbeat failed (Redis down, or an ACL without the registry's commands); the local fallback keeps the last count seen",
 				"instance", f.id, "instances", f.Size(), "error", err.Error())
 		case err == nil && (failing || f.count.Load() != last):
 			n := f.count.Load()
