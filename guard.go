@@ -12,13 +12,14 @@ import (
 type guard struct {
 	store   Store
 	mode    FailureMode
-	local   Store   // FailLocal: the in-process store
-	share   float64 // FailLocal: this instance's share of a policy
+	local   Store      // FailLocal: the in-process store
+	share   float64    // FailLocal: this instance's share of a policy
+	size    func() int // FailLocal, if set instead of share: the instances that share a policy
 	breaker breaker
 }
 
 // Guard wraps store with the breaker and the failure mode that opts set (WithFailureMode,
-// WithLocalFallback, WithBreaker), as NewLimiter does for every store that is not Infallible:
+// WithLocalFallback, WithFleetFallback, WithBreaker), as NewLimiter does for every store that is not Infallible:
 // for callers that use a store directly, such as the gateway's DecideAll. An Infallible store is
 // returned as it is. The result implements Available.
 func Guard(store Store, opts ...Option) (Store, error) {
@@ -39,7 +40,7 @@ type Available interface {
 func (g *guard) Available() bool { return !g.breaker.open() }
 
 func newGuard(store Store, config *guard) *guard {
-	g := &guard{store: store, mode: config.mode, local: config.local, share: config.share}
+	g := &guard{store: store, mode: config.mode, local: config.local, share: config.share, size: config.size}
 	g.breaker.threshold, g.breaker.cooldown = config.breaker.threshold, config.breaker.cooldown
 	return g
 }
@@ -137,9 +138,17 @@ func (g *guard) fallbackAll(ctx context.Context, key string, limits []Limit, out
 	return false, cause
 }
 
-// localPolicy is p with its limit and burst multiplied by the local share, rounded down but at
-// least 1 (a burst of 0 stays 0).
+// localPolicy is p with its limit and burst multiplied by the local share (divided by the
+// fleet's size, exactly), rounded down but at least 1 (a burst of 0 stays 0).
 func (g *guard) localPolicy(p Policy) Policy {
+	if g.size != nil {
+		n := int64(max(1, g.size()))
+		p.Limit = max(1, p.Limit/n)
+		if p.Burst > 0 {
+			p.Burst = max(1, p.Burst/n)
+		}
+		return p
+	}
 	p.Limit = max(1, int64(float64(p.Limit)*g.share))
 	if p.Burst > 0 {
 		p.Burst = max(1, int64(float64(p.Burst)*g.share))

@@ -35,7 +35,7 @@ const (
 	// FailOpen allows, with Decision.Fallback = FallbackOpen so that callers can count it.
 	FailOpen
 	// FailLocal decides on an in-process store with this instance's share of the policy (see
-	// WithLocalFallback), with Decision.Fallback = FallbackLocal.
+	// WithLocalFallback, WithFleetFallback), with Decision.Fallback = FallbackLocal.
 	FailLocal
 )
 
@@ -52,7 +52,7 @@ func (m FailureMode) String() string {
 }
 
 // WithFailureMode sets what happens when the store fails: FailClosed (the default) or FailOpen.
-// For FailLocal use WithLocalFallback.
+// For FailLocal use WithLocalFallback or WithFleetFallback.
 func WithFailureMode(m FailureMode) Option { return func(l *Limiter) { l.config.mode = m } }
 
 // WithLocalFallback makes the limiter fail to local: while the store is unavailable it decides
@@ -60,7 +60,19 @@ func WithFailureMode(m FailureMode) Option { return func(l *Limiter) { l.config.
 // but at least 1 (a burst of 0 stays 0) — a conservative per-instance limit: with n instances,
 // a share of 1/n keeps the total near the policy. share must be in (0, 1].
 func WithLocalFallback(local Store, share float64) Option {
-	return func(l *Limiter) { l.config.mode, l.config.local, l.config.share = FailLocal, local, share }
+	return func(l *Limiter) {
+		l.config.mode, l.config.local, l.config.share, l.config.size = FailLocal, local, share, nil
+	}
+}
+
+// WithFleetFallback makes the limiter fail to local like WithLocalFallback, with a share that
+// follows the number of instances: while the store is unavailable it decides on local with the
+// policy's limit and burst divided by size(), rounded down but at least 1 (a burst of 0 stays 0).
+// size is asked at every decision of the fallback, so it must be cheap (an atomic load): e.g. a
+// Redis store's instance registry, (*redis.Fleet).Size, the live count it last saw. A size below
+// 1 counts as 1.
+func WithFleetFallback(local Store, size func() int) Option {
+	return func(l *Limiter) { l.config.mode, l.config.local, l.config.size = FailLocal, local, size }
 }
 
 // WithBreaker sets the breaker: after threshold consecutive store failures, decisions skip the
@@ -116,7 +128,10 @@ func NewLimiter(store Store, policy Policy, opts ...Option) (*Limiter, error) {
 	}
 	if g.mode == FailLocal {
 		if g.local == nil {
-			return nil, errors.New("sluice: NewLimiter: FailLocal needs WithLocalFallback(memory.New(), share)")
+			return nil, errors.New("sluice: NewLimiter: FailLocal needs WithLocalFallback(memory.New(), share) or WithFleetFallback")
+		}
+		if g.size != nil {
+			g.share = 1 // (not used: size decides)
 		}
 		if !(g.share > 0 && g.share <= 1) {
 			return nil, fmt.Errorf("sluice: NewLimiter: local share %v must be in (0, 1]", g.share)

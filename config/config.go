@@ -35,7 +35,7 @@ const (
 	DefaultStorePrefix   = "rate-limit:"         // likewise
 	DefaultMaxKeys       = 1 << 20               // the memory store's own default (likewise)
 	DefaultRefusalCache  = 1 << 16               // the Redis store's cache of refusals: its own default (likewise)
-	DefaultLocalShare    = 0.5
+	DefaultLocalShare    = LocalShareFleet       // on_error local: 1/n of each policy, n the instances on the Redis
 	DefaultAPIKeyHeader  = "X-API-Key"
 	DefaultJWTHeader     = "Authorization" // the token may follow "Bearer "
 	DefaultJWTClaim      = "sub"
@@ -99,6 +99,10 @@ type TLS struct {
 	ClientCAFile string
 }
 
+// LocalShareFleet is local_share: fleet: the share is 1/n, n the live instances on the Redis
+// (they register there with a heartbeat), as last seen before Redis went down.
+const LocalShareFleet = 0
+
 // Store says where the limiter keeps its state.
 type Store struct {
 	Type        string   // StoreMemory (the default) or StoreRedis
@@ -110,7 +114,7 @@ type Store struct {
 	Prefix      string   // redis key prefix; default DefaultStorePrefix
 	Timeout     time.Duration
 	OnError     sluice.FailureMode // what happens when Redis cannot decide; default FailClosed
-	LocalShare  float64            // with OnError FailLocal: this instance's share of each policy, in (0, 1]
+	LocalShare  float64            // with OnError FailLocal: this instance's share of each policy, in (0, 1], or LocalShareFleet
 	MaxKeys     int                // keys held by the memory store (or the local fallback); 0: DefaultMaxKeys
 	// RefusalCache bounds the refusals the Redis store remembers, to answer a client retrying
 	// before its Retry-After without a round trip; 0 turns the cache off. Default

@@ -333,7 +333,7 @@ func TestDefaults(t *testing.T) {
 		t.Errorf("listen %q admin %q tls %v", cfg.Listen, cfg.AdminListen, cfg.TLS)
 	}
 	s := cfg.Store
-	if s.Type != StoreMemory || s.OnError != sluice.FailClosed || s.LocalShare != 0.5 || s.Timeout != 50*time.Millisecond || s.MaxKeys != 0 {
+	if s.Type != StoreMemory || s.OnError != sluice.FailClosed || s.LocalShare != LocalShareFleet || s.Timeout != 50*time.Millisecond || s.MaxKeys != 0 {
 		t.Errorf("store %+v", s)
 	}
 	if len(cfg.Identity) != 2 || cfg.Identity[0].APIKey == nil || cfg.Identity[0].APIKey.Header != "X-API-Key" ||

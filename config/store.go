@@ -114,7 +114,13 @@ func (p *parser) store(n *yaml.Node, s *Store) {
 		}
 	}
 	if n := p.get(m, "local_share"); n != nil {
-		if v, ok := p.float(n, path, "local_share"); ok {
+		if n.Kind == yaml.ScalarNode && n.ShortTag() == "!!str" {
+			if n.Value == "fleet" {
+				s.LocalShare = LocalShareFleet
+			} else {
+				p.errorf(n, path, nil, "local_share %q must be fleet (1/n, n the instances on the Redis) or a number in (0, 1]", n.Value)
+			}
+		} else if v, ok := p.float(n, path, "local_share"); ok {
 			if !(v > 0 && v <= 1) {
 				p.errorf(n, path, nil, "local_share %s must be in (0, 1]: this instance's share of each policy while Redis is down", n.Value)
 			} else {

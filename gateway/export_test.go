@@ -38,6 +38,7 @@ func SetAdminTimeouts(read, write, idle time.Duration) (restore func()) {
 // composition root does (the gateway itself imports no store): the tests' way to a Server.
 func OpenStore(cfg config.Store, log *slog.Logger) (Store, error) {
 	var st Store
+	var fleet *redisstore.Fleet
 	var mopts []memory.Option
 	if cfg.MaxKeys > 0 {
 		mopts = append(mopts, memory.WithMaxKeys(cfg.MaxKeys))
@@ -54,11 +55,33 @@ func OpenStore(cfg config.Store, log *slog.Logger) (Store, error) {
 			return st, err
 		}
 		st = Store{Store: rs, Ping: rs.Ping, Close: rs.Close}
+		if cfg.OnError == sluice.FailLocal && cfg.LocalShare == config.LocalShareFleet {
+			if fleet, err = rs.Fleet(redisstore.FleetOptions{}); err != nil {
+				rs.Close()
+				return st, err
+			}
+			fleet.Start()
+			st.Close = func() { fleet.Close(); rs.Close() }
+			st.Fleet = func() FleetStats {
+				v := fleet.View()
+				f := FleetStats{Self: v.Self, Instances: v.Count, FallbackShare: 1 / float64(fleet.Size()), Error: v.Err, Members: []FleetInstance{}}
+				for _, in := range v.Instances {
+					f.Members = append(f.Members, FleetInstance{ID: in.ID, LastSeen: in.LastSeen})
+				}
+				if !v.At.IsZero() {
+					f.SeenAt = &v.At
+				}
+				return f
+			}
+		}
 	default:
 		st.Store = memory.New(mopts...)
 	}
 	opts := []sluice.Option{sluice.WithFailureMode(cfg.OnError)}
-	if cfg.OnError == sluice.FailLocal {
+	switch {
+	case fleet != nil:
+		opts = []sluice.Option{sluice.WithFleetFallback(memory.New(mopts...), fleet.Size)}
+	case cfg.OnError == sluice.FailLocal:
 		opts = []sluice.Option{sluice.WithLocalFallback(memory.New(mopts...), cfg.LocalShare)}
 	}
 	guarded, err := sluice.Guard(st.Store, opts...)

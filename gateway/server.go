@@ -38,6 +38,7 @@ type Server struct {
 	store    sluice.Store // guarded
 	ping     func(context.Context) error
 	closer   func()
+	fleet    func() FleetStats // nil: no instance registry
 	metrics  *Metrics
 	registry *prometheus.Registry
 	log      *slog.Logger
@@ -54,12 +55,15 @@ type Store struct {
 	sluice.Store                             // guarded
 	Ping         func(context.Context) error // whether it answers (readiness, /v1/stats); nil: always
 	Close        func()                      // nil: nothing to close
+	// Fleet, if set, is the instance registry the store runs (on_error: local with
+	// local_share: fleet), for /v1/stats, the operator page and the metrics.
+	Fleet func() FleetStats
 }
 
 // NewServer returns a Server running cfg on st; path is the file Reload reads. The Server
 // closes st on Close, and on an error here.
 func NewServer(cfg *config.Config, path string, st Store, log *slog.Logger) (*Server, error) {
-	s := &Server{path: path, log: log, registry: prometheus.NewRegistry(), ping: st.Ping, closer: st.Close}
+	s := &Server{path: path, log: log, registry: prometheus.NewRegistry(), ping: st.Ping, closer: st.Close, fleet: st.Fleet}
 	if s.ping == nil {
 		s.ping = func(context.Context) error { return nil }
 	}
@@ -90,6 +94,9 @@ func NewServer(cfg *config.Config, path string, st Store, log *slog.Logger) (*Se
 			}
 			return 1
 		}))
+	if s.fleet != nil {
+		s.registerFleet(s.fleet)
+	}
 	g, err := New(cfg, s.store, s.metrics, nil)
 	if err != nil {
 		s.closer()
@@ -512,6 +519,8 @@ type Stats struct {
 	// listener this Server does not serve (see Proxy.Serve, AdminServer).
 	Listen      string `json:"listen"`
 	AdminListen string `json:"admin_listen"`
+	// Fleet is the instance registry, if the store runs one (on_error: local, local_share: fleet).
+	Fleet *FleetStats `json:"fleet,omitempty"`
 }
 
 // StoreStats is the store's health as the gateway sees it.
@@ -543,6 +552,10 @@ func (s *Server) stats(w http.ResponseWriter, r *http.Request) {
 		Errors: s.metrics.storeErrorTotal(), Fallbacks: s.metrics.fallbacks.Load()}
 	if a, ok := s.store.(sluice.Available); ok {
 		st.Store.BreakerOpen = !a.Available()
+	}
+	if s.fleet != nil {
+		f := s.fleet()
+		st.Fleet = &f
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), time.Second)
 	defer cancel()

@@ -20,6 +20,7 @@ import (
 // that retrying cannot mend (a bad option, a Redis that refuses the connection) are returned.
 func openStore(cfg config.Store, log *slog.Logger) (gateway.Store, error) {
 	var st gateway.Store
+	var fleet *redisstore.Fleet
 	switch cfg.Type {
 	case config.StoreRedis:
 		rs, err := redisstore.New(redisOptions(cfg, log))
@@ -27,11 +28,24 @@ func openStore(cfg config.Store, log *slog.Logger) (gateway.Store, error) {
 			return st, err
 		}
 		st = gateway.Store{Store: rs, Ping: rs.Ping, Close: rs.Close}
+		if cfg.OnError == sluice.FailLocal && cfg.LocalShare == config.LocalShareFleet {
+			// The instance registry: only where its count is used, the local fallback's share.
+			if fleet, err = rs.Fleet(redisstore.FleetOptions{}); err != nil {
+				rs.Close()
+				return st, err
+			}
+			fleet.Start()
+			st.Close = func() { fleet.Close(); rs.Close() } // leave the registry first: the others count one fewer at once
+			st.Fleet = func() gateway.FleetStats { return fleetStats(fleet) }
+		}
 	default:
 		st.Store = memory.New(memoryOptions(cfg)...)
 	}
 	opts := []sluice.Option{sluice.WithFailureMode(cfg.OnError)}
-	if cfg.OnError == sluice.FailLocal {
+	switch {
+	case fleet != nil:
+		opts = []sluice.Option{sluice.WithFleetFallback(memory.New(memoryOptions(cfg)...), fleet.Size)}
+	case cfg.OnError == sluice.FailLocal:
 		opts = []sluice.Option{sluice.WithLocalFallback(memory.New(memoryOptions(cfg)...), cfg.LocalShare)}
 	}
 	guarded, err := sluice.Guard(st.Store, opts...)
@@ -43,6 +57,20 @@ func openStore(cfg config.Store, log *slog.Logger) (gateway.Store, error) {
 	}
 	st.Store = guarded
 	return st, nil
+}
+
+// fleetStats is the registry as f last read it, as /v1/stats shows it.
+func fleetStats(f *redisstore.Fleet) gateway.FleetStats {
+	v := f.View()
+	st := gateway.FleetStats{Self: v.Self, Instances: v.Count, FallbackShare: 1 / float64(f.Size()), Error: v.Err,
+		Members: make([]gateway.FleetInstance, len(v.Instances))}
+	for i, in := range v.Instances {
+		st.Members[i] = gateway.FleetInstance{ID: in.ID, LastSeen: in.LastSeen}
+	}
+	if !v.At.IsZero() {
+		st.SeenAt = &v.At
+	}
+	return st
 }
 
 // redisOptions are the Redis store's options of cfg.

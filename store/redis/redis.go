@@ -50,10 +50,11 @@ import (
 // library's CLIENT SETINFO may fail); the scripts (EVALSHA, and EVAL when Redis does
 // not have them yet) and the commands they run on the prefix's keys; TIME, with which the store
 // reads Redis's clock (deadlines); and, on a Redis Cluster, the slot map (CLUSTER SLOTS, or
-// SHARDS from Redis 8) and ASKING for redirections while slots move. Nothing else: no other keys,
+// SHARDS from Redis 8) and ASKING for redirections while slots move; and the sorted-set commands
+// of the instance registry's script (fleet.lua). Nothing else: no other keys,
 // no channels, no FLUSHALL, no CONFIG.
 const ACLRules = "resetkeys ~rate-limit:* resetchannels -@all +select +ping +time " +
-	"+evalsha +eval +hmget +hset +del +pexpire +rpush +lrange +ltrim +llen +cluster|slots +cluster|shards +asking"
+	"+evalsha +eval +hmget +hset +del +pexpire +rpush +lrange +ltrim +llen +zadd +zrem +zremrangebyscore +zcard +zrange +cluster|slots +cluster|shards +asking"
 
 // Defaults.
 const (

@@ -14,6 +14,28 @@
     return td;
   }
 
+  // The instance registry (on_error: local, local_share: fleet): how many instances share the
+  // Redis, so which share of each policy this one decides on alone while Redis is down.
+  function renderFleet(f) {
+    $("fleet").hidden = !f;
+    if (!f) return;
+    const share = f.instances > 0 ? "1/" + f.instances : "1 (no heartbeat has reached Redis yet)";
+    $("fleet-summary").textContent = f.instances + " live; this instance, " + f.self + ", decides on " + share +
+      " of each policy while Redis is down" + (f.error ? "; last heartbeat failed: " + f.error : "") +
+      (f.seen_at ? "; counted at " + when(f.seen_at) : "");
+    const tbody = $("fleet-members").tBodies[0];
+    tbody.replaceChildren();
+    for (const m of f.members) {
+      const tr = tbody.insertRow();
+      tr.dataset.instance = m.id;
+      const th = document.createElement("th");
+      th.scope = "row";
+      th.textContent = m.id + (m.id === f.self ? " (this one)" : "");
+      tr.appendChild(th);
+      cell(tr, when(m.last_seen));
+    }
+  }
+
   function render(st) {
     $("config").textContent = st.config;
     const store = $("store");
@@ -37,6 +59,7 @@
       div.append(dt, dd);
       store.appendChild(div);
     }
+    renderFleet(st.fleet);
     $("rates-note").textContent = "rates per second over the last " + st.rate_s + " s; totals since the start";
 
     const limited = st.clients.filter((c) => c.limited);

@@ -1,0 +1,26 @@
+package config
+
+import "testing"
+
+// TestFleetLocalShare: local_share is fleet (the default: 1/n of each policy, n the instances on
+// the Redis) or a fixed number.
+func TestFleetLocalShare(t *testing.T) {
+	for _, c := range []struct {
+		store string
+		want  float64
+	}{
+		{"{type: redis, addrs: [r:6379], on_error: local}", LocalShareFleet},
+		{"{type: redis, addrs: [r:6379], on_error: local, local_share: fleet}", LocalShareFleet},
+		{"{type: redis, addrs: [r:6379], on_error: local, local_share: 0.25}", 0.25},
+		{"{type: redis, addrs: [r:6379], on_error: local, local_share: 1}", 1},
+	} {
+		cfg, err := parseTest(t, "upstream: http://127.0.0.1:9000\nstore: "+c.store+"\n")
+		if err != nil {
+			t.Errorf("store: %s: %v", c.store, err)
+			continue
+		}
+		if cfg.Store.LocalShare != c.want {
+			t.Errorf("store: %s: LocalShare %v; want %v", c.store, cfg.Store.LocalShare, c.want)
+		}
+	}
+}

@@ -1,0 +1,39 @@
+package gateway
+
+import (
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// FleetStats is the instance registry as this instance last read it from Redis (GET /v1/stats
+// "fleet", the operator page): the gateway instances sharing the Redis, and so the share of each
+// policy this one decides on alone while Redis is down (on_error: local, local_share: fleet).
+type FleetStats struct {
+	Self string `json:"self"` // this instance's id
+	// Instances is the live count at the last heartbeat that reached Redis; 0 if none has.
+	Instances int `json:"instances"`
+	// FallbackShare is the share of each policy the local fallback decides on: 1/Instances (1
+	// before any heartbeat reached Redis), the limit and burst divided by that count, rounded down.
+	FallbackShare float64         `json:"fallback_share"`
+	Members       []FleetInstance `json:"members"`           // the live instances (up to 64), the most recently heard from first
+	SeenAt        *time.Time      `json:"seen_at,omitempty"` // when that heartbeat was answered (Redis's clock)
+	Error         string          `json:"error,omitempty"`   // why the last heartbeat failed
+}
+
+// FleetInstance is one live instance of the registry.
+type FleetInstance struct {
+	ID       string    `json:"id"`
+	LastSeen time.Time `json:"last_seen"` // its last heartbeat, by Redis's clock
+}
+
+// registerFleet adds the registry's gauges: the live instances and the fallback's share (no
+// labels: one series each).
+func (s *Server) registerFleet(fleet func() FleetStats) {
+	s.registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sluice_fleet_instances",
+		Help: "Gateway instances sharing the Redis (registered with a heartbeat), as last seen; 0 until a heartbeat reached it."},
+		func() float64 { return float64(fleet().Instances) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sluice_fallback_share",
+			Help: "The share of each policy this instance decides on alone while Redis is down (on_error: local, local_share: fleet): 1/instances."},
+			func() float64 { return fleet().FallbackShare }))
+}

@@ -1,0 +1,121 @@
+package gateway_test
+
+import (
+	"io"
+	"net/http"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/gateway"
+	"github.com/sluicehq/sluice/internal/redistest"
+)
+
+// TestFleetStats: two gateways on one Redis with on_error: local (local_share: fleet, the
+// default) register in its instance registry; /v1/stats and the metrics of each show both
+// instances and the fallback's share, 1/2; with Redis killed they keep that count and each
+// admits exactly half of a fixed window of 11 (5) locally. With a fixed local_share there is no
+// registry: no fleet in the stats, no gauge.
+func TestFleetStats(t *testing.T) {
+	rs := redistest.Start(t)
+	up := newUpstream(t)
+	yaml := `
+upstream: UPSTREAM
+store: {type: redis, addrs: [` + rs.Addr + `], on_error: local, timeout: 500ms}
+identity:
+  - ip: {}
+policies:
+  - {name: anonymous, algorithm: fixed-window, limit: 11, period: 1000h}
+default_policy: anonymous
+`
+	gws := make([]string, 2)
+	admins := make([]string, 2)
+	for i := range gws {
+		gw, srv := start(t, "fasthttp", yaml, up)
+		gws[i], admins[i] = gw.URL, httptestServer(t, srv)
+	}
+	var sts [2]gateway.Stats
+	deadline := time.Now().Add(15 * time.Second)
+	for i := range admins {
+		for sts[i] = stats(t, admins[i]); sts[i].Fleet == nil || sts[i].Fleet.Instances != 2; sts[i] = stats(t, admins[i]) {
+			if time.Now().After(deadline) {
+				t.Fatalf("gateway %d never saw 2 instances: %+v", i, sts[i].Fleet)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	for i, st := range sts {
+		f := st.Fleet
+		var members []string
+		for _, m := range f.Members {
+			members = append(members, m.ID)
+			if m.LastSeen.IsZero() || time.Since(m.LastSeen) > time.Minute {
+				t.Errorf("gateway %d: member %s last seen %v; want a recent heartbeat", i, m.ID, m.LastSeen)
+			}
+		}
+		slices.Sort(members)
+		want := []string{sts[0].Fleet.Self, sts[1].Fleet.Self}
+		slices.Sort(want)
+		if f.FallbackShare != 0.5 || !slices.Equal(members, want) || want[0] == want[1] || f.SeenAt == nil || f.Error != "" {
+			t.Errorf("gateway %d: fleet %+v; want share 0.5 and members %v", i, f, want)
+		}
+		if v := metricValue(t, admins[i], "sluice_fleet_instances"); v != "2" {
+			t.Errorf("gateway %d: sluice_fleet_instances %s; want 2", i, v)
+		}
+		if v := metricValue(t, admins[i], "sluice_fallback_share"); v != "0.5" {
+			t.Errorf("gateway %d: sluice_fallback_share %s; want 0.5", i, v)
+		}
+	}
+	resp, err := http.Get(admins[0] + "/operator/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	page, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.Contains(string(page), `id="fleet-members"`) {
+		t.Errorf("the operator page has no instances table")
+	}
+
+	rs.Kill()
+	for i, gw := range gws {
+		allowed := 0
+		for range 12 {
+			switch r := get(t, gw+"/x"); r.StatusCode {
+			case http.StatusOK:
+				allowed++
+			case http.StatusTooManyRequests:
+			default:
+				t.Fatalf("gateway %d with Redis down: %d", i, r.StatusCode)
+			}
+		}
+		if allowed != 5 {
+			t.Errorf("gateway %d with Redis down: %d of 12 admitted locally; want floor(11/2) = 5", i, allowed)
+		}
+	}
+	if f := stats(t, admins[0]).Fleet; f == nil || f.Instances != 2 || f.FallbackShare != 0.5 {
+		t.Errorf("with Redis down, the stats' fleet %+v; want the last count, 2", f)
+	}
+
+	// A fixed share runs no registry.
+	fixed := strings.Replace(yaml, "on_error: local,", "on_error: local, local_share: 0.5,", 1)
+	_, srv := start(t, "fasthttp", fixed, up)
+	admin := httptestServer(t, srv)
+	if f := stats(t, admin).Fleet; f != nil {
+		t.Errorf("local_share 0.5: fleet %+v in the stats; want none", f)
+	}
+	if metricSum(t, admin, "sluice_fleet_instances") != 0 || strings.Contains(metricsText(t, admin), "sluice_fleet_instances") {
+		t.Errorf("local_share 0.5: sluice_fleet_instances is exported")
+	}
+}
+
+func metricsText(t *testing.T, admin string) string {
+	t.Helper()
+	resp, err := http.Get(admin + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return string(b)
+}
