@@ -29,7 +29,8 @@ var (
 
 // fixtures returns a directory holding rsa.pem (an RSA public key), ec256.pem and ec384.pem
 // (ECDSA public keys), ed25519.pem, cert.pem and key.pem (a self-signed certificate and its key),
-// garbage.pem (no PEM), private.pem (an EC private key, not a public one).
+// operators-ca.pem (the certificate again, as a client CA), garbage.pem (no PEM), private.pem (an
+// EC private key, not a public one).
 func fixtures(t testing.TB) string {
 	t.Helper()
 	fixturesOnce.Do(func() { fixturesDir, fixturesErr = makeFixtures() })
@@ -89,7 +90,8 @@ func makeFixtures() (string, error) {
 	for _, f := range []struct {
 		name, typ string
 		der       []byte
-	}{{"cert.pem", "CERTIFICATE", cert}, {"key.pem", "EC PRIVATE KEY", keyDER}, {"private.pem", "EC PRIVATE KEY", keyDER}} {
+	}{{"cert.pem", "CERTIFICATE", cert}, {"key.pem", "EC PRIVATE KEY", keyDER}, {"private.pem", "EC PRIVATE KEY", keyDER},
+		{"operators-ca.pem", "CERTIFICATE", cert}} {
 		if err := write(f.name, f.typ, f.der); err != nil {
 			return "", err
 		}
