@@ -362,3 +362,67 @@ func checkBound(t *testing.T, round int, p sluice.Policy, b sluice.LocalBudget, 
 		}
 	}
 }
+
+// TestBudgetDecideAllConcurrent: requests of two budgeted limits and requests of one of them
+// alone, from many goroutines through four instances on one shared store: neither limit admits
+// beyond itself (a fixed window of an hour: its limit), and requests of both are admitted only
+// within the narrower one.
+func TestBudgetDecideAllConcurrent(t *testing.T) {
+	for round := range 5 {
+		clock, _, shared := budgetWorld(time.UnixMicro(0))
+		wide := sluice.Policy{Name: "wide", Algorithm: sluice.FixedWindow, Limit: 120, Period: time.Hour}
+		narrow := sluice.Policy{Name: "narrow", Algorithm: sluice.FixedWindow, Limit: 40, Period: time.Hour}
+		budgets := func(p sluice.Policy) sluice.LocalBudget {
+			return sluice.LocalBudget{Size: 4 + p.Limit/40, MaxAge: time.Hour} // 7 and 5
+		}
+		var wrappers []*sluice.BudgetStore
+		for range 4 {
+			wrappers = append(wrappers, sluice.Budgeted(shared, budgets, sluice.WithBudgetClock(clock)))
+		}
+		var both, wideOnly atomic.Int64
+		var wg sync.WaitGroup
+		for g := range 32 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				b := wrappers[g%4]
+				out := make([]sluice.Decision, 2)
+				limits := []sluice.Limit{{Policy: narrow, Cost: 1}, {Policy: wide, Cost: 1}}
+				for i := range 12 {
+					if g%2 == 0 && i%2 == 0 {
+						d, err := b.Decide(context.Background(), "k", wide, 1)
+						if err != nil {
+							t.Error(err)
+							return
+						}
+						if d.Allowed {
+							wideOnly.Add(1)
+						}
+						continue
+					}
+					ok, err := b.DecideAll(context.Background(), "k", limits, out)
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					if ok != (out[0].Allowed && out[1].Allowed) {
+						t.Errorf("DecideAll %v with decisions %+v", ok, out)
+					}
+					if ok {
+						both.Add(1)
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		if n := both.Load(); n > narrow.Limit {
+			t.Errorf("round %d: %d requests of both limits admitted; narrow's limit is %d", round, n, narrow.Limit)
+		}
+		if n := both.Load() + wideOnly.Load(); n > wide.Limit {
+			t.Errorf("round %d: %d requests admitted under wide; its limit is %d", round, n, wide.Limit)
+		}
+		if both.Load() == 0 || wideOnly.Load() == 0 {
+			t.Errorf("round %d: %d of both, %d of wide alone admitted", round, both.Load(), wideOnly.Load())
+		}
+	}
+}
