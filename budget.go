@@ -81,10 +81,10 @@ type BudgetOption func(*BudgetStore)
 // itself runs on, or one that moves at its rate.
 func WithBudgetClock(c Clock) BudgetOption { return func(s *BudgetStore) { s.clock = c } }
 
-// WithMaxBudgets bounds how many (key, policy) budgets are kept (default DefaultMaxBudgets):
-// keys come from clients, so their number must not grow memory. When full, an expired budget
-// is dropped, else some other idle one (its unspent units expire with it); a request that finds
-// no room is decided by the store.
+// WithMaxBudgets bounds how many (key, policy) budgets are kept (default DefaultMaxBudgets; at
+// least one per shard, 16): keys come from clients, so their number must not grow memory. When
+// full, an expired budget is dropped, else some other idle one (its unspent units expire with
+// it); a request that finds no room is decided by the store.
 func WithMaxBudgets(n int) BudgetOption { return func(s *BudgetStore) { s.max = n } }
 
 // BudgetStore is a Store that serves policies with a local budget from budgets taken from the
