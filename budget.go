@@ -109,6 +109,12 @@ type budgetShard struct {
 
 type budgetKey struct{ name, key string }
 
+// refillOp is one goroutine taking a budget; the others wait for done.
+type refillOp struct {
+	done   chan struct{}
+	failed bool // the store failed (written before done is closed)
+}
+
 // budgetEntry is one instance's budget of one (key, policy). Fields guarded by mu.
 type budgetEntry struct {
 	mu        sync.Mutex
@@ -118,8 +124,8 @@ type budgetEntry struct {
 	remaining int64     // the store's Remaining when the budget was taken
 	resetAt   time.Time // the store's ResetAfter then, as a time
 	dryUntil  time.Time // the store refused a budget: decide exactly until then
-	refilling chan struct{}
-	dead      bool // evicted: look the entry up again
+	refilling *refillOp // the budget being taken, nil if none
+	dead      bool      // evicted: look the entry up again
 }
 
 // Budgeted wraps store so that each policy p for which budgets(p) has a Size > 0 is served
@@ -181,12 +187,16 @@ func (s *BudgetStore) decide(ctx context.Context, key string, p *Policy, cost in
 			e.mu.Unlock()
 			return d, nil
 		}
-		if ch := e.refilling; ch != nil {
+		if op := e.refilling; op != nil {
 			// One goroutine takes a budget at a time; the others wait for it rather than ask
-			// the store each on its own.
+			// the store each on its own. If the store failed it, each asks the store itself, at
+			// once, instead of trying again one after another, a timeout each.
 			e.mu.Unlock()
 			select {
-			case <-ch:
+			case <-op.done:
+				if op.failed {
+					return s.store.Decide(ctx, key, *p, cost)
+				}
 				continue
 			case <-ctx.Done():
 				return Decision{Limit: p.Capacity()}, ctx.Err()
@@ -218,7 +228,7 @@ func (e *budgetEntry) follow(p *Policy) {
 // startRefill marks e as being refilled; what was left of its budget is dropped, so that an
 // instance never holds more than one budget's units of a key.
 func (e *budgetEntry) startRefill() {
-	e.refilling = make(chan struct{})
+	e.refilling = &refillOp{done: make(chan struct{})}
 	e.units = 0
 }
 
@@ -242,7 +252,8 @@ func (s *BudgetStore) refill(ctx context.Context, e *budgetEntry, key string, p 
 	}
 	e.mu.Lock()
 	defer func() {
-		close(e.refilling)
+		e.refilling.failed = err != nil
+		close(e.refilling.done)
 		e.refilling = nil
 		e.mu.Unlock()
 	}()
@@ -459,11 +470,11 @@ func (s *BudgetStore) refillOnly(ctx context.Context, key string, p *Policy, b L
 		e.mu.Unlock()
 		return true
 	}
-	if ch := e.refilling; ch != nil {
+	if op := e.refilling; op != nil {
 		e.mu.Unlock()
 		select {
-		case <-ch:
-			return true
+		case <-op.done:
+			return !op.failed
 		case <-ctx.Done():
 			return false
 		}

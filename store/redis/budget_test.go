@@ -2,6 +2,7 @@ package redis_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -94,5 +95,44 @@ func TestBudgetInstancesOneRedis(t *testing.T) {
 				t.Logf("round %d: %d admitted (bound %d) in %v, %d Redis calls", round, n, bound, span, calls)
 			}
 		})
+	}
+}
+
+// TestBudgetStoreFailureAnsweredAtOnce: when Redis hangs while many requests wait for one
+// instance's budget, the one taking it fails after the store's timeout, and the others then ask
+// the store each itself, at once: every request has its answer (ErrStoreUnavailable, for the
+// failure mode) within about two timeouts, not one timeout after another.
+func TestBudgetStoreFailureAnsweredAtOnce(t *testing.T) {
+	srv := redistest.Start(t)
+	const timeout = 300 * time.Millisecond
+	st := openStore(t, srv, redis.Options{Timeout: timeout})
+	p := sluice.Policy{Name: "tb", Algorithm: sluice.TokenBucket, Limit: 1000, Period: time.Second}
+	b := sluice.Budgeted(st, func(sluice.Policy) sluice.LocalBudget { return sluice.LocalBudget{Size: 10, MaxAge: time.Second} })
+	if _, err := b.Decide(context.Background(), "warm", p, 1); err != nil { // connected
+		t.Fatal(err)
+	}
+	mustDo(t, srv, "CLIENT", "PAUSE", "5000", "ALL")
+	t.Cleanup(func() { _, _ = srv.Do("CLIENT", "UNPAUSE") })
+	const n = 16
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	start := time.Now()
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, errs[i] = b.Decide(context.Background(), "hot", p, 1)
+		}()
+	}
+	wg.Wait()
+	took := time.Since(start)
+	for i, err := range errs {
+		if !errors.Is(err, sluice.ErrStoreUnavailable) {
+			t.Errorf("request %d: %v; want ErrStoreUnavailable", i, err)
+		}
+	}
+	t.Logf("%d requests answered in %v", n, took)
+	if took > 4*timeout {
+		t.Errorf("%d requests waiting for a budget on a hung Redis took %v; want about 2 timeouts (%v)", n, took, 2*timeout)
 	}
 }
