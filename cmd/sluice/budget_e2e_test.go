@@ -3,10 +3,12 @@ package main
 import (
 	"fmt"
 	"net/http"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -150,4 +152,55 @@ func redisNow(t *testing.T, rs *redistest.Server) int64 {
 		t.Fatalf("TIME replied %q", r)
 	}
 	return sec*1_000_000 + usec
+}
+
+// TestServeE2ELocalBudgetsFollowReload: with a local_budget of 10, 30 requests cost Redis about
+// 3 script calls; once a reload has removed the budget, every request is a call of its own.
+func TestServeE2ELocalBudgetsFollowReload(t *testing.T) {
+	t.Parallel()
+	rs := redistest.Start(t)
+	up := newUpstream(t)
+	p := startSluice(t, t.TempDir(), "sluice.yaml", budgetConfig(up.URL, rs.Addr))
+	scripts := func() int64 { // script calls Redis has run
+		r, err := rs.Do("INFO", "commandstats")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var n int64
+		for _, line := range strings.Split(r, "\r\n") {
+			for _, cmd := range []string{"cmdstat_evalsha:calls=", "cmdstat_eval:calls="} {
+				if v, ok := strings.CutPrefix(line, cmd); ok {
+					c, _, _ := strings.Cut(v, ",")
+					k, err := strconv.ParseInt(c, 10, 64)
+					if err != nil {
+						t.Fatalf("INFO commandstats: %q", line)
+					}
+					n += k
+				}
+			}
+		}
+		return n
+	}
+	send := func(path string) int64 {
+		before := scripts()
+		for range 30 {
+			if r := get(t, p.proxy, path); r.status != http.StatusOK {
+				t.Fatalf("%s: %d %s", path, r.status, r.body)
+			}
+		}
+		return scripts() - before
+	}
+	if n := send("/fw/budgeted"); n > 5 {
+		t.Errorf("30 requests with a budget of 10 cost %d script calls; want about 3", n)
+	}
+	cfg, err := os.ReadFile(p.config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, p.config, mustReplace(t, string(cfg), "    local_budget: {size: 10, max_age: 1m}\n", ""))
+	p.signal(syscall.SIGHUP)
+	p.waitMetric(t, "sluice_config_reloads_total", map[string]string{"result": "ok"}, 1, 10*time.Second)
+	if n := send("/fw/exact"); n < 30 {
+		t.Errorf("30 requests without a budget after the reload cost %d script calls; want 30", n)
+	}
 }
