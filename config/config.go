@@ -85,9 +85,10 @@ type Config struct {
 	byName    map[string]*Client
 	byKey     map[[sha256.Size]byte]*Client
 	bySubject map[string]*Client
-	matchList []*Route                      // Routes, longest path_prefix first, then method-specific before any
-	defaults  resolution                    // DefaultPolicy resolved
-	budgets   map[string]sluice.LocalBudget // scoped state names -> their policy's local_budget
+	matchList []*Route   // Routes, longest path_prefix first, then method-specific before any
+	defaults  resolution // DefaultPolicy resolved
+	// budgets is the local_budget of each route scope's state name (their policy's).
+	budgets map[string]sluice.LocalBudget
 }
 
 // TLS is the proxy listener's certificate and key (PEM files), checked at load.

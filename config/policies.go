@@ -196,7 +196,7 @@ func (p *parser) localBudget(n *yaml.Node, path string, pol *Policy, good bool) 
 	if m == nil {
 		return b, false
 	}
-	p.checkKnown(m, path+" local_budget", localBudgetFields...)
+	p.checkKnown(m, path+" local_budget", budgetFields...)
 	sizeN, ageN := p.get(m, "size"), p.get(m, "max_age")
 	if sizeN == nil {
 		p.errorf(n, path, nil, "local_budget.size is required: the units an instance takes from the store at once")

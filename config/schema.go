@@ -64,32 +64,32 @@ func decodeYAML(data []byte, name string) (root *yaml.Node, e *Error) {
 
 // Field names, in the order docs/config.md lists them.
 var (
-	topFields         = []string{"listen", "admin_listen", "upstream", "tls", "store", "identity", "policies", "default_policy", "clients", "routes", "limits", "server", "rls", "forward_auth", "log", "admin", "tracing"}
-	tlsFields         = []string{"cert_file", "key_file"}
-	storeFields       = []string{"type", "addrs", "url", "username", "password", "password_env", "prefix", "timeout", "on_error", "local_share", "max_keys", "refusal_cache"}
-	redisOnly         = []string{"addrs", "url", "username", "password", "password_env", "prefix", "timeout", "on_error", "local_share"}
-	identityKinds     = []string{"api_key", "jwt", "ip"}
-	apiKeyFields      = []string{"header"}
-	jwtFields         = []string{"header", "algorithms", "secret_env", "public_key_file", "claim", "issuer", "audience", "leeway"}
-	ipFields          = []string{"trusted_proxies", "ipv4_prefix", "ipv6_prefix", "forwarded_header"}
-	policyFields      = []string{"name", "algorithm", "limit", "period", "burst", "dry_run", "key_by", "local_budget"}
-	localBudgetFields = []string{"size", "max_age"}
-	clientFields      = []string{"name", "api_key_sha256", "jwt_subject", "policy"}
-	routeFields       = []string{"method", "path_prefix", "cost", "policy", "scope"}
-	limitsFields      = []string{"max_delay", "legacy_headers"}
-	serverFields      = []string{"body_timeout", "body_min_rate", "drain_timeout"}
-	rlsFields         = []string{"listen", "envoy_config"}
-	faFields          = []string{"refused_status"}
-	logFields         = []string{"format", "level", "access"}
-	adminFields       = []string{"token_env", "metrics_listen"}
-	tracingFields     = []string{"otlp_endpoint", "sample", "service_name"}
-	accessFields      = []string{"sample", "per_second"}
-	jwtAlgorithms     = []string{"HS256", "HS384", "HS512", "RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "ES512", "EdDSA"}
-	policyNameRE      = regexp.MustCompile(`^[a-z0-9._-]+$`)
-	clientNameRE      = regexp.MustCompile(`^[A-Za-z0-9._-]+$`)
-	envNameRE         = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
-	headerNameRE      = regexp.MustCompile("^[!#$%&'*+.^_`|~0-9A-Za-z-]+$") // an RFC 9110 token
-	maxNameLen        = 64
+	topFields     = []string{"listen", "admin_listen", "upstream", "tls", "store", "identity", "policies", "default_policy", "clients", "routes", "limits", "server", "rls", "forward_auth", "log", "admin", "tracing"}
+	tlsFields     = []string{"cert_file", "key_file"}
+	storeFields   = []string{"type", "addrs", "url", "username", "password", "password_env", "prefix", "timeout", "on_error", "local_share", "max_keys", "refusal_cache"}
+	redisOnly     = []string{"addrs", "url", "username", "password", "password_env", "prefix", "timeout", "on_error", "local_share"}
+	identityKinds = []string{"api_key", "jwt", "ip"}
+	apiKeyFields  = []string{"header"}
+	jwtFields     = []string{"header", "algorithms", "secret_env", "public_key_file", "claim", "issuer", "audience", "leeway"}
+	ipFields      = []string{"trusted_proxies", "ipv4_prefix", "ipv6_prefix", "forwarded_header"}
+	policyFields  = []string{"name", "algorithm", "limit", "period", "burst", "dry_run", "key_by", "local_budget"}
+	budgetFields  = []string{"size", "max_age"}
+	clientFields  = []string{"name", "api_key_sha256", "jwt_subject", "policy"}
+	routeFields   = []string{"method", "path_prefix", "cost", "policy", "scope"}
+	limitsFields  = []string{"max_delay", "legacy_headers"}
+	serverFields  = []string{"body_timeout", "body_min_rate", "drain_timeout"}
+	rlsFields     = []string{"listen", "envoy_config"}
+	faFields      = []string{"refused_status"}
+	logFields     = []string{"format", "level", "access"}
+	adminFields   = []string{"token_env", "metrics_listen"}
+	tracingFields = []string{"otlp_endpoint", "sample", "service_name"}
+	accessFields  = []string{"sample", "per_second"}
+	jwtAlgorithms = []string{"HS256", "HS384", "HS512", "RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "ES512", "EdDSA"}
+	policyNameRE  = regexp.MustCompile(`^[a-z0-9._-]+$`)
+	clientNameRE  = regexp.MustCompile(`^[A-Za-z0-9._-]+$`)
+	envNameRE     = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+	headerNameRE  = regexp.MustCompile("^[!#$%&'*+.^_`|~0-9A-Za-z-]+$") // an RFC 9110 token
+	maxNameLen    = 64
 	// reservedClientName is the key the gateway gives requests that no identity source names
 	// (identity.AnonymousKey); a client so named would share their quota.
 	reservedClientName = "anonymous"
