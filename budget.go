@@ -199,7 +199,8 @@ func (s *BudgetStore) decide(ctx context.Context, key string, p *Policy, cost in
 				}
 				continue
 			case <-ctx.Done():
-				return Decision{Limit: p.Capacity()}, ctx.Err()
+				// As a store whose call the caller gave up on answers.
+				return Decision{Limit: p.Capacity()}, fmt.Errorf("%w: waiting for a local budget: %w", ErrStoreUnavailable, ctx.Err())
 			}
 		}
 		if now.Before(e.dryUntil) {

@@ -124,6 +124,13 @@ func TestBudgetStoreFailureAnsweredAtOnce(t *testing.T) {
 			_, errs[i] = b.Decide(context.Background(), "hot", p, 1)
 		}()
 	}
+	// A caller that gives up meanwhile (waiting for the budget, or taking it) has the error a
+	// store call it gave up on would give: ErrStoreUnavailable.
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if _, err := b.Decide(ctx, "hot", p, 1); !errors.Is(err, sluice.ErrStoreUnavailable) {
+		t.Errorf("a caller whose deadline passed: %v; want ErrStoreUnavailable", err)
+	}
 	wg.Wait()
 	took := time.Since(start)
 	for i, err := range errs {
