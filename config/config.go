@@ -87,6 +87,8 @@ type Config struct {
 	bySubject map[string]*Client
 	matchList []*Route   // Routes, longest path_prefix first, then method-specific before any
 	defaults  resolution // DefaultPolicy resolved
+	// budgets is the local_budget of each route scope's state name (their policy's).
+	budgets map[string]sluice.LocalBudget
 }
 
 // TLS is a listener's certificate and key (PEM files), checked at load: the proxy's (tls) or
@@ -178,6 +180,10 @@ type IPSource struct {
 type Policy struct {
 	sluice.Policy      // valid (Policy.Validate), and accepted by the Redis store when that is the store
 	DryRun        bool // decide and count, add the headers, but never refuse
+	// LocalBudget (local_budget) lets each instance take Size units of the policy at once from a
+	// shared store and spend them in process (sluice.LocalBudget); Size 0: every request is
+	// decided by the store.
+	LocalBudget sluice.LocalBudget
 	// KeyBy is what the policy counts by (key_by), in order: nil, the default, counts per client
 	// (its key, Identity.Key); not nil, one counter per distinct tuple of these attributes of the
 	// request, empty being one counter for every request (see KeyPart).
@@ -403,6 +409,15 @@ func (c *Config) Applied(name string) (AppliedPolicy, bool) {
 		return AppliedPolicy{}, false
 	}
 	return AppliedPolicy{Policy: p.Policy, PolicyName: p.Name, DryRun: p.DryRun, KeyBy: p.KeyBy}, true
+}
+
+// LocalBudget returns the local_budget of the policy whose state is kept under name (the
+// Policy.Name a store sees: a policy's own name, or a route's scope); Size 0 if it has none.
+func (c *Config) LocalBudget(name string) sluice.LocalBudget {
+	if p, ok := c.policies[name]; ok {
+		return p.LocalBudget
+	}
+	return c.budgets[name]
 }
 
 // ClientByName returns the client called name.

@@ -434,3 +434,27 @@ func TestLogSection(t *testing.T) {
 		t.Errorf("default log %+v (%v)", cfg.Log, err)
 	}
 }
+
+// TestLocalBudget: a policy's local_budget is read, and found under the name its state is kept
+// under: the policy's own, and a route's scope over it.
+func TestLocalBudget(t *testing.T) {
+	cfg, err := parseTest(t, up+`policies:
+  - {name: hot, algorithm: token-bucket, limit: 100, period: 1s, local_budget: {size: 10, max_age: 50ms}}
+  - {name: plain, algorithm: fixed-window, limit: 5, period: 1s}
+default_policy: plain
+routes:
+  - {path_prefix: /search, policy: hot, scope: search}
+`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := sluice.LocalBudget{Size: 10, MaxAge: 50 * time.Millisecond}
+	if got := cfg.Policies[0].LocalBudget; got != want {
+		t.Fatalf("hot's local_budget %+v; want %+v", got, want)
+	}
+	for name, want := range map[string]sluice.LocalBudget{"hot": want, "search": want, "plain": {}, "none": {}} {
+		if got := cfg.LocalBudget(name); got != want {
+			t.Errorf("LocalBudget(%q) = %+v; want %+v", name, got, want)
+		}
+	}
+}

@@ -167,11 +167,17 @@ func (p *parser) policies(n *yaml.Node, c *Config) {
 		if n := p.get(m, "key_by"); n != nil {
 			pol.KeyBy = p.keyBy(n, path, c)
 		}
+		budgetN := p.get(m, "local_budget")
+		if budgetN != nil {
+			pol.LocalBudget, good = p.localBudget(budgetN, path, pol, good)
+		}
 		if good { // every field good on its own (the name aside): what is left is how they combine
 			whole := pol.Policy
 			whole.Name = "probe" // the name is checked above; it is only cut out of the message
 			if err := whole.Validate(); err != nil {
 				p.policyError(err, whole.Name, path, m.node, at)
+			} else if budgetN != nil {
+				p.budgetError(pol.LocalBudget.Validate(whole), whole.Name, path, budgetN)
 			}
 		}
 		if nameOK {
@@ -179,6 +185,63 @@ func (p *parser) policies(n *yaml.Node, c *Config) {
 			c.Policies = append(c.Policies, pol)
 		}
 	})
+}
+
+// localBudget reads a policy's local_budget: {size: N, max_age: D}, both required. good says
+// whether the policy's own fields are; it stays so only if the budget's are too (their bounds
+// against the policy are checked once the policy is whole).
+func (p *parser) localBudget(n *yaml.Node, path string, pol *Policy, good bool) (sluice.LocalBudget, bool) {
+	var b sluice.LocalBudget
+	m := p.mapping(n, n, path, "local_budget")
+	if m == nil {
+		return b, false
+	}
+	p.checkKnown(m, path+" local_budget", budgetFields...)
+	sizeN, ageN := p.get(m, "size"), p.get(m, "max_age")
+	if sizeN == nil {
+		p.errorf(n, path, nil, "local_budget.size is required: the units an instance takes from the store at once")
+		good = false
+	} else if v, ok := p.int(sizeN, path, "local_budget.size"); ok {
+		b.Size = v
+	} else {
+		good = false
+	}
+	if ageN == nil {
+		p.errorf(n, path, nil, "local_budget.max_age is required: how long an instance may spend a budget (e.g. 100ms)")
+		good = false
+	} else if d, ok := p.duration(ageN, path, "local_budget.max_age"); ok {
+		b.MaxAge = d
+	} else {
+		good = false
+	}
+	if b.Size < 0 || (sizeN != nil && b.Size == 0) {
+		p.errorf(sizeN, path, nil, "local_budget.size %d must be > 0", b.Size)
+		good = false
+	}
+	if ageN != nil && b.MaxAge < time.Millisecond && good {
+		p.errorf(ageN, path, nil, "local_budget.max_age %v must be ≥ 1ms", b.MaxAge)
+		good = false
+	}
+	return b, good
+}
+
+// budgetError reports a LocalBudget.Validate error at the budget's field it names.
+func (p *parser) budgetError(err error, name, path string, n *yaml.Node) {
+	if err == nil {
+		return
+	}
+	msg := err.Error()
+	if _, rest, ok := strings.Cut(msg, fmt.Sprintf("policy %q: ", name)); ok {
+		msg = rest
+	}
+	where := n
+	if m := p.mapping(n, n, path, "local_budget"); m != nil {
+		field, _, _ := strings.Cut(msg, " ")
+		if sub, ok := strings.CutPrefix(field, "local_budget."); ok && p.get(m, sub) != nil {
+			where = p.get(m, sub)
+		}
+	}
+	p.errorf(where, path, err, "%s", msg)
 }
 
 // policyError reports a Validate error of the policy called name at the field it names
@@ -487,6 +550,12 @@ func (c *Config) resolution(names []string, scope string) resolution {
 			sp.Name = scope
 		default:
 			sp.Name = scope + "/" + name
+		}
+		if pol.LocalBudget.Size > 0 {
+			if c.budgets == nil {
+				c.budgets = map[string]sluice.LocalBudget{}
+			}
+			c.budgets[sp.Name] = pol.LocalBudget
 		}
 		res.policies = append(res.policies, sp)
 		res.applied = append(res.applied, AppliedPolicy{Policy: sp, PolicyName: name, DryRun: pol.DryRun, KeyBy: pol.KeyBy})

@@ -73,7 +73,7 @@ var (
 	apiKeyFields   = []string{"header"}
 	jwtFields      = []string{"header", "algorithms", "secret_env", "public_key_file", "claim", "issuer", "audience", "leeway"}
 	ipFields       = []string{"trusted_proxies", "ipv4_prefix", "ipv6_prefix", "forwarded_header"}
-	policyFields   = []string{"name", "algorithm", "limit", "period", "burst", "dry_run", "key_by"}
+	policyFields   = []string{"name", "algorithm", "limit", "period", "burst", "dry_run", "key_by", "local_budget"}
 	clientFields   = []string{"name", "api_key_sha256", "jwt_subject", "policy"}
 	routeFields    = []string{"method", "path_prefix", "cost", "policy", "scope"}
 	limitsFields   = []string{"max_delay", "legacy_headers"}
@@ -84,6 +84,7 @@ var (
 	adminFields    = []string{"token_env", "metrics_listen", "tls"}
 	tracingFields  = []string{"otlp_endpoint", "otlp_protocol", "sample", "service_name"}
 	accessFields   = []string{"sample", "per_second"}
+	budgetFields   = []string{"size", "max_age"}
 	jwtAlgorithms  = []string{"HS256", "HS384", "HS512", "RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "ES512", "EdDSA"}
 	policyNameRE   = regexp.MustCompile(`^[a-z0-9._-]+$`)
 	clientNameRE   = regexp.MustCompile(`^[A-Za-z0-9._-]+$`)

@@ -4,7 +4,7 @@
 #   a. the upstream (bench/upstream) straight;
 #   b. sluice serve with limiting switched off (no policy applies): the proxy engine's own cost;
 #   c. sluice serve on the memory store, a token bucket so high that nothing is refused;
-#   d. the same on a local Redis;
+#   d. the same on a local Redis; d'. and with local budgets (local_budget, size 1,000);
 #   e. nginx limit_req keyed by the API key, proxy_pass with keepalive to the same upstream;
 #   f. refusals: sluice (memory) and nginx refusing nearly everything, 429s per second.
 # Each target runs alone (the others are stopped) behind a short warm-up, in ROUNDS (3) interleaved
@@ -296,6 +296,16 @@ run_target() {
 		start_sluice sluice-redis
 		measure sluice-redis "$sluice_url/"
 		stop "$sluice_pid" ;;
+	sluice-redis-budget) # d'. The same on Redis with local budgets of 1,000 (one Redis call per 1,000 requests).
+		sluice_config sluice-redis-budget \
+			"store: {type: redis, addrs: [127.0.0.1:$redis_port], on_error: fail-closed}" \
+			"policies:" \
+			"  - {name: high, algorithm: token-bucket, limit: 100000000, period: 1s, local_budget: {size: 1000, max_age: 1s}}" \
+			"clients:" \
+			"  - {name: bench, api_key_sha256: $HASH, policy: high}"
+		start_sluice sluice-redis-budget
+		measure sluice-redis-budget "$sluice_url/"
+		stop "$sluice_pid" ;;
 	nginx) # e. nginx forwarding.
 		nginx_start nginx 100000000r/s "limit_req zone=k burst=1000000 nodelay;"
 		measure nginx "$nginx_url/"
@@ -322,7 +332,7 @@ run_target() {
 # (limiting off, memory, Redis, nginx) run back to back.
 for round in $(seq "$ROUNDS"); do
 	log "round $round of $ROUNDS"
-	for t in upstream sluice-off sluice-memory sluice-redis nginx sluice-refuse nginx-refuse bare-nethttp bare-hybrid bare-fasthttp; do
+	for t in upstream sluice-off sluice-memory sluice-redis sluice-redis-budget nginx sluice-refuse nginx-refuse bare-nethttp bare-hybrid bare-fasthttp; do
 		run_target "$t"
 	done
 done
@@ -350,6 +360,7 @@ declare -A label=(
 	[bare-fasthttp]="bare \`fasthttp\` server + HostClient proxy (bench/proxy), no limiting"
 	[sluice-memory]="sluice serve, memory store"
 	[sluice-redis]="sluice serve, Redis store"
+	[sluice-redis-budget]="sluice serve, Redis store, local budgets of 1,000"
 	[nginx]="nginx \`limit_req\` + \`proxy_pass\` keepalive"
 	[sluice-refuse]="sluice serve, memory: refusing (429)"
 	[nginx-refuse]="nginx \`limit_req\`: refusing (429)"
@@ -390,6 +401,8 @@ echo "|---|---:|---|---|"
 echo "| limiter's cost: 1 − memory / limiting off | $cost % | < 10 % | $(goal "$cost < 10") |"
 echo "| sluice memory / nginx (req/s) | $mem_nginx× | ≥ 0.8× (aim 1×) | $(goal "$mem_nginx >= 0.8") |"
 echo "| sluice Redis / nginx (req/s) | $redis_nginx× | ≥ 0.6× | $(goal "$redis_nginx >= 0.6") |"
+budget_mem=$(calc '%.2f' "${rps[sluice-redis-budget]} / ${rps[sluice-memory]}")
+echo "| sluice Redis with local budgets / memory (req/s) | $budget_mem× | ≥ 0.95× | $(goal "$budget_mem >= 0.95") |"
 echo "| sluice limiting off / nginx (req/s) | $off_nginx× | | |"
 echo "| added p99, memory | $mem_a99 ms | < 1 ms | $(goal "$mem_a99 < 1") |"
 echo "| added p99, Redis | $redis_a99 ms | < 1 ms | $(goal "$redis_a99 < 1") |"

@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -116,7 +117,8 @@ func serve(ctx context.Context, path string, watch time.Duration, o overrides, s
 			log.Warn("tracing: the last spans were not sent", "error", err.Error())
 		}
 	}()
-	st, err := openStore(cfg.Store, log)
+	var running atomic.Pointer[gateway.Server] // whose configuration says the local budgets
+	st, err := openStore(cfg.Store, log, runningBudgets(cfg, &running))
 	if err != nil {
 		return failure{err}
 	}
@@ -124,6 +126,7 @@ func serve(ctx context.Context, path string, watch time.Duration, o overrides, s
 	if err != nil {
 		return failure{err}
 	}
+	running.Store(srv)
 	defer srv.Close()
 	srv.Adjust(o.apply)
 	srv.Mount("GET /", web.Handler()) // the browser simulation, and what no other pattern matches

@@ -2,6 +2,7 @@ package main
 
 import (
 	"log/slog"
+	"sync/atomic"
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/config"
@@ -18,7 +19,11 @@ import (
 // ErrStoreUnavailable until it has — so the failure mode decides (fail-closed: 503; fail-open;
 // local) and /readyz says not ready — and logs when Redis did not answer and when it does. Errors
 // that retrying cannot mend (a bad option, a Redis that refuses the connection) are returned.
-func openStore(cfg config.Store, log *slog.Logger) (gateway.Store, error) {
+//
+// Policies with a local_budget are served from budgets taken from Redis (sluice.Budgeted, under
+// the guard, so that a failed take meets the failure mode); budgets says which, at every
+// decision, following reloads. The memory store is one process: nothing to take budgets from.
+func openStore(cfg config.Store, log *slog.Logger, budgets func(sluice.Policy) sluice.LocalBudget) (gateway.Store, error) {
 	var st gateway.Store
 	var fleet *redisstore.Fleet
 	switch cfg.Type {
@@ -28,6 +33,9 @@ func openStore(cfg config.Store, log *slog.Logger) (gateway.Store, error) {
 			return st, err
 		}
 		st = gateway.Store{Store: rs, Ping: rs.Ping, Close: rs.Close}
+		if budgets != nil {
+			st.Store = sluice.Budgeted(rs, budgets)
+		}
 		if cfg.OnError == sluice.FailLocal && cfg.LocalShare == config.LocalShareFleet {
 			// The instance registry: only where its count is used, the local fallback's share.
 			if fleet, err = rs.Fleet(redisstore.FleetOptions{}); err != nil {
@@ -71,6 +79,17 @@ func fleetStats(f *redisstore.Fleet) gateway.FleetStats {
 		st.SeenAt = &v.At
 	}
 	return st
+}
+
+// runningBudgets is the local budgets of the running configuration: cfg's until srv is set,
+// then the server's, which follow its reloads.
+func runningBudgets(cfg *config.Config, srv *atomic.Pointer[gateway.Server]) func(sluice.Policy) sluice.LocalBudget {
+	return func(p sluice.Policy) sluice.LocalBudget {
+		if s := srv.Load(); s != nil {
+			return s.Config().LocalBudget(p.Name)
+		}
+		return cfg.LocalBudget(p.Name)
+	}
 }
 
 // redisOptions are the Redis store's options of cfg.
