@@ -96,7 +96,7 @@ type BudgetStore struct {
 	budgets func(p Policy) LocalBudget
 	clock   Clock
 	max     int
-	seed    maphash.Seed
+	hashKey maphash.Seed
 	shards  [budgetShards]budgetShard
 }
 
@@ -133,7 +133,7 @@ type budgetEntry struct {
 // reloads) and must be fast. A budget that does not Validate for its policy, a cost above its
 // Size, a cost of 0 and a dry-run limit are decided by store exactly.
 func Budgeted(store Store, budgets func(p Policy) LocalBudget, opts ...BudgetOption) *BudgetStore {
-	s := &BudgetStore{store: store, budgets: budgets, clock: wallClock{}, max: DefaultMaxBudgets, seed: maphash.MakeSeed()}
+	s := &BudgetStore{store: store, budgets: budgets, clock: wallClock{}, max: DefaultMaxBudgets, hashKey: maphash.MakeSeed()}
 	for _, o := range opts {
 		o(s)
 	}
@@ -293,7 +293,7 @@ func (s *BudgetStore) refill(ctx context.Context, e *budgetEntry, key string, p 
 // entry returns the budget entry of (name, key), creating it if there is room; nil if not.
 func (s *BudgetStore) entry(name, key string) *budgetEntry {
 	var h maphash.Hash
-	h.SetSeed(s.seed)
+	h.SetSeed(s.hashKey)
 	h.WriteString(name)
 	h.WriteByte(0)
 	h.WriteString(key)

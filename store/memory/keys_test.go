@@ -22,7 +22,7 @@ func keysPolicy(name string) sluice.Policy {
 
 // shardOf returns the index of key's shard in s.
 func shardOf(s *Store, key string) uint64 {
-	return maphash.String(s.seed, key) & s.hashMask & s.mask
+	return maphash.String(s.hashKey, key) & s.hashMask & s.mask
 }
 
 // keysIn returns n keys of the form prefix-N whose shard in s is shard.
