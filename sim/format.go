@@ -21,6 +21,8 @@ import (
 //	retry_after_ms  0 when allowed; when refused, the exact wait until the same request would
 //	                be approved; -1 when its cost can never fit under the policy
 //	delay_ms        how long an allowed request is held before it is served (leaky bucket)
+//	instance        with a Fleet only: the instance that decided it, from 1 (JSON: left out
+//	                without a Fleet; CSV: a last column that `sluice simulate --instances` adds)
 //
 // A summary (JSON object keys):
 //
@@ -60,8 +62,9 @@ func (r Row) MarshalJSON() ([]byte, error) {
 		Remaining    int64       `json:"remaining"`
 		RetryAfterMs json.Number `json:"retry_after_ms"`
 		DelayMs      json.Number `json:"delay_ms"`
+		Instance     int         `json:"instance,omitempty"`
 	}{json.Number(FormatMillis(r.TMicros)), r.Key, r.Cost, r.Allowed, r.Remaining,
-		json.Number(r.retryAfterMillis()), json.Number(FormatMillis(r.DelayMicros))})
+		json.Number(r.retryAfterMillis()), json.Number(FormatMillis(r.DelayMicros)), r.Instance})
 }
 
 // MarshalJSON writes s as {"offered":..,"allowed":..,"refused":..,"delayed":..,"never":..,

@@ -17,11 +17,53 @@ import (
 //
 // A Session is not safe for concurrent use.
 type Session struct {
-	clock   *sluice.ManualClock
-	limiter *sluice.Limiter
-	ctx     context.Context
-	n       int   // requests decided so far
-	last    int64 // µs: the latest instant decided or peeked at; times may not go below it
+	clock    *sluice.ManualClock
+	limiter  *sluice.Limiter   // the first instance's
+	limiters []*sluice.Limiter // a Fleet's instances, each with its own budgets; nil: one instance
+	next     int               // the instance the next request goes to (round robin)
+	ctx      context.Context
+	n        int   // requests decided so far
+	last     int64 // µs: the latest instant decided or peeked at; times may not go below it
+}
+
+// Fleet is several gateway instances sharing one store, each spending local budgets of the
+// policy (sluice.Budgeted over the shared store, on the session's clock), with the requests
+// dealt to them in turn (round robin, as a load balancer would). It shows what local budgets
+// admit beyond an exact decision: see sluice.LocalBudget for the bound.
+type Fleet struct {
+	Instances int                // ≥ 1
+	Budget    sluice.LocalBudget // each instance's budget of the policy
+}
+
+// MaxInstances bounds Fleet.Instances.
+const MaxInstances = 64
+
+// NewFleetSession is NewSession with the requests decided by f's instances in turn. It returns
+// an error, naming the field, if the policy or the budget is invalid or the instances are not
+// 1..MaxInstances.
+func NewFleetSession(policy sluice.Policy, keys int, f Fleet) (*Session, error) {
+	if f.Instances < 1 || f.Instances > MaxInstances {
+		return nil, fmt.Errorf("sim: instances %d must be from 1 to %d", f.Instances, MaxInstances)
+	}
+	if err := policy.Validate(); err != nil {
+		return nil, err
+	}
+	if err := f.Budget.Validate(policy); err != nil {
+		return nil, err
+	}
+	clock := sluice.NewManualClock(time.UnixMicro(0))
+	store := memory.New(memory.WithClock(clock), memory.WithMaxKeys(max(1, keys)*memory.DefaultShards))
+	s := &Session{clock: clock, ctx: context.Background()}
+	budget := func(sluice.Policy) sluice.LocalBudget { return f.Budget }
+	for range f.Instances {
+		lim, err := sluice.NewLimiter(sluice.Budgeted(store, budget, sluice.WithBudgetClock(clock), sluice.WithMaxBudgets(max(1, keys))), policy)
+		if err != nil {
+			return nil, err
+		}
+		s.limiters = append(s.limiters, lim)
+	}
+	s.limiter = s.limiters[0]
+	return s, nil
 }
 
 // NewSession returns a session of policy for traffic from at most keys distinct keys (taken as
@@ -55,9 +97,14 @@ func (s *Session) Decide(rq Request) (Row, error) {
 	}
 	s.last = rq.TMicros
 	s.clock.Set(time.UnixMicro(rq.TMicros))
-	d, err := s.limiter.AllowN(s.ctx, rq.Key, rq.Cost)
+	lim, instance := s.limiter, 0
+	if s.limiters != nil {
+		lim, instance = s.limiters[s.next], s.next+1
+		s.next = (s.next + 1) % len(s.limiters)
+	}
+	d, err := lim.AllowN(s.ctx, rq.Key, rq.Cost)
 	row := Row{Request: rq, Allowed: d.Allowed, Remaining: d.Remaining,
-		RetryAfterMicros: micros(d.RetryAfter), DelayMicros: micros(d.Delay)}
+		RetryAfterMicros: micros(d.RetryAfter), DelayMicros: micros(d.Delay), Instance: instance}
 	switch {
 	case errors.Is(err, sluice.ErrCostExceedsLimit):
 		row.Allowed, row.RetryAfterMicros, row.DelayMicros = false, NeverMicros, 0

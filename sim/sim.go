@@ -57,6 +57,7 @@ type Row struct {
 	Remaining        int64 // Decision.Remaining: requests of cost 1 that could still be approved now
 	RetryAfterMicros int64 // 0 when allowed; when refused, the exact wait; NeverMicros if the cost can never fit
 	DelayMicros      int64 // leaky bucket: how long an allowed request is held before it is served
+	Instance         int   // a Fleet's instance that decided it, 1..Instances; 0 without a Fleet
 }
 
 // Delayed reports whether the request was allowed, but only after a delay.
@@ -131,6 +132,21 @@ func Simulate(policy sluice.Policy, reqs []Request, emit func(Row) error) (Summa
 	if err != nil {
 		return Summary{}, err
 	}
+	return s.simulate(reqs, emit)
+}
+
+// SimulateFleet is Simulate with the requests dealt to f's instances in turn, each spending local
+// budgets of the policy from one shared store (see NewFleetSession).
+func SimulateFleet(policy sluice.Policy, f Fleet, reqs []Request, emit func(Row) error) (Summary, error) {
+	s, err := NewFleetSession(policy, len(reqs), f)
+	if err != nil {
+		return Summary{}, err
+	}
+	return s.simulate(reqs, emit)
+}
+
+// simulate decides reqs on s in turn, passing each row to emit (may be nil).
+func (s *Session) simulate(reqs []Request, emit func(Row) error) (Summary, error) {
 	var sum Summary
 	for _, rq := range reqs {
 		row, err := s.Decide(rq)

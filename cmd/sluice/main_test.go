@@ -11,6 +11,7 @@ import (
 	"regexp"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -85,6 +86,67 @@ func checkTableShape(t *testing.T, out string, rows int) {
 	}
 	if timeline != rows {
 		t.Errorf("%d timeline rows, want %d:\n%s", timeline, rows, out)
+	}
+}
+
+// --local-budget runs the policy exactly and on the fleet side by side; CSV and JSON give the
+// fleet's rows with the instance that decided each, dealt in turn.
+func TestSimulateLocalBudget(t *testing.T) {
+	args := []string{"simulate", "--algorithm", "token-bucket", "--limit", "10", "--period", "1s",
+		"--traffic", "6 at once; idle 500ms; 10/s for 2s", "--local-budget", "5", "--instances", "3"}
+	out := ok(t, "", args...)
+	for _, want := range []string{
+		`(?m)^fleet: 3 instances sharing one store, requests dealt in turn; each takes budgets of 5 from the store, spent for at most 1s$`,
+		`(?m)^ +t +offered +allowed +allowed +refused$`,
+		`(?m)^exact +26 +26 +100\.0% +0 `,
+		`(?m)^3 × budget 5 +26 +24 +92\.3% +2 `,
+		`(?m)^allowed per instance: 1: 9 2: 9 3: 6$`,
+		`(?m)^bound with budgets: over any interval T, at most 10 \+ 10 per 1s × T, as exact, plus up to .* = 10 more$`,
+	} {
+		if !regexp.MustCompile(want).MatchString(out) {
+			t.Errorf("the table has no line matching %s:\n%s", want, out)
+		}
+	}
+	recs, err := csv.NewReader(strings.NewReader(ok(t, "", append(args, "--format", "csv")...))).ReadAll()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(recs[0], ","); got != "t_ms,key,cost,allowed,remaining,retry_after_ms,delay_ms,instance" {
+		t.Fatalf("CSV header %s", got)
+	}
+	allowed := 0
+	for i, r := range recs[1:] {
+		if want := strconv.Itoa(i%3 + 1); r[7] != want {
+			t.Errorf("row %d decided by instance %s; want %s (in turn)", i+1, r[7], want)
+		}
+		if r[3] == "true" {
+			allowed++
+		}
+	}
+	if len(recs) != 27 || allowed != 24 {
+		t.Errorf("%d rows, %d allowed; want 26 and 24, as the table says", len(recs)-1, allowed)
+	}
+	var doc struct {
+		Fleet struct {
+			Instances   int `json:"instances"`
+			LocalBudget struct {
+				Size     int64   `json:"size"`
+				MaxAgeMs float64 `json:"max_age_ms"`
+			} `json:"local_budget"`
+		} `json:"fleet"`
+		Requests []struct {
+			Instance int `json:"instance"`
+		} `json:"requests"`
+		Summary struct {
+			Allowed int64 `json:"allowed"`
+		} `json:"summary"`
+	}
+	if err := json.Unmarshal([]byte(ok(t, "", append(args, "--format", "json")...)), &doc); err != nil {
+		t.Fatal(err)
+	}
+	if doc.Fleet.Instances != 3 || doc.Fleet.LocalBudget.Size != 5 || doc.Fleet.LocalBudget.MaxAgeMs != 1000 ||
+		len(doc.Requests) != 26 || doc.Requests[4].Instance != 2 || doc.Summary.Allowed != 24 {
+		t.Errorf("JSON: %+v", doc)
 	}
 }
 
@@ -325,6 +387,13 @@ func TestBadInput(t *testing.T) {
 		{"algorithm bogus", sim(cat(traffic, pol, []string{"--algorithm", "bogus"})...), "", []string{"--algorithm bogus: unknown algorithm", "token-bucket"}},
 		{"algorithm missing", sim(cat(traffic, pol)...), "", []string{"--algorithm is required", "--compare"}},
 		{"algorithm and compare", sim(cat(traffic, pol, []string{"--algorithm", "token-bucket", "--compare"})...), "", []string{"--algorithm token-bucket and --compare exclude each other"}},
+		{"instances without a budget", sim(cat(traffic, pol, []string{"--algorithm", "token-bucket", "--instances", "3"})...), "", []string{"--instances needs --local-budget"}},
+		{"budget and compare", sim(cat(traffic, pol, []string{"--compare", "--local-budget", "2"})...), "", []string{"--local-budget and --compare exclude each other"}},
+		{"budget over the limit", sim(cat(traffic, pol, []string{"--algorithm", "fixed-window", "--local-budget", "6"})...), "", []string{"--local-budget 6: must be ≤ the policy's capacity 5"}},
+		{"budget 0", sim(cat(traffic, pol, []string{"--algorithm", "fixed-window", "--local-budget", "0"})...), "", []string{"--local-budget 0: must be > 0"}},
+		{"budget on a sliding log", sim(cat(traffic, pol, []string{"--algorithm", "sliding-log", "--local-budget", "2"})...), "", []string{"--local-budget: local_budget is not supported by sliding-log"}},
+		{"instances 0", sim(cat(traffic, pol, []string{"--algorithm", "token-bucket", "--local-budget", "2", "--instances", "0"})...), "", []string{"--instances 0: must be from 1 to 64"}},
+		{"budget max age", sim(cat(traffic, pol, []string{"--algorithm", "token-bucket", "--local-budget", "2", "--budget-max-age", "0s"})...), "", []string{"--budget-max-age 0s: must be ≥ 1ms"}},
 		{"bad traffic", sim(cat(pol, []string{"--algorithm", "token-bucket", "--traffic", "5/s for 10s; 40 in"})...), "", []string{`traffic segment 2 "40 in": want "R/s for D", "N in D", "N at once" or "idle D"`}},
 		{"bad traffic duration", sim(cat(pol, []string{"--algorithm", "token-bucket", "--traffic", "5/s for 10x"})...), "", []string{`traffic segment 1`, `"10x" is not a Go duration`}},
 		{"traffic of no requests", sim(cat(pol, []string{"--algorithm", "token-bucket", "--traffic", "idle 5s"})...), "", []string{`--traffic "idle 5s" makes no requests`}},

@@ -24,6 +24,36 @@ type simulation struct {
 	reqs     []sim.Request
 	source   string // where reqs came from, for people: a pattern or "trace FILE"
 	compare  bool
+	fleet    *sim.Fleet // --local-budget: the one policy on a fleet of instances spending budgets
+}
+
+// simRun is one run of the table: a label, its policy, and its fleet (nil: decided exactly).
+type simRun struct {
+	label  string
+	policy sluice.Policy
+	fleet  *sim.Fleet
+}
+
+// runs are the table's runs: each policy, or with a fleet the policy decided exactly beside the
+// same on the fleet.
+func (s *simulation) runs() []simRun {
+	if s.fleet != nil {
+		p := s.policies[0]
+		return []simRun{{"exact", p, nil}, {fmt.Sprintf("%d × budget %d", s.fleet.Instances, s.fleet.Budget.Size), p, s.fleet}}
+	}
+	rs := make([]simRun, len(s.policies))
+	for i, p := range s.policies {
+		rs[i] = simRun{p.Algorithm.String(), p, nil}
+	}
+	return rs
+}
+
+// simulate decides s's requests under p, on the fleet f if not nil.
+func (s *simulation) simulate(p sluice.Policy, f *sim.Fleet, emit func(sim.Row) error) (sim.Summary, error) {
+	if f != nil {
+		return sim.SimulateFleet(p, *f, s.reqs, emit)
+	}
+	return sim.Simulate(p, s.reqs, emit)
 }
 
 func (s *simulation) write(w io.Writer, format string) error {
@@ -49,15 +79,21 @@ func (s *simulation) writeCSV(w io.Writer) error {
 	if s.compare {
 		header = append([]string{"algorithm"}, header...)
 	}
+	if s.fleet != nil {
+		header = append(header, "instance")
+	}
 	if err := cw.Write(header); err != nil {
 		return err
 	}
 	for _, p := range s.policies {
 		name := p.Algorithm.String()
-		_, err := sim.Simulate(p, s.reqs, func(r sim.Row) error {
+		_, err := s.simulate(p, s.fleet, func(r sim.Row) error {
 			rec := r.CSVRecord()
 			if s.compare {
 				rec = append([]string{name}, rec...)
+			}
+			if s.fleet != nil {
+				rec = append(rec, itoa(int64(r.Instance)))
 			}
 			return cw.Write(rec)
 		})
@@ -81,9 +117,25 @@ func newPolicyJSON(p sluice.Policy) policyJSON {
 	return policyJSON{p.Algorithm.String(), p.Limit, json.Number(sim.FormatMillis(p.PeriodMicros())), p.Burst}
 }
 
+// fleetJSON is how JSON output names a fleet.
+type fleetJSON struct {
+	Instances   int `json:"instances"`
+	LocalBudget struct {
+		Size     int64       `json:"size"`
+		MaxAgeMs json.Number `json:"max_age_ms"`
+	} `json:"local_budget"`
+}
+
+func newFleetJSON(f sim.Fleet) fleetJSON {
+	j := fleetJSON{Instances: f.Instances}
+	j.LocalBudget.Size, j.LocalBudget.MaxAgeMs = f.Budget.Size, json.Number(sim.FormatMillis(f.Budget.MaxAge.Microseconds()))
+	return j
+}
+
 // writeJSON writes one JSON document, one request per line:
 //
 //	{"policy":{...},"requests":[{...},...],"summary":{...}}
+//	{"policy":{...},"fleet":{...},"requests":[{...,"instance":1},...],"summary":{...}}  (--local-budget)
 //	{"runs":[{"algorithm":"...","policy":{...},"requests":[...],"summary":{...}},...]}  (--compare)
 func (s *simulation) writeJSON(w *bufio.Writer) error {
 	put := func(v any) error {
@@ -103,9 +155,13 @@ func (s *simulation) writeJSON(w *bufio.Writer) error {
 		}
 		w.WriteString(`"policy":`)
 		put(newPolicyJSON(p))
+		if s.fleet != nil {
+			w.WriteString(`,"fleet":`)
+			put(newFleetJSON(*s.fleet))
+		}
 		w.WriteString(`,"requests":[`)
 		sep := "\n"
-		sum, err := sim.Simulate(p, s.reqs, func(r sim.Row) error {
+		sum, err := s.simulate(p, s.fleet, func(r sim.Row) error {
 			w.WriteString(sep)
 			sep = ",\n"
 			return put(r)
@@ -143,12 +199,20 @@ func (s *simulation) writeJSON(w *bufio.Writer) error {
 
 // writeTable writes the simulation for people: what ran on what, a timeline, and the summaries.
 func (s *simulation) writeTable(w io.Writer) error {
-	timelines := make([]*sim.Timeline, len(s.policies))
-	sums := make([]sim.Summary, len(s.policies))
-	for i, p := range s.policies {
+	runs := s.runs()
+	timelines := make([]*sim.Timeline, len(runs))
+	sums := make([]sim.Summary, len(runs))
+	var perInstance []int64 // the fleet's approvals per instance
+	for i, r := range runs {
 		tl := sim.NewTimeline(s.reqs, timelineRows)
-		sum, err := sim.Simulate(p, s.reqs, func(r sim.Row) error {
-			tl.Add(r)
+		sum, err := s.simulate(r.policy, r.fleet, func(row sim.Row) error {
+			tl.Add(row)
+			if r.fleet != nil && row.Allowed {
+				if perInstance == nil {
+					perInstance = make([]int64, r.fleet.Instances)
+				}
+				perInstance[row.Instance-1]++
+			}
 			return nil
 		})
 		if err != nil {
@@ -156,6 +220,7 @@ func (s *simulation) writeTable(w io.Writer) error {
 		}
 		timelines[i], sums[i] = tl, sum
 	}
+	several := len(runs) > 1
 
 	p := s.policies[0]
 	if s.compare {
@@ -167,6 +232,10 @@ func (s *simulation) writeTable(w io.Writer) error {
 		}
 		fmt.Fprintf(w, "sluice simulate: %v, limit %d per %s%s\n", p.Algorithm, p.Limit, sim.FormatDuration(p.PeriodMicros()), burst)
 		fmt.Fprintf(w, "policy: %s\n", describe(p))
+	}
+	if f := s.fleet; f != nil {
+		fmt.Fprintf(w, "fleet: %d instances sharing one store, requests dealt in turn; each takes budgets of %d from the store, spent for at most %s%s\n",
+			f.Instances, f.Budget.Size, sim.FormatDuration(f.Budget.MaxAge.Microseconds()), windowEnd(p))
 	}
 	fmt.Fprintf(w, "traffic: %s (%s)\n\n", s.source, describeRequests(s.reqs))
 
@@ -181,18 +250,18 @@ func (s *simulation) writeTable(w io.Writer) error {
 		offered.cells = append(offered.cells, itoa(b.Offered))
 	}
 	for i, tl := range timelines {
-		g := groups[1] // one policy: its columns follow offered
-		if s.compare {
-			g = &group{name: s.policies[i].Algorithm.String()}
+		g := groups[1] // one run: its columns follow offered
+		if several {
+			g = &group{name: runs[i].label}
 			groups = append(groups, g)
 		}
 		g.column("allowed", tl, func(b sim.Bucket) string { return itoa(b.Allowed) })
-		if sums[i].Refused > 0 || !s.compare {
+		if sums[i].Refused > 0 || !several {
 			g.column("refused", tl, func(b sim.Bucket) string { return itoa(b.Refused) })
 		}
 		if sums[i].Delayed > 0 {
 			g.column("delayed", tl, func(b sim.Bucket) string { return itoa(b.Delayed) })
-			if !s.compare {
+			if !several {
 				g.column("max delay", tl, func(b sim.Bucket) string { return sim.FormatDuration(b.MaxDelayMicros) })
 			}
 		}
@@ -218,9 +287,13 @@ func (s *simulation) writeTable(w io.Writer) error {
 		}
 	}
 	sg := []*group{{}, {}}
-	name := sg[0].add("algorithm", true)
-	for _, p := range s.policies {
-		name.cells = append(name.cells, p.Algorithm.String())
+	head := "algorithm"
+	if s.fleet != nil {
+		head = "run"
+	}
+	name := sg[0].add(head, true)
+	for _, r := range runs {
+		name.cells = append(name.cells, r.label)
 	}
 	for _, c := range summary {
 		col := sg[1].add(c.head, false)
@@ -229,6 +302,13 @@ func (s *simulation) writeTable(w io.Writer) error {
 		}
 	}
 	writeColumns(w, sg, 2)
+	if s.fleet != nil {
+		fmt.Fprintf(w, "\nallowed per instance:")
+		for i, n := range perInstance {
+			fmt.Fprintf(w, " %d: %d", i+1, n)
+		}
+		fmt.Fprintf(w, "\nbound with budgets: %s\n", budgetBound(p, *s.fleet))
+	}
 	for _, sum := range sums {
 		if sum.Delayed > 0 {
 			fmt.Fprintln(w, "\ndelayed: allowed, but held back (leaky bucket) until the queue ahead has drained")
@@ -236,6 +316,25 @@ func (s *simulation) writeTable(w io.Writer) error {
 		}
 	}
 	return nil
+}
+
+// windowEnd says, for the window algorithms, that a budget also ends with its window.
+func windowEnd(p sluice.Policy) string {
+	if p.Algorithm == sluice.FixedWindow || p.Algorithm == sluice.SlidingWindow {
+		return " and never beyond the end of the window it was counted in"
+	}
+	return ""
+}
+
+// budgetBound states what a fleet's budgets may admit under p (see sluice.LocalBudget).
+func budgetBound(p sluice.Policy, f sim.Fleet) string {
+	if p.Algorithm == sluice.TokenBucket {
+		r := sim.FormatDuration(p.PeriodMicros())
+		extra := min(float64(p.Limit)*f.Budget.MaxAge.Seconds()/p.Period.Seconds(), float64(int64(f.Instances)*f.Budget.Size))
+		return fmt.Sprintf("over any interval T, at most %d + %d per %s × T, as exact, plus up to min(rate × max_age, instances × size) = %.0f more",
+			p.Capacity(), p.Limit, r, extra)
+	}
+	return fmt.Sprintf("at most %d in any one window, as exact (units are counted in the window they are spent in); unspent units expire, so budgets may admit fewer", p.Limit)
 }
 
 // summaryColumn is a column of the summary table: its heading, and its cell for one run.

@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/sluicehq/sluice"
@@ -40,6 +41,14 @@ Traffic, exactly one of:
                      milliseconds since the start with up to 3 decimals, in time order; key
                      defaults to "k", cost to 1 (0 peeks). Blank and #-comment lines are
                      skipped. "-" reads standard input.
+
+Local budgets, --local-budget N: the policy also runs on --instances instances (default 1)
+sharing one store, the requests dealt to them in turn, each taking N units from the store at
+once and spending them itself for at most --budget-max-age (default --period; for the window
+algorithms never beyond the window they were counted in), as sluice serve does with a policy's
+local_budget. The table shows it beside the exact run, the approvals per instance and the bound;
+CSV and JSON give the budgeted run with an instance column (a "fleet" object in JSON).
+fixed-window, sliding-window and token-bucket take budgets; sliding-log and leaky-bucket do not.
 
 Output, --format:
   table  (default) for people: the policy, a timeline of offered, allowed, refused and delayed
@@ -80,6 +89,9 @@ type simulateOptions struct {
 	trace     string
 	compare   bool
 	format    string
+	instances int64
+	budget    int64
+	maxAge    durationValue
 }
 
 func newSimulateCommand(stdin io.Reader) *cobra.Command {
@@ -107,6 +119,9 @@ func newSimulateCommand(stdin io.Reader) *cobra.Command {
 	f.StringVar(&o.traffic, "traffic", "", "a traffic `PATTERN` such as \"5/s for 10s; 40 in 1s\" (see above)")
 	f.StringVar(&o.trace, "trace", "", "a CSV trace `FILE` (see above); - reads standard input")
 	f.BoolVar(&o.compare, "compare", false, "run all five algorithms with the same limit, period and burst")
+	f.Var(int64Value{&o.budget}, "local-budget", "spend local budgets of `N` units taken from the shared store, beside the exact run (see above)")
+	f.Var(int64Value{&o.instances}, "instances", "with --local-budget: `N` instances sharing the store, the requests dealt in turn (default 1)")
+	f.Var(&o.maxAge, "budget-max-age", "with --local-budget: how long a budget may be spent from, a Go duration `D` ≥ 1ms (default --period)")
 	f.StringVar(&o.format, "format", "table", "the output `FORMAT`: table, csv or json")
 	f.SortFlags = false
 	return cmd
@@ -128,7 +143,11 @@ func (o *simulateOptions) run(cmd *cobra.Command, stdin io.Reader) error {
 	if err != nil {
 		return err
 	}
-	out := &simulation{policies: policies, reqs: reqs, source: source, compare: o.compare}
+	fleet, err := o.fleet(flags.Changed, policies)
+	if err != nil {
+		return err
+	}
+	out := &simulation{policies: policies, reqs: reqs, source: source, compare: o.compare, fleet: fleet}
 	if err := out.write(cmd.OutOrStdout(), o.format); err != nil {
 		return failure{err}
 	}
@@ -181,6 +200,46 @@ func (o *simulateOptions) policies(changed func(string) bool) ([]sluice.Policy, 
 		}
 	}
 	return ps, nil
+}
+
+// fleet returns the fleet of --local-budget, --instances and --budget-max-age (nil without
+// --local-budget), checked flag by flag.
+func (o *simulateOptions) fleet(changed func(string) bool, policies []sluice.Policy) (*sim.Fleet, error) {
+	if !changed("local-budget") {
+		for _, f := range []string{"instances", "budget-max-age"} {
+			if changed(f) {
+				return nil, fmt.Errorf("--%s needs --local-budget: instances sharing one store without budgets decide exactly as one", f)
+			}
+		}
+		return nil, nil
+	}
+	if o.compare {
+		return nil, errors.New("--local-budget and --compare exclude each other: give one --algorithm (fixed-window, sliding-window or token-bucket)")
+	}
+	p := policies[0]
+	f := sim.Fleet{Instances: 1, Budget: sluice.LocalBudget{Size: o.budget, MaxAge: p.Period}}
+	if changed("instances") {
+		if o.instances < 1 || o.instances > sim.MaxInstances {
+			return nil, fmt.Errorf("--instances %d: must be from 1 to %d", o.instances, sim.MaxInstances)
+		}
+		f.Instances = int(o.instances)
+	}
+	if changed("budget-max-age") {
+		if o.maxAge.d < time.Millisecond {
+			return nil, fmt.Errorf("--budget-max-age %s: must be ≥ 1ms", o.maxAge.text)
+		}
+		f.Budget.MaxAge = o.maxAge.d
+	}
+	switch {
+	case o.budget < 1:
+		return nil, fmt.Errorf("--local-budget %d: must be > 0", o.budget)
+	case o.budget > p.Capacity():
+		return nil, fmt.Errorf("--local-budget %d: must be ≤ the policy's capacity %d (its limit, or a token bucket's burst)", o.budget, p.Capacity())
+	}
+	if err := f.Budget.Validate(p); err != nil {
+		return nil, fmt.Errorf("--local-budget: %s", strings.TrimPrefix(err.Error(), sluice.ErrInvalidPolicy.Error()+": policy: "))
+	}
+	return &f, nil
 }
 
 // requests reads the traffic of --traffic or --trace, and describes where it came from.
