@@ -430,7 +430,9 @@ func WaitReplicas(t testing.TB, primary *Server, n int, timeout time.Duration) {
 					up++
 				}
 			}
-			if up >= n {
+			// Online is not enough: a replica just synced may not answer the primary's
+			// REPLCONF GETACK yet, and WAIT (the store's replicas_ack) would time out.
+			if up >= n && acked(primary, n) {
 				return
 			}
 		}
@@ -439,6 +441,26 @@ func WaitReplicas(t testing.TB, primary *Server, n int, timeout time.Duration) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// acked reports whether n replicas acknowledge a write of primary within 100 ms (WAIT).
+func acked(primary *Server, n int) bool {
+	conn, err := net.DialTimeout("tcp", primary.Addr, time.Second)
+	if err != nil {
+		return false
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(2 * time.Second))
+	r := bufio.NewReader(conn)
+	if _, err := send(conn, r, "SET", "redistest:acked", "1"); err != nil {
+		return false
+	}
+	if _, err := send(conn, r, "DEL", "redistest:acked"); err != nil {
+		return false
+	}
+	got, err := send(conn, r, "WAIT", strconv.Itoa(n), "100")
+	k, perr := strconv.Atoi(got)
+	return err == nil && perr == nil && k >= n
 }
 
 // Sentinels are redis-server processes in sentinel mode (redis-server sentinel.conf --sentinel)
