@@ -38,6 +38,7 @@ type Server struct {
 	dir  string
 
 	tlsConfig *tls.Config // set for StartTLS servers: Do speaks TLS
+	auth      string      // --requirepass of StartReplicated servers: Info and the waits for replicas log in
 
 	mu  sync.Mutex
 	cmd *exec.Cmd // guarded by mu; nil while stopped
@@ -384,7 +385,10 @@ func withoutArg(args []string, name string, n int) []string {
 
 // Info returns one field of INFO section ("role" of "replication"), "" if absent.
 func (s *Server) Info(section, field string) string {
-	reply, err := s.Do("INFO", section)
+	reply, err := s.DoAuth(s.auth, "INFO", section)
+	if s.auth == "" {
+		reply, err = s.Do("INFO", section)
+	}
 	if err != nil {
 		return ""
 	}
@@ -402,15 +406,24 @@ type Replicated struct {
 	Replicas []*Server
 }
 
-// StartReplicated starts a primary and n replicas of it (--replicaof), each with the extra args,
-// and waits until every replica's link is up and the primary counts them all.
+// StartReplicated starts a primary and n replicas of it (--replicaof), each with the extra args
+// (with --requirepass, give --masterauth too), and waits until every replica's link is up and the primary counts them all.
 func StartReplicated(t testing.TB, n int, args ...string) *Replicated {
 	t.Helper()
 	// Any of them may become the primary, and a new replica syncs without the default 5 s delay.
 	args = append([]string{"--repl-diskless-sync-delay", "0"}, args...)
+	var auth string
+	for i, a := range args {
+		if a == "--requirepass" && i+1 < len(args) {
+			auth = args[i+1]
+		}
+	}
 	g := &Replicated{Primary: Start(t, args...)}
+	g.Primary.auth = auth
 	for range n {
-		g.Replicas = append(g.Replicas, Start(t, append([]string{"--replicaof", "127.0.0.1", strconv.Itoa(g.Primary.Port)}, args...)...))
+		r := Start(t, append([]string{"--replicaof", "127.0.0.1", strconv.Itoa(g.Primary.Port)}, args...)...)
+		r.auth = auth
+		g.Replicas = append(g.Replicas, r)
 	}
 	WaitReplicas(t, g.Primary, n, 15*time.Second)
 	return g
@@ -452,6 +465,11 @@ func acked(primary *Server, n int) bool {
 	defer conn.Close()
 	_ = conn.SetDeadline(time.Now().Add(2 * time.Second))
 	r := bufio.NewReader(conn)
+	if primary.auth != "" {
+		if _, err := send(conn, r, "AUTH", primary.auth); err != nil {
+			return false
+		}
+	}
 	if _, err := send(conn, r, "SET", "redistest:acked", "1"); err != nil {
 		return false
 	}

@@ -271,7 +271,7 @@ func checkAddrs(field string, addrs []string) error {
 			if field == "URL" {
 				return fmt.Errorf("redis store: URL: address %q: %w", a, err)
 			}
-			return fmt.Errorf("redis store: Addrs[%d] %q: want host:port: %w", i, a, err)
+			return fmt.Errorf("redis store: %s[%d] %q: want host:port: %w", field, i, a, err)
 		}
 	}
 	return nil

@@ -168,6 +168,7 @@ func (s *Store) exec(ctx context.Context, c *conn, l *rueidis.Lua, keys, args []
 	wait.err = s.acks.shortfall(w)
 	return res
 }
+
 // shortfall is nil if WAIT's reply counts enough replicas, else the error to answer with.
 func (a *acks) shortfall(r rueidis.RedisResult) error {
 	n, err := r.AsInt64()
