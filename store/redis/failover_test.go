@@ -310,10 +310,13 @@ func TestSentinelAuth(t *testing.T) {
 	}
 }
 
-// TestSentinelFailoverLaggingReplica: one replica, which lags when the primary dies — suspended
-// (SIGSTOP) for 300 ms of load, then the primary is killed and the replica resumes: what a
-// replica behind by 300 ms of writes (a slow link, a busy host) looks like. The sentinels promote
-// it, and every write it never received is quota given back:
+// TestSentinelFailoverLaggingReplica: one replica, which is behind when the primary dies: it
+// stops receiving the stream (REPLICAOF a port where nothing listens: it keeps its data and
+// waits for a primary that never answers) for 300 ms of load; then the primary is killed — what a
+// replica 300 ms behind (a slow or broken link) looks like. (Cutting the link does not do: a
+// replica reconnects at once; nor suspending the replica: the kernel's socket buffers take the
+// stream and hand it over after the primary died.) The sentinels promote it, and every write it
+// never received is quota given back:
 //
 //   - without replicas_ack the primary answered those decisions allowed, and the failover hands
 //     their quota out again: over-admission is about 300 ms of approvals;
@@ -336,10 +339,11 @@ func TestSentinelFailoverLaggingReplica(t *testing.T) {
 			keys := failoverKeys(fmt.Sprintf("lagging-%d", ack), 4)
 			const lag = 300 * time.Millisecond
 			r := runFailover(t, st, keys, p, failoverWorkers, func() {
-				g.Replicas[0].Stop()
+				if _, err := g.Replicas[0].Do("REPLICAOF", "127.0.0.1", "1"); err != nil {
+					t.Errorf("detaching the replica: %v", err)
+				}
 				time.Sleep(lag) // the replica's lag: load goes on meanwhile
 				g.Primary.Kill()
-				g.Replicas[0].Cont()
 			}, func() {
 				addr := ss.WaitNewMaster(g.Primary.Addr, "", 20*time.Second)
 				g.Primary.RestartAsReplicaOf(addr)
