@@ -17,7 +17,7 @@ func TestStoreSentinelAndReplicasAck(t *testing.T) {
     master: sluice-primary
     addrs: [10.0.0.1:26379, 10.0.0.2:26379, 10.0.0.3:26379]
     username: watcher
-    password_env: JWT_SECRET
+    password_env: SENTINEL_PASSWORD
   replicas_ack: 1
   replicas_ack_timeout: 20ms
 `)
@@ -27,7 +27,7 @@ func TestStoreSentinelAndReplicasAck(t *testing.T) {
 	s := cfg.Store
 	sn := s.Sentinel
 	if sn == nil || sn.Master != "sluice-primary" || len(sn.Addrs) != 3 || sn.Addrs[2] != "10.0.0.3:26379" || sn.Username != "watcher" ||
-		sn.Password.Value() != testEnv["JWT_SECRET"] || sn.PasswordEnv != "JWT_SECRET" {
+		sn.Password.Value() != testEnv["SENTINEL_PASSWORD"] || sn.PasswordEnv != "SENTINEL_PASSWORD" {
 		t.Fatalf("sentinel = %+v", sn)
 	}
 	if s.Password.Value() != testEnv["REDIS_PASSWORD"] || s.ReplicasAck != 1 || s.ReplicasAckTimeout != 20*time.Millisecond || len(s.Addrs) != 0 || s.URL != "" {
@@ -61,7 +61,7 @@ func TestStoreSentinelErrors(t *testing.T) {
 			[]wantErr{at(7, `store.sentinel: unknown field "mastr"`, `did you mean "master"`)}},
 		{"sentinel not a mapping", up + "store: {type: redis, sentinel: [s:26379]}\n",
 			[]wantErr{at(2, "sentinel must be a mapping")}},
-		{"sentinel password twice", up + "store:\n  type: redis\n  sentinel: {master: m, addrs: [s:26379], password: x, password_env: JWT_SECRET}\n",
+		{"sentinel password twice", up + "store:\n  type: redis\n  sentinel: {master: m, addrs: [s:26379], password: x, password_env: SENTINEL_PASSWORD}\n",
 			[]wantErr{at(4, "store.sentinel: password_env and password are both set")}},
 		{"sentinel password_env unset", up + "store:\n  type: redis\n  sentinel:\n    master: m\n    addrs: [s:26379]\n    password_env: NO_SUCH_VAR\n",
 			[]wantErr{at(7, "store.sentinel: missing sentinel password: the environment variable NO_SUCH_VAR named by password_env is unset or empty")}},
