@@ -470,10 +470,20 @@ func acked(primary *Server, n int) bool {
 			return false
 		}
 	}
-	if _, err := send(conn, r, "SET", "redistest:acked", "1"); err != nil {
+	// A write of this connection's: on a cluster node, of a key in one of its slots.
+	key := ""
+	for i := 0; key == "" && i < 1000; i++ {
+		k := "redistest:acked:" + strconv.Itoa(i)
+		if _, err := send(conn, r, "SET", k, "1"); err == nil {
+			key = k
+		} else if !strings.Contains(err.Error(), "MOVED") {
+			return false
+		}
+	}
+	if key == "" {
 		return false
 	}
-	if _, err := send(conn, r, "DEL", "redistest:acked"); err != nil {
+	if _, err := send(conn, r, "DEL", key); err != nil {
 		return false
 	}
 	got, err := send(conn, r, "WAIT", strconv.Itoa(n), "100")
@@ -665,6 +675,9 @@ func StartClusterReplicas(t testing.TB, n int, nodeTimeout time.Duration) *Clust
 		} else {
 			c.Replicas = append(c.Replicas, s)
 		}
+	}
+	for _, s := range c.Servers {
+		WaitReplicas(t, s, 1, max(time.Until(deadline), 10*time.Second))
 	}
 	return c
 }
