@@ -182,41 +182,51 @@ func TestSentinelFailover(t *testing.T) {
 		promoted.Round(time.Millisecond), r.window.Round(time.Millisecond), r.failed, r.approvals, failoverLimit, r.over)
 }
 
-// TestSentinelFailoverReplicasAck: the same with one replica and replicas_ack: 1. Every approval
-// was acknowledged by the one replica, which is the one promoted: the failover gives back no
-// quota, whatever the timing. (With no replica left, consuming decisions fail until one is
-// replaced: the test restarts the dead node as a replica of the new primary, as an operator
-// would, and the window includes that.)
+// TestSentinelFailoverReplicasAck: the same with replicas_ack equal to the number of replicas
+// (one, then two). Every approval was acknowledged by every replica, so whichever the sentinels
+// promote has it: the failover gives back no quota, whatever the timing. (With fewer replicas
+// left than replicas_ack, consuming decisions fail until one is replaced: the test restarts the
+// dead node as a replica of the new primary, as an operator would, and the window includes that.)
 func TestSentinelFailoverReplicasAck(t *testing.T) {
-	g := redistest.StartReplicated(t, 1)
-	ss := redistest.StartSentinels(t, g.Primary, 3, redistest.SentinelConfig{})
-	st, err := redis.New(redis.Options{Sentinel: &redis.Sentinel{Master: ss.Master, Addrs: ss.Addrs()}, Timeout: 250 * time.Millisecond,
-		ReplicasAck: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	p := failoverPolicy(failoverLimit)
-	keys := failoverKeys("acked", 4)
-	var promoted, replaced time.Duration
-	r := runFailover(t, st, keys, p, failoverWorkers, g.Primary.Kill, func() {
-		start := time.Now()
-		addr := ss.WaitNewMaster(g.Primary.Addr, "", 20*time.Second)
-		promoted = time.Since(start)
-		if addr != g.Replicas[0].Addr {
-			t.Fatalf("new primary %s, want the replica %s", addr, g.Replicas[0].Addr)
-		}
-		g.Primary.RestartAsReplicaOf(addr)
-		redistest.WaitReplicas(t, g.Replicas[0], 1, 15*time.Second)
-		replaced = time.Since(start)
-	})
-	t.Logf("Sentinel, 1 replica, replicas_ack 1: new primary %v after the kill, a replica again %v after it; decisions resumed %v after it "+
-		"(%d failed meanwhile, all ErrStoreUnavailable); approvals per key %v of %d: over-admission %d",
-		promoted.Round(time.Millisecond), replaced.Round(time.Millisecond), r.window.Round(time.Millisecond), r.failed, r.approvals, failoverLimit, r.over)
-	for k, n := range r.approvals {
-		if n > failoverLimit {
-			t.Errorf("key %s: %d approvals of a limit of %d: the failover gave back acknowledged quota", keys[k], n, failoverLimit)
-		}
+	for _, n := range []int{1, 2} {
+		t.Run(fmt.Sprintf("replicas=%d", n), func(t *testing.T) {
+			g := redistest.StartReplicated(t, n)
+			ss := redistest.StartSentinels(t, g.Primary, 3, redistest.SentinelConfig{})
+			st, err := redis.New(redis.Options{Sentinel: &redis.Sentinel{Master: ss.Master, Addrs: ss.Addrs()}, Timeout: 250 * time.Millisecond,
+				ReplicasAck: n})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer st.Close()
+			p := failoverPolicy(failoverLimit)
+			keys := failoverKeys(fmt.Sprintf("acked-%d", n), 4)
+			var promoted, replaced time.Duration
+			r := runFailover(t, st, keys, p, failoverWorkers, g.Primary.Kill, func() {
+				start := time.Now()
+				addr := ss.WaitNewMaster(g.Primary.Addr, "", 20*time.Second)
+				promoted = time.Since(start)
+				var primary *redistest.Server
+				for _, r := range g.Replicas {
+					if r.Addr == addr {
+						primary = r
+					}
+				}
+				if primary == nil {
+					t.Fatalf("new primary %s is none of the replicas", addr)
+				}
+				g.Primary.RestartAsReplicaOf(addr)
+				redistest.WaitReplicas(t, primary, n, 15*time.Second) // the other replica too: the sentinels repoint it
+				replaced = time.Since(start)
+			})
+			t.Logf("Sentinel, %d replicas, replicas_ack %d: new primary %v after the kill, %d replicas again %v after it; decisions resumed %v after it "+
+				"(%d failed meanwhile, all ErrStoreUnavailable); approvals per key %v of %d: over-admission %d",
+				n, n, promoted.Round(time.Millisecond), n, replaced.Round(time.Millisecond), r.window.Round(time.Millisecond), r.failed, r.approvals, failoverLimit, r.over)
+			for k, a := range r.approvals {
+				if a > failoverLimit {
+					t.Errorf("key %s: %d approvals of a limit of %d: the failover gave back acknowledged quota", keys[k], a, failoverLimit)
+				}
+			}
+		})
 	}
 }
 
