@@ -18,25 +18,28 @@ import (
 //
 // Redis replicates asynchronously: a primary answers a script before any replica has its writes,
 // so a primary that dies can take the last decisions' writes with it, and the replica promoted
-// in its place hands that quota out again. With ReplicasAck = N, every script call that may
-// consume (a cost above 0; not the checks of DecideAll across slots) is followed by WAIT N
-// timeout on the same connection, and a decision that consumed is answered only if at least N
-// replicas acknowledged it; otherwise the call fails with ErrStoreUnavailable and the failure
-// mode decides (fail-closed refuses, fail-open allows, local decides locally). Refusals write
-// nothing and need no acknowledgement: they are answered whatever WAIT says.
+// in its place hands that quota out again. With ReplicasAck = N, every script call whose reply
+// says it consumed (a decision allowed at a cost above 0; never the checks of DecideAll across
+// slots) is followed by WAIT N timeout on the same connection, and the decision is answered only
+// if at least N replicas acknowledged it; otherwise the call fails with ErrStoreUnavailable and
+// the failure mode decides (fail-closed refuses, fail-open allows, local decides locally).
+// Refusals and cost-0 checks write nothing and send no WAIT.
 //
 // Why the same connection: WAIT waits for the writes of the connection it is sent on (up to the
 // replication offset of its last write), not for anyone else's. The store's usual calls share a
 // few connections through rueidis's auto-pipelining, where a lone WAIT might go on another
-// connection than the script it should confirm; and a WAIT there would block, inside Redis,
-// every call pipelined behind it on that connection. So a call to confirm takes a connection of
-// its own (Client.Dedicate: one wire from rueidis's pool of dedicated connections, to the
-// primary — on a cluster, to the node that serves the keys' slot, chosen by the first command),
-// and sends the script and WAIT together in one DoMulti: one write, one round trip, the two
-// commands in order on that one wire. A dedicated client does not follow MOVED or ASK: a call
-// that meets one (a slot that moved) fails with ErrStoreUnavailable rather than run its script on
-// one node and WAIT on another. A connection that failed or timed out mid-call is closed, never
-// reused (its WAIT may still be pending).
+// connection than the script it should confirm (rueidis picks a pipe per command); and a WAIT
+// there would block, inside Redis, every call pipelined behind it on that connection. So a call
+// to confirm takes a connection of its own (Client.Dedicate: one wire from rueidis's pool of
+// dedicated connections, to the primary — on a cluster, to the node that serves the keys' slot,
+// chosen by the first command), sends the script on it, and, only if the reply says it
+// consumed, WAIT on the same wire. (rueidis's DoMulti of the script and WAIT would also keep them
+// on one wire — WAIT is a blocking command, so it takes a dedicated one — and save a round trip,
+// but every refusal would then wait for the WAIT too: for an earlier write of that pooled
+// connection, if a replica is down.) A dedicated client does not follow MOVED or ASK: a call that
+// meets one (a slot that moved) fails with ErrStoreUnavailable rather than run its script on one
+// node and WAIT on another. A connection that failed or timed out mid-call is closed, never
+// reused (its reply may still be pending).
 //
 // What this guarantees: an answered consuming decision reached the primary and at least N
 // replicas (their replication streams; Redis acknowledges what a replica received, not what it
@@ -48,15 +51,16 @@ import (
 // What it does not guarantee (it is not strong consistency):
 //   - With more replicas than N, the promoted replica may not be one that acknowledged: Sentinel
 //     prefers the replica with the largest replication offset it last saw, but that reading can
-//     be stale, and replica-priority or a replica cut off too long changes the choice.
+//     be stale, and replica-priority or a replica cut off too long changes the choice (a
+//     cluster's replicas elect themselves by offset too, with the same caveats).
 //   - A replica that acknowledged still loses the write if it restarts without persistence, or
 //     resyncs from a primary that lacks it.
 //   - A decision that failed the WAIT did consume on the primary (and perhaps some replicas):
 //     the quota is spent though the failure mode answered. That errs on the side of refusing.
-//   - It costs a round trip more, and the replicas' acknowledgement, on every consuming call, and
-//     a connection per call in flight instead of shared pipelines; with fewer than N replicas connected (after a
-//     failover, until a replica is replaced) every consuming decision waits out the timeout and
-//     fails.
+//   - It costs a round trip more, and the replicas' acknowledgement, on every consuming call,
+//     and a connection per call in flight instead of shared pipelines (a batch of decisions
+//     shares one). With fewer than N replicas connected (after a failover, until a replica is
+//     replaced) every consuming decision waits out the timeout and fails.
 //   - Redis checks WAIT's timeout on its event loop: with the default hz 10 it may fire up to
 //     100 ms late; the call ends at Timeout + ReplicasAckTimeout whatever Redis does.
 //
