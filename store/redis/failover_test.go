@@ -260,6 +260,21 @@ func TestClusterFailover(t *testing.T) {
 			t.Errorf("master %d ran WAIT %d times, want %d (WAIT goes to the node that ran the script)", i, got, want)
 		}
 	}
+	// DecideAll across two nodes' slots: checks (no WAIT), then a commit on each node, each
+	// confirmed by WAIT there.
+	a, b, na, nb := twoNodes(t, c, "across", p.Name)
+	for i, srv := range c.Servers {
+		waits[i] = cmdstat(t, srv, "wait", "calls")
+	}
+	out := make([]sluice.Decision, 2)
+	if ok, err := acked.DecideAll(context.Background(), a, []sluice.Limit{{Policy: p, Cost: 1}, {Key: b, Policy: p, Cost: 1}}, out); !ok || err != nil {
+		t.Fatalf("DecideAll across slots with replicas_ack: %v, %v %+v; want allowed", ok, err, out)
+	}
+	for i, srv := range c.Servers {
+		if got, want := cmdstat(t, srv, "wait", "calls")-waits[i], map[bool]int64{true: 1, false: 0}[i == na || i == nb]; got != want {
+			t.Errorf("master %d ran WAIT %d times for DecideAll across the slots of masters %d and %d, want %d", i, got, na, nb, want)
+		}
+	}
 	acked.Close()
 
 	st, err := redis.New(redis.Options{Addrs: c.Addrs(), Timeout: 250 * time.Millisecond})
