@@ -24,7 +24,7 @@ func TestReplicasAck(t *testing.T) {
 	for _, maxBatch := range []int{1, 0} {
 		t.Run(fmt.Sprintf("MaxBatch=%d", maxBatch), func(t *testing.T) {
 			// Bounds generous for a loaded machine (each call in flight dials its own connection).
-			st := openStore(t, g.Primary, redis.Options{ReplicasAck: 1, ReplicasAckTimeout: 200 * time.Millisecond, Timeout: time.Second,
+			st := openStore(t, g.Primary, redis.Options{ReplicasAck: 1, ReplicasAckTimeout: 500 * time.Millisecond, Timeout: time.Second,
 				MaxBatch: maxBatch, Prefix: fmt.Sprintf("ack%d:", maxBatch)})
 			ctx := context.Background()
 			p := sluice.Policy{Name: "acked", Algorithm: sluice.FixedWindow, Limit: 2, Period: time.Hour}
@@ -53,7 +53,7 @@ func TestReplicasAck(t *testing.T) {
 			if !errors.Is(err, sluice.ErrStoreUnavailable) || d.Allowed {
 				t.Fatalf("a decision no replica acknowledged: %+v, %v; want ErrStoreUnavailable", d, err)
 			}
-			if !strings.Contains(err.Error(), "0 of the 1 replicas required (replicas_ack) acknowledged the decision within 200ms") {
+			if !strings.Contains(err.Error(), "0 of the 1 replicas required (replicas_ack) acknowledged the decision within 500ms") {
 				t.Errorf("error %q does not say the replicas did not acknowledge", err)
 			}
 			// It consumed on the primary all the same: the next is a refusal, answered.
