@@ -382,3 +382,37 @@ func TestSentinelFailoverLaggingReplica(t *testing.T) {
 		})
 	}
 }
+
+// TestSentinelUnreachable: with no sentinel answering, New still returns the store, which
+// answers ErrStoreUnavailable (the failure mode decides) and keeps trying in the background, as
+// with a Redis that does not answer.
+func TestSentinelUnreachable(t *testing.T) {
+	dead := redistest.Start(t)
+	addr := dead.Addr
+	dead.Kill() // nothing listens there now
+	st, err := redis.New(redis.Options{Sentinel: &redis.Sentinel{Master: "m", Addrs: []string{addr}}})
+	if err != nil {
+		t.Fatalf("New with no sentinel answering: %v; want a store that connects later", err)
+	}
+	defer st.Close()
+	if _, err := st.Decide(context.Background(), "k", failoverPolicy(5), 1); !errors.Is(err, sluice.ErrStoreUnavailable) ||
+		!strings.Contains(err.Error(), `the primary "m" of the sentinels`) {
+		t.Fatalf("Decide: %v; want ErrStoreUnavailable naming the sentinels", err)
+	}
+}
+
+// TestSentinelUnknownMaster: sentinels that answer but monitor no master of that name are a
+// configuration error, answered at New (retrying cannot mend it).
+func TestSentinelUnknownMaster(t *testing.T) {
+	srv := redistest.Start(t)
+	ss := redistest.StartSentinels(t, srv, 1, redistest.SentinelConfig{})
+	st, err := redis.New(redis.Options{Sentinel: &redis.Sentinel{Master: "no-such-master", Addrs: ss.Addrs()}})
+	if err == nil {
+		st.Close()
+		t.Fatal("New with a master name the sentinels do not monitor succeeded")
+	}
+	if !errors.Is(err, sluice.ErrStoreUnavailable) || !strings.Contains(err.Error(), `"no-such-master"`) {
+		t.Fatalf("New: %v; want an error naming the master", err)
+	}
+	t.Log(err)
+}
