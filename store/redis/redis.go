@@ -307,6 +307,9 @@ func (s *Store) connect() (*conn, error) {
 			s.acks.register(c.batch.script, batchScript())
 		}
 	}
+	if s.acks != nil {
+		s.acks.checkReplicas(s.ctx, client, max(s.timeout, time.Second), s.log)
+	}
 	return c, nil
 }
 

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -191,3 +192,23 @@ func (a *acks) shortfall(r rueidis.RedisResult) error {
 
 // allowed is consumed for a single decision's reply (whose cost is above 0).
 func allowed(reply []int64) bool { return len(reply) > 0 && reply[0] == 1 }
+
+// checkReplicas warns, at connection, of each primary that has fewer replicas connected than
+// replicas_ack waits for (ROLE): until it has them, every consuming decision there fails.
+func (a *acks) checkReplicas(ctx context.Context, client rueidis.Client, timeout time.Duration, log *slog.Logger) {
+	for addr, node := range client.Nodes() {
+		ctx, cancel := context.WithTimeout(ctx, timeout)
+		role, err := node.Do(ctx, node.B().Role().Build()).ToArray()
+		cancel()
+		if err != nil || len(role) < 3 {
+			continue // not known: the decisions will say
+		}
+		if r, _ := role[0].ToString(); r != "master" {
+			continue
+		}
+		if replicas, err := role[2].ToArray(); err == nil && int64(len(replicas)) < a.n {
+			log.Warn("the Redis primary has fewer replicas than replicas_ack waits for: every decision that consumes fails there (the failure mode decides) until it has them",
+				"primary", addr, "replicas", len(replicas), "replicas_ack", a.n)
+		}
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync"
 	"testing"
@@ -124,4 +125,45 @@ func TestReplicasAckOptions(t *testing.T) {
 			t.Errorf("New(%+v) = %v, want an error naming %s", tc.opts, err, tc.want)
 		}
 	}
+}
+
+// TestReplicasAckWithoutReplicas: a primary with fewer replicas than replicas_ack is logged at
+// connection, and every consuming decision on it fails (the failure mode decides); refusals and
+// cost-0 checks are still answered.
+func TestReplicasAckWithoutReplicas(t *testing.T) {
+	srv := redistest.Start(t)
+	var logs ackLogBuffer
+	st := openStore(t, srv, redis.Options{ReplicasAck: 1, ReplicasAckTimeout: 20 * time.Millisecond, Timeout: time.Second,
+		Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	if got := logs.String(); !strings.Contains(got, "fewer replicas than replicas_ack") || !strings.Contains(got, "replicas=0") {
+		t.Errorf("log %q does not warn of the missing replica", got)
+	}
+	p := sluice.Policy{Name: "alone", Algorithm: sluice.FixedWindow, Limit: 1, Period: time.Hour}
+	if d, err := st.Decide(context.Background(), "k", p, 0); err != nil || !d.Allowed {
+		t.Fatalf("a cost-0 check: %+v, %v", d, err)
+	}
+	if _, err := st.Decide(context.Background(), "k", p, 1); !errors.Is(err, sluice.ErrStoreUnavailable) {
+		t.Fatalf("a consuming decision without a replica: %v; want ErrStoreUnavailable", err)
+	}
+	if d, err := st.Decide(context.Background(), "k", p, 1); err != nil || d.Allowed {
+		t.Fatalf("the next (the quota spent all the same): %+v, %v; want a refusal, answered", d, err)
+	}
+}
+
+// ackLogBuffer is a bytes.Buffer safe for a logger's writes from several goroutines.
+type ackLogBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (b *ackLogBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *ackLogBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
 }
