@@ -51,8 +51,9 @@ import (
 // not have them yet) and the commands they run on the prefix's keys; TIME, with which the store
 // reads Redis's clock (deadlines); and, on a Redis Cluster, the slot map (CLUSTER SLOTS, or
 // SHARDS from Redis 8) and ASKING for redirections while slots move; WAIT, for replicas_ack; and
-// ROLE, with which the client checks that the server Sentinel names is the primary. Nothing
-// else: no other keys, no channels, no FLUSHALL, no CONFIG.
+// ROLE, with which the client checks that the server Sentinel names is the primary (and the
+// store counts the replicas replicas_ack waits for). Nothing else: no other keys, no channels,
+// no FLUSHALL, no CONFIG.
 const ACLRules = "resetkeys ~rate-limit:* resetchannels -@all +select +ping +time " +
 	"+evalsha +eval +hmget +hset +del +pexpire +rpush +lrange +ltrim +llen +cluster|slots +cluster|shards +asking" +
 	" +wait +role"
