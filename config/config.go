@@ -122,6 +122,24 @@ type Store struct {
 	// before its Retry-After without a round trip; 0 turns the cache off. Default
 	// DefaultRefusalCache.
 	RefusalCache int
+	// Sentinel, for redis instead of Addrs and URL: the primary is the one these sentinels name,
+	// followed through failovers.
+	Sentinel *Sentinel
+	// ReplicasAck: replicas that must acknowledge (WAIT) each decision that consumed before it is
+	// answered allowed; 0 (the default) is off.
+	ReplicasAck int
+	// ReplicasAckTimeout bounds that WAIT; 0 means Timeout.
+	ReplicasAckTimeout time.Duration
+}
+
+// Sentinel is store.sentinel: the master name the sentinels monitor, their addresses, and their
+// own credentials, if they require any (the primary's are the store's Username and Password).
+type Sentinel struct {
+	Master      string
+	Addrs       []string
+	Username    string
+	Password    Secret
+	PasswordEnv string // the environment variable Password was read from, if any
 }
 
 // Identity is one source of the client's identity. Exactly one of its pointers is set.

@@ -18,7 +18,7 @@ default_policy: platinum
 `), "sluice.yaml")
 	fmt.Println(err)
 	// Output:
-	// sluice.yaml:3:3: store: the redis store needs addrs (e.g. addrs: [127.0.0.1:6379]) or url
+	// sluice.yaml:3:3: store: the redis store needs addrs (e.g. addrs: [127.0.0.1:6379]), url or sentinel
 	// sluice.yaml:4:3: store: unknown field "adrs"; did you mean "addrs"?
 	// sluice.yaml:6:74: policies[0] "gold": burst -5 must be ≥ 0
 	// sluice.yaml:7:52: policies[1] "silver": limit "abc" must be an integer

@@ -123,6 +123,7 @@ var testEnv = map[string]string{
 	"EMPTY":              "",
 	"REDIS_PASSWORD":     "hunter2-redis-password",
 	"SLUICE_ADMIN_TOKEN": "an-admin-token",
+	"SENTINEL_PASSWORD":  "a-sentinel-password",
 }
 
 func lookupEnv(k string) (string, bool) { v, ok := testEnv[k]; return v, ok }

@@ -1,5 +1,6 @@
-// This file reads the store section: its type, Redis addresses or URL, credentials and failure
-// mode, and the secrets named by an environment variable (env).
+// This file reads the store section: its type, Redis addresses, URL or sentinels, credentials,
+// replica acknowledgements and failure mode, and the secrets named by an environment variable
+// (env).
 
 package config
 
@@ -9,6 +10,7 @@ import (
 	"net/url"
 	"slices"
 	"strconv"
+	"time"
 
 	"go.yaml.in/yaml/v3"
 
@@ -46,27 +48,7 @@ func (p *parser) store(n *yaml.Node, s *Store) {
 		}
 	}
 	if n := p.get(m, "addrs"); n != nil {
-		if items, ok := p.seq(n, path, "addrs"); ok {
-			if len(items) == 0 {
-				p.errorf(n, path, nil, "addrs is an empty list")
-			}
-			for i, item := range items {
-				field := fmt.Sprintf("addrs[%d]", i)
-				if item = p.deref(item); item == nil {
-					p.errorf(items[i], path, nil, "%s is empty", field)
-					continue
-				}
-				if a, ok := p.str(item, path, field); ok {
-					if host, port, err := net.SplitHostPort(a); err != nil || host == "" {
-						p.errorf(item, path, nil, "%s %q is not host:port (e.g. 127.0.0.1:6379)", field, a)
-					} else if v, err := strconv.ParseUint(port, 10, 16); err != nil || v == 0 {
-						p.errorf(item, path, nil, "%s %q: port %q must be a number from 1 to 65535", field, a, port)
-					} else {
-						s.Addrs = append(s.Addrs, a)
-					}
-				}
-			}
-		}
+		s.Addrs = p.hostPorts(n, path, "addrs", "127.0.0.1:6379")
 	}
 	urlN := p.get(m, "url")
 	if urlN != nil {
@@ -146,14 +128,115 @@ func (p *parser) store(n *yaml.Node, s *Store) {
 			}
 		}
 	}
-	if s.Type == StoreRedis {
-		switch {
-		case len(s.Addrs) == 0 && s.URL == "" && !m.has("addrs") && urlN == nil:
-			p.errorf(m.node, path, nil, "the redis store needs addrs (e.g. addrs: [127.0.0.1:6379]) or url")
-		case m.has("addrs") && urlN != nil:
-			p.errorf(urlN, path, nil, "url and addrs are both set; give one")
+	sentN := p.get(m, "sentinel")
+	if sentN != nil {
+		s.Sentinel = p.sentinel(sentN)
+	}
+	if n := p.get(m, "replicas_ack"); n != nil {
+		if v, ok := p.int(n, path, "replicas_ack"); ok {
+			if v < 0 || v > maxReplicasAck {
+				p.errorf(n, path, nil, "replicas_ack %d must be from 0 (off) to %d replicas", v, maxReplicasAck)
+			} else {
+				s.ReplicasAck = int(v)
+			}
 		}
 	}
+	if n := p.get(m, "replicas_ack_timeout"); n != nil {
+		if d, ok := p.duration(n, path, "replicas_ack_timeout"); ok {
+			switch {
+			case d <= 0:
+				p.errorf(n, path, nil, "replicas_ack_timeout %v must be > 0", d)
+			case d%time.Millisecond != 0:
+				p.errorf(n, path, nil, "replicas_ack_timeout %v must be a whole number of milliseconds (WAIT takes milliseconds)", d)
+			default:
+				s.ReplicasAckTimeout = d
+			}
+		}
+	}
+	if s.Type == StoreRedis {
+		switch {
+		case len(s.Addrs) == 0 && s.URL == "" && !m.has("addrs") && urlN == nil && !m.has("sentinel"):
+			p.errorf(m.node, path, nil, "the redis store needs addrs (e.g. addrs: [127.0.0.1:6379]), url or sentinel")
+		case m.has("addrs") && urlN != nil:
+			p.errorf(urlN, path, nil, "url and addrs are both set; give one")
+		case m.has("sentinel") && (m.has("addrs") || urlN != nil):
+			p.errorf(m.values["sentinel"], path, nil, "sentinel and %s are both set; give one (with sentinel, the sentinels name the primary)",
+				map[bool]string{true: "addrs", false: "url"}[m.has("addrs")])
+		}
+	}
+}
+
+// maxReplicasAck bounds store.replicas_ack (as the Redis store does).
+const maxReplicasAck = 1000
+
+// hostPorts reads a non-empty list of host:port (field of path); example is one, for errors.
+func (p *parser) hostPorts(n *yaml.Node, path, field, example string) []string {
+	items, ok := p.seq(n, path, field)
+	if !ok {
+		return nil
+	}
+	if len(items) == 0 {
+		p.errorf(n, path, nil, "%s is an empty list", field)
+	}
+	var out []string
+	for i, item := range items {
+		field := fmt.Sprintf("%s[%d]", field, i)
+		if item = p.deref(item); item == nil {
+			p.errorf(items[i], path, nil, "%s is empty", field)
+			continue
+		}
+		if a, ok := p.str(item, path, field); ok {
+			if host, port, err := net.SplitHostPort(a); err != nil || host == "" {
+				p.errorf(item, path, nil, "%s %q is not host:port (e.g. %s)", field, a, example)
+			} else if v, err := strconv.ParseUint(port, 10, 16); err != nil || v == 0 {
+				p.errorf(item, path, nil, "%s %q: port %q must be a number from 1 to 65535", field, a, port)
+			} else {
+				out = append(out, a)
+			}
+		}
+	}
+	return out
+}
+
+// sentinel reads store.sentinel: the master name, the sentinels' addresses, and the sentinels'
+// own credentials (the primary's are the store's username and password).
+func (p *parser) sentinel(n *yaml.Node) *Sentinel {
+	const path = "store.sentinel"
+	m := p.mapping(n, n, "store", "sentinel")
+	if m == nil {
+		return nil
+	}
+	p.checkKnown(m, path, sentinelKeys...)
+	sn := &Sentinel{}
+	if n := p.get(m, "master"); n != nil {
+		if v, ok := p.str(n, path, "master"); ok {
+			if v == "" {
+				p.errorf(n, path, nil, "master is empty (the name the sentinels monitor the primary by: sentinel monitor NAME ...)")
+			}
+			sn.Master = v
+		}
+	} else {
+		p.errorf(m.node, path, nil, "sentinel needs master: the name the sentinels monitor the primary by (sentinel monitor NAME ...)")
+	}
+	if n := p.get(m, "addrs"); n != nil {
+		sn.Addrs = p.hostPorts(n, path, "addrs", "127.0.0.1:26379")
+	} else {
+		p.errorf(m.node, path, nil, "sentinel needs addrs: the sentinels' host:port (e.g. addrs: [127.0.0.1:26379])")
+	}
+	if n := p.get(m, "username"); n != nil {
+		sn.Username, _ = p.str(n, path, "username")
+	}
+	pwN, envN := p.get(m, "password"), p.get(m, "password_env")
+	if pwN != nil && envN != nil {
+		p.errorf(envN, path, nil, "password_env and password are both set; keep one (password_env keeps the password out of the file)")
+	} else if pwN != nil {
+		if pw, ok := p.secretStr(pwN, path, "password"); ok {
+			sn.Password = NewSecret(pw)
+		}
+	} else if envN != nil {
+		sn.PasswordEnv, sn.Password = p.env(envN, path, "password_env", "sentinel password")
+	}
+	return sn
 }
 
 // redisURL checks a redis:// or rediss:// URL. It never echoes the URL, which may hold a user.

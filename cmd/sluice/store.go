@@ -94,10 +94,15 @@ func runningBudgets(cfg *config.Config, srv *atomic.Pointer[gateway.Server]) fun
 
 // redisOptions are the Redis store's options of cfg.
 func redisOptions(cfg config.Store, log *slog.Logger) redisstore.Options {
-	return redisstore.Options{
+	o := redisstore.Options{
 		Addrs: cfg.Addrs, URL: cfg.URL, Username: cfg.Username, Password: cfg.Password.Value(),
 		Prefix: cfg.Prefix, Timeout: cfg.Timeout, Logger: log, NegativeCacheSize: refusalCache(cfg.RefusalCache),
+		ReplicasAck: cfg.ReplicasAck, ReplicasAckTimeout: cfg.ReplicasAckTimeout,
 	}
+	if sn := cfg.Sentinel; sn != nil {
+		o.Sentinel = &redisstore.Sentinel{Master: sn.Master, Addrs: sn.Addrs, Username: sn.Username, Password: sn.Password.Value()}
+	}
+	return o
 }
 
 // memoryOptions are the options of the memory store of cfg: the store itself (type memory), or

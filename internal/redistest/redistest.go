@@ -1,5 +1,5 @@
-// Package redistest starts real redis-server processes for tests: single servers and a Redis
-// Cluster, on free loopback ports, each in its own temporary directory, stopped when the test
+// Package redistest starts real redis-server processes for tests: single servers, primaries with
+// replicas, sentinels and a Redis Cluster (with or without replicas), on free loopback ports, each in its own temporary directory, stopped when the test
 // ends. There are no fakes: a test that needs Redis gets Redis (scripts/test.sh installs it).
 package redistest
 
@@ -23,6 +23,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -37,6 +38,7 @@ type Server struct {
 	dir  string
 
 	tlsConfig *tls.Config // set for StartTLS servers: Do speaks TLS
+	auth      string      // --requirepass of StartReplicated servers: Info and the waits for replicas log in
 
 	mu  sync.Mutex
 	cmd *exec.Cmd // guarded by mu; nil while stopped
@@ -181,9 +183,11 @@ func (s *Server) waitReady(timeout time.Duration) error {
 	return err
 }
 
-// Cluster is a Redis Cluster of masters without replicas.
+// Cluster is a Redis Cluster: its masters, and their replicas if it has any
+// (StartClusterReplicas).
 type Cluster struct {
-	Servers []*Server
+	Servers  []*Server // the masters, as started
+	Replicas []*Server
 }
 
 // Addrs returns the masters' addresses.
@@ -249,6 +253,15 @@ func freePort(t testing.TB) int {
 
 // do is a minimal RESP client for test plumbing (the store itself uses a real client library).
 func do(addr string, tlsConfig *tls.Config, args ...string) (string, error) {
+	return doWithin(addr, tlsConfig, 5*time.Second, args...)
+}
+
+// doTimeout is do without TLS, giving up after timeout.
+func doTimeout(addr string, timeout time.Duration, args ...string) (string, error) {
+	return doWithin(addr, nil, timeout, args...)
+}
+
+func doWithin(addr string, tlsConfig *tls.Config, timeout time.Duration, args ...string) (string, error) {
 	var conn net.Conn
 	var err error
 	if tlsConfig != nil {
@@ -260,7 +273,7 @@ func do(addr string, tlsConfig *tls.Config, args ...string) (string, error) {
 		return "", err
 	}
 	defer conn.Close()
-	_ = conn.SetDeadline(time.Now().Add(5 * time.Second))
+	_ = conn.SetDeadline(time.Now().Add(timeout))
 	r := bufio.NewReader(conn)
 	if len(args) >= 2 && args[0] == "\x00auth" {
 		if _, err := send(conn, r, "AUTH", args[1]); err != nil {
@@ -320,4 +333,372 @@ func readReply(r *bufio.Reader) (string, error) {
 		return strings.Join(parts, "\n"), nil
 	}
 	return "", fmt.Errorf("unexpected reply %q", line)
+}
+
+// Stop suspends the server (SIGSTOP), as a hung process or a stalled host would: it keeps its
+// connections and answers nothing until Cont.
+func (s *Server) Stop() { s.signal(syscall.SIGSTOP) }
+
+// Cont resumes a server suspended by Stop (SIGCONT).
+func (s *Server) Cont() { s.signal(syscall.SIGCONT) }
+
+func (s *Server) signal(sig os.Signal) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd != nil {
+		_ = s.cmd.Process.Signal(sig)
+	}
+}
+
+// Running reports whether the server's process runs (it has not been killed).
+func (s *Server) Running() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.cmd != nil
+}
+
+// RestartAsReplicaOf starts a killed (or running) server again on its port, empty, as a replica
+// of primary ("host:port"): what an operator does to replace a failed node.
+func (s *Server) RestartAsReplicaOf(primary string) {
+	s.t.Helper()
+	host, port, err := net.SplitHostPort(primary)
+	if err != nil {
+		s.t.Fatalf("redistest: RestartAsReplicaOf(%q): %v", primary, err)
+	}
+	s.Kill()
+	s.args = append(withoutArg(s.args, "--replicaof", 2), "--replicaof", host, port)
+	s.start(binary(s.t, "redis-server"))
+}
+
+// withoutArg returns args without the option name and its values (n words in all).
+func withoutArg(args []string, name string, n int) []string {
+	out := make([]string, 0, len(args))
+	for i := 0; i < len(args); i++ {
+		if args[i] == name {
+			i += n - 1
+			continue
+		}
+		out = append(out, args[i])
+	}
+	return out
+}
+
+// Info returns one field of INFO section ("role" of "replication"), "" if absent.
+func (s *Server) Info(section, field string) string {
+	reply, err := s.DoAuth(s.auth, "INFO", section)
+	if s.auth == "" {
+		reply, err = s.Do("INFO", section)
+	}
+	if err != nil {
+		return ""
+	}
+	for _, line := range strings.Split(reply, "\r\n") {
+		if v, ok := strings.CutPrefix(line, field+":"); ok {
+			return v
+		}
+	}
+	return ""
+}
+
+// Replicated is a primary with replicas (asynchronous replication, as Redis does it).
+type Replicated struct {
+	Primary  *Server
+	Replicas []*Server
+}
+
+// StartReplicated starts a primary and n replicas of it (--replicaof), each with the extra args
+// (with --requirepass, give --masterauth too), and waits until every replica's link is up and the primary counts them all.
+func StartReplicated(t testing.TB, n int, args ...string) *Replicated {
+	t.Helper()
+	// Any of them may become the primary, and a new replica syncs without the default 5 s delay.
+	args = append([]string{"--repl-diskless-sync-delay", "0"}, args...)
+	var auth string
+	for i, a := range args {
+		if a == "--requirepass" && i+1 < len(args) {
+			auth = args[i+1]
+		}
+	}
+	g := &Replicated{Primary: Start(t, args...)}
+	g.Primary.auth = auth
+	for range n {
+		r := Start(t, append([]string{"--replicaof", "127.0.0.1", strconv.Itoa(g.Primary.Port)}, args...)...)
+		r.auth = auth
+		g.Replicas = append(g.Replicas, r)
+	}
+	WaitReplicas(t, g.Primary, n, 15*time.Second)
+	return g
+}
+
+// WaitReplicas waits until primary reports at least n connected replicas whose links are up
+// (each replica's INFO says master_link_status:up).
+func WaitReplicas(t testing.TB, primary *Server, n int, timeout time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		if c, _ := strconv.Atoi(primary.Info("replication", "connected_slaves")); c >= n {
+			up := 0
+			for i := range c {
+				// slaveN:ip=127.0.0.1,port=P,state=online,offset=...,lag=...
+				if strings.Contains(primary.Info("replication", fmt.Sprintf("slave%d", i)), "state=online") {
+					up++
+				}
+			}
+			// Online is not enough: a replica just synced may not answer the primary's
+			// REPLCONF GETACK yet, and WAIT (the store's replicas_ack) would time out.
+			if up >= n && acked(primary, n) {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("redistest: %s has not %d replicas online after %v: %s", primary.Addr, n, timeout, primary.Info("replication", "connected_slaves"))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// acked reports whether n replicas acknowledge a write of primary within 100 ms (WAIT).
+func acked(primary *Server, n int) bool {
+	conn, err := net.DialTimeout("tcp", primary.Addr, time.Second)
+	if err != nil {
+		return false
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(2 * time.Second))
+	r := bufio.NewReader(conn)
+	if primary.auth != "" {
+		if _, err := send(conn, r, "AUTH", primary.auth); err != nil {
+			return false
+		}
+	}
+	// A write of this connection's: on a cluster node, of a key in one of its slots.
+	key := ""
+	for i := 0; key == "" && i < 1000; i++ {
+		k := "redistest:acked:" + strconv.Itoa(i)
+		if _, err := send(conn, r, "SET", k, "1"); err == nil {
+			key = k
+		} else if !strings.Contains(err.Error(), "MOVED") {
+			return false
+		}
+	}
+	if key == "" {
+		return false
+	}
+	if _, err := send(conn, r, "DEL", key); err != nil {
+		return false
+	}
+	got, err := send(conn, r, "WAIT", strconv.Itoa(n), "100")
+	k, perr := strconv.Atoi(got)
+	return err == nil && perr == nil && k >= n
+}
+
+// Sentinels are redis-server processes in sentinel mode (redis-server sentinel.conf --sentinel)
+// monitoring one primary under a master name.
+type Sentinels struct {
+	Servers []*Server
+	Master  string // the monitored master's name
+	t       testing.TB
+}
+
+// SentinelConfig tunes StartSentinels.
+type SentinelConfig struct {
+	Master          string        // the master name; default "mymaster"
+	Quorum          int           // sentinels that must agree the primary is down; default a majority
+	DownAfter       time.Duration // down-after-milliseconds; default 1 s
+	FailoverTimeout time.Duration // failover-timeout; default 3 s
+	AuthPass        string        // the primary's (and replicas') password, if they require one
+	RequirePass     string        // the sentinels' own password, if any
+}
+
+// StartSentinels starts n sentinels on free loopback ports monitoring primary, and waits until
+// each knows the primary and the other sentinels (so that a failover can be voted at once).
+func StartSentinels(t testing.TB, primary *Server, n int, cfg SentinelConfig) *Sentinels {
+	t.Helper()
+	if cfg.Master == "" {
+		cfg.Master = "mymaster"
+	}
+	if cfg.Quorum == 0 {
+		cfg.Quorum = n/2 + 1
+	}
+	if cfg.DownAfter == 0 {
+		cfg.DownAfter = time.Second
+	}
+	if cfg.FailoverTimeout == 0 {
+		cfg.FailoverTimeout = 3 * time.Second
+	}
+	bin := binary(t, "redis-server")
+	ss := &Sentinels{Master: cfg.Master, t: t}
+	for range n {
+		port := freePort(t)
+		s := &Server{Addr: fmt.Sprintf("127.0.0.1:%d", port), Port: port, t: t, dir: t.TempDir()}
+		conf := []string{
+			fmt.Sprintf("port %d", port),
+			"bind 127.0.0.1",
+			"protected-mode no",
+			fmt.Sprintf("dir %s", s.dir),
+			fmt.Sprintf("sentinel monitor %s 127.0.0.1 %d %d", cfg.Master, primary.Port, cfg.Quorum),
+			fmt.Sprintf("sentinel down-after-milliseconds %s %d", cfg.Master, cfg.DownAfter.Milliseconds()),
+			fmt.Sprintf("sentinel failover-timeout %s %d", cfg.Master, cfg.FailoverTimeout.Milliseconds()),
+			fmt.Sprintf("sentinel parallel-syncs %s 1", cfg.Master),
+		}
+		if cfg.AuthPass != "" {
+			conf = append(conf, fmt.Sprintf("sentinel auth-pass %s %s", cfg.Master, cfg.AuthPass))
+		}
+		if cfg.RequirePass != "" {
+			conf = append(conf, "requirepass "+cfg.RequirePass)
+		}
+		path := filepath.Join(s.dir, "sentinel.conf") // the sentinel rewrites it: its own file
+		if err := os.WriteFile(path, []byte(strings.Join(conf, "\n")+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		s.args = []string{path, "--sentinel"}
+		s.start(bin)
+		t.Cleanup(s.Kill)
+		ss.Servers = append(ss.Servers, s)
+	}
+	// Each sentinel finds the others through the primary's hello channel (every 2 s).
+	deadline := time.Now().Add(20 * time.Second)
+	for _, s := range ss.Servers {
+		for {
+			known := ss.do(s, cfg.RequirePass, "SENTINEL", "SENTINELS", cfg.Master)
+			if strings.Count(known, "name\n") >= n-1 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("redistest: sentinel %s knows %d of the %d other sentinels", s.Addr, strings.Count(known, "name\n"), n-1)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	return ss
+}
+
+func (ss *Sentinels) do(s *Server, pass string, args ...string) string {
+	var reply string
+	var err error
+	if pass != "" {
+		reply, err = s.DoAuth(pass, args...)
+	} else {
+		reply, err = s.Do(args...)
+	}
+	if err != nil {
+		return ""
+	}
+	return reply
+}
+
+// Addrs returns the sentinels' addresses.
+func (ss *Sentinels) Addrs() []string {
+	addrs := make([]string, len(ss.Servers))
+	for i, s := range ss.Servers {
+		addrs[i] = s.Addr
+	}
+	return addrs
+}
+
+// MasterAddr returns the primary's address as the first sentinel that answers reports it
+// (SENTINEL GET-MASTER-ADDR-BY-NAME), "" if none answers. pass: the sentinels' password, if any.
+func (ss *Sentinels) MasterAddr(pass string) string {
+	for _, s := range ss.Servers {
+		if !s.Running() {
+			continue
+		}
+		if hp := strings.Split(ss.do(s, pass, "SENTINEL", "GET-MASTER-ADDR-BY-NAME", ss.Master), "\n"); len(hp) == 2 {
+			return net.JoinHostPort(hp[0], hp[1])
+		}
+	}
+	return ""
+}
+
+// WaitNewMaster waits until the sentinels report a primary other than old, and that primary
+// says it is one (ROLE master), and returns its address.
+func (ss *Sentinels) WaitNewMaster(old, pass string, timeout time.Duration) string {
+	ss.t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		if addr := ss.MasterAddr(pass); addr != "" && addr != old {
+			if r, err := do(addr, nil, "ROLE"); err == nil && strings.HasPrefix(r, "master") {
+				return addr
+			} else if err != nil && strings.Contains(err.Error(), "NOAUTH") && pass != "" {
+				return addr
+			}
+		}
+		if time.Now().After(deadline) {
+			ss.t.Fatalf("redistest: no new master replacing %s after %v (sentinels say %q)", old, timeout, ss.MasterAddr(pass))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// StartClusterReplicas starts a Redis Cluster of n masters, each with one replica, whose nodes
+// time out after nodeTimeout (cluster-node-timeout): a killed master's replica takes its slots
+// over about that long after. It waits until the cluster reports ok on every node and every
+// replica is in sync.
+func StartClusterReplicas(t testing.TB, n int, nodeTimeout time.Duration) *Cluster {
+	t.Helper()
+	c := &Cluster{}
+	var all []*Server
+	for range 2 * n {
+		all = append(all, Start(t, "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
+			"--cluster-node-timeout", strconv.FormatInt(nodeTimeout.Milliseconds(), 10), "--repl-diskless-sync-delay", "0"))
+	}
+	addrs := make([]string, len(all))
+	for i, s := range all {
+		addrs[i] = s.Addr
+	}
+	args := append([]string{"--cluster", "create"}, addrs...)
+	args = append(args, "--cluster-replicas", "1", "--cluster-yes")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, binary(t, "redis-cli"), args...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("redistest: redis-cli --cluster create: %v\n%s", err, out)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for _, s := range all {
+		for {
+			info, err := s.Do("CLUSTER", "INFO")
+			role := s.Info("replication", "role")
+			ok := err == nil && strings.Contains(info, "cluster_state:ok")
+			if ok && role == "slave" {
+				ok = s.Info("replication", "master_link_status") == "up"
+			}
+			if ok {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("redistest: cluster not ok on %s: %v %s", s.Addr, err, info)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		if s.Info("replication", "role") == "master" {
+			c.Servers = append(c.Servers, s)
+		} else {
+			c.Replicas = append(c.Replicas, s)
+		}
+	}
+	for _, s := range c.Servers {
+		WaitReplicas(t, s, 1, max(time.Until(deadline), 10*time.Second))
+	}
+	return c
+}
+
+// WaitPromoted waits until one of the cluster's replicas has become a master (after its master
+// was killed) and the cluster reports ok on it, and returns it.
+func (c *Cluster) WaitPromoted(t testing.TB, timeout time.Duration) *Server {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		for _, s := range c.Replicas {
+			if !s.Running() || s.Info("replication", "role") != "master" {
+				continue
+			}
+			if info, err := s.Do("CLUSTER", "INFO"); err == nil && strings.Contains(info, "cluster_state:ok") {
+				return s
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("redistest: no replica of the cluster became a master in %v", timeout)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }

@@ -192,7 +192,11 @@ type worker struct {
 // deadline — its caller's, or this call's own timeout if sooner.
 func (w *worker) send(batch []*call) {
 	b := w.b
-	ctx, cancel := context.WithTimeout(context.Background(), b.s.timeout)
+	consumes := false
+	for _, c := range batch {
+		consumes = consumes || c.args[4] != "0" // cost
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), b.s.callTimeout(consumes))
 	defer cancel()
 	sendBy, _ := ctx.Deadline()
 	now := time.Now()
@@ -221,14 +225,26 @@ func (w *worker) send(batch []*call) {
 		return deadlineArg(est, ok, c.deadline)
 	}
 	b.s.calls.Add(1)
+	var a ack // one WAIT for the call, whose writes are all on its connection
+	wait := b.s.waitFor(consumes, &a, func(reply []int64) bool {
+		for i, c := range batch {
+			if len(reply) > 6*i && reply[6*i] == 1 && c.args[4] != "0" {
+				return true
+			}
+		}
+		return false
+	})
 	if len(batch) == 1 {
 		c := batch[0]
-		reply, err := b.s.execSingle(ctx, b.c, c.alg, c.keys, c.args, deadline(c)).AsIntSlice()
+		reply, err := b.s.execSingle(ctx, b.c, c.alg, c.keys, c.args, deadline(c), wait).AsIntSlice()
 		switch {
 		case err != nil:
 			c.err = b.c.failed(sl, err)
 		case len(reply) != 7:
 			c.err = unavailable(fmt.Errorf("script replied %d numbers, want 7", len(reply)))
+		case a.err != nil: // consumed, and not on enough replicas
+			b.c.learn(sl, reply[6])
+			c.err = a.err
 		default:
 			b.c.learn(sl, reply[6])
 			copy(c.reply[:], reply[:6])
@@ -245,7 +261,7 @@ func (w *worker) send(batch []*call) {
 	for _, c := range batch {
 		w.args = append(w.args, deadline(c))
 	}
-	reply, err := b.script.Exec(ctx, b.c.client, w.keys, w.args).AsIntSlice()
+	reply, err := b.s.exec(ctx, b.c, b.script, w.keys, w.args, wait).AsIntSlice()
 	if err == nil && len(reply) != 6*len(batch)+1 {
 		err = fmt.Errorf("script replied %d numbers, want %d", len(reply), 6*len(batch)+1)
 	}
@@ -258,6 +274,8 @@ func (w *worker) send(batch []*call) {
 			c.err = unavailable(err)
 		case reply[6*i] == -1:
 			c.err = errDeadlinePassed
+		case a.err != nil && reply[6*i] == 1 && c.args[4] != "0": // consumed, not on enough replicas
+			c.err = a.err
 		default:
 			copy(c.reply[:], reply[6*i:6*i+6])
 		}

@@ -50,11 +50,13 @@ import (
 // library's CLIENT SETINFO may fail); the scripts (EVALSHA, and EVAL when Redis does
 // not have them yet) and the commands they run on the prefix's keys; TIME, with which the store
 // reads Redis's clock (deadlines); and, on a Redis Cluster, the slot map (CLUSTER SLOTS, or
-// SHARDS from Redis 8) and ASKING for redirections while slots move; and the sorted-set commands
-// of the instance registry's script (fleet.lua). Nothing else: no other keys,
-// no channels, no FLUSHALL, no CONFIG.
+// SHARDS from Redis 8) and ASKING for redirections while slots move; the sorted-set commands
+// of the instance registry's script (fleet.lua); WAIT, for replicas_ack; and ROLE, with which the
+// client checks that the server Sentinel names is the primary (and the store counts the replicas
+// replicas_ack waits for). Nothing else: no other keys, no channels, no FLUSHALL, no CONFIG.
 const ACLRules = "resetkeys ~rate-limit:* resetchannels -@all +select +ping +time " +
-	"+evalsha +eval +hmget +hset +del +pexpire +rpush +lrange +ltrim +llen +zadd +zrem +zremrangebyscore +zcard +zrange +cluster|slots +cluster|shards +asking"
+	"+evalsha +eval +hmget +hset +del +pexpire +rpush +lrange +ltrim +llen +zadd +zrem +zremrangebyscore +zcard +zrange +cluster|slots +cluster|shards +asking" +
+	" +wait +role"
 
 // Defaults.
 const (
@@ -67,13 +69,23 @@ const (
 	virtualClockSlack = time.Hour
 )
 
-// Options configures a Store. Either Addrs or URL.
+// Options configures a Store. One of Addrs, URL or Sentinel.
 type Options struct {
 	Addrs    []string // one address: a single server; several: nodes of one Redis Cluster, from which the client discovers the rest
 	URL      string   // instead of Addrs: redis://[user:password@]host:port[/db], rediss:// for TLS
 	Username string   // ACL user
 	Password string
 	TLS      *tls.Config // TLS settings (CA, client certificate); with a rediss:// URL, replaces its default
+	// Sentinel, instead of Addrs or URL: the primary is the one Redis Sentinel names, and the
+	// store follows its failovers (sentinel.go). Username, Password and TLS are the primary's.
+	Sentinel *Sentinel
+	// ReplicasAck, if > 0, confirms every decision that consumed quota with WAIT on that many
+	// replicas before answering it: one that fewer acknowledged within ReplicasAckTimeout fails
+	// with ErrStoreUnavailable, so the failure mode decides (wait.go says what this guarantees).
+	ReplicasAck int
+	// ReplicasAckTimeout bounds the WAIT (default Timeout; whole milliseconds, rounded up). A
+	// consuming call is then bounded by Timeout + ReplicasAckTimeout.
+	ReplicasAckTimeout time.Duration
 
 	Prefix  string        // key prefix; default DefaultPrefix
 	Timeout time.Duration // bound on every store call; default DefaultTimeout
@@ -106,6 +118,7 @@ type Store struct {
 	single   [6]*rueidis.Lua
 	multi    *rueidis.Lua
 	refused  *negativeCache // nil: disabled
+	acks     *acks          // nil: ReplicasAck off
 
 	conn    atomic.Pointer[conn]  // nil until connected
 	lastErr atomic.Pointer[error] // why the last attempt to connect failed
@@ -147,7 +160,11 @@ var (
 // wraps sluice.ErrStoreUnavailable too.
 func New(opts Options) (*Store, error) {
 	var co rueidis.ClientOption
-	if opts.URL != "" {
+	if opts.Sentinel != nil {
+		if err := sentinelOption(&co, &opts); err != nil {
+			return nil, err
+		}
+	} else if opts.URL != "" {
 		if len(opts.Addrs) > 0 {
 			return nil, errors.New("redis store: give Addrs or URL, not both")
 		}
@@ -192,6 +209,18 @@ func New(opts Options) (*Store, error) {
 	}
 	co.Dialer.Timeout = max(s.timeout, 100*time.Millisecond)
 	co.ConnWriteTimeout = max(s.timeout, 100*time.Millisecond)
+	if opts.Sentinel != nil {
+		co.Sentinel.Dialer.Timeout = co.Dialer.Timeout
+	}
+	if opts.ReplicasAck != 0 || opts.ReplicasAckTimeout != 0 {
+		var err error
+		if s.acks, err = newAcks(opts.ReplicasAck, opts.ReplicasAckTimeout, s.timeout); err != nil {
+			return nil, err
+		}
+	}
+	if s.acks != nil {
+		co.ConnWriteTimeout = max(s.timeout+s.acks.timeout, 100*time.Millisecond)
+	}
 	s.co = co
 	if s.clock != nil {
 		s.slack = strconv.FormatInt(int64(virtualClockSlack/time.Microsecond), 10)
@@ -206,13 +235,19 @@ func New(opts Options) (*Store, error) {
 		s.single[a] = rueidis.NewLuaScript(singleScript(a))
 	}
 	s.multi = rueidis.NewLuaScript(multiScript())
+	if s.acks != nil {
+		for _, a := range algorithm.Algorithms {
+			s.acks.register(s.single[a], singleScript(a))
+		}
+		s.acks.register(s.multi, multiScript())
+	}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	c, err := s.connect()
 	if err == nil {
 		s.conn.Store(c)
 		return s, nil
 	}
-	err = fmt.Errorf("%w: redis store: connecting to %v: %w", sluice.ErrStoreUnavailable, co.InitAddress, err)
+	err = fmt.Errorf("%w: redis store: connecting to %s: %w", sluice.ErrStoreUnavailable, s.where(), err)
 	if !unreachable(err) {
 		s.cancel()
 		return nil, err
@@ -237,7 +272,7 @@ func checkAddrs(field string, addrs []string) error {
 			if field == "URL" {
 				return fmt.Errorf("redis store: URL: address %q: %w", a, err)
 			}
-			return fmt.Errorf("redis store: Addrs[%d] %q: want host:port: %w", i, a, err)
+			return fmt.Errorf("redis store: %s[%d] %q: want host:port: %w", field, i, a, err)
 		}
 	}
 	return nil
@@ -269,6 +304,12 @@ func (s *Store) connect() (*conn, error) {
 	}
 	if s.maxBatch != 1 {
 		c.batch = newBatcher(s, c, s.maxBatch, c.cluster)
+		if s.acks != nil {
+			s.acks.register(c.batch.script, batchScript())
+		}
+	}
+	if s.acks != nil {
+		s.acks.checkReplicas(s.ctx, client, max(s.timeout, time.Second), s.log)
 	}
 	return c, nil
 }
@@ -295,7 +336,7 @@ func (s *Store) connectLater() {
 			s.log.Info("Redis answers; decisions go to it")
 			return
 		}
-		err = fmt.Errorf("%w: redis store: connecting to %v: %w", sluice.ErrStoreUnavailable, s.co.InitAddress, err)
+		err = fmt.Errorf("%w: redis store: connecting to %s: %w", sluice.ErrStoreUnavailable, s.where(), err)
 		s.lastErr.Store(&err)
 		if !unreachable(err) { // it answers, and refuses: say so, and keep trying
 			s.log.Error("Redis answers but refuses the connection; the failure mode decides", "error", err.Error())
@@ -413,7 +454,7 @@ func (s *Store) Decide(ctx context.Context, key string, p sluice.Policy, cost in
 		return sluice.Decision{Limit: p.Capacity()}, err
 	}
 	hash, log := s.keys(key, p.Name)
-	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	ctx, cancel := context.WithTimeout(ctx, s.callTimeout(cost > 0))
 	defer cancel()
 	deadline, _ := ctx.Deadline()
 	args := [5]string{strconv.Itoa(int(p.Algorithm)), strconv.FormatInt(p.Limit, 10), strconv.FormatInt(p.PeriodMicros(), 10),
@@ -428,7 +469,8 @@ func (s *Store) Decide(ctx context.Context, key string, p sluice.Policy, cost in
 	} else {
 		s.calls.Add(1)
 		sl := c.slot(hash)
-		reply, err = s.execSingle(ctx, c, p.Algorithm, [2]string{hash, log}, args, c.deadlineArg(sl, deadline)).AsIntSlice()
+		var a ack
+		reply, err = s.execSingle(ctx, c, p.Algorithm, [2]string{hash, log}, args, c.deadlineArg(sl, deadline), s.waitFor(cost > 0, &a, allowed)).AsIntSlice()
 		if err != nil {
 			return sluice.Decision{Limit: p.Capacity()}, c.failed(sl, err)
 		}
@@ -436,6 +478,12 @@ func (s *Store) Decide(ctx context.Context, key string, p sluice.Policy, cost in
 			return sluice.Decision{Limit: p.Capacity()}, fmt.Errorf("%w: redis store: script replied %d numbers, want 7", sluice.ErrStoreUnavailable, len(reply))
 		}
 		c.learn(sl, reply[6])
+		if a.err != nil { // consumed, and not on enough replicas
+			if s.refused != nil {
+				s.refused.forget(cacheKey)
+			}
+			return sluice.Decision{Limit: p.Capacity()}, a.err
+		}
 	}
 	d = algorithm.MakeDecision(reply[0] == 1, reply[1], reply[2], reply[3], reply[4], reply[5])
 	if s.refused != nil {
@@ -451,9 +499,9 @@ func (s *Store) Decide(ctx context.Context, key string, p sluice.Policy, cost in
 }
 
 // execSingle runs a's single script on c, on the keys with args (single.lua's ARGV[1..5]) and
-// the deadline argument (ARGV[8]).
-func (s *Store) execSingle(ctx context.Context, c *conn, a sluice.Algorithm, keys [2]string, args [5]string, deadline string) rueidis.RedisResult {
-	return s.single[a].Exec(ctx, c.client, keys[:], append(args[:], s.now(), s.slack, deadline))
+// the deadline argument (ARGV[8]); with wait, confirmed by WAIT (exec).
+func (s *Store) execSingle(ctx context.Context, c *conn, a sluice.Algorithm, keys [2]string, args [5]string, deadline string, wait *ack) rueidis.RedisResult {
+	return s.exec(ctx, c, s.single[a], keys[:], append(args[:], s.now(), s.slack, deadline), wait)
 }
 
 // slot is the key's hash slot on a cluster, 0 on a single server (the offsets' index).
@@ -503,7 +551,7 @@ func (s *Store) DecideAll(ctx context.Context, key string, limits []sluice.Limit
 	if err != nil {
 		return false, err
 	}
-	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	ctx, cancel := context.WithTimeout(ctx, s.callTimeout(true))
 	defer cancel()
 	m := multiCall{s: s, c: c, now: s.now(), key: key, limits: limits, keys: keys, out: out}
 	if c.cluster {
@@ -566,7 +614,23 @@ func (m *multiCall) exec(ctx context.Context, which []int, check bool) (bool, er
 	sl := m.c.slot(keys[0])
 	args = append(args, m.c.deadlineArg(sl, deadline))
 	m.s.calls.Add(1)
-	reply, err := m.s.multi.Exec(ctx, m.c.client, keys, args).AsIntSlice()
+	consumes := false
+	for j := range n {
+		consumes = consumes || m.limits[limit(j)].Cost > 0
+	}
+	var a ack
+	reply, err := m.s.exec(ctx, m.c, m.s.multi, keys, args, m.s.waitFor(consumes && !check, &a, func(reply []int64) bool {
+		// The script writes only if every enforced limit allows; then those that allowed.
+		wrote := false
+		for j := range min(n, len(reply)/6) {
+			l := &m.limits[limit(j)]
+			if reply[6*j] != 1 && !l.DryRun {
+				return false
+			}
+			wrote = wrote || (reply[6*j] == 1 && l.Cost > 0)
+		}
+		return wrote
+	})).AsIntSlice()
 	if err != nil {
 		return false, m.c.failed(sl, err)
 	}
@@ -588,6 +652,9 @@ func (m *multiCall) exec(ctx context.Context, which []int, check bool) (bool, er
 				m.s.refused.forget(l.Policy.Name + "\x00" + l.EffectiveKey(m.key))
 			}
 		}
+	}
+	if a.err != nil { // written, and not on enough replicas
+		return false, a.err
 	}
 	return all, nil
 }

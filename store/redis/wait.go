@@ -1,0 +1,214 @@
+package redis
+
+import (
+	"context"
+	"crypto/sha1"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/redis/rueidis"
+
+	"github.com/sluicehq/sluice"
+)
+
+// Replica-acknowledged decisions (Options.ReplicasAck, store.replicas_ack).
+//
+// Redis replicates asynchronously: a primary answers a script before any replica has its writes,
+// so a primary that dies can take the last decisions' writes with it, and the replica promoted
+// in its place hands that quota out again. With ReplicasAck = N, every script call whose reply
+// says it consumed (a decision allowed at a cost above 0; never the checks of DecideAll across
+// slots) is followed by WAIT N timeout on the same connection, and the decision is answered only
+// if at least N replicas acknowledged it; otherwise the call fails with ErrStoreUnavailable and
+// the failure mode decides (fail-closed refuses, fail-open allows, local decides locally).
+// Refusals and cost-0 checks write nothing and send no WAIT.
+//
+// Why the same connection: WAIT waits for the writes of the connection it is sent on (up to the
+// replication offset of its last write), not for anyone else's. The store's usual calls share a
+// few connections through rueidis's auto-pipelining, where a lone WAIT might go on another
+// connection than the script it should confirm (rueidis picks a pipe per command); and a WAIT
+// there would block, inside Redis, every call pipelined behind it on that connection. So a call
+// to confirm takes a connection of its own (Client.Dedicate: one wire from rueidis's pool of
+// dedicated connections, to the primary — on a cluster, to the node that serves the keys' slot,
+// chosen by the first command), sends the script on it, and, only if the reply says it
+// consumed, WAIT on the same wire. (rueidis's DoMulti of the script and WAIT would also keep them
+// on one wire — WAIT is a blocking command, so it takes a dedicated one — and save a round trip,
+// but every refusal would then wait for the WAIT too: for an earlier write of that pooled
+// connection, if a replica is down.) A dedicated client does not follow MOVED or ASK: a call that
+// meets one (a slot that moved) fails with ErrStoreUnavailable rather than run its script on one
+// node and WAIT on another. A connection that failed or timed out mid-call is closed, never
+// reused (its reply may still be pending).
+//
+// What this guarantees: an answered consuming decision reached the primary and at least N
+// replicas (their replication streams; Redis acknowledges what a replica received, not what it
+// persisted). Hence with Sentinel (or a cluster's replica promotion) a failover that promotes one
+// of those replicas keeps it. Over-admission from a failover is then zero if the promoted replica
+// is one that acknowledged: always with N equal to the number of replicas (any replica may be
+// promoted), or with a single replica.
+//
+// What it does not guarantee (it is not strong consistency):
+//   - With more replicas than N, the promoted replica may not be one that acknowledged: Sentinel
+//     prefers the replica with the largest replication offset it last saw, but that reading can
+//     be stale, and replica-priority or a replica cut off too long changes the choice (a
+//     cluster's replicas elect themselves by offset too, with the same caveats).
+//   - A replica that acknowledged still loses the write if it restarts without persistence, or
+//     resyncs from a primary that lacks it.
+//   - A decision that failed the WAIT did consume on the primary (and perhaps some replicas):
+//     the quota is spent though the failure mode answered. That errs on the side of refusing.
+//   - It costs a round trip more, and the replicas' acknowledgement, on every consuming call,
+//     and a connection per call in flight instead of shared pipelines (a batch of decisions
+//     shares one). With fewer than N replicas connected (after a failover, until a replica is
+//     replaced) every consuming decision waits out the timeout and fails.
+//   - Redis checks WAIT's timeout on its event loop: with the default hz 10 it may fire up to
+//     100 ms late; the call ends at Timeout + ReplicasAckTimeout whatever Redis does.
+//
+// Redis's own alternative is min-replicas-to-write / min-replicas-max-lag on the primary: it
+// refuses writes (the scripts then fail) while fewer replicas are connected with a lag within
+// the bound, which limits the window of loss to about the lag, not per write; it needs no client
+// support, and the two combine.
+
+// acks is the store's WAIT configuration, and the sources of the scripts it sends with it.
+type acks struct {
+	n       int64
+	timeout time.Duration
+	millis  int64 // WAIT's timeout argument: ≥ 1 (WAIT 0 would wait forever)
+
+	mu      sync.RWMutex
+	scripts map[*rueidis.Lua]luaSource
+}
+
+type luaSource struct{ text, sha1 string }
+
+// maxReplicasAck bounds Options.ReplicasAck (no real deployment has more replicas).
+const maxReplicasAck = 1000
+
+func newAcks(n int, timeout, storeTimeout time.Duration) (*acks, error) {
+	switch {
+	case n < 0 || n > maxReplicasAck:
+		return nil, fmt.Errorf("redis store: ReplicasAck %d must be from 0 (off) to %d", n, maxReplicasAck)
+	case timeout < 0:
+		return nil, fmt.Errorf("redis store: ReplicasAckTimeout %v must be ≥ 0 (0: the store's Timeout)", timeout)
+	case n == 0:
+		return nil, nil // a timeout without replicas to wait for: off
+	}
+	if timeout == 0 {
+		timeout = storeTimeout
+	}
+	ms := (timeout + time.Millisecond - 1) / time.Millisecond
+	a := &acks{n: int64(n), millis: int64(ms), scripts: map[*rueidis.Lua]luaSource{}}
+	a.timeout = time.Duration(a.millis) * time.Millisecond
+	return a, nil
+}
+
+// register records the source of a script the store may send with WAIT (it sends EVALSHA, and
+// EVAL after NOSCRIPT, itself).
+func (a *acks) register(l *rueidis.Lua, text string) {
+	sum := sha1.Sum([]byte(text))
+	a.mu.Lock()
+	a.scripts[l] = luaSource{text: text, sha1: hex.EncodeToString(sum[:])}
+	a.mu.Unlock()
+}
+
+// callTimeout is the bound on one store call: with replicas_ack, a call that may consume has
+// ReplicasAckTimeout more, for the WAIT.
+func (s *Store) callTimeout(consumes bool) time.Duration {
+	if s.acks != nil && consumes {
+		return s.timeout + s.acks.timeout
+	}
+	return s.timeout
+}
+
+// ack asks exec to confirm a call's writes with WAIT: consumed says from the script's reply
+// whether it wrote (a decision that allowed with a cost above 0); err is then set to nil if
+// enough replicas acknowledged, else to the error that the consuming decisions fail with.
+type ack struct {
+	consumed func(reply []int64) bool
+	err      error
+}
+
+// waitFor returns a, prepared with consumed, if the call may consume (consumes) and replicas_ack
+// is on; else nil: no WAIT.
+func (s *Store) waitFor(consumes bool, a *ack, consumed func(reply []int64) bool) *ack {
+	if s.acks == nil || !consumes {
+		return nil
+	}
+	a.consumed = consumed
+	return a
+}
+
+// exec runs script l on c with keys and args. With wait nil, as l.Exec does (auto-pipelined).
+// Otherwise on a dedicated connection (see above), followed there, if the reply says the call
+// consumed, by WAIT, whose shortfall it reports in wait.err.
+func (s *Store) exec(ctx context.Context, c *conn, l *rueidis.Lua, keys, args []string, wait *ack) rueidis.RedisResult {
+	if wait == nil {
+		return l.Exec(ctx, c.client, keys, args)
+	}
+	s.acks.mu.RLock()
+	src, ok := s.acks.scripts[l]
+	s.acks.mu.RUnlock()
+	if !ok {
+		panic("store/redis: a script sent with WAIT was not registered") // a programming error
+	}
+	dc, release := c.client.Dedicate()
+	defer release()
+	res := dc.Do(ctx, dc.B().Evalsha().Sha1(src.sha1).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build())
+	if re, isRedis := rueidis.IsRedisErr(res.Error()); isRedis && re.IsNoScript() {
+		// Redis lost its scripts (a restart, a failover to a replica that never ran them).
+		res = dc.Do(ctx, dc.B().Eval().Script(src.text).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build())
+	}
+	if res.NonRedisError() != nil {
+		dc.Close() // broken or timed out: its reply may still come; never reuse it
+		return res
+	}
+	if reply, err := res.AsIntSlice(); err != nil || !wait.consumed(reply) {
+		return res // wrote nothing (a refusal, an error): nothing to confirm
+	}
+	w := dc.Do(ctx, dc.B().Wait().Numreplicas(s.acks.n).Timeout(s.acks.millis).Build())
+	if w.NonRedisError() != nil {
+		dc.Close()
+	}
+	wait.err = s.acks.shortfall(w)
+	return res
+}
+
+// shortfall is nil if WAIT's reply counts enough replicas, else the error to answer with.
+func (a *acks) shortfall(r rueidis.RedisResult) error {
+	n, err := r.AsInt64()
+	switch {
+	case err == nil && n >= a.n:
+		return nil
+	case err == nil:
+		return fmt.Errorf("%w: redis store: %d of the %d replicas required (replicas_ack) acknowledged the decision within %v; not answered as allowed",
+			sluice.ErrStoreUnavailable, n, a.n, a.timeout)
+	case errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled):
+		return fmt.Errorf("%w: redis store: the decision was not acknowledged by %d replicas (replicas_ack) before the call's end: %v",
+			sluice.ErrStoreUnavailable, a.n, err)
+	}
+	return fmt.Errorf("%w: redis store: WAIT %d (replicas_ack): %v", sluice.ErrStoreUnavailable, a.n, err)
+}
+
+// allowed is consumed for a single decision's reply (whose cost is above 0).
+func allowed(reply []int64) bool { return len(reply) > 0 && reply[0] == 1 }
+
+// checkReplicas warns, at connection, of each primary that has fewer replicas connected than
+// replicas_ack waits for (ROLE): until it has them, every consuming decision there fails.
+func (a *acks) checkReplicas(ctx context.Context, client rueidis.Client, timeout time.Duration, log *slog.Logger) {
+	for addr, node := range client.Nodes() {
+		ctx, cancel := context.WithTimeout(ctx, timeout)
+		role, err := node.Do(ctx, node.B().Role().Build()).ToArray()
+		cancel()
+		if err != nil || len(role) < 3 {
+			continue // not known: the decisions will say
+		}
+		if r, _ := role[0].ToString(); r != "master" {
+			continue
+		}
+		if replicas, err := role[2].ToArray(); err == nil && int64(len(replicas)) < a.n {
+			log.Warn("the Redis primary has fewer replicas than replicas_ack waits for: every decision that consumes fails there (the failure mode decides) until it has them",
+				"primary", addr, "replicas", len(replicas), "replicas_ack", a.n)
+		}
+	}
+}

@@ -1,0 +1,169 @@
+package redis_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/store/redis"
+)
+
+// TestReplicasAck: with ReplicasAck, a decision that consumed is answered only once a replica
+// acknowledged it (WAIT on the script's connection); with the replica suspended (SIGSTOP) it
+// fails with ErrStoreUnavailable — though it did consume on the primary — while refusals and
+// cost-0 checks are answered as usual. Decide (one script per call, and batched) and DecideAll.
+func TestReplicasAck(t *testing.T) {
+	g := redistest.StartReplicated(t, 1)
+	replica := g.Replicas[0]
+	for _, maxBatch := range []int{1, 0} {
+		t.Run(fmt.Sprintf("MaxBatch=%d", maxBatch), func(t *testing.T) {
+			// Bounds generous for a loaded machine (each call in flight dials its own connection).
+			st := openStore(t, g.Primary, redis.Options{ReplicasAck: 1, ReplicasAckTimeout: 500 * time.Millisecond, Timeout: time.Second,
+				MaxBatch: maxBatch, Prefix: fmt.Sprintf("ack%d:", maxBatch)})
+			ctx := context.Background()
+			p := sluice.Policy{Name: "acked", Algorithm: sluice.FixedWindow, Limit: 2, Period: time.Hour}
+			waits := cmdstat(t, g.Primary, "wait", "calls")
+			if d, err := st.Decide(ctx, "a", p, 1); err != nil || !d.Allowed {
+				t.Fatalf("first decision: %+v, %v; want allowed", d, err)
+			}
+			if got := cmdstat(t, g.Primary, "wait", "calls"); got != waits+1 {
+				t.Fatalf("WAIT ran %d times for one consuming decision, want 1", got-waits)
+			}
+			if d, err := st.Decide(ctx, "a", p, 0); err != nil || !d.Allowed || d.Remaining != 1 {
+				t.Fatalf("a cost-0 check: %+v, %v; want allowed, 1 left", d, err)
+			}
+			if got := cmdstat(t, g.Primary, "wait", "calls"); got != waits+1 {
+				t.Fatal("a cost-0 check sent WAIT")
+			}
+
+			replica.Stop()
+			stopped := true
+			defer func() {
+				if stopped {
+					replica.Cont()
+				}
+			}()
+			d, err := st.Decide(ctx, "a", p, 1)
+			if !errors.Is(err, sluice.ErrStoreUnavailable) || d.Allowed {
+				t.Fatalf("a decision no replica acknowledged: %+v, %v; want ErrStoreUnavailable", d, err)
+			}
+			if !strings.Contains(err.Error(), "0 of the 1 replicas required (replicas_ack) acknowledged the decision within 500ms") {
+				t.Errorf("error %q does not say the replicas did not acknowledge", err)
+			}
+			// It consumed on the primary all the same: the next is a refusal, answered.
+			if d, err := st.Decide(ctx, "a", p, 1); err != nil || d.Allowed {
+				t.Fatalf("after the limit: %+v, %v; want a refusal, answered", d, err)
+			}
+			if d, err := st.Decide(ctx, "b", p, 0); err != nil || !d.Allowed {
+				t.Fatalf("a cost-0 check with the replica stopped: %+v, %v; want allowed", d, err)
+			}
+			out := make([]sluice.Decision, 2)
+			limits := []sluice.Limit{{Policy: p, Cost: 1}, {Policy: sluice.Policy{Name: "other", Algorithm: sluice.TokenBucket, Limit: 5, Period: time.Hour}, Cost: 1}}
+			if ok, err := st.DecideAll(ctx, "c", limits, out); ok || !errors.Is(err, sluice.ErrStoreUnavailable) {
+				t.Fatalf("DecideAll no replica acknowledged: %v, %v; want ErrStoreUnavailable", ok, err)
+			}
+			// Concurrent decisions (batched when MaxBatch allows): every consuming one fails.
+			var wg sync.WaitGroup
+			errs := make(chan error, 16)
+			for i := range 16 {
+				wg.Go(func() {
+					if d, err := st.Decide(ctx, fmt.Sprintf("k%d", i), p, 1); err == nil && d.Allowed {
+						errs <- fmt.Errorf("k%d allowed without a replica's acknowledgement", i)
+					} else if err != nil && !errors.Is(err, sluice.ErrStoreUnavailable) {
+						errs <- err
+					}
+				})
+			}
+			wg.Wait()
+			close(errs)
+			for err := range errs {
+				t.Error(err)
+			}
+
+			replica.Cont()
+			stopped = false
+			redistest.WaitReplicas(t, g.Primary, 1, 10*time.Second)
+			if ok, err := st.DecideAll(ctx, "c", limits, out); !ok || err != nil {
+				t.Fatalf("DecideAll with the replica back: %v, %v %+v; want allowed", ok, err, out)
+			}
+			wg = sync.WaitGroup{}
+			errs = make(chan error, 16)
+			for i := range 16 {
+				wg.Go(func() {
+					if d, err := st.Decide(ctx, fmt.Sprintf("j%d", i), p, 1); err != nil || !d.Allowed {
+						errs <- fmt.Errorf("j%d with the replica back: %+v, %v; want allowed", i, d, err)
+					}
+				})
+			}
+			wg.Wait()
+			close(errs)
+			for err := range errs {
+				t.Error(err)
+			}
+		})
+	}
+}
+
+// TestReplicasAckOptions: bad values are refused, naming the option.
+func TestReplicasAckOptions(t *testing.T) {
+	for _, tc := range []struct {
+		opts redis.Options
+		want string
+	}{
+		{redis.Options{Addrs: []string{"127.0.0.1:1"}, ReplicasAck: -1}, "ReplicasAck -1"},
+		{redis.Options{Addrs: []string{"127.0.0.1:1"}, ReplicasAck: 1, ReplicasAckTimeout: -time.Second}, "ReplicasAckTimeout"},
+	} {
+		if s, err := redis.New(tc.opts); err == nil || !strings.Contains(err.Error(), tc.want) {
+			s.Close()
+			t.Errorf("New(%+v) = %v, want an error naming %s", tc.opts, err, tc.want)
+		}
+	}
+}
+
+// TestReplicasAckWithoutReplicas: a primary with fewer replicas than replicas_ack is logged at
+// connection, and every consuming decision on it fails (the failure mode decides); refusals and
+// cost-0 checks are still answered.
+func TestReplicasAckWithoutReplicas(t *testing.T) {
+	srv := redistest.Start(t)
+	var logs ackLogBuffer
+	st := openStore(t, srv, redis.Options{ReplicasAck: 1, ReplicasAckTimeout: 20 * time.Millisecond, Timeout: time.Second,
+		Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	if got := logs.String(); !strings.Contains(got, "fewer replicas than replicas_ack") || !strings.Contains(got, "replicas=0") {
+		t.Errorf("log %q does not warn of the missing replica", got)
+	}
+	p := sluice.Policy{Name: "alone", Algorithm: sluice.FixedWindow, Limit: 1, Period: time.Hour}
+	if d, err := st.Decide(context.Background(), "k", p, 0); err != nil || !d.Allowed {
+		t.Fatalf("a cost-0 check: %+v, %v", d, err)
+	}
+	if _, err := st.Decide(context.Background(), "k", p, 1); !errors.Is(err, sluice.ErrStoreUnavailable) {
+		t.Fatalf("a consuming decision without a replica: %v; want ErrStoreUnavailable", err)
+	}
+	if d, err := st.Decide(context.Background(), "k", p, 1); err != nil || d.Allowed {
+		t.Fatalf("the next (the quota spent all the same): %+v, %v; want a refusal, answered", d, err)
+	}
+}
+
+// ackLogBuffer is a bytes.Buffer safe for a logger's writes from several goroutines.
+type ackLogBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (b *ackLogBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *ackLogBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
+}
