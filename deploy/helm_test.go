@@ -730,6 +730,51 @@ func TestHelmTemplateOptions(t *testing.T) {
 	}
 }
 
+// With redis.sentinel, the store finds its primary through the sentinels (no addrs), the
+// sentinels' password comes from its Secret, and replicas_ack from config stays; a sentinel
+// without addresses is refused.
+func TestHelmSentinel(t *testing.T) {
+	values := `redis:
+  addrs: []
+  existingSecret: sluice-redis
+  passwordEnv: SLUICE_REDIS_PASSWORD
+  sentinel:
+    master: sluice-primary
+    addrs: [redis-sentinel-0.redis-sentinel:26379, redis-sentinel-1.redis-sentinel:26379]
+    existingSecret: sluice-sentinel
+    passwordEnv: SLUICE_SENTINEL_PASSWORD
+config:
+  upstream: http://api:8080
+  store: {replicas_ack: 1, on_error: fail-closed}
+`
+	objs, err := helmTemplate(t, helmValues(t, values))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range helmCheck(t, objs, helmExpect{replicas: 3, secretEnvs: []string{"SLUICE_REDIS_PASSWORD", "SLUICE_SENTINEL_PASSWORD"}}) {
+		t.Error(p)
+	}
+	for _, o := range objs {
+		if o.kind() != "ConfigMap" {
+			continue
+		}
+		t.Setenv("SLUICE_REDIS_PASSWORD", "p")
+		t.Setenv("SLUICE_SENTINEL_PASSWORD", "s")
+		cfg, err := config.Parse([]byte(helmStr(helmGet(o, "data", "sluice.yaml"))), filepath.Join(t.TempDir(), "sluice.yaml"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		st := cfg.Store
+		if st.Type != config.StoreRedis || len(st.Addrs) != 0 || st.Sentinel == nil || st.Sentinel.Master != "sluice-primary" ||
+			len(st.Sentinel.Addrs) != 2 || st.ReplicasAck != 1 {
+			t.Errorf("store %+v (sentinel %+v): want redis through the sentinels of sluice-primary, replicas_ack 1", st, st.Sentinel)
+		}
+	}
+	if _, err := helmTemplate(t, helmValues(t, "redis: {addrs: [], sentinel: {master: m}}\n")); err == nil || !strings.Contains(err.Error(), "redis.sentinel.master needs redis.sentinel.addrs") {
+		t.Errorf("a sentinel without addresses: %v", err)
+	}
+}
+
 // With adminTLS, the chart mounts the Secret, writes admin.tls naming its files (and the client
 // CA with clientCA) and makes the probes HTTPS; the rendered configuration parses with the
 // Secret's files in place, and a probe left on HTTP is caught.

@@ -42,10 +42,20 @@ annotations use the same ports), the Redis store from values.redis, and the rls 
 {{- $cfg := deepCopy (default dict .Values.config) }}
 {{- $_ := set $cfg "listen" (printf "0.0.0.0:%v" .Values.ports.proxy) }}
 {{- $_ = set $cfg "admin_listen" (printf "0.0.0.0:%v" .Values.ports.admin) }}
-{{- if .Values.redis.addrs }}
+{{- if or .Values.redis.addrs .Values.redis.sentinel.master }}
 {{- $store := deepCopy (default dict $cfg.store) }}
 {{- $_ = set $store "type" "redis" }}
+{{- if .Values.redis.sentinel.master }}
+{{- $sentinel := dict "master" .Values.redis.sentinel.master "addrs" .Values.redis.sentinel.addrs }}
+{{- if .Values.redis.sentinel.existingSecret }}
+{{- $_ = set $sentinel "password_env" .Values.redis.sentinel.passwordEnv }}
+{{- end }}
+{{- $_ = set $store "sentinel" $sentinel }}
+{{- $_ = unset $store "addrs" }}
+{{- else }}
 {{- $_ = set $store "addrs" .Values.redis.addrs }}
+{{- $_ = unset $store "sentinel" }}
+{{- end }}
 {{- $_ = unset $store "url" }}
 {{- if .Values.redis.existingSecret }}
 {{- $_ = set $store "password_env" .Values.redis.passwordEnv }}
@@ -73,8 +83,11 @@ annotations use the same ports), the Redis store from values.redis, and the rls 
 
 {{/* sluice.validate fails the render on values that cannot work. */}}
 {{- define "sluice.validate" -}}
-{{- if and (gt (int .Values.replicaCount) 1) (not .Values.redis.addrs) }}
-{{- fail "replicaCount > 1 needs redis.addrs: without the redis store each pod counts separately" }}
+{{- if and (gt (int .Values.replicaCount) 1) (not .Values.redis.addrs) (not .Values.redis.sentinel.master) }}
+{{- fail "replicaCount > 1 needs redis.addrs or redis.sentinel: without the redis store each pod counts separately" }}
+{{- end }}
+{{- if and .Values.redis.sentinel.master (not .Values.redis.sentinel.addrs) }}
+{{- fail "redis.sentinel.master needs redis.sentinel.addrs: the sentinels to ask for the primary" }}
 {{- end }}
 {{- if and .Values.rls.enabled (not .Values.rls.envoyConfig) }}
 {{- fail "rls.enabled needs rls.envoyConfig: at least one envoyproxy/ratelimit file" }}
