@@ -352,12 +352,17 @@ type Stats struct {
 // Stats returns the store's counters.
 func (s *Store) Stats() Stats { return Stats{Calls: s.calls.Load(), CacheHits: s.cacheHits.Load()} }
 
-// keys returns the state hash's key and the sliding log's list key of key under policy (a
-// state uses one of them: the scripts' KEYS[1] and KEYS[2]).
+// keys returns the state string's key and the sliding log's list key of key under policy (a
+// state uses one of them: the scripts' KEYS[1] and KEYS[2]). The state string is named :v2
+// after its format; the old format's hash, at the name without it, is read only to take over
+// its state (lua/common.lua, THE OLD FORMAT).
 func (s *Store) keys(key, policy string) (string, string) {
 	k := s.prefix + "{" + key + "}:" + policy
-	return k, k + ":log"
+	return k + stateSuffix, k + ":log"
 }
+
+// stateSuffix ends the name of a state string (format 2: one string written by SET … PX).
+const stateSuffix = ":v2"
 
 // now returns the argument that tells a script the time: empty for Redis TIME.
 func (s *Store) now() string {
