@@ -53,7 +53,7 @@ import (
 // SHARDS from Redis 8) and ASKING for redirections while slots move. Nothing else: no other keys,
 // no channels, no FLUSHALL, no CONFIG.
 const ACLRules = "resetkeys ~rate-limit:* resetchannels -@all +select +ping +time " +
-	"+evalsha +eval +hmget +hset +del +pexpire +rpush +lrange +ltrim +llen +cluster|slots +cluster|shards +asking"
+	"+evalsha +eval +get +set +exists +hmget +del +pexpire +rpush +lrange +lset +ltrim +llen +cluster|slots +cluster|shards +asking"
 
 // Defaults.
 const (
