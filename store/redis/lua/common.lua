@@ -577,12 +577,24 @@ local function old_key(key, logkey)
   return key
 end
 
--- stamp is the string's prefix for the policy (alg, limit, period), with the space after it.
+-- stamp is the string's prefix for the policy (alg, limit, period), with the space after it; the
+-- last one made is kept (a batch's requests are usually of one policy: the same ints, even
+-- tables, as check_all reuses them).
+local last_stamp = {}
+
 local function stamp(alg, limit, period)
-  if W == nil then
-    return string.format('%d %d %d ', alg, limit, period)
+  local c = last_stamp
+  if c[1] == alg and c[2] == limit and c[3] == period then
+    return c[4]
   end
-  return W.fmt(alg) .. ' ' .. W.fmt(limit) .. ' ' .. W.fmt(period) .. ' '
+  local h
+  if W == nil then
+    h = string.format('%d %d %d ', alg, limit, period)
+  else
+    h = W.fmt(alg) .. ' ' .. W.fmt(limit) .. ' ' .. W.fmt(period) .. ' '
+  end
+  last_stamp = {alg, limit, period, h}
+  return h
 end
 
 -- read_old reads the old format's hash old for the policy: current, then the given fields' values.
