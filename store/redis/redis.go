@@ -11,8 +11,9 @@
 // Keys: one key per client and policy, hash-tagged by client — prefix + "{customer-42}:orders-api"
 // — so that all of a client's limits share a Redis Cluster slot and can be decided together
 // (DecideAll; limits under several keys may lie in several slots, see sluice.Store.DecideAll
-// for what a cluster then keeps). The key is a hash, except for the sliding log, whose whole
-// state is one list beside it (…":log": a header, then the entries). A state is never split
+// for what a cluster then keeps). The state is one string (…":v2", written by one SET … PX),
+// except for the sliding log, whose whole state is one list (…":log": a header, then the
+// entries); lua/common.lua says how a rolling upgrade from the old format (a hash) shares Redis. A state is never split
 // over keys, so losing a key (eviction, DEL) only ever gives its client quota back. Every key
 // has a TTL equal to the time until its state is as if never seen, so idle clients leave nothing.
 //
