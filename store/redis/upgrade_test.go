@@ -29,9 +29,9 @@ type oldInstance struct {
 	single map[algorithm.Algorithm]*rueidis.Lua
 }
 
-func newOldInstance(t *testing.T, srv *redistest.Server) *oldInstance {
+func newOldInstance(t *testing.T, addrs ...string) *oldInstance {
 	t.Helper()
-	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{srv.Addr}, DisableCache: true})
+	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: addrs, DisableCache: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -89,7 +89,7 @@ func TestRollingUpgrade(t *testing.T) {
 	srv := redistest.Start(t)
 	t0 := time.UnixMicro(1_800_000_000_000_000 + 1_234_567)
 	now := t0.UnixMicro()
-	old := newOldInstance(t, srv)
+	old := newOldInstance(t, srv.Addr)
 	st := openStore(t, srv, redis.Options{Clock: sluice.NewManualClock(t0), NegativeCacheSize: -1, Timeout: 5 * time.Second})
 	for _, p := range upgradePolicies() {
 		t.Run(p.Algorithm.String(), func(t *testing.T) {
@@ -185,4 +185,28 @@ func TestRollingUpgrade(t *testing.T) {
 			t.Fatalf("keys %q", keys)
 		}
 	})
+}
+
+// TestRollingUpgradeCluster: on a Redis Cluster the new scripts read the old hash too, although
+// it is not among their KEYS: it shares the string's hash tag, so its slot.
+func TestRollingUpgradeCluster(t *testing.T) {
+	cluster := redistest.StartCluster(t, 3)
+	t0 := time.UnixMicro(1_800_000_000_000_000 + 1_234_567)
+	old := newOldInstance(t, cluster.Addrs()...)
+	st, err := redis.New(redis.Options{Addrs: cluster.Addrs(), Clock: sluice.NewManualClock(t0), NegativeCacheSize: -1, Timeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	for _, p := range upgradePolicies() {
+		for i := range 3 { // clients on several masters
+			key := "upgrade-" + p.Algorithm.String() + "-" + strconv.Itoa(i)
+			for range 4 {
+				old.decide(key, p, 1, t0.UnixMicro())
+			}
+			if d, err := st.Decide(bg, key, p, 1); err != nil || !d.Allowed || d.Remaining != p.Capacity()-5 {
+				t.Fatalf("%s: the new instance after the old one's 4: %+v %v; want approved, %d left", key, d, err, p.Capacity()-5)
+			}
+		}
+	}
 }
