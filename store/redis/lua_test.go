@@ -1294,3 +1294,77 @@ func TestLuaMultiHoldArgs(t *testing.T) {
 		}
 	}
 }
+
+// TestLuaBatchAsSingles: a batch (batch.lua) decides and writes exactly what the same decisions
+// made one by one with the single scripts do: on keys repeated within the batch, on a key whose
+// algorithm changes within it (a sliding log and the string algorithms taking turns: renewals,
+// the log's deletion), on keys holding the old format's hash, for random batches.
+func TestLuaBatchAsSingles(t *testing.T) {
+	e := newLuaEnv(t)
+	ctx := context.Background()
+	batch := rueidis.NewLuaScript(batchScript())
+	r := rand.New(rand.NewPCG(12, 34))
+	t0 := int64(1_800_000_000_000_000)
+	policies := []algorithm.Policy{
+		luaPolicy(algorithm.TokenBucket, 3, 1_000_000, 0), luaPolicy(algorithm.SlidingLog, 3, 1_000_000, 0),
+		luaPolicy(algorithm.FixedWindow, 4, 1_000_000, 0), luaPolicy(algorithm.SlidingWindow, 4, 1_000_000, 0),
+		luaPolicy(algorithm.LeakyBucket, 2, 1_000_000, 2),
+	}
+	state := func(stem string) string {
+		v, _ := e.c.Do(ctx, e.c.B().Get().Key(stem+":v2").Build()).ToString()
+		l, _ := e.c.Do(ctx, e.c.B().Lrange().Key(stem+":log").Start(0).Stop(-1).Build()).AsStrSlice()
+		h, _ := e.c.Do(ctx, e.c.B().Hgetall().Key(stem).Build()).AsStrMap()
+		return fmt.Sprintf("%q %q %v", v, l, h)
+	}
+	for round := range 40 {
+		now := t0 + int64(round)*300_000
+		n := 1 + r.IntN(12)
+		stems := make([]string, n)
+		ps := make([]algorithm.Policy, n)
+		costs := make([]int64, n)
+		for i := range n {
+			stems[i] = fmt.Sprintf("k%d", r.IntN(4))
+			ps[i] = policies[r.IntN(len(policies))]
+			costs[i] = int64(r.IntN(3))
+		}
+		if round%5 == 0 { // a key of the old format, or a log, before the batch
+			for _, side := range []string{"B", "S"} {
+				k := "rate-limit:{" + side + "}:" + stems[0]
+				if err := e.c.Do(ctx, e.c.B().Arbitrary("HSET", k, "alg", "4", "limit", "3", "period", "1000000", "tat", i64(now+2_000_000), "frac", "0").Build()).Error(); err != nil {
+					t.Fatal(err)
+				}
+				if err := e.c.Do(ctx, e.c.B().Arbitrary("DEL", k+":v2").Build()).Error(); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		var keys []string
+		args := []string{strconv.Itoa(n), i64(now), i64(luaSlack)}
+		for i := range n {
+			keys = append(keys, luaKeys("rate-limit:{B}:"+stems[i])...)
+			args = append(args, luaArgs(&ps[i], costs[i])...)
+		}
+		for range n {
+			args = append(args, "")
+		}
+		got, err := batch.Exec(ctx, e.c, keys, args).AsIntSlice()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range n {
+			want, err := e.run("rate-limit:{S}:"+stems[i], &ps[i], costs[i], i64(now), luaSlack)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(got[6*i:6*i+6], want) {
+				t.Fatalf("round %d, decision %d (%s, %v, cost %d): batch %v, single %v", round, i, stems[i], ps[i].Algorithm, costs[i], got[6*i:6*i+6], want)
+			}
+		}
+		for k := range 4 {
+			stem := fmt.Sprintf("k%d", k)
+			if b, s := state("rate-limit:{B}:"+stem), state("rate-limit:{S}:"+stem); b != s {
+				t.Fatalf("round %d, %s: the batch stored %s, the single calls %s", round, stem, b, s)
+			}
+		}
+	}
+}
