@@ -19,7 +19,7 @@ import (
 // A rolling upgrade from the version that kept each state in a hash (HMGET, HSET, PEXPIRE) to the
 // one that keeps it in a string (GET, SET … PX): instances of both decide on one Redis at once.
 // The old version is its own scripts, kept verbatim under testdata/lua-v1 (this repository's
-// store/redis/lua at the commit before the change), run the way its store ran them: KEYS
+// store/redis/lua at commit 077f9f1, the last of the hash format), run the way its store ran them: KEYS
 // prefix{client}:policy and …:log, the same arguments.
 
 // oldInstance decides as an instance of the old version does.
