@@ -98,7 +98,7 @@ summary() {
 			label["redis_rate"] = "`go-redis/redis_rate/v10` (GCRA, go-redis, pool of 64)"
 			label["go-redis-evalsha"] = "sluice'"'"'s script through go-redis, one EVALSHA per round trip (pool of 64)"
 			label["ceiling"] = "one-script ceiling: EVALSHA of one HINCRBY per decision, rueidis"
-			label["ceiling-sluice-commands"] = "the same with a script of sluice'"'"'s Redis commands (TIME, HMGET, HSET, PEXPIRE), no arithmetic"
+			label["ceiling-sluice-commands"] = "the same with a script of sluice'"'"'s Redis commands (TIME, GET, EXISTS, SET … PX), no arithmetic"
 			label["ceiling-go-redis"] = "the minimal script through go-redis (pool of 64)"
 			label["redis-benchmark"] = "`redis-benchmark -c 64 -P 16` running EVALSHA of sluice'"'"'s script"
 			rr = m(r "redis_rate", "decisions/s"); ceil = m(r "ceiling", "decisions/s")

@@ -81,6 +81,11 @@ func TestACLUser(t *testing.T) {
 				if d, err := s.Decide(bg, key, p, 1); err != nil || !d.Allowed || d.Remaining != p.Capacity()-1 {
 					t.Fatalf("round %d, %v as the ACL user: %+v %v", round, p.Algorithm, d, err)
 				}
+				// Again, on the state the first wrote (the commands of a current state: the
+				// sliding log's LSET, the state string read back).
+				if d, err := s.Decide(bg, key, p, 1); err != nil || !d.Allowed || d.Remaining != p.Capacity()-2 {
+					t.Fatalf("round %d, %v as the ACL user, a second request: %+v %v", round, p.Algorithm, d, err)
+				}
 			}
 			limits := make([]sluice.Limit, len(policies))
 			for i, p := range policies {

@@ -26,8 +26,12 @@ import (
 	"github.com/sluicehq/sluice/store/redis"
 )
 
-// hashKey is the store's documented key of key under policy: prefix + "{" + key + "}:" + policy.
+// hashKey is the store's documented key of key under policy: prefix + "{" + key + "}:" + policy,
+// the name of the old format's hash and the stem of the state's keys (stateKey, and + ":log").
 func hashKey(key, policy string) string { return redis.DefaultPrefix + "{" + key + "}:" + policy }
+
+// stateKey is the key of the state string of key under policy (every algorithm's but the sliding log's).
+func stateKey(key, policy string) string { return hashKey(key, policy) + ":v2" }
 
 // scriptCall is a decision script call seen by MONITOR: its first key, its `now` argument and
 // its deadline.
@@ -290,7 +294,7 @@ func TestClockOption(t *testing.T) {
 	// TTLs: in Redis's real time, a virtual-clock key must outlive its virtual window (Redis does
 	// not run on the virtual clock), so it gets an hour of slack; a real one lasts its window.
 	for _, in := range insts {
-		pttl := mustInt(t, srv, "PTTL", hashKey(in.key, p.Name))
+		pttl := mustInt(t, srv, "PTTL", stateKey(in.key, p.Name))
 		if in.clock != nil && (pttl < int64(time.Hour/time.Millisecond) || pttl > int64((time.Hour+p.Period)/time.Millisecond)) {
 			t.Fatalf("%s: PTTL %dms; want an hour of slack plus at most the period", in.name, pttl)
 		}
@@ -305,14 +309,14 @@ func TestClockOption(t *testing.T) {
 	sent := map[string][]string{}
 	for _, c := range calls {
 		sent[c.Key] = append(sent[c.Key], c.Now)
-		if c.Key != hashKey("redis", p.Name) && c.Deadline != "" {
+		if c.Key != stateKey("redis", p.Name) && c.Deadline != "" {
 			t.Fatalf("a store with a Clock sent deadline %q for %s; want none (its clock is not Redis's)", c.Deadline, c.Key)
 		}
 	}
 	aheadStart := strconv.FormatInt(base+fiveMin+250_000, 10)
 	behindStart := strconv.FormatInt(base-fiveMin+1_500_000, 10)
 	for _, in := range insts {
-		nows := sent[hashKey(in.key, p.Name)]
+		nows := sent[stateKey(in.key, p.Name)]
 		if len(nows) < int(p.Limit)+2 {
 			t.Fatalf("%s: MONITOR saw %d script calls, want at least %d", in.name, len(nows), p.Limit+2)
 		}
@@ -339,7 +343,7 @@ func TestClockOption(t *testing.T) {
 			}
 		}
 	}
-	if want := len(sent[hashKey("redis", p.Name)]); luaTime != want {
+	if want := len(sent[stateKey("redis", p.Name)]); luaTime != want {
 		t.Fatalf("scripts ran TIME %d times; want %d, once per decision of the instance without a Clock and never for the others", luaTime, want)
 	}
 }

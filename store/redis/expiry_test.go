@@ -95,7 +95,7 @@ func TestKeysExpireWhenIdle(t *testing.T) {
 				}
 				last = d
 			}
-			want := []string{hashKey(key, p.Name)}
+			want := []string{stateKey(key, p.Name)}
 			if p.Algorithm == sluice.SlidingLog {
 				want = []string{hashKey(key, p.Name) + ":log"} // its whole state, one list
 			}
@@ -125,7 +125,7 @@ func TestKeysExpireWhenIdle(t *testing.T) {
 			if p.Algorithm == sluice.SlidingLog {
 				want = append(want, hashKey("idle-all", p.Name)+":log")
 			} else {
-				want = append(want, hashKey("idle-all", p.Name))
+				want = append(want, stateKey("idle-all", p.Name))
 			}
 			reset = max(reset, out[i].ResetAfter)
 		}
@@ -192,6 +192,8 @@ func TestRefusalWritesNothing(t *testing.T) {
 						fmt.Fprintf(&b, "%s: %v\n", k, sortedCopy(pairs))
 					case "list":
 						fmt.Fprintf(&b, "%s: %q\n", k, mustDo(t, srv, "LRANGE", k, "0", "-1"))
+					case "string":
+						fmt.Fprintf(&b, "%s: %q\n", k, mustDo(t, srv, "GET", k))
 					default:
 						fmt.Fprintf(&b, "%s: %s\n", k, typ)
 					}

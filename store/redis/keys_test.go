@@ -65,7 +65,7 @@ func TestDecideAllKeysSingleServerOneCall(t *testing.T) {
 		if err != nil || fmt.Sprint(d.Remaining) != want {
 			t.Errorf("%s: %d left (%v), want %s", key, d.Remaining, err, want)
 		}
-		if n := mustInt(t, srv, "EXISTS", "rate-limit:{"+key+"}:p"); n != 1 {
+		if n := mustInt(t, srv, "EXISTS", "rate-limit:{"+key+"}:p:v2"); n != 1 {
 			t.Errorf("the state of %s is not under its own key", key)
 		}
 	}

@@ -60,12 +60,16 @@ func luaArgs(p *algorithm.Policy, cost int64) []string {
 	return []string{strconv.Itoa(int(p.Algorithm)), i64(p.Limit), i64(p.PeriodMicros()), i64(p.Burst), i64(cost)}
 }
 
-// run runs the single script of p's algorithm on key (and key:log), without a deadline; now ""
+// luaKeys are a state's keys as the store passes them (KEYS[1], KEYS[2]): for the store's key
+// k, the state string k:v2 and the sliding log's list k:log (k itself is the old format's hash).
+func luaKeys(key string) []string { return []string{key + ":v2", key + ":log"} }
+
+// run runs the single script of p's algorithm on key's keys (luaKeys), without a deadline; now ""
 // means Redis TIME. It returns the decision's six numbers, having checked the seventh, the
 // script's time: now, when given.
 func (e *luaEnv) run(key string, p *algorithm.Policy, cost int64, now string, slack int64) ([]int64, error) {
 	args := append(luaArgs(p, cost), now, i64(slack))
-	got, err := e.single[p.Algorithm].Exec(context.Background(), e.c, []string{key, key + ":log"}, args).AsIntSlice()
+	got, err := e.single[p.Algorithm].Exec(context.Background(), e.c, luaKeys(key), args).AsIntSlice()
 	return e.trimTime(got, err, now)
 }
 
@@ -94,7 +98,7 @@ func (e *luaEnv) runMulti(keys []string, ps []algorithm.Policy, costs []int64, n
 	var ks []string
 	args := []string{strconv.Itoa(len(ps)), now, i64(slack)}
 	for i := range ps {
-		ks = append(ks, keys[i], keys[i]+":log")
+		ks = append(ks, luaKeys(keys[i])...)
 		args = append(args, luaMultiArgs(&ps[i], costs[i])...)
 	}
 	got, err := e.multi.Exec(context.Background(), e.c, ks, append(args, "")).AsIntSlice()
@@ -173,12 +177,16 @@ func luaUncached(s *algorithm.State) algorithm.State {
 		Alg: s.Alg, Limit: s.Limit, Period: s.Period, Log: s.Log}
 }
 
-// checkState fails unless the state stored under key is s: a hash at key, or for the sliding
-// log a list at key:log (a header "alg:limit:period:count", then its entries), and nothing else.
+// checkState fails unless the state stored under key is s: a string at key:v2 ("alg limit period"
+// and the algorithm's fields, in decimal), or for the sliding log a list at key:log (a header
+// "alg:limit:period:count", then its entries), and nothing else.
 func (e *luaEnv) checkState(key string, s *algorithm.State, history fmt.Stringer) {
 	e.t.Helper()
 	ctx := context.Background()
-	h, err := e.c.Do(ctx, e.c.B().Hgetall().Key(key).Build()).AsStrMap()
+	str, err := e.c.Do(ctx, e.c.B().Get().Key(key+":v2").Build()).ToString()
+	if rueidis.IsRedisNil(err) {
+		str, err = "", nil
+	}
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -186,29 +194,26 @@ func (e *luaEnv) checkState(key string, s *algorithm.State, history fmt.Stringer
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	want := map[string]string{}
+	want := ""
 	var wantList []string
 	if s.Alg != 0 {
-		stamp := map[string]string{"alg": strconv.Itoa(int(s.Alg)), "limit": i64(s.Limit), "period": i64(s.Period)}
+		stamp := strconv.Itoa(int(s.Alg)) + " " + i64(s.Limit) + " " + i64(s.Period) + " "
 		switch s.Alg {
 		case algorithm.FixedWindow:
-			want = stamp
-			want["w"], want["count"] = i64(s.Window), i64(s.Count)
+			want = stamp + i64(s.Window) + " " + i64(s.Count)
 		case algorithm.SlidingWindow:
-			want = stamp
-			want["w"], want["count"], want["prev"] = i64(s.Window), i64(s.Count), i64(s.Prev)
+			want = stamp + i64(s.Window) + " " + i64(s.Count) + " " + i64(s.Prev)
 		case algorithm.SlidingLog:
 			wantList = []string{strconv.Itoa(int(s.Alg)) + ":" + i64(s.Limit) + ":" + i64(s.Period) + ":" + i64(s.Count)}
 			for _, le := range s.Log {
 				wantList = append(wantList, i64(le.At)+":"+i64(le.Cost))
 			}
 		case algorithm.TokenBucket, algorithm.LeakyBucket:
-			want = stamp
-			want["tat"], want["frac"] = i64(s.TAT), i64(s.Frac)
+			want = stamp + i64(s.TAT) + " " + i64(s.Frac)
 		}
 	}
-	if fmt.Sprint(h) != fmt.Sprint(want) || !slices.Equal(list, wantList) {
-		e.t.Fatalf("%s: stored %v %q, Go state %v %q\nhistory:\n%s", key, h, list, want, wantList, history)
+	if str != want || !slices.Equal(list, wantList) {
+		e.t.Fatalf("%s: stored %q %q, Go state %q %q\nhistory:\n%s", key, str, list, want, wantList, history)
 	}
 }
 
@@ -693,7 +698,7 @@ func TestLuaMultiCheck(t *testing.T) {
 	e := newLuaEnv(t)
 	ctx := context.Background()
 	t0 := int64(1_800_000_000_000_000)
-	keys := []string{"rate-limit:{check}:a", "rate-limit:{check}:a:log", "rate-limit:{check}:b", "rate-limit:{check}:b:log"}
+	keys := append(luaKeys("rate-limit:{check}:a"), luaKeys("rate-limit:{check}:b")...)
 	fw, sl := luaPolicy(algorithm.FixedWindow, 5, 1_000_000, 0), luaPolicy(algorithm.SlidingLog, 2, 1_000_000, 0)
 	call := func(mode ...string) ([]int64, error) {
 		args := append(append(append([]string{"2", i64(t0), i64(luaSlack)}, luaMultiArgs(&fw, 1)...), luaMultiArgs(&sl, 1)...), mode...)
@@ -719,7 +724,7 @@ func TestLuaMultiCheck(t *testing.T) {
 		t.Fatalf("the commit after the checks: %v %v, want %v", got, err, want)
 	}
 	if n := exists(); n != 2 {
-		t.Fatalf("the commit wrote %d keys, want 2 (a's hash, b's log)", n)
+		t.Fatalf("the commit wrote %d keys, want 2 (a's string, b's log)", n)
 	}
 	if got, err := call("check"); err != nil || got[2] != 3 || got[8] != 0 {
 		t.Fatalf("check after the commit: %v %v, want 3 and 0 left", got, err)
@@ -768,7 +773,7 @@ func TestLuaTTL(t *testing.T) {
 		if got, err := e.run(key, &p, 0, i64(t0), slack); err != nil || got[0] != 1 {
 			t.Fatalf("%v: peek: %v %v", a, got, err)
 		}
-		if n, _ := e.c.Do(ctx, e.c.B().Exists().Key(key, key+":log").Build()).AsInt64(); n != 0 {
+		if n, _ := e.c.Do(ctx, e.c.B().Exists().Key(key, key+":v2", key+":log").Build()).AsInt64(); n != 0 {
 			t.Fatalf("%v: a peek created %d keys", a, n)
 		}
 		before := serverMillis()
@@ -778,11 +783,11 @@ func TestLuaTTL(t *testing.T) {
 			t.Fatalf("%v: approval: %v %v", a, got, err)
 		}
 		ms := (got[4] + slack + 999) / 1000
-		keys := []string{key}
+		keys := []string{key + ":v2"}
 		if a == algorithm.SlidingLog {
 			keys = []string{key + ":log"}
 		}
-		if n, _ := e.c.Do(ctx, e.c.B().Exists().Key(key, key+":log").Build()).AsInt64(); n != 1 {
+		if n, _ := e.c.Do(ctx, e.c.B().Exists().Key(key, key+":v2", key+":log").Build()).AsInt64(); n != 1 {
 			t.Fatalf("%v: an approval left %d keys, want the state's one", a, n)
 		}
 		for _, k := range keys {
@@ -822,7 +827,7 @@ func TestLuaTTL(t *testing.T) {
 		t.Fatalf("short: %v %v", got, err)
 	}
 	time.Sleep(20 * time.Millisecond)
-	if n, _ := e.c.Do(ctx, e.c.B().Exists().Key(key).Build()).AsInt64(); n != 0 {
+	if n, _ := e.c.Do(ctx, e.c.B().Exists().Key(key+":v2").Build()).AsInt64(); n != 0 {
 		t.Errorf("short: the key outlived its TTL")
 	}
 }
@@ -944,12 +949,16 @@ func TestLuaRedisTime(t *testing.T) {
 		us, _ := strconv.ParseInt(ts[1], 10, 64)
 		return sec*1_000_000 + us
 	}
-	field := func(key, f string) int64 {
-		v, err := e.c.Do(ctx, e.c.B().Hget().Key(key).Field(f).Build()).AsInt64()
+	field := func(key string) int64 { // the state string's first field after the stamp (tat, w)
+		v, err := e.c.Do(ctx, e.c.B().Get().Key(key+":v2").Build()).ToString()
 		if err != nil {
 			t.Fatal(err)
 		}
-		return v
+		f, err := strconv.ParseInt(strings.Fields(v)[3], 10, 64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return f
 	}
 	tb := luaPolicy(algorithm.TokenBucket, 1, 1_000_000, 0)
 	before := serverMicros()
@@ -958,7 +967,7 @@ func TestLuaRedisTime(t *testing.T) {
 	if err != nil || !slices.Equal(got, []int64{1, 1, 0, 0, 1_000_000, 0}) {
 		t.Fatalf("token bucket at TIME: %v %v", got, err)
 	}
-	if now := field("rate-limit:{time}:tb", "tat") - 1_000_000; now < before || now > after {
+	if now := field("rate-limit:{time}:tb") - 1_000_000; now < before || now > after {
 		t.Errorf("decided at %d, not within the server's TIME [%d, %d]", now, before, after)
 	}
 	// A minute's window: its key (which lives until the window ends) is still there to be read
@@ -971,7 +980,7 @@ func TestLuaRedisTime(t *testing.T) {
 	if err != nil || got[0] != 1 || got[2] != 4 || got[4] <= 0 || got[4] > minute {
 		t.Fatalf("fixed window at TIME: %v %v", got, err)
 	}
-	if w := field("rate-limit:{time}:fw", "w"); w < before/minute || w > after/minute {
+	if w := field("rate-limit:{time}:fw"); w < before/minute || w > after/minute {
 		t.Errorf("window %d, not within the server's TIME [%d, %d] minutes", w, before/minute, after/minute)
 	}
 	// The multi script too.
@@ -981,7 +990,7 @@ func TestLuaRedisTime(t *testing.T) {
 	if err != nil || !slices.Equal(got, []int64{1, 1, 0, 0, 1_000_000, 0}) {
 		t.Fatalf("multi at TIME: %v %v", got, err)
 	}
-	if now := field("rate-limit:{time}:m", "tat") - 1_000_000; now < before || now > after {
+	if now := field("rate-limit:{time}:m") - 1_000_000; now < before || now > after {
 		t.Errorf("multi decided at %d, not within the server's TIME [%d, %d]", now, before, after)
 	}
 }
@@ -1055,7 +1064,7 @@ func TestLuaScriptArgs(t *testing.T) {
 	for i, c := range calls {
 		alg, _ := strconv.Atoi(c.args[0])
 		key := fmt.Sprintf("rate-limit:{args-%d}:p", i)
-		keys := []string{key, key + ":log"}
+		keys := luaKeys(key)
 		// The single script of the algorithm, then the multi and the batch script with a valid
 		// limit first (on another key of the client) and this one second.
 		other := "rate-limit:{args-" + strconv.Itoa(i) + "}:other"
@@ -1065,8 +1074,8 @@ func TestLuaScriptArgs(t *testing.T) {
 		two := append(append([]string{"2", c.args[5], c.args[6], "1", "5", "1000000", "0", "1"}, c.args[:5]...), "", "")
 		results := map[string]error{
 			"single": e.single[algorithm.Algorithm(alg)].Exec(ctx, e.c, keys, c.args).Error(),
-			"multi":  e.multi.Exec(ctx, e.c, append([]string{other, other + ":log"}, keys...), multi).Error(),
-			"batch":  batch.Exec(ctx, e.c, append([]string{other, other + ":log"}, keys...), two).Error(),
+			"multi":  e.multi.Exec(ctx, e.c, append(luaKeys(other), keys...), multi).Error(),
+			"batch":  batch.Exec(ctx, e.c, append(luaKeys(other), keys...), two).Error(),
 		}
 		for script, err := range results {
 			if c.name == "" {
@@ -1080,7 +1089,7 @@ func TestLuaScriptArgs(t *testing.T) {
 			}
 		}
 		if c.name != "" {
-			if n, _ := e.c.Do(ctx, e.c.B().Exists().Key(key, key+":log", other, other+":log").Build()).AsInt64(); n != 0 {
+			if n, _ := e.c.Do(ctx, e.c.B().Exists().Key(append(keys, luaKeys(other)...)...).Build()).AsInt64(); n != 0 {
 				t.Errorf("%q: a refused call left %d keys", c.args, n)
 			}
 		}
@@ -1282,6 +1291,80 @@ func TestLuaMultiHoldArgs(t *testing.T) {
 		}
 		if n, _ := e.c.Do(ctx, e.c.B().Exists().Key(keys...).Build()).AsInt64(); n != 0 {
 			t.Errorf("a refused call wrote %d keys", n)
+		}
+	}
+}
+
+// TestLuaBatchAsSingles: a batch (batch.lua) decides and writes exactly what the same decisions
+// made one by one with the single scripts do: on keys repeated within the batch, on a key whose
+// algorithm changes within it (a sliding log and the string algorithms taking turns: renewals,
+// the log's deletion), on keys holding the old format's hash, for random batches.
+func TestLuaBatchAsSingles(t *testing.T) {
+	e := newLuaEnv(t)
+	ctx := context.Background()
+	batch := rueidis.NewLuaScript(batchScript())
+	r := rand.New(rand.NewPCG(12, 34))
+	t0 := int64(1_800_000_000_000_000)
+	policies := []algorithm.Policy{
+		luaPolicy(algorithm.TokenBucket, 3, 1_000_000, 0), luaPolicy(algorithm.SlidingLog, 3, 1_000_000, 0),
+		luaPolicy(algorithm.FixedWindow, 4, 1_000_000, 0), luaPolicy(algorithm.SlidingWindow, 4, 1_000_000, 0),
+		luaPolicy(algorithm.LeakyBucket, 2, 1_000_000, 2),
+	}
+	state := func(stem string) string {
+		v, _ := e.c.Do(ctx, e.c.B().Get().Key(stem+":v2").Build()).ToString()
+		l, _ := e.c.Do(ctx, e.c.B().Lrange().Key(stem+":log").Start(0).Stop(-1).Build()).AsStrSlice()
+		h, _ := e.c.Do(ctx, e.c.B().Hgetall().Key(stem).Build()).AsStrMap()
+		return fmt.Sprintf("%q %q %v", v, l, h)
+	}
+	for round := range 40 {
+		now := t0 + int64(round)*300_000
+		n := 1 + r.IntN(12)
+		stems := make([]string, n)
+		ps := make([]algorithm.Policy, n)
+		costs := make([]int64, n)
+		for i := range n {
+			stems[i] = fmt.Sprintf("k%d", r.IntN(4))
+			ps[i] = policies[r.IntN(len(policies))]
+			costs[i] = int64(r.IntN(3))
+		}
+		if round%5 == 0 { // a key of the old format, or a log, before the batch
+			for _, side := range []string{"B", "S"} {
+				k := "rate-limit:{" + side + "}:" + stems[0]
+				if err := e.c.Do(ctx, e.c.B().Arbitrary("HSET", k, "alg", "4", "limit", "3", "period", "1000000", "tat", i64(now+2_000_000), "frac", "0").Build()).Error(); err != nil {
+					t.Fatal(err)
+				}
+				if err := e.c.Do(ctx, e.c.B().Arbitrary("DEL", k+":v2").Build()).Error(); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		var keys []string
+		args := []string{strconv.Itoa(n), i64(now), i64(luaSlack)}
+		for i := range n {
+			keys = append(keys, luaKeys("rate-limit:{B}:"+stems[i])...)
+			args = append(args, luaArgs(&ps[i], costs[i])...)
+		}
+		for range n {
+			args = append(args, "")
+		}
+		got, err := batch.Exec(ctx, e.c, keys, args).AsIntSlice()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range n {
+			want, err := e.run("rate-limit:{S}:"+stems[i], &ps[i], costs[i], i64(now), luaSlack)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(got[6*i:6*i+6], want) {
+				t.Fatalf("round %d, decision %d (%s, %v, cost %d): batch %v, single %v", round, i, stems[i], ps[i].Algorithm, costs[i], got[6*i:6*i+6], want)
+			}
+		}
+		for k := range 4 {
+			stem := fmt.Sprintf("k%d", k)
+			if b, s := state("rate-limit:{B}:"+stem), state("rate-limit:{S}:"+stem); b != s {
+				t.Fatalf("round %d, %s: the batch stored %s, the single calls %s", round, stem, b, s)
+			}
 		}
 	}
 }

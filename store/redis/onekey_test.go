@@ -66,9 +66,9 @@ func TestLostKeyGivesQuotaBack(t *testing.T) {
 					t.Fatalf("a full client whose key %s was deleted: a request gave %+v %v; want %+v as on a fresh state", ks[j], got, err, want)
 				}
 			}
-			want := hashKey("lost-"+p.Algorithm.String(), p.Name)
+			want := stateKey("lost-"+p.Algorithm.String(), p.Name)
 			if p.Algorithm == sluice.SlidingLog {
-				want += ":log"
+				want = hashKey("lost-"+p.Algorithm.String(), p.Name) + ":log"
 			}
 			if len(keys) != 1 || keys[0] != want {
 				t.Fatalf("the state is kept in %q; want one key, %s", keys, want)

@@ -11,8 +11,9 @@
 // Keys: one key per client and policy, hash-tagged by client — prefix + "{customer-42}:orders-api"
 // — so that all of a client's limits share a Redis Cluster slot and can be decided together
 // (DecideAll; limits under several keys may lie in several slots, see sluice.Store.DecideAll
-// for what a cluster then keeps). The key is a hash, except for the sliding log, whose whole
-// state is one list beside it (…":log": a header, then the entries). A state is never split
+// for what a cluster then keeps). The state is one string (…":v2", written by one SET … PX),
+// except for the sliding log, whose whole state is one list (…":log": a header, then the
+// entries); lua/common.lua says how a rolling upgrade from the old format (a hash) shares Redis. A state is never split
 // over keys, so losing a key (eviction, DEL) only ever gives its client quota back. Every key
 // has a TTL equal to the time until its state is as if never seen, so idle clients leave nothing.
 //
@@ -55,7 +56,7 @@ import (
 // client checks that the server Sentinel names is the primary (and the store counts the replicas
 // replicas_ack waits for). Nothing else: no other keys, no channels, no FLUSHALL, no CONFIG.
 const ACLRules = "resetkeys ~rate-limit:* resetchannels -@all +select +ping +time " +
-	"+evalsha +eval +hmget +hset +del +pexpire +rpush +lrange +ltrim +llen +zadd +zrem +zremrangebyscore +zcard +zrange +cluster|slots +cluster|shards +asking" +
+	"+evalsha +eval +get +set +exists +hmget +del +pexpire +rpush +lrange +lset +ltrim +llen +zadd +zrem +zremrangebyscore +zcard +zrange +cluster|slots +cluster|shards +asking" +
 	" +wait +role"
 
 // Defaults.
@@ -394,12 +395,17 @@ type Stats struct {
 // Stats returns the store's counters.
 func (s *Store) Stats() Stats { return Stats{Calls: s.calls.Load(), CacheHits: s.cacheHits.Load()} }
 
-// keys returns the state hash's key and the sliding log's list key of key under policy (a
-// state uses one of them: the scripts' KEYS[1] and KEYS[2]).
+// keys returns the state string's key and the sliding log's list key of key under policy (a
+// state uses one of them: the scripts' KEYS[1] and KEYS[2]). The state string is named :v2
+// after its format; the old format's hash, at the name without it, is read only to take over
+// its state (lua/common.lua, THE OLD FORMAT).
 func (s *Store) keys(key, policy string) (string, string) {
 	k := s.prefix + "{" + key + "}:" + policy
-	return k, k + ":log"
+	return k + stateSuffix, k + ":log"
 }
+
+// stateSuffix ends the name of a state string (format 2: one string written by SET … PX).
+const stateSuffix = ":v2"
 
 // now returns the argument that tells a script the time: empty for Redis TIME.
 func (s *Store) now() string {

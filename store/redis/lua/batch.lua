@@ -4,7 +4,7 @@
 -- dispatches and one TIME for all): on a single server any of them, on a cluster those of one
 -- hash slot.
 --
--- KEYS     for each decision i = 1..n: its state hash KEYS[2i-1] and its sliding log's list KEYS[2i]
+-- KEYS     for each decision i = 1..n: its state string KEYS[2i-1] and its sliding log's list KEYS[2i]
 -- ARGV[1]  n
 -- ARGV[2]  now, µs; empty: Redis TIME
 -- ARGV[3]  ttl_slack, µs (empty: 0)

@@ -545,43 +545,135 @@ local function deadline_error(d, time)
   return redis.error_reply('ERR sluice: deadline passed: time ' .. fmt(time) .. ' deadline ' .. d)
 end
 
--- read_state reads the state hash key (every algorithm's state but the sliding log's, which is
--- the list logkey alone: sliding_log.lua): current (State.current: the hash's stamp alg, limit,
--- period equals the policy's), then the values of the given fields, 0 if missing. A state
--- that is not current is never seen: all its fields read 0, as in a fresh algorithm.State.
-local function read_state(key, alg, limit, period, ...)
-  local v = redis.call('HMGET', key, 'alg', 'limit', 'period', ...)
-  local stamp = parse_int(v[3], true) -- (numbers compare by ==; an int beyond 2^53 only if W is built)
-  local current = tonumber(v[1]) == alg and parse_int(v[2], true) == limit and (stamp == period or (W ~= nil and stamp ~= nil and W.cmp(stamp, period) == 0))
-  local n = select('#', ...)
+-- STATE (every algorithm's but the sliding log's, which is the list logkey alone: sliding_log.lua)
+-- is one string at key, written by one SET … PX and read by one GET:
+--
+--   "<alg> <limit> <period> <field> <field> [<field>]"     e.g. "4 1000000 1000000 1764598000123456 0"
+--
+-- the stamp (State.current: the algorithm, limit and period it was written under), then the
+-- algorithm's numbers in decimal (fmt: exact at any size). A state whose stamp is not the
+-- policy's is never seen: its fields read 0, as in a fresh algorithm.State.
+--
+-- THE OLD FORMAT (before the string): a hash at the key logkey names less its ':log' (the store's
+-- keys: prefix{client}:policy, beside the string at …:v2), fields alg, limit, period and the
+-- algorithm's, written by HSET + PEXPIRE. Instances of the old version may still write it during a
+-- rolling upgrade. A call that finds no string reads the hash instead (read_old) and, if it is
+-- current, starts from its state: the hash records approvals the old instances made, so taking it
+-- over is never more lenient than starting afresh. The hash is left alone (the old instances
+-- still count on it, and it expires by its own TTL). The key is not among the script's KEYS: it
+-- lies in the same hash slot (the same hash tag) and is read only when the string is missing.
+
+-- stale[key] is set when a call found something under key's names other than a current string
+-- (a state of another policy, the old hash, the sliding log's list): a write of key's state then
+-- deletes logkey first, so that a state is one key and nothing of the old one leaks into it.
+local stale = {}
+
+-- old_key is the name of the old format's hash beside logkey: logkey less its ':log' (or key
+-- itself if logkey is not so named: then there is no old hash to read).
+local function old_key(key, logkey)
+  if string.sub(logkey, -4) == ':log' then
+    return string.sub(logkey, 1, -5)
+  end
+  return key
+end
+
+-- stamp is the string's prefix for the policy (alg, limit, period), with the space after it; the
+-- last one made is kept (a batch's requests are usually of one policy: the same ints, even
+-- tables, as check_all reuses them).
+local last_stamp = {}
+
+local function stamp(alg, limit, period)
+  local c = last_stamp
+  if c[1] == alg and c[2] == limit and c[3] == period then
+    return c[4]
+  end
+  local h
+  if W == nil then
+    h = string.format('%d %d %d ', alg, limit, period)
+  else
+    h = W.fmt(alg) .. ' ' .. W.fmt(limit) .. ' ' .. W.fmt(period) .. ' '
+  end
+  last_stamp = {alg, limit, period, h}
+  return h
+end
+
+-- read_old reads the old format's hash old for the policy: current, then the given fields' values.
+local function read_old(old, alg, limit, period, ...)
+  local v = redis.call('HMGET', old, 'alg', 'limit', 'period', ...)
+  local s = parse_int(v[3], true) -- (numbers compare by ==; an int beyond 2^53 only if W is built)
+  if not (tonumber(v[1]) == alg and parse_int(v[2], true) == limit and (s == period or (W ~= nil and s ~= nil and W.cmp(s, period) == 0))) then
+    return false, 0, 0, 0
+  end
   local vals = {}
-  for i = 1, n do
-    vals[i] = current and parse_int(v[3 + i], true) or 0
+  for i = 1, select('#', ...) do
+    vals[i] = parse_int(v[3 + i], true) or 0
   end
-  return current, unpack(vals, 1, n)
+  return true, unpack(vals)
 end
 
--- write_state writes fields (name, int, name, int, ...) of the state hash key. If renew
--- (the state was not current: State.renew), it first deletes the hash and the log list (where the
--- sliding log keeps its whole state: sliding_log.lua), so that nothing of the old state leaks
--- into the new one, and stamps the new one.
-local function write_state(key, logkey, renew, alg, limit, period, ...)
-  local args = {}
-  if renew then
-    redis.call('DEL', key, logkey)
-    args = {'alg', fmt(alg), 'limit', fmt(limit), 'period', fmt(period)}
+-- read_state reads the state of key (the string above; else the old hash beside logkey): current,
+-- then the values of its n fields (their names are the old hash's fields), 0 if not current.
+local function read_state(key, logkey, alg, limit, period, ...)
+  local v = redis.call('GET', key)
+  if v then
+    local h = stamp(alg, limit, period)
+    if string.sub(v, 1, #h) == h then
+      local a, b, c
+      if select('#', ...) == 3 then
+        a, b, c = string.match(v, '^(%-?%d+) (%-?%d+) (%-?%d+)$', #h + 1)
+      else
+        a, b = string.match(v, '^(%-?%d+) (%-?%d+)$', #h + 1)
+      end
+      if a ~= nil then
+        return true, parse_int(a, true), parse_int(b, true), c and parse_int(c, true)
+      end
+    end
+    stale[key] = true -- another policy's state (or not one of ours)
+    return false, 0, 0, 0
   end
-  local fields = {...}
-  for i = 1, #fields, 2 do
-    args[#args + 1] = fields[i]
-    args[#args + 1] = fmt(fields[i + 1])
+  -- No string: usually nothing at all (one EXISTS tells); else a log or the old format's hash.
+  local old = old_key(key, logkey)
+  if redis.call('EXISTS', old, logkey) == 0 then
+    return false, 0, 0, 0
   end
-  redis.call('HSET', key, unpack(args))
+  stale[key] = true
+  if old == key then
+    return false, 0, 0, 0
+  end
+  return read_old(old, alg, limit, period, ...)
 end
 
--- expire sets key's TTL to reset + ttl_slack µs, rounded up to whole ms and at least 1 ms (0 would
--- delete it). reset is the approval's ResetAfter: from then on the state is as if never seen,
--- so Redis deleting it then changes no decision.
+-- write_state writes key's state (the policy's stamp and the fields v1, v2[, v3]) with its TTL:
+-- reset + ttl_slack µs, rounded up to whole ms and at least 1 ms (0 would delete it). reset is the
+-- approval's ResetAfter: from then on the state is as if never seen, so Redis deleting it then
+-- changes no decision.
+local function write_state(key, logkey, reset, ttl_slack, alg, limit, period, v1, v2, v3)
+  if stale[key] then
+    redis.call('DEL', logkey)
+    stale[key] = nil
+  end
+  local ms = divceil(add(reset, ttl_slack), 1000)
+  if ms == 0 then -- (reset and ttl_slack are ≥ 0)
+    ms = 1
+  end
+  local v
+  if W == nil then
+    if v3 == nil then
+      v = string.format('%d %d %d %d %d', alg, limit, period, v1, v2)
+    else
+      v = string.format('%d %d %d %d %d %d', alg, limit, period, v1, v2, v3)
+    end
+    redis.call('SET', key, v, 'PX', string.format('%d', ms))
+    return
+  end
+  v = stamp(alg, limit, period) .. W.fmt(v1) .. ' ' .. W.fmt(v2)
+  if v3 ~= nil then
+    v = v .. ' ' .. W.fmt(v3)
+  end
+  redis.call('SET', key, v, 'PX', W.fmt(ms))
+end
+
+-- expire sets key's TTL as write_state does (the sliding log's list: sliding_log.lua).
 local function expire(key, reset, ttl_slack)
   local ms = divceil(add(reset, ttl_slack), 1000)
   if ms == 0 then -- (reset and ttl_slack are ≥ 0)

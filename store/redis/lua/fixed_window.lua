@@ -1,11 +1,11 @@
--- decide_fixed_window mirrors algorithm/fixedwindow.go line for line (the hash fields w, count are
+-- decide_fixed_window mirrors algorithm/fixedwindow.go line for line (the state's fields w, count are
 -- State.Window, State.Count). Precondition: check_args passed (0 ≤ cost ≤ limit), so limit,
 -- count and cost are numbers, and so is w (|now| < 2^60, period ≥ 1000); times are ints.
 
 -- fixedWindow: count the cost approved in the epoch-aligned window w = floor(now/period);
 -- approve iff count + cost ≤ limit.
 local function decide_fixed_window(key, logkey, limit, period, burst, cost, now)
-  local current, s_window, s_count = read_state(key, FIXED_WINDOW, limit, period, 'w', 'count')
+  local current, s_window, s_count = read_state(key, logkey, FIXED_WINDOW, limit, period, 'w', 'count')
   local w, count = 0, 0
   if current and lt(now, mul(s_window + 1, period)) then
     -- Still in the recorded window (or, if the clock ran backward, before it: stay in it).
@@ -21,8 +21,7 @@ local function decide_fixed_window(key, logkey, limit, period, burst, cost, now)
     if cost > 0 then
       count = count + cost -- ≤ limit
       commit = function(ttl_slack) -- s.renew(p, period); s.Window, s.Count = w, count
-        write_state(key, logkey, not current, FIXED_WINDOW, limit, period, 'w', w, 'count', count)
-        expire(key, reset, ttl_slack)
+        write_state(key, logkey, reset, ttl_slack, FIXED_WINDOW, limit, period, w, count)
       end
     end
   else

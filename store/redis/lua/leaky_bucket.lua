@@ -1,4 +1,4 @@
--- decide_leaky_bucket mirrors algorithm/leakybucket.go line for line (the hash fields tat, frac are
+-- decide_leaky_bucket mirrors algorithm/leakybucket.go line for line (the state's fields tat, frac are
 -- State.TAT, State.Frac; the GCRA helpers are in common.lua). Precondition: check_args passed, so
 -- limit and burst are numbers; the cost, the waits (u128 in Go), times and the capacity
 -- burst + 1 are ints.
@@ -21,7 +21,7 @@ local function decide_leaky_bucket(key, logkey, limit, period, burst, cost, now,
       room = hold
     end
   end
-  local current, s_tat, s_frac = read_state(key, LEAKY_BUCKET, limit, period, 'tat', 'frac')
+  local current, s_tat, s_frac = read_state(key, logkey, LEAKY_BUCKET, limit, period, 'tat', 'frac')
   local wait = gcra_wait(limit, current, s_tat, s_frac, now)
   local allowed = le(wait, room)
   local retry, delay = 0, 0
@@ -31,13 +31,11 @@ local function decide_leaky_bucket(key, logkey, limit, period, burst, cost, now,
       delay = gcra_until(s_tat, s_frac, now)
     end
     if cost ~= 0 then -- cost > 0
-      local renew = not current
       s_tat, s_frac = gcra_advance(limit, period, current, s_tat, s_frac, now, cost)
       current = true -- s.renew(p, period) and the new s.TAT, s.Frac, written by commit
       local reset_ = gcra_until(s_tat, s_frac, now) -- the reset below: after > 0 now
       commit = function(ttl_slack)
-        write_state(key, logkey, renew, LEAKY_BUCKET, limit, period, 'tat', s_tat, 'frac', s_frac)
-        expire(key, reset_, ttl_slack)
+        write_state(key, logkey, reset_, ttl_slack, LEAKY_BUCKET, limit, period, s_tat, s_frac)
       end
     end
   else

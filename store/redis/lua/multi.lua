@@ -2,7 +2,7 @@
 -- five algorithm files + nth.lua + this file. On a Redis Cluster every key must lie in one slot:
 -- those of one client do (its hash tag); the store splits the limits of other keys by slot.
 --
--- KEYS     for each limit i = 1..n: its state hash KEYS[2i-1] and its sliding log's list KEYS[2i]
+-- KEYS     for each limit i = 1..n: its state string KEYS[2i-1] and its sliding log's list KEYS[2i]
 --          (as KEYS[1], KEYS[2] of single.lua); the limits' keys must be distinct
 -- ARGV[1]  n, the number of limits
 -- ARGV[2]  now, µs; empty: Redis TIME

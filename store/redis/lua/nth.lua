@@ -12,14 +12,24 @@ local nth_args = {}
 -- check_all checks the arguments of all n requests (check_args) before any is decided, so that a
 -- bad one fails the call with nothing written: nil, or the error reply.
 local function check_all(n, stride)
+  local p1, p2, p3, p4, p5, prev -- the previous request's five arguments, and its parsed ones
   for i = 1, n do
     local a = 3 + stride * (i - 1)
-    if deciders[tonumber(ARGV[a + 1])] == nil then
-      return redis.error_reply('ERR sluice: unknown algorithm ' .. tostring(ARGV[a + 1]))
-    end
-    local alg, limit, period, burst, cost = check_args(ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4], ARGV[a + 5])
-    if alg == nil then
-      return limit -- the error reply
+    local a1, a2, a3, a4, a5 = ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4], ARGV[a + 5]
+    local alg, limit, period, burst, cost
+    if a1 == p1 and a2 == p2 and a3 == p3 and a4 == p4 and a5 == p5 then
+      -- The same as the previous request's (one policy and cost: the usual batch). Lua interns
+      -- strings, so these are five pointer comparisons instead of parsing and checking again.
+      alg, limit, period, burst, cost = prev[1], prev[2], prev[3], prev[4], prev[5]
+    else
+      if deciders[tonumber(a1)] == nil then
+        return redis.error_reply('ERR sluice: unknown algorithm ' .. tostring(a1))
+      end
+      alg, limit, period, burst, cost = check_args(a1, a2, a3, a4, a5)
+      if alg == nil then
+        return limit -- the error reply
+      end
+      p1, p2, p3, p4, p5 = a1, a2, a3, a4, a5
     end
     local max_delay = -1
     if stride == 7 then
@@ -36,6 +46,7 @@ local function check_all(n, stride)
       end
     end
     nth_args[i] = {alg, limit, period, burst, cost, max_delay}
+    prev = nth_args[i]
   end
   return nil
 end

@@ -1,10 +1,11 @@
 -- sluice: one decision, atomically. Assembled as common.lua + one algorithm file + this file.
 --
--- KEYS[1]  the state hash, e.g. rate-limit:{customer-42}:orders-api: every algorithm's state but
---          the sliding log's
--- KEYS[2]  the sliding log's state, one list, KEYS[1] .. ':log' (same hash tag); always passed,
---          used only by the sliding log, which never reads KEYS[1]. A renewal deletes both keys,
---          so that each state is one key
+-- KEYS[1]  the state string, e.g. rate-limit:{customer-42}:orders-api:v2: every algorithm's state
+--          but the sliding log's (common.lua, STATE)
+-- KEYS[2]  the sliding log's state, one list, e.g. rate-limit:{customer-42}:orders-api:log (same
+--          hash tag); always passed, used only by the sliding log, which never reads KEYS[1]. A
+--          renewal deletes the other, so that each state is one key. KEYS[2] less ':log' is
+--          the old format's hash, read when KEYS[1] is missing (common.lua, THE OLD FORMAT)
 -- ARGV[1]  algorithm code: 1 fixed-window, 2 sliding-log, 3 sliding-window, 4 token-bucket,
 --          5 leaky-bucket (algorithm.Algorithm); it must be the algorithm this script was built for
 -- ARGV[2]  limit

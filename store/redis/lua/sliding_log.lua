@@ -5,8 +5,9 @@
 -- "alg:limit:period:count" (the stamp, and State.Count), the rest State.Log as "at:cost" strings,
 -- oldest first. Losing the key (an eviction, a DEL) then loses the whole state, which is as if
 -- never seen: the client gets its quota back, and is never left with a count whose entries, gone,
--- can no longer expire. The hash key, every other algorithm's state, is not read; a renewal
--- deletes it, with whatever state another algorithm, or an earlier version of sluice, left there.
+-- can no longer expire. The key of every other algorithm's state is not read; a renewal deletes
+-- it, with whatever state another algorithm, or an earlier version of sluice, left there (and the
+-- old format's hash beside it: common.lua, THE OLD FORMAT).
 -- (Before this layout the count lived in the hash and only the entries in this list: such a list
 -- starts with an entry, not a header, so it reads as never seen and the first approval replaces
 -- it; while instances of both versions share a Redis, each sees the other's sliding logs as never
@@ -88,7 +89,7 @@ local function decide_sliding_log(key, logkey, limit, period, burst, cost, now)
       commit = function(ttl_slack) -- s.renew(p, period); s.Count, s.Log = sum, log
         local e = fmt(at) .. ':' .. fmt(cost)
         if not current then
-          redis.call('DEL', key, logkey)
+          redis.call('DEL', key, old_key(key, logkey), logkey)
           redis.call('RPUSH', logkey, log_header(limit, period, sum), e)
         else
           -- Drop the expired prefix: LTRIM keeps its last entry in the header's place, which

@@ -1,4 +1,4 @@
--- decide_sliding_window mirrors algorithm/slidingwindow.go line for line (the hash fields w, count,
+-- decide_sliding_window mirrors algorithm/slidingwindow.go line for line (the state's fields w, count,
 -- prev are State.Window, State.Count, State.Prev). Precondition: check_args passed (0 ≤ cost ≤
 -- limit), so limit, cur, prev and cost are numbers, and so is w (|now| < 2^60, period ≥ 1000);
 -- times and the products (u128 in Go) are ints.
@@ -11,7 +11,7 @@
 --
 -- in exact integers, which is prev·(1 - e/period) + cur + cost ≤ limit.
 local function decide_sliding_window(key, logkey, limit, period, burst, cost, now)
-  local current, s_window, s_count, s_prev = read_state(key, SLIDING_WINDOW, limit, period, 'w', 'count', 'prev')
+  local current, s_window, s_count, s_prev = read_state(key, logkey, SLIDING_WINDOW, limit, period, 'w', 'count', 'prev')
   local at = now -- the instant decided at; later than now only if the clock ran backward
   local w, prev, cur = 0, 0, 0
   if current and lt(now, mul(s_window + 1, period)) then
@@ -35,8 +35,7 @@ local function decide_sliding_window(key, logkey, limit, period, burst, cost, no
     if cost > 0 then
       cur = cur + cost -- ≤ limit, as allowed
       commit = function(ttl_slack) -- s.renew(p, period); s.Window, s.Count, s.Prev = w, cur, prev
-        write_state(key, logkey, not current, SLIDING_WINDOW, limit, period, 'w', w, 'count', cur, 'prev', prev)
-        expire(key, reset, ttl_slack)
+        write_state(key, logkey, reset, ttl_slack, SLIDING_WINDOW, limit, period, w, cur, prev)
       end
     end
   elseif cost <= limit - cur then -- cur + cost ≤ limit, without a sum that could pass 2^53

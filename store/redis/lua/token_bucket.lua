@@ -1,4 +1,4 @@
--- decide_token_bucket mirrors algorithm/tokenbucket.go line for line (the hash fields tat, frac are
+-- decide_token_bucket mirrors algorithm/tokenbucket.go line for line (the state's fields tat, frac are
 -- State.TAT, State.Frac; the GCRA helpers are in common.lua). Precondition: check_args passed
 -- (0 ≤ cost ≤ capacity), so limit, capacity and cost are numbers; the waits (u128 in Go) and
 -- times are ints.
@@ -12,7 +12,7 @@ local function decide_token_bucket(key, logkey, limit, period, burst, cost, now)
   if burst > 0 then
     capacity = burst
   end
-  local current, s_tat, s_frac = read_state(key, TOKEN_BUCKET, limit, period, 'tat', 'frac')
+  local current, s_tat, s_frac = read_state(key, logkey, TOKEN_BUCKET, limit, period, 'tat', 'frac')
   local wait = gcra_wait(limit, current, s_tat, s_frac, now)
   local room = mul(capacity - cost, period) -- (C - cost)·period
   local allowed = le(wait, room)
@@ -20,13 +20,11 @@ local function decide_token_bucket(key, logkey, limit, period, burst, cost, now)
   local commit = nil
   if allowed then
     if cost > 0 then
-      local renew = not current
       s_tat, s_frac = gcra_advance(limit, period, current, s_tat, s_frac, now, cost)
       current = true -- s.renew(p, period) and the new s.TAT, s.Frac, written by commit
       local reset_ = gcra_until(s_tat, s_frac, now) -- the reset below: after > 0 now
       commit = function(ttl_slack)
-        write_state(key, logkey, renew, TOKEN_BUCKET, limit, period, 'tat', s_tat, 'frac', s_frac)
-        expire(key, reset_, ttl_slack)
+        write_state(key, logkey, reset_, ttl_slack, TOKEN_BUCKET, limit, period, s_tat, s_frac)
       end
     end
   else

@@ -1,0 +1,48 @@
+-- sluice: the helpers of the scripts that decide several requests in one call (multi.lua,
+-- batch.lua), assembled after the algorithm files and before the entry file; a single decision's
+-- script has no need of them (and every function a script defines costs on every call).
+
+-- nth_args holds the arguments of each request of a multi.lua or batch.lua call, parsed and
+-- checked by check_all: nth_args[i] = {alg, limit, period, burst, cost, max_delay} for request
+-- i, whose keys are KEYS[2i-1], KEYS[2i] and whose arguments are the stride of them from
+-- ARGV[4+stride(i-1)]: alg, limit, period, burst and cost, then with a stride of 7 (multi.lua)
+-- max_delay and dry_run (batch.lua's requests are Decide's: stride 5, no bound on a hold).
+local nth_args = {}
+
+-- check_all checks the arguments of all n requests (check_args) before any is decided, so that a
+-- bad one fails the call with nothing written: nil, or the error reply.
+local function check_all(n, stride)
+  for i = 1, n do
+    local a = 3 + stride * (i - 1)
+    if deciders[tonumber(ARGV[a + 1])] == nil then
+      return redis.error_reply('ERR sluice: unknown algorithm ' .. tostring(ARGV[a + 1]))
+    end
+    local alg, limit, period, burst, cost = check_args(ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4], ARGV[a + 5])
+    if alg == nil then
+      return limit -- the error reply
+    end
+    local max_delay = -1
+    if stride == 7 then
+      -- max_delay: -1 (no bound) or the µs a leaky bucket may hold the request, below 2^53
+      -- (time.Duration's most in µs is below 2^54: the store sends no more than it says).
+      max_delay = tonumber(ARGV[a + 6])
+      if max_delay == nil or max_delay % 1 ~= 0 or max_delay < -1 or max_delay >= 9007199254740992 or #ARGV[a + 6] > 16 then
+        return redis.error_reply('ERR sluice: max_delay ' .. string.format('%q', string.sub(tostring(ARGV[a + 6]), 1, 40)) ..
+          ' must be -1 or an integer number of µs in 0..2^53')
+      end
+      local dry = ARGV[a + 7]
+      if dry ~= '0' and dry ~= '1' then
+        return redis.error_reply('ERR sluice: dry_run ' .. string.format('%q', string.sub(tostring(dry), 1, 40)) .. ' must be 0 or 1')
+      end
+    end
+    nth_args[i] = {alg, limit, period, burst, cost, max_delay}
+  end
+  return nil
+end
+
+-- decide_nth decides request i of a multi.lua or batch.lua call, checked by check_all, at now,
+-- returning what the decider returns (through decided).
+local function decide_nth(i, now)
+  local a = nth_args[i]
+  return decided(deciders[a[1]](KEYS[2 * i - 1], KEYS[2 * i], a[2], a[3], a[4], a[5], now, a[6]))
+end
