@@ -15,7 +15,7 @@ if ! command -v go >/dev/null 2>&1 && [ -x /usr/local/go/bin/go ]; then
 fi
 benchstat="go run golang.org/x/perf/cmd/benchstat@v0.0.0-20260908200009-22c9c6c9d4da"
 work=$(mktemp -d)
-# BENCH_OUT=dir keeps every round's raw output there (memory.txt, redis.txt, cluster.txt).
+# BENCH_OUT=dir keeps every round's raw output there (memory.txt, redis.txt, cluster.txt, budgets.txt).
 trap 'if [ -n "${BENCH_OUT:-}" ]; then mkdir -p "$BENCH_OUT" && cp "$work"/*.txt "$BENCH_OUT"/; fi; rm -rf "$work"' EXIT
 
 # The memory store beside golang.org/x/time/rate twice: calling Allow (time.Now) and AllowN at
@@ -49,6 +49,14 @@ for round in $(seq "${REDIS_ROUNDS:-7}"); do
 done
 echo
 $benchstat -col /impl "$work/cluster.txt"
+
+# Local budgets: the same store exact and under sluice.Budgeted (budgets of 100), 64 goroutines,
+# on 10,000 keys and on one hot key, in the same rounds.
+for round in $(seq "${REDIS_ROUNDS:-7}"); do
+	"$work/redis.test" -test.run='^$' -test.bench='^BenchmarkRedisBudgets$' -test.benchtime=200000x >>"$work/budgets.txt"
+done
+echo
+$benchstat -col /impl "$work/budgets.txt"
 
 # summary prints the medians of the rounds in $1 as Markdown tables (see the END block): every
 # benchmark line's name (less its -GOMAXPROCS suffix) and unit give one list of values.
@@ -108,6 +116,18 @@ summary() {
 			}
 			print ""
 		}
+		bu = "BenchmarkRedisBudgets/keys="
+		if (cnt[bu "10000/impl=exact" SUBSEP "decisions/s"]) {
+			printf "Redis store with local budgets (size 100), token bucket, 64 goroutines, medians of %s rounds\n\n", rounds
+			print "| keys | exact decisions/s | with budgets | budgets vs exact | p99 (exact / budgets) | decisions per script call (budgets) |"
+			print "|---|---|---|---|---|---|"
+			split("10000 1", ks, " ")
+			for (i = 1; i <= 2; i++) {
+				k = ks[i]; ev = m(bu k "/impl=exact", "decisions/s"); bv = m(bu k "/impl=budget-100", "decisions/s")
+				printf "| %s | %s | %s | %s | %s / %s | %.1f |\n", commas(k), num(ev), num(bv), times(bv, ev), us(m(bu k "/impl=exact", "p99-µs")), us(m(bu k "/impl=budget-100", "p99-µs")), m(bu k "/impl=budget-100", "decisions/call")
+			}
+			print ""
+		}
 		c = "BenchmarkRedisClusterDecisions/keys="
 		if (cnt[c "10000/impl=sluice" SUBSEP "decisions/s"]) {
 			printf "Redis Cluster (3 masters), token bucket, 64 goroutines, medians of %s rounds\n\n", rounds
@@ -128,3 +148,4 @@ echo
 summary "$work/memory.txt" "${ROUNDS:-10}"
 summary "$work/redis.txt" "${REDIS_ROUNDS:-7}"
 summary "$work/cluster.txt" "${REDIS_ROUNDS:-7}"
+summary "$work/budgets.txt" "${REDIS_ROUNDS:-7}"
