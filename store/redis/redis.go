@@ -116,8 +116,9 @@ type Store struct {
 	slack    string // ttl_slack argument, µs
 	maxBatch int    // 1: one script per decision
 	log      *slog.Logger
-	single   [6]*rueidis.Lua
-	multi    *rueidis.Lua
+	single   [6]*program
+	multi    *program
+	batch    *program
 	refused  *negativeCache // nil: disabled
 	acks     *acks          // nil: ReplicasAck off
 
@@ -137,6 +138,7 @@ type Store struct {
 type conn struct {
 	client    rueidis.Client
 	cluster   bool
+	functions bool          // calls go to the library's functions (FCALL); false: the scripts (funcs.go)
 	batch     *batcher      // nil: one script per decision
 	offsets   *offsets      // Redis's clock, for deadlines; nil with Options.Clock
 	stop      chan struct{} // ends refresh
@@ -233,15 +235,10 @@ func New(opts Options) (*Store, error) {
 		s.refused = newNegativeCache(size)
 	}
 	for _, a := range algorithm.Algorithms {
-		s.single[a] = rueidis.NewLuaScript(singleScript(a))
+		s.single[a] = newProgram(singleScript(a), "single_"+strconv.Itoa(int(a)))
 	}
-	s.multi = rueidis.NewLuaScript(multiScript())
-	if s.acks != nil {
-		for _, a := range algorithm.Algorithms {
-			s.acks.register(s.single[a], singleScript(a))
-		}
-		s.acks.register(s.multi, multiScript())
-	}
+	s.multi = newProgram(multiScript(), "multi")
+	s.batch = newProgram(batchScript(), "batch")
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	c, err := s.connect()
 	if err == nil {
@@ -303,11 +300,15 @@ func (s *Store) connect() (*conn, error) {
 		c.refreshed = make(chan struct{})
 		go c.refresh(c.stop, max(s.timeout, 100*time.Millisecond))
 	}
+	ctx, cancel := context.WithTimeout(s.ctx, max(s.timeout, time.Second))
+	c.functions, err = useFunctions(ctx, client, s.log)
+	cancel()
+	if err != nil {
+		c.close()
+		return nil, fmt.Errorf("loading the store's function library (FUNCTION LOAD): %w", err)
+	}
 	if s.maxBatch != 1 {
 		c.batch = newBatcher(s, c, s.maxBatch, c.cluster)
-		if s.acks != nil {
-			s.acks.register(c.batch.script, batchScript())
-		}
 	}
 	if s.acks != nil {
 		s.acks.checkReplicas(s.ctx, client, max(s.timeout, time.Second), s.log)
