@@ -48,15 +48,17 @@ import (
 //
 // With another Prefix, change ~rate-limit:* to it. The rules grant: SELECT for a URL's database
 // and PING for readiness checks (logging in, HELLO with AUTH, needs no grant; the client
-// library's CLIENT SETINFO may fail); the scripts (EVALSHA, and EVAL when Redis does
-// not have them yet) and the commands they run on the prefix's keys; TIME, with which the store
+// library's CLIENT SETINFO may fail); the decisions as functions of the store's library (FCALL,
+// and FUNCTION LOAD when a node does not have it yet: funcs.go), and as scripts (EVALSHA, and
+// EVAL when Redis does not have them yet: the instance registry's script, and every decision on
+// a server without Functions), and the commands they run on the prefix's keys; TIME, with which the store
 // reads Redis's clock (deadlines); and, on a Redis Cluster, the slot map (CLUSTER SLOTS, or
 // SHARDS from Redis 8) and ASKING for redirections while slots move; the sorted-set commands
 // of the instance registry's script (fleet.lua); WAIT, for replicas_ack; and ROLE, with which the
 // client checks that the server Sentinel names is the primary (and the store counts the replicas
 // replicas_ack waits for). Nothing else: no other keys, no channels, no FLUSHALL, no CONFIG.
 const ACLRules = "resetkeys ~rate-limit:* resetchannels -@all +select +ping +time " +
-	"+evalsha +eval +get +set +exists +hmget +del +pexpire +rpush +lrange +lset +ltrim +llen +zadd +zrem +zremrangebyscore +zcard +zrange +cluster|slots +cluster|shards +asking" +
+	"+fcall +function|load +evalsha +eval +get +set +exists +hmget +del +pexpire +rpush +lrange +lset +ltrim +llen +zadd +zrem +zremrangebyscore +zcard +zrange +cluster|slots +cluster|shards +asking" +
 	" +wait +role"
 
 // Defaults.
@@ -105,6 +107,8 @@ type Options struct {
 	// Logger, if set, is told when Redis did not answer at New and when the store connects
 	// later (or Redis refuses it meanwhile). Nil: nothing is logged.
 	Logger *slog.Logger
+
+	scripts bool // tests: run the scripts (EVALSHA) even where Redis has Functions
 }
 
 // Store is the Redis store. Create it with New; Close it when done.
@@ -116,6 +120,7 @@ type Store struct {
 	slack    string // ttl_slack argument, µs
 	maxBatch int    // 1: one script per decision
 	log      *slog.Logger
+	scripts  bool // Options.scripts
 	single   [6]*program
 	multi    *program
 	batch    *program
@@ -197,7 +202,7 @@ func New(opts Options) (*Store, error) {
 		co.Password = opts.Password
 	}
 	co.DisableCache = true // no client-side caching: every decision is a script
-	s := &Store{prefix: opts.Prefix, timeout: opts.Timeout, clock: opts.Clock, slack: "0", maxBatch: opts.MaxBatch, log: opts.Logger}
+	s := &Store{prefix: opts.Prefix, timeout: opts.Timeout, clock: opts.Clock, slack: "0", maxBatch: opts.MaxBatch, log: opts.Logger, scripts: opts.scripts}
 	if s.prefix == "" {
 		s.prefix = DefaultPrefix
 	}
@@ -300,12 +305,14 @@ func (s *Store) connect() (*conn, error) {
 		c.refreshed = make(chan struct{})
 		go c.refresh(c.stop, max(s.timeout, 100*time.Millisecond))
 	}
-	ctx, cancel := context.WithTimeout(s.ctx, max(s.timeout, time.Second))
-	c.functions, err = useFunctions(ctx, client, s.log)
-	cancel()
-	if err != nil {
-		c.close()
-		return nil, fmt.Errorf("loading the store's function library (FUNCTION LOAD): %w", err)
+	if !s.scripts {
+		ctx, cancel := context.WithTimeout(s.ctx, max(s.timeout, time.Second))
+		c.functions, err = useFunctions(ctx, client, s.log)
+		cancel()
+		if err != nil {
+			c.close()
+			return nil, fmt.Errorf("loading the store's function library (FUNCTION LOAD): %w", err)
+		}
 	}
 	if s.maxBatch != 1 {
 		c.batch = newBatcher(s, c, s.maxBatch, c.cluster)
