@@ -26,8 +26,16 @@ type doer interface {
 
 // fcall calls p's function on d with keys and args; if the node does not have the library, it
 // loads it there (on the node of keys[0]'s slot) and calls again, once.
+//
+// One case sends the script instead: a Redis at maxmemory that may not evict (noeviction)
+// refuses every FCALL of a function that may write, at once ("OOM"), while it runs a script
+// (without flags) until it writes. So a refusal or a peek, which writes nothing, is still
+// answered there, as by the scripts; an approval fails in both.
 func fcall(ctx context.Context, d doer, p *program, keys, args []string) rueidis.RedisResult {
 	res := d.Do(ctx, d.B().Fcall().Function(p.fn).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build())
+	if re, ok := rueidis.IsRedisErr(res.Error()); ok && strings.HasPrefix(re.Error(), "OOM") {
+		return evalsha(ctx, d, p, keys, args)
+	}
 	if !functionNotFound(res.Error()) {
 		return res
 	}
@@ -64,4 +72,14 @@ func useFunctions(ctx context.Context, client rueidis.Client, log *slog.Logger) 
 	log.Info("Redis does not take the store's function library (Redis Functions need Redis 7.0, and the ACL user +fcall and +function|load); running the same decisions as Lua scripts (EVALSHA)",
 		"error", re.Error())
 	return false, nil
+}
+
+// evalsha runs p's script on d with keys and args: EVALSHA, and EVAL after NOSCRIPT (Redis lost
+// its scripts: a restart, a failover to a replica that never ran them).
+func evalsha(ctx context.Context, d doer, p *program, keys, args []string) rueidis.RedisResult {
+	res := d.Do(ctx, d.B().Evalsha().Sha1(p.sha1).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build())
+	if re, isRedis := rueidis.IsRedisErr(res.Error()); isRedis && re.IsNoScript() {
+		res = d.Do(ctx, d.B().Eval().Script(p.text).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build())
+	}
+	return res
 }

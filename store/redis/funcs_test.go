@@ -2,6 +2,7 @@ package redis_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -170,4 +171,42 @@ func TestConformanceScripts(t *testing.T) {
 		}
 		return s
 	})
+}
+
+// TestFunctionsAtMaxmemory: a Redis at maxmemory under noeviction refuses at once every FCALL of
+// a function that may write, but runs a script until it writes. The store answers there as the
+// scripts do: a refusal and a peek (which write nothing) are answered, an approval (a write)
+// fails with ErrStoreUnavailable — with the functions as with the scripts.
+func TestFunctionsAtMaxmemory(t *testing.T) {
+	srv := redistest.Start(t, "--maxmemory-policy", "noeviction")
+	ctx := context.Background()
+	p := sluice.Policy{Name: "oom", Algorithm: sluice.TokenBucket, Limit: 1, Period: time.Hour}
+	for _, scripts := range []bool{false, true} {
+		for _, maxBatch := range []int{1, 0} {
+			t.Run(fmt.Sprintf("scripts=%v/MaxBatch=%d", scripts, maxBatch), func(t *testing.T) {
+				opts := redisstore.Options{Addrs: []string{srv.Addr}, MaxBatch: maxBatch, NegativeCacheSize: -1, Prefix: fmt.Sprintf("o%v%d:", scripts, maxBatch)}
+				if scripts {
+					opts = redisstore.ScriptsOnly(opts)
+				}
+				s := newStore(t, opts)
+				if redisstore.UsesFunctions(s) == scripts {
+					t.Fatalf("UsesFunctions %v with scripts %v", redisstore.UsesFunctions(s), scripts)
+				}
+				if d, err := s.Decide(ctx, "spent", p, 1); err != nil || !d.Allowed {
+					t.Fatalf("the first decision: %+v %v", d, err)
+				}
+				mustDo(t, srv, "CONFIG", "SET", "maxmemory", "1")
+				defer mustDo(t, srv, "CONFIG", "SET", "maxmemory", "0")
+				if d, err := s.Decide(ctx, "spent", p, 1); err != nil || d.Allowed || d.RetryAfter <= 0 {
+					t.Errorf("a refusal at maxmemory: %+v %v; want refused, answered", d, err)
+				}
+				if d, err := s.Decide(ctx, "spent", p, 0); err != nil || !d.Allowed || d.Remaining != 0 {
+					t.Errorf("a peek at maxmemory: %+v %v; want answered, 0 left", d, err)
+				}
+				if d, err := s.Decide(ctx, "fresh", p, 1); !errors.Is(err, sluice.ErrStoreUnavailable) || d.Allowed {
+					t.Errorf("an approval at maxmemory (a write): %+v %v; want ErrStoreUnavailable", d, err)
+				}
+			})
+		}
+	}
 }

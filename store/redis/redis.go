@@ -1,8 +1,9 @@
 // Package redis is sluice's shared store: every gateway instance decides on the same state in
 // Redis, so a client's quota is one quota however many instances it reaches.
 //
-// Each decision is one atomic Lua script (EVALSHA, re-sent as EVAL after NOSCRIPT, e.g. after a
-// restart or a failover) that reads Redis's own clock (TIME), so the instances' clocks never
+// Each decision is one atomic Lua script — on Redis ≥ 7.0 a function of the store's library
+// (FCALL, funcs.go), else EVALSHA, re-sent as EVAL after NOSCRIPT, e.g. after a restart or a
+// failover — that reads Redis's own clock (TIME), so the instances' clocks never
 // matter, and that implements exactly the transitions of package algorithm. There is no
 // read-then-write from the gateway. Concurrent decisions share a few connections through
 // rueidis's automatic pipelining. A call the store gave up on (its timeout passed) decides

@@ -139,11 +139,7 @@ func (s *Store) exec(ctx context.Context, c *conn, p *program, keys, args []stri
 	if c.functions {
 		res = fcall(ctx, dc, p, keys, args) // (a library it loads is loaded on this wire's node)
 	} else {
-		res = dc.Do(ctx, dc.B().Evalsha().Sha1(p.sha1).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build())
-		if re, isRedis := rueidis.IsRedisErr(res.Error()); isRedis && re.IsNoScript() {
-			// Redis lost its scripts (a restart, a failover to a replica that never ran them).
-			res = dc.Do(ctx, dc.B().Eval().Script(p.text).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build())
-		}
+		res = evalsha(ctx, dc, p, keys, args)
 	}
 	if res.NonRedisError() != nil {
 		dc.Close() // broken or timed out: its reply may still come; never reuse it
