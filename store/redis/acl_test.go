@@ -3,6 +3,7 @@ package redis
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"os"
 	"regexp"
 	"strings"
@@ -125,11 +126,15 @@ func TestACLUser(t *testing.T) {
 		srv := redistest.Start(t, "--requirepass", "default-secret")
 		admin := func(args ...string) (string, error) { return srv.DoAuth("default-secret", args...) }
 		setUser(t, admin)
-		s, err := New(Options{URL: "redis://sluice:s3cret@" + srv.Addr + "/2", Timeout: 5 * time.Second})
+		var logged strings.Builder // (New logs before it returns; nothing logs after)
+		s, err := New(Options{URL: "redis://sluice:s3cret@" + srv.Addr + "/2", Timeout: 5 * time.Second, Logger: slog.New(slog.NewTextHandler(&logged, nil))})
 		if err != nil {
 			t.Fatalf("New as the ACL user: %v", err)
 		}
 		defer s.Close()
+		if said := strings.Contains(logged.String(), "does not take the store's function library"); said != (rules != ACLRules) {
+			t.Errorf("logged %q; want the scripts' use said if and only if the rules refuse Functions", logged.String())
+		}
 		check(t, s, func() {
 			for _, flush := range [][]string{{"SCRIPT", "FLUSH"}, {"FUNCTION", "FLUSH"}} {
 				if _, err := admin(flush...); err != nil {

@@ -106,7 +106,8 @@ type Options struct {
 	// share a slot; all of one client's do), pipelined together.
 	MaxBatch int
 	// Logger, if set, is told when Redis did not answer at New and when the store connects
-	// later (or Redis refuses it meanwhile). Nil: nothing is logged.
+	// later (or Redis refuses it meanwhile), and when Redis does not take the store's function
+	// library, so that the store runs the scripts (funcs.go). Nil: nothing is logged.
 	Logger *slog.Logger
 
 	scripts bool // tests: run the scripts (EVALSHA) even where Redis has Functions
