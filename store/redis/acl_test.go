@@ -3,6 +3,7 @@ package redis
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"os"
 	"regexp"
 	"strings"
@@ -42,10 +43,12 @@ func TestDocumentedACL(t *testing.T) {
 }
 
 // TestACLUser: a user created with exactly ACLRules (on every node of a cluster) can do all the
-// store does — connect, decide under every algorithm, DecideAll, batched calls, scripts re-sent
-// after SCRIPT FLUSH (EVAL after NOSCRIPT), Ping for readiness, the clock readings for deadlines
-// — on a single server (over a URL with a database) and on a 3-master Redis Cluster; and the
-// rules are no wider than that (no other keys, no FLUSHALL, no CONFIG).
+// store does — connect, decide under every algorithm, DecideAll, batched calls, as functions of
+// the library (FCALL), loaded again after FUNCTION FLUSH (and scripts re-sent after SCRIPT FLUSH),
+// Ping for readiness, the clock readings for deadlines — on a single server (over a URL with a
+// database) and on a 3-master Redis Cluster; and the rules are no wider than that (no other keys,
+// no FLUSHALL, no CONFIG). A user with the rules of the versions before the library (no +fcall,
+// no +function|load) still decides everything, with the scripts.
 func TestACLUser(t *testing.T) {
 	policies := []sluice.Policy{
 		{Name: "fw", Algorithm: sluice.FixedWindow, Limit: 5, Period: time.Minute},
@@ -54,10 +57,11 @@ func TestACLUser(t *testing.T) {
 		{Name: "tb", Algorithm: sluice.TokenBucket, Limit: 5, Period: time.Minute, Burst: 5},
 		{Name: "lb", Algorithm: sluice.LeakyBucket, Limit: 5, Period: time.Minute, Burst: 4},
 	}
+	rules := ACLRules
 	setUser := func(t *testing.T, do func(args ...string) (string, error)) {
 		t.Helper()
-		if out, err := do(append([]string{"ACL", "SETUSER", "sluice", "on", ">s3cret"}, strings.Fields(ACLRules)...)...); err != nil {
-			t.Fatalf("ACL SETUSER sluice on >s3cret %s: %v %s", ACLRules, err, out)
+		if out, err := do(append([]string{"ACL", "SETUSER", "sluice", "on", ">s3cret"}, strings.Fields(rules)...)...); err != nil {
+			t.Fatalf("ACL SETUSER sluice on >s3cret %s: %v %s", rules, err, out)
 		}
 	}
 	check := func(t *testing.T, s *Store, flush func()) {
@@ -65,6 +69,9 @@ func TestACLUser(t *testing.T) {
 		c := s.conn.Load()
 		if c == nil {
 			t.Fatalf("not connected: %v", s.Ping(bg))
+		}
+		if want := rules == ACLRules; c.functions != want {
+			t.Fatalf("the store calls functions: %v; want %v (rules %s)", c.functions, want, rules)
 		}
 		if err := s.Ping(bg); err != nil {
 			t.Fatalf("Ping (readiness) as the ACL user: %v", err)
@@ -74,7 +81,7 @@ func TestACLUser(t *testing.T) {
 		}
 		for round := range 2 {
 			if round == 1 {
-				flush() // the scripts are gone: EVALSHA meets NOSCRIPT, the client sends EVAL
+				flush() // the library and the scripts are gone: FCALL meets Function not found and loads it (EVALSHA meets NOSCRIPT, the client sends EVAL)
 			}
 			for i, p := range policies {
 				key := fmt.Sprintf("acl-%d-%d", round, i)
@@ -115,18 +122,24 @@ func TestACLUser(t *testing.T) {
 		}
 	}
 
-	t.Run("single-server", func(t *testing.T) {
+	singleServer := func(t *testing.T) {
 		srv := redistest.Start(t, "--requirepass", "default-secret")
 		admin := func(args ...string) (string, error) { return srv.DoAuth("default-secret", args...) }
 		setUser(t, admin)
-		s, err := New(Options{URL: "redis://sluice:s3cret@" + srv.Addr + "/2", Timeout: 5 * time.Second})
+		var logged strings.Builder // (New logs before it returns; nothing logs after)
+		s, err := New(Options{URL: "redis://sluice:s3cret@" + srv.Addr + "/2", Timeout: 5 * time.Second, Logger: slog.New(slog.NewTextHandler(&logged, nil))})
 		if err != nil {
 			t.Fatalf("New as the ACL user: %v", err)
 		}
 		defer s.Close()
+		if said := strings.Contains(logged.String(), "does not take the store's function library"); said != (rules != ACLRules) {
+			t.Errorf("logged %q; want the scripts' use said if and only if the rules refuse Functions", logged.String())
+		}
 		check(t, s, func() {
-			if _, err := admin("SCRIPT", "FLUSH"); err != nil {
-				t.Fatal(err)
+			for _, flush := range [][]string{{"SCRIPT", "FLUSH"}, {"FUNCTION", "FLUSH"}} {
+				if _, err := admin(flush...); err != nil {
+					t.Fatal(err)
+				}
 			}
 		})
 		if n, err := admin("SELECT", "2"); err != nil || n != "OK" {
@@ -134,12 +147,19 @@ func TestACLUser(t *testing.T) {
 		}
 		// No wider than needed.
 		c := s.conn.Load().client
-		for _, cmd := range [][]string{{"FLUSHALL"}, {"CONFIG", "GET", "maxmemory"}, {"GET", "other:key"}, {"KEYS", "*"}, {"SCRIPT", "FLUSH"}} {
+		for _, cmd := range [][]string{{"FLUSHALL"}, {"CONFIG", "GET", "maxmemory"}, {"GET", "other:key"}, {"KEYS", "*"}, {"SCRIPT", "FLUSH"},
+			{"FUNCTION", "FLUSH"}, {"FUNCTION", "DELETE", library.name}, {"FUNCTION", "LIST"}} {
 			if err := c.Do(context.Background(), c.B().Arbitrary(cmd...).Build()).Error(); err == nil || !strings.Contains(err.Error(), "NOPERM") {
 				t.Errorf("the ACL user may run %q: %v; want NOPERM", cmd, err)
 			}
 		}
-	})
+	}
+	t.Run("single-server", singleServer)
+	// The rules before the library: FUNCTION LOAD is refused at connection, and the store runs
+	// the scripts (funcs.go).
+	rules = strings.Replace(ACLRules, "+fcall +function|load ", "", 1)
+	t.Run("single-server-without-functions", singleServer)
+	rules = ACLRules
 
 	t.Run("cluster", func(t *testing.T) {
 		cluster := redistest.StartCluster(t, 3)
@@ -156,8 +176,10 @@ func TestACLUser(t *testing.T) {
 		}
 		check(t, s, func() {
 			for _, srv := range cluster.Servers {
-				if _, err := srv.Do("SCRIPT", "FLUSH"); err != nil {
-					t.Fatal(err)
+				for _, flush := range [][]string{{"SCRIPT", "FLUSH"}, {"FUNCTION", "FLUSH"}} {
+					if _, err := srv.Do(flush...); err != nil {
+						t.Fatal(err)
+					}
 				}
 			}
 		})

@@ -9,8 +9,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/redis/rueidis"
-
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/algorithm"
 )
@@ -29,7 +27,7 @@ import (
 type batcher struct {
 	s       *Store
 	c       *conn
-	script  *rueidis.Lua // batch.lua; a batch of one is sent as its algorithm's single script (smaller, faster)
+	script  *program // batch.lua; a batch of one is sent as its algorithm's single script (smaller, faster)
 	cluster bool
 	queue   chan *call  // single server
 	slots   []slotQueue // cluster: by hash slot
@@ -63,7 +61,7 @@ const (
 )
 
 func newBatcher(s *Store, c *conn, max int, cluster bool) *batcher {
-	b := &batcher{s: s, c: c, script: rueidis.NewLuaScript(batchScript()), cluster: cluster, max: max, stop: make(chan struct{})}
+	b := &batcher{s: s, c: c, script: s.batch, cluster: cluster, max: max, stop: make(chan struct{})}
 	if cluster {
 		b.slots = make([]slotQueue, clusterSlots)
 		return b

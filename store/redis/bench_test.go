@@ -7,6 +7,7 @@ import (
 	"regexp"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -27,6 +28,8 @@ import (
 //	impl=sluice             this store: rueidis, automatic pipelining, and the decisions that
 //	                        wait at once sent as one batch script call (up to 16)
 //	impl=sluice-unbatched   this store with MaxBatch 1: one script call per decision, pipelined
+//	impl=sluice-scripts[-unbatched]  the same, calling the Lua scripts (EVALSHA) instead of the
+//	                        library's functions (FCALL): the store on a server without Functions
 //	impl=redis_rate         github.com/go-redis/redis_rate/v10, the library a Go service would
 //	                        pick: GCRA (what sluice's token bucket is) with the same rate and
 //	                        burst, one script call per decision on go-redis (a pool of 64
@@ -59,20 +62,23 @@ func BenchmarkRedisDecisions(b *testing.B) {
 	for _, variant := range []struct {
 		name     string
 		maxBatch int
-	}{{"impl=sluice", 0}, {"impl=sluice-unbatched", 1}} {
+		scripts  bool
+	}{{"impl=sluice", 0, false}, {"impl=sluice-unbatched", 1, false}, {"impl=sluice-scripts", 0, true}, {"impl=sluice-scripts-unbatched", 1, true}} {
 		b.Run(variant.name, func(b *testing.B) {
-			s, err := New(Options{Addrs: []string{srv.Addr}, Timeout: time.Second, MaxBatch: variant.maxBatch})
+			s, err := New(Options{Addrs: []string{srv.Addr}, Timeout: time.Second, MaxBatch: variant.maxBatch, scripts: variant.scripts})
 			if err != nil {
 				b.Fatal(err)
 			}
 			defer s.Close()
 			ctx := context.Background()
 			calls := s.Stats().Calls
+			usec := scriptUsec(srv)
 			runDecisions(b, goroutines, keys, func(key string) (bool, error) {
 				d, err := s.Decide(ctx, key, policy, 1)
 				return d.Allowed, err
 			})
 			b.ReportMetric(float64(b.N)/float64(s.Stats().Calls-calls), "decisions/call")
+			b.ReportMetric(float64(scriptUsec(srv)-usec)/float64(b.N), "redis-µs/decision")
 		})
 	}
 
@@ -315,3 +321,18 @@ func runDecisions(b *testing.B, n int, keys []string, decide func(key string) (b
 }
 
 var _ = algorithm.Algorithms
+
+// scriptUsec is the µs Redis has spent in script and function calls (INFO commandstats: FCALL,
+// EVALSHA, EVAL).
+func scriptUsec(srv *redistest.Server) int64 {
+	var total int64
+	for _, cmd := range []string{"fcall", "evalsha", "eval"} {
+		for _, kv := range strings.Split(srv.Info("commandstats", "cmdstat_"+cmd), ",") {
+			if v, ok := strings.CutPrefix(kv, "usec="); ok {
+				n, _ := strconv.ParseInt(v, 10, 64)
+				total += n
+			}
+		}
+	}
+	return total
+}

@@ -40,7 +40,7 @@ type scriptCall struct {
 	Multi              bool
 }
 
-// scriptCalls returns the EVAL/EVALSHA calls that clients (not scripts) made, the number of TIME
+// scriptCalls returns the EVAL/EVALSHA/FCALL calls that clients (not scripts) made, the number of TIME
 // commands that scripts ran, and the number that clients ran (the test's own, and the stores'
 // readings of Redis's clock for deadlines).
 func scriptCalls(t *testing.T, lines []monitorLine) (calls []scriptCall, luaTime, clientTime int) {
@@ -55,7 +55,7 @@ func scriptCalls(t *testing.T, lines []monitorLine) (calls []scriptCall, luaTime
 		if l.Args[0] == "TIME" {
 			clientTime++
 		}
-		if l.Args[0] != "EVAL" && l.Args[0] != "EVALSHA" {
+		if l.Args[0] != "EVAL" && l.Args[0] != "EVALSHA" && l.Args[0] != "FCALL" { // (FCALL function numkeys …: as EVALSHA sha1 numkeys …)
 			continue
 		}
 		numkeys, err := strconv.Atoi(l.Args[2])

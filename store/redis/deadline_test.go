@@ -52,13 +52,15 @@ func (f *freezer) thaw() {
 	}
 }
 
-// scriptsRun returns how many script calls (EVALSHA and EVAL) the servers have run, and how many
-// of them replied an error.
+// scriptsRun returns how many script calls (FCALL, EVALSHA and EVAL) the servers have run, and
+// how many of them replied an error.
 func scriptsRun(t *testing.T, srvs ...*redistest.Server) (ran, failed int64) {
 	t.Helper()
 	for _, srv := range srvs {
-		ran += cmdstat(t, srv, "evalsha", "calls") + cmdstat(t, srv, "eval", "calls")
-		failed += cmdstat(t, srv, "evalsha", "failed_calls") + cmdstat(t, srv, "eval", "failed_calls")
+		for _, cmd := range []string{"fcall", "evalsha", "eval"} {
+			ran += cmdstat(t, srv, cmd, "calls")
+			failed += cmdstat(t, srv, cmd, "failed_calls")
+		}
 	}
 	return ran, failed
 }
@@ -119,7 +121,7 @@ func TestTimedOutCallsConsumeNothing(t *testing.T) {
 				_, err := st.DecideAll(ctx, key, []sluice.Limit{{Policy: p, Cost: 1}, {Policy: tb, Cost: 1}}, out)
 				return out[0], err
 			}
-			// The scripts are loaded (EVALSHA, not a NOSCRIPT round trip, is what gets queued), and
+			// The library is loaded (FCALL, not a load round trip, is what gets queued), and
 			// a cluster client knows its slots.
 			var d sluice.Decision
 			if !pollUntil(time.Now().Add(5*time.Second), func() bool {

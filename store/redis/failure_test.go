@@ -67,8 +67,8 @@ func (tl *loadTally) problem(format string, args ...any) {
 //	(c) the breakers open (StoreAvailable false), so that most calls return at once instead of
 //	    waiting for the timeout and the store is asked only by the few probes; nothing panics;
 //	(d) after a hang, and after a restart, decisions go back to Redis within a second, and after
-//	    the restart the scripts, gone from the server, are re-sent transparently (EVALSHA meets
-//	    NOSCRIPT) and decide correctly;
+//	    the restart the function library, gone from the server, is loaded again transparently
+//	    (FCALL meets Function not found, FUNCTION LOAD) and decides correctly;
 //	(e) no goroutine outlives the stores (TestMain runs goleak).
 func TestFailure(t *testing.T) {
 	srv := redistest.Start(t)
@@ -254,7 +254,7 @@ func TestFailure(t *testing.T) {
 		}
 		recovered = max(recovered, time.Since(restarted))
 	}
-	// The scripts were re-sent: every decision on a fresh key is exact, single and multi.
+	// The library was loaded again: every decision on a fresh key is exact, single and multi.
 	for i := int64(0); i <= 10; i++ {
 		d, err := limiters[kindClosed].Allow(bg, "after-restart")
 		if err != nil || d.Fallback != sluice.NoFallback || d.Allowed != (i < 10) || d.Remaining != max(0, 9-i) {
@@ -266,11 +266,11 @@ func TestFailure(t *testing.T) {
 	if ok, err := st.DecideAll(bg, "after-restart", limits, out); err != nil || !ok || out[0].Remaining != 7 || out[1].Remaining != 0 {
 		t.Fatalf("(d) after the restart, DecideAll on a fresh key: %v %v %+v", ok, err, out)
 	}
-	if n := cmdstat(t, srv, "evalsha", "failed_calls"); n < 1 {
-		t.Fatalf("(d) the restarted server refused no EVALSHA (NOSCRIPT): %d; the test did not exercise the reload", n)
+	if n := cmdstat(t, srv, "fcall", "failed_calls"); n < 1 {
+		t.Fatalf("(d) the restarted server refused no FCALL (Function not found): %d; the test did not exercise the reload", n)
 	}
-	if n := cmdstat(t, srv, "eval", "calls"); n < 2 {
-		t.Fatalf("(d) the restarted server ran %d EVALs; want the single and the multi script re-sent", n)
+	if n := cmdstat(t, srv, "function|load", "calls"); n < 1 {
+		t.Fatalf("(d) the restarted server ran %d FUNCTION LOADs; want the library loaded again", n)
 	}
 
 	time.Sleep(100 * time.Millisecond) // a little load on the restarted server

@@ -1,8 +1,9 @@
 // Package redis is sluice's shared store: every gateway instance decides on the same state in
 // Redis, so a client's quota is one quota however many instances it reaches.
 //
-// Each decision is one atomic Lua script (EVALSHA, re-sent as EVAL after NOSCRIPT, e.g. after a
-// restart or a failover) that reads Redis's own clock (TIME), so the instances' clocks never
+// Each decision is one atomic Lua script — on Redis ≥ 7.0 a function of the store's library
+// (FCALL, funcs.go), else EVALSHA, re-sent as EVAL after NOSCRIPT, e.g. after a restart or a
+// failover — that reads Redis's own clock (TIME), so the instances' clocks never
 // matter, and that implements exactly the transitions of package algorithm. There is no
 // read-then-write from the gateway. Concurrent decisions share a few connections through
 // rueidis's automatic pipelining. A call the store gave up on (its timeout passed) decides
@@ -48,15 +49,17 @@ import (
 //
 // With another Prefix, change ~rate-limit:* to it. The rules grant: SELECT for a URL's database
 // and PING for readiness checks (logging in, HELLO with AUTH, needs no grant; the client
-// library's CLIENT SETINFO may fail); the scripts (EVALSHA, and EVAL when Redis does
-// not have them yet) and the commands they run on the prefix's keys; TIME, with which the store
+// library's CLIENT SETINFO may fail); the decisions as functions of the store's library (FCALL,
+// and FUNCTION LOAD when a node does not have it yet: funcs.go), and as scripts (EVALSHA, and
+// EVAL when Redis does not have them yet: the instance registry's script, and every decision on
+// a server without Functions), and the commands they run on the prefix's keys; TIME, with which the store
 // reads Redis's clock (deadlines); and, on a Redis Cluster, the slot map (CLUSTER SLOTS, or
 // SHARDS from Redis 8) and ASKING for redirections while slots move; the sorted-set commands
 // of the instance registry's script (fleet.lua); WAIT, for replicas_ack; and ROLE, with which the
 // client checks that the server Sentinel names is the primary (and the store counts the replicas
 // replicas_ack waits for). Nothing else: no other keys, no channels, no FLUSHALL, no CONFIG.
 const ACLRules = "resetkeys ~rate-limit:* resetchannels -@all +select +ping +time " +
-	"+evalsha +eval +get +set +exists +hmget +del +pexpire +rpush +lrange +lset +ltrim +llen +zadd +zrem +zremrangebyscore +zcard +zrange +cluster|slots +cluster|shards +asking" +
+	"+fcall +function|load +evalsha +eval +get +set +exists +hmget +del +pexpire +rpush +lrange +lset +ltrim +llen +zadd +zrem +zremrangebyscore +zcard +zrange +cluster|slots +cluster|shards +asking" +
 	" +wait +role"
 
 // Defaults.
@@ -103,8 +106,11 @@ type Options struct {
 	// share a slot; all of one client's do), pipelined together.
 	MaxBatch int
 	// Logger, if set, is told when Redis did not answer at New and when the store connects
-	// later (or Redis refuses it meanwhile). Nil: nothing is logged.
+	// later (or Redis refuses it meanwhile), and when Redis does not take the store's function
+	// library, so that the store runs the scripts (funcs.go). Nil: nothing is logged.
 	Logger *slog.Logger
+
+	scripts bool // tests: run the scripts (EVALSHA) even where Redis has Functions
 }
 
 // Store is the Redis store. Create it with New; Close it when done.
@@ -116,8 +122,10 @@ type Store struct {
 	slack    string // ttl_slack argument, µs
 	maxBatch int    // 1: one script per decision
 	log      *slog.Logger
-	single   [6]*rueidis.Lua
-	multi    *rueidis.Lua
+	scripts  bool // Options.scripts
+	single   [6]*program
+	multi    *program
+	batch    *program
 	refused  *negativeCache // nil: disabled
 	acks     *acks          // nil: ReplicasAck off
 
@@ -137,6 +145,7 @@ type Store struct {
 type conn struct {
 	client    rueidis.Client
 	cluster   bool
+	functions bool          // calls go to the library's functions (FCALL); false: the scripts (funcs.go)
 	batch     *batcher      // nil: one script per decision
 	offsets   *offsets      // Redis's clock, for deadlines; nil with Options.Clock
 	stop      chan struct{} // ends refresh
@@ -195,7 +204,7 @@ func New(opts Options) (*Store, error) {
 		co.Password = opts.Password
 	}
 	co.DisableCache = true // no client-side caching: every decision is a script
-	s := &Store{prefix: opts.Prefix, timeout: opts.Timeout, clock: opts.Clock, slack: "0", maxBatch: opts.MaxBatch, log: opts.Logger}
+	s := &Store{prefix: opts.Prefix, timeout: opts.Timeout, clock: opts.Clock, slack: "0", maxBatch: opts.MaxBatch, log: opts.Logger, scripts: opts.scripts}
 	if s.prefix == "" {
 		s.prefix = DefaultPrefix
 	}
@@ -233,15 +242,10 @@ func New(opts Options) (*Store, error) {
 		s.refused = newNegativeCache(size)
 	}
 	for _, a := range algorithm.Algorithms {
-		s.single[a] = rueidis.NewLuaScript(singleScript(a))
+		s.single[a] = newProgram(singleScript(a), "single_"+strconv.Itoa(int(a)))
 	}
-	s.multi = rueidis.NewLuaScript(multiScript())
-	if s.acks != nil {
-		for _, a := range algorithm.Algorithms {
-			s.acks.register(s.single[a], singleScript(a))
-		}
-		s.acks.register(s.multi, multiScript())
-	}
+	s.multi = newProgram(multiScript(), "multi")
+	s.batch = newProgram(batchScript(), "batch")
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	c, err := s.connect()
 	if err == nil {
@@ -303,11 +307,17 @@ func (s *Store) connect() (*conn, error) {
 		c.refreshed = make(chan struct{})
 		go c.refresh(c.stop, max(s.timeout, 100*time.Millisecond))
 	}
+	if !s.scripts {
+		ctx, cancel := context.WithTimeout(s.ctx, max(s.timeout, time.Second))
+		c.functions, err = useFunctions(ctx, client, s.log)
+		cancel()
+		if err != nil {
+			c.close()
+			return nil, fmt.Errorf("loading the store's function library (FUNCTION LOAD): %w", err)
+		}
+	}
 	if s.maxBatch != 1 {
 		c.batch = newBatcher(s, c, s.maxBatch, c.cluster)
-		if s.acks != nil {
-			s.acks.register(c.batch.script, batchScript())
-		}
 	}
 	if s.acks != nil {
 		s.acks.checkReplicas(s.ctx, client, max(s.timeout, time.Second), s.log)

@@ -1,8 +1,13 @@
 package redis
 
 import (
+	"crypto/sha1"
 	"embed"
+	"encoding/hex"
+	"strconv"
 	"strings"
+
+	"github.com/redis/rueidis"
 
 	"github.com/sluicehq/sluice/algorithm"
 )
@@ -62,4 +67,85 @@ func allAlgorithms(entry string) string {
 	b.WriteString("\n")
 	b.WriteString(luaFile(entry))
 	return b.String()
+}
+
+// THE LIBRARY (Redis ≥ 7.0). A script's chunk runs whole on every EVALSHA: before it decides
+// anything it makes again every local function of common.lua and the algorithm files (closures:
+// several µs of Redis's CPU per call). Redis Functions run a library's chunk once, at FUNCTION
+// LOAD, and each FCALL only calls a function it registered. So the same files are also assembled
+// as one library — common.lua, all five algorithm files, nth.lua, and each entry file as the body
+// of a function — whose registered functions are the scripts, with their KEYS, ARGV and replies:
+//
+//	<lib>_single_<alg>   single.lua for algorithm alg (1..5), refusing any other as its script does
+//	<lib>_multi          multi.lua
+//	<lib>_batch          batch.lua
+//
+// <lib> is sluice_<the first 16 hex digits of the library's SHA-1>: a version that changes with
+// every change to the scripts, so that instances of two versions (a rolling upgrade) each find
+// their own functions in one Redis, as they find their own scripts by SHA-1. A function's locals
+// persist between calls, unlike a script's: the entry resets the two that a call may leave set
+// (W, the limb code, built only for ints beyond 2^53, and stale, the keys a call found stale),
+// so that every call starts as a script's does; the others are caches of pure functions
+// (last_stamp) or filled before they are read (nth_args).
+//
+// The store loads the library at connection and again on "Function not found" (a restart, a
+// failover to a node that never had it, a new cluster node, FUNCTION FLUSH), then calls again
+// once, as rueidis re-sends a script as EVAL after NOSCRIPT (funcs.go).
+var library = buildLibrary()
+
+type libraryCode struct {
+	name, code string
+}
+
+func buildLibrary() libraryCode {
+	var b strings.Builder
+	b.WriteString("local KEYS, ARGV -- set by each entry below: a function gets them as arguments, not globals\n")
+	b.WriteString(luaFile("lua/common.lua"))
+	for _, a := range algorithm.Algorithms {
+		b.WriteString("\n")
+		b.WriteString(luaFile(algorithmFiles[a]))
+	}
+	b.WriteString("\n")
+	b.WriteString(luaFile("lua/nth.lua"))
+	for _, e := range []string{"single", "multi", "batch"} {
+		b.WriteString("\nlocal function entry_" + e + "()\n")
+		b.WriteString(luaFile("lua/" + e + ".lua"))
+		b.WriteString("\nend\n")
+	}
+	body := b.String()
+	sum := sha1.Sum([]byte(body))
+	name := "sluice_" + hex.EncodeToString(sum[:8])
+	b.Reset()
+	b.WriteString("#!lua name=" + name + "\n")
+	b.WriteString(body)
+	b.WriteString(`
+local function entry(run, alg)
+  return function(keys, args)
+    KEYS, ARGV, W, stale = keys, args, nil, {}
+    if alg ~= nil and tonumber(ARGV[1]) ~= alg then
+      return redis.error_reply('ERR sluice: this script does not decide algorithm ' .. tostring(ARGV[1]))
+    end
+    return run()
+  end
+end
+`)
+	for _, a := range algorithm.Algorithms {
+		n := strconv.Itoa(int(a))
+		b.WriteString("redis.register_function('" + name + "_single_" + n + "', entry(entry_single, " + n + "))\n")
+	}
+	b.WriteString("redis.register_function('" + name + "_multi', entry(entry_multi))\n")
+	b.WriteString("redis.register_function('" + name + "_batch', entry(entry_batch))\n")
+	return libraryCode{name: name, code: b.String()}
+}
+
+// program is one of the store's scripts, with the library function that does the same.
+type program struct {
+	lua        *rueidis.Lua // EVALSHA, EVAL after NOSCRIPT (auto-pipelined)
+	text, sha1 string       // the script, for the dedicated connections of replicas_ack
+	fn         string       // the library's function
+}
+
+func newProgram(text, fn string) *program {
+	sum := sha1.Sum([]byte(text))
+	return &program{lua: rueidis.NewLuaScript(text), text: text, sha1: hex.EncodeToString(sum[:]), fn: library.name + "_" + fn}
 }

@@ -2,12 +2,9 @@ package redis
 
 import (
 	"context"
-	"crypto/sha1"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
-	"sync"
 	"time"
 
 	"github.com/redis/rueidis"
@@ -70,17 +67,12 @@ import (
 // the bound, which limits the window of loss to about the lag, not per write; it needs no client
 // support, and the two combine.
 
-// acks is the store's WAIT configuration, and the sources of the scripts it sends with it.
+// acks is the store's WAIT configuration.
 type acks struct {
 	n       int64
 	timeout time.Duration
 	millis  int64 // WAIT's timeout argument: ≥ 1 (WAIT 0 would wait forever)
-
-	mu      sync.RWMutex
-	scripts map[*rueidis.Lua]luaSource
 }
-
-type luaSource struct{ text, sha1 string }
 
 // maxReplicasAck bounds Options.ReplicasAck (no real deployment has more replicas).
 const maxReplicasAck = 1000
@@ -98,18 +90,9 @@ func newAcks(n int, timeout, storeTimeout time.Duration) (*acks, error) {
 		timeout = storeTimeout
 	}
 	ms := (timeout + time.Millisecond - 1) / time.Millisecond
-	a := &acks{n: int64(n), millis: int64(ms), scripts: map[*rueidis.Lua]luaSource{}}
+	a := &acks{n: int64(n), millis: int64(ms)}
 	a.timeout = time.Duration(a.millis) * time.Millisecond
 	return a, nil
-}
-
-// register records the source of a script the store may send with WAIT (it sends EVALSHA, and
-// EVAL after NOSCRIPT, itself).
-func (a *acks) register(l *rueidis.Lua, text string) {
-	sum := sha1.Sum([]byte(text))
-	a.mu.Lock()
-	a.scripts[l] = luaSource{text: text, sha1: hex.EncodeToString(sum[:])}
-	a.mu.Unlock()
 }
 
 // callTimeout is the bound on one store call: with replicas_ack, a call that may consume has
@@ -139,25 +122,24 @@ func (s *Store) waitFor(consumes bool, a *ack, consumed func(reply []int64) bool
 	return a
 }
 
-// exec runs script l on c with keys and args. With wait nil, as l.Exec does (auto-pipelined).
-// Otherwise on a dedicated connection (see above), followed there, if the reply says the call
-// consumed, by WAIT, whose shortfall it reports in wait.err.
-func (s *Store) exec(ctx context.Context, c *conn, l *rueidis.Lua, keys, args []string, wait *ack) rueidis.RedisResult {
+// exec runs p on c with keys and args: its library function (FCALL) if c calls functions
+// (funcs.go), else its script. With wait nil, auto-pipelined. Otherwise on a dedicated connection
+// (see above), followed there, if the reply says the call consumed, by WAIT, whose shortfall it
+// reports in wait.err.
+func (s *Store) exec(ctx context.Context, c *conn, p *program, keys, args []string, wait *ack) rueidis.RedisResult {
 	if wait == nil {
-		return l.Exec(ctx, c.client, keys, args)
-	}
-	s.acks.mu.RLock()
-	src, ok := s.acks.scripts[l]
-	s.acks.mu.RUnlock()
-	if !ok {
-		panic("store/redis: a script sent with WAIT was not registered") // a programming error
+		if c.functions {
+			return fcall(ctx, c.client, p, keys, args)
+		}
+		return p.lua.Exec(ctx, c.client, keys, args)
 	}
 	dc, release := c.client.Dedicate()
 	defer release()
-	res := dc.Do(ctx, dc.B().Evalsha().Sha1(src.sha1).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build())
-	if re, isRedis := rueidis.IsRedisErr(res.Error()); isRedis && re.IsNoScript() {
-		// Redis lost its scripts (a restart, a failover to a replica that never ran them).
-		res = dc.Do(ctx, dc.B().Eval().Script(src.text).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build())
+	var res rueidis.RedisResult
+	if c.functions {
+		res = fcall(ctx, dc, p, keys, args) // (a library it loads is loaded on this wire's node)
+	} else {
+		res = evalsha(ctx, dc, p, keys, args)
 	}
 	if res.NonRedisError() != nil {
 		dc.Close() // broken or timed out: its reply may still come; never reuse it
