@@ -168,7 +168,7 @@ func TestServeE2ELocalBudgetsFollowReload(t *testing.T) {
 		}
 		var n int64
 		for _, line := range strings.Split(r, "\r\n") {
-			for _, cmd := range []string{"cmdstat_evalsha:calls=", "cmdstat_eval:calls="} {
+			for _, cmd := range []string{"cmdstat_fcall:calls=", "cmdstat_evalsha:calls=", "cmdstat_eval:calls="} {
 				if v, ok := strings.CutPrefix(line, cmd); ok {
 					c, _, _ := strings.Cut(v, ",")
 					k, err := strconv.ParseInt(c, 10, 64)
