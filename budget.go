@@ -3,11 +3,12 @@ package sluice
 import (
 	"context"
 	"fmt"
-	"hash/maphash"
 	"slices"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/keyhash"
 )
 
 // LocalBudget is a policy's local budget (a token lease): an instance takes Size units of the
@@ -96,7 +97,7 @@ type BudgetStore struct {
 	budgets func(p Policy) LocalBudget
 	clock   Clock
 	max     int
-	hashKey maphash.Seed
+	hash    keyhash.Hasher
 	shards  [budgetShards]budgetShard
 }
 
@@ -133,7 +134,7 @@ type budgetEntry struct {
 // reloads) and must be fast. A budget that does not Validate for its policy, a cost above its
 // Size, a cost of 0 and a dry-run limit are decided by store exactly.
 func Budgeted(store Store, budgets func(p Policy) LocalBudget, opts ...BudgetOption) *BudgetStore {
-	s := &BudgetStore{store: store, budgets: budgets, clock: wallClock{}, max: DefaultMaxBudgets, hashKey: maphash.MakeSeed()}
+	s := &BudgetStore{store: store, budgets: budgets, clock: wallClock{}, max: DefaultMaxBudgets, hash: keyhash.New()}
 	for _, o := range opts {
 		o(s)
 	}
@@ -292,12 +293,7 @@ func (s *BudgetStore) refill(ctx context.Context, e *budgetEntry, key string, p 
 
 // entry returns the budget entry of (name, key), creating it if there is room; nil if not.
 func (s *BudgetStore) entry(name, key string) *budgetEntry {
-	var h maphash.Hash
-	h.SetSeed(s.hashKey)
-	h.WriteString(name)
-	h.WriteByte(0)
-	h.WriteString(key)
-	sh := &s.shards[h.Sum64()%budgetShards]
+	sh := &s.shards[s.hash.Strings(name, key)%budgetShards]
 	k := budgetKey{name, key}
 	sh.mu.Lock()
 	defer sh.mu.Unlock()

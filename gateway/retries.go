@@ -1,18 +1,17 @@
 package gateway
 
 import (
-	"hash/maphash"
 	"sync"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/keyhash"
 )
 
 // earlyRetries remembers, per rate-limit key, until when its last refusal holds, to count the
 // common "immediate retry" mistake: a client that comes back before its Retry-After ran out.
 // Bounded: a full shard forgets new refusals rather than grow (client input never grows memory).
 type earlyRetries struct {
-	// hasher picks a key's shard. A zero maphash.Hash takes a random key on first use, which its
-	// copies keep: random per process, so clients cannot aim their keys at one shard.
-	hasher maphash.Hash
+	hasher keyhash.Hasher // picks a key's shard, with a key random per process
 	shards [32]struct {
 		mu sync.Mutex
 		m  map[string]time.Time // guarded by mu
@@ -21,8 +20,7 @@ type earlyRetries struct {
 }
 
 func newEarlyRetries(size int) *earlyRetries {
-	e := &earlyRetries{max: max(1, size/32)}
-	e.hasher.Reset() // takes its random key now, before any copy (a copy of a zero Hash would take its own)
+	e := &earlyRetries{max: max(1, size/32), hasher: keyhash.New()}
 	for i := range e.shards {
 		e.shards[i].m = map[string]time.Time{}
 	}
@@ -31,10 +29,7 @@ func newEarlyRetries(size int) *earlyRetries {
 
 // hash is key's hash under the process's random key.
 func (e *earlyRetries) hash(key string) uint64 {
-	h := e.hasher // a copy: its key, none of its state
-	h.Reset()
-	h.WriteString(key)
-	return h.Sum64()
+	return e.hasher.String(key)
 }
 
 // early reports whether key comes back before its last refusal's Retry-After ran out.

@@ -3,7 +3,6 @@ package memory_test
 import (
 	"context"
 	"fmt"
-	"hash/maphash"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -13,6 +12,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/algorithm"
+	"github.com/sluicehq/sluice/internal/keyhash"
 	"github.com/sluicehq/sluice/store/memory"
 )
 
@@ -118,10 +118,10 @@ func runParallel(b *testing.B, keys []string, allow func(string) bool) {
 
 // rateMap is the baseline: x/time/rate limiters in a sharded map, as a Go service would hold them.
 type rateMap struct {
-	hashKey maphash.Seed
-	shards  []rateShard
-	limit   rate.Limit
-	burst   int
+	hash   keyhash.Hasher
+	shards []rateShard
+	limit  rate.Limit
+	burst  int
 }
 
 type rateShard struct {
@@ -137,7 +137,7 @@ func rateMapFor(p sluice.Policy) *rateMap {
 }
 
 func newRateMap(n int, limit rate.Limit, burst int) *rateMap {
-	r := &rateMap{hashKey: maphash.MakeSeed(), shards: make([]rateShard, n), limit: limit, burst: burst}
+	r := &rateMap{hash: keyhash.New(), shards: make([]rateShard, n), limit: limit, burst: burst}
 	for i := range r.shards {
 		r.shards[i].m = map[string]*rate.Limiter{}
 	}
@@ -152,7 +152,7 @@ func (r *rateMap) allowAt(key string, now time.Time) bool { return r.limiter(key
 
 // limiter returns key's limiter, creating it if missing.
 func (r *rateMap) limiter(key string) *rate.Limiter {
-	sh := &r.shards[maphash.String(r.hashKey, key)%uint64(len(r.shards))]
+	sh := &r.shards[r.hash.String(key)%uint64(len(r.shards))]
 	sh.mu.Lock()
 	l := sh.m[key]
 	if l == nil {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"hash/maphash"
 	"math/rand/v2"
 	"sync"
 	"testing"
@@ -22,7 +21,7 @@ func keysPolicy(name string) sluice.Policy {
 
 // shardOf returns the index of key's shard in s.
 func shardOf(s *Store, key string) uint64 {
-	return maphash.String(s.hashKey, key) & s.hashMask & s.mask
+	return s.hash.String(key) & s.hashMask & s.mask
 }
 
 // keysIn returns n keys of the form prefix-N whose shard in s is shard.

@@ -18,7 +18,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"hash/maphash"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -29,6 +28,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/algorithm"
+	"github.com/sluicehq/sluice/internal/keyhash"
 )
 
 // Defaults.
@@ -49,7 +49,7 @@ type Store struct {
 	start       time.Time
 	startMicros int64
 
-	hashKey        maphash.Seed
+	hash           keyhash.Hasher
 	hashMask       uint64 // all ones; tests set 0 to make every key collide and exercise the chains
 	shards         []shard
 	mask           uint64 // len(shards) - 1; len(shards) is a power of two
@@ -189,7 +189,7 @@ func WithSweepInterval(d time.Duration) Option {
 
 // New returns an empty store.
 func New(opts ...Option) *Store {
-	s := &Store{start: time.Now(), hashKey: maphash.MakeSeed(), hashMask: ^uint64(0), sweepEvery: int64(DefaultSweepInterval / time.Microsecond)}
+	s := &Store{start: time.Now(), hash: keyhash.New(), hashMask: ^uint64(0), sweepEvery: int64(DefaultSweepInterval / time.Microsecond)}
 	s.startMicros = s.start.UnixMicro()
 	for _, o := range opts {
 		o(s)
@@ -229,7 +229,7 @@ func (s *Store) Decide(_ context.Context, key string, p sluice.Policy, cost int6
 // (negative: no bound; see algorithm.DecideWithin), writing the decision into *d.
 func (s *Store) decide(key string, p *sluice.Policy, cost, maxDelay int64, d *sluice.Decision) error {
 	now := s.now()
-	h := maphash.String(s.hashKey, key) & s.hashMask
+	h := s.hash.String(key) & s.hashMask
 	sh := &s.shards[h&s.mask]
 	var err error
 	sh.mu.Lock() // unlocked without defer: nothing below can panic, and this is the hot path
@@ -492,7 +492,7 @@ func (s *Store) DecideAll(_ context.Context, key string, limits []sluice.Limit, 
 	}
 	// Every limit counts under key: one shard, one client.
 	now := s.now()
-	h := maphash.String(s.hashKey, key) & s.hashMask
+	h := s.hash.String(key) & s.hashMask
 	sh := &s.shards[h&s.mask]
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
@@ -595,11 +595,11 @@ func (s *Store) decideAllKeys(key string, limits []sluice.Limit, out []sluice.De
 		var h uint64
 		if k == key {
 			if !keyHashed {
-				keyHash, keyHashed = maphash.String(s.hashKey, key)&s.hashMask, true
+				keyHash, keyHashed = s.hash.String(key)&s.hashMask, true
 			}
 			h = keyHash
 		} else {
-			h = maphash.String(s.hashKey, k) & s.hashMask
+			h = s.hash.String(k) & s.hashMask
 		}
 		places[i] = keyPlace{key: k, hash: h, sh: &s.shards[h&s.mask]}
 		if j, found := slices.BinarySearch(shards, h&s.mask); !found {

@@ -1,11 +1,11 @@
 package redis
 
 import (
-	"hash/maphash"
 	"sync"
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/keyhash"
 )
 
 // negativeCache remembers refusals so that an instance answers a client retrying a refused key
@@ -31,9 +31,7 @@ import (
 // each entry also holds the policy's fingerprint, and a lookup under another one misses and drops
 // the entry: the new policy's decision is Redis's, from the first request.
 type negativeCache struct {
-	// hasher picks a key's shard. A zero maphash.Hash takes a random key on first use, which its
-	// copies keep: random per process, so clients cannot aim their keys at one shard.
-	hasher maphash.Hash
+	hasher keyhash.Hasher // picks a key's shard, with a key random per process
 	shards [64]negShard
 	max    int // entries per shard
 }
@@ -63,8 +61,7 @@ func fingerprintOf(p *sluice.Policy) fingerprint {
 }
 
 func newNegativeCache(size int) *negativeCache {
-	c := &negativeCache{max: max(1, size/64)}
-	c.hasher.Reset() // takes its random key now, before any copy (a copy of a zero Hash would take its own)
+	c := &negativeCache{max: max(1, size/64), hasher: keyhash.New()}
 	for i := range c.shards {
 		c.shards[i].m = map[string]negEntry{}
 	}
@@ -72,10 +69,7 @@ func newNegativeCache(size int) *negativeCache {
 }
 
 func (c *negativeCache) shard(key string) *negShard {
-	h := c.hasher // a copy: its key, none of its state
-	h.Reset()
-	h.WriteString(key)
-	return &c.shards[h.Sum64()%uint64(len(c.shards))]
+	return &c.shards[c.hasher.String(key)%uint64(len(c.shards))]
 }
 
 // lookup returns the cached refusal of key under the policy fp for cost at now, if there is one.

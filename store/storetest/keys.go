@@ -108,12 +108,12 @@ func decideAllRef(ref map[[2]string]*algorithm.State, st MultiStep, limits []slu
 	return all, nil
 }
 
-// FuzzedMultiTraces returns n random traces of up to steps DecideAll calls each, drawn from seed:
-// three small policies of random algorithms, calls of one to four limits on three keys (each
+// FuzzedMultiTraces returns n random traces of up to steps DecideAll calls each, drawn from
+// random stream number stream: three small policies of random algorithms, calls of one to four limits on three keys (each
 // limit under the call's key or under its own, the call's key sometimes one no limit uses), now
 // and then a dry run, a bound on a leaky bucket's hold, or a cost that can never fit.
-func FuzzedMultiTraces(seed uint64, n, steps int) []MultiTrace {
-	r := rand.New(rand.NewPCG(seed, seed^0x6b375))
+func FuzzedMultiTraces(stream uint64, n, steps int) []MultiTrace {
+	r := rand.New(rand.NewPCG(stream, stream^0x6b375))
 	keys := []string{"k0", "k1", "k2"}
 	var out []MultiTrace
 	for i := 0; i < n; i++ {

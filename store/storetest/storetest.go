@@ -324,10 +324,10 @@ func MaxCost(p *sluice.Policy) int64 {
 }
 
 // FuzzedTraces returns n random traces per algorithm, of up to steps requests on three keys,
-// drawn from seed: small limits and periods so that every branch (refusals, window roll-overs,
-// queue room, idle keys) is reached often.
-func FuzzedTraces(seed uint64, n, steps int) []Trace {
-	r := rand.New(rand.NewPCG(seed, seed^0x5eed))
+// drawn from random stream number stream: small limits and periods so that every branch
+// (refusals, window roll-overs, queue room, idle keys) is reached often.
+func FuzzedTraces(stream uint64, n, steps int) []Trace {
+	r := rand.New(rand.NewPCG(stream, stream^0x5eed))
 	var out []Trace
 	for _, a := range algorithm.Algorithms {
 		for i := 0; i < n; i++ {
@@ -356,13 +356,13 @@ func FuzzedTraces(seed uint64, n, steps int) []Trace {
 }
 
 // FuzzedLargeTraces returns n random traces per algorithm over the whole range the core
-// accepts, of up to steps requests on two keys, drawn from seed: limits and bursts up to 2^53,
-// periods from 1 ms to 292 years, costs up to all that CheckCost lets through, and times from
+// accepts, of up to steps requests on two keys, drawn from random stream number stream: limits
+// and bursts up to 2^53, periods from 1 ms to 292 years, costs up to all that CheckCost lets through, and times from
 // 36,000 years before the epoch to 36,000 years after it (|now| < 2^60 µs), moving on by small
 // steps, periods, long pauses and jumps far ahead. (Time never runs back in a trace: a store may
 // drop a key once it is idle at the latest time it has seen, as FuzzedTraces allows.)
-func FuzzedLargeTraces(seed uint64, n, steps int) []Trace {
-	r := rand.New(rand.NewPCG(seed, seed^0x1a59e))
+func FuzzedLargeTraces(stream uint64, n, steps int) []Trace {
+	r := rand.New(rand.NewPCG(stream, stream^0x1a59e))
 	least := func(a, b int64) int64 { // (min is this package's minute)
 		if a < b {
 			return a

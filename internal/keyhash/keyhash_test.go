@@ -1,0 +1,25 @@
+package keyhash
+
+import "testing"
+
+// A Hasher's copies hash alike (they share its key), two Hashers do not (each draws its own), and
+// Strings keeps the boundary between its two parts.
+func TestHasher(t *testing.T) {
+	a, b := New(), New()
+	c := a
+	if a.String("customer-42") != c.String("customer-42") || a.String("customer-42") != a.String("customer-42") {
+		t.Error("a Hasher and its copy hash one string differently")
+	}
+	same := 0
+	for _, s := range []string{"a", "b", "customer-1", "customer-2", "x"} {
+		if a.String(s) == b.String(s) {
+			same++
+		}
+	}
+	if same == 5 {
+		t.Error("two Hashers hash alike: the key is not random")
+	}
+	if a.Strings("ab", "c") == a.Strings("a", "bc") {
+		t.Error(`Strings("ab", "c") == Strings("a", "bc")`)
+	}
+}
