@@ -208,8 +208,20 @@ func StartCluster(t testing.TB, n int) *Cluster {
 		c.Servers = append(c.Servers, Start(t, "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
 			"--cluster-node-timeout", "2000"))
 	}
-	args := append([]string{"--cluster", "create"}, c.Addrs()...)
-	args = append(args, "--cluster-replicas", "0", "--cluster-yes")
+	createCluster(t, c.Servers, 0)
+	return c
+}
+
+// createCluster joins servers with redis-cli --cluster create, with replicas replicas per master,
+// and waits until every node reports the cluster ok and every replica's link to its master is
+// up; it returns the deadline it waited against (30 s from the start).
+func createCluster(t testing.TB, servers []*Server, replicas int) time.Time {
+	t.Helper()
+	args := []string{"--cluster", "create"}
+	for _, s := range servers {
+		args = append(args, s.Addr)
+	}
+	args = append(args, "--cluster-replicas", strconv.Itoa(replicas), "--cluster-yes")
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	out, err := exec.CommandContext(ctx, binary(t, "redis-cli"), args...).CombinedOutput()
@@ -217,10 +229,14 @@ func StartCluster(t testing.TB, n int) *Cluster {
 		t.Fatalf("redistest: redis-cli --cluster create: %v\n%s", err, out)
 	}
 	deadline := time.Now().Add(30 * time.Second)
-	for _, s := range c.Servers {
+	for _, s := range servers {
 		for {
 			info, err := s.Do("CLUSTER", "INFO")
-			if err == nil && strings.Contains(info, "cluster_state:ok") {
+			ok := err == nil && strings.Contains(info, "cluster_state:ok")
+			if ok && replicas > 0 && s.Info("replication", "role") == "slave" {
+				ok = s.Info("replication", "master_link_status") == "up"
+			}
+			if ok {
 				break
 			}
 			if time.Now().After(deadline) {
@@ -229,7 +245,7 @@ func StartCluster(t testing.TB, n int) *Cluster {
 			time.Sleep(20 * time.Millisecond)
 		}
 	}
-	return c
+	return deadline
 }
 
 func binary(t testing.TB, name string) string {
@@ -641,35 +657,8 @@ func StartClusterReplicas(t testing.TB, n int, nodeTimeout time.Duration) *Clust
 		all = append(all, Start(t, "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
 			"--cluster-node-timeout", strconv.FormatInt(nodeTimeout.Milliseconds(), 10), "--repl-diskless-sync-delay", "0"))
 	}
-	addrs := make([]string, len(all))
-	for i, s := range all {
-		addrs[i] = s.Addr
-	}
-	args := append([]string{"--cluster", "create"}, addrs...)
-	args = append(args, "--cluster-replicas", "1", "--cluster-yes")
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	out, err := exec.CommandContext(ctx, binary(t, "redis-cli"), args...).CombinedOutput()
-	if err != nil {
-		t.Fatalf("redistest: redis-cli --cluster create: %v\n%s", err, out)
-	}
-	deadline := time.Now().Add(30 * time.Second)
+	deadline := createCluster(t, all, 1)
 	for _, s := range all {
-		for {
-			info, err := s.Do("CLUSTER", "INFO")
-			role := s.Info("replication", "role")
-			ok := err == nil && strings.Contains(info, "cluster_state:ok")
-			if ok && role == "slave" {
-				ok = s.Info("replication", "master_link_status") == "up"
-			}
-			if ok {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("redistest: cluster not ok on %s: %v %s", s.Addr, err, info)
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
 		if s.Info("replication", "role") == "master" {
 			c.Servers = append(c.Servers, s)
 		} else {

@@ -57,6 +57,15 @@ func batchScript() string { return allAlgorithms("lua/batch.lua") }
 
 func allAlgorithms(entry string) string {
 	var b strings.Builder
+	writeAllAlgorithms(&b)
+	b.WriteString("\n")
+	b.WriteString(luaFile(entry))
+	return b.String()
+}
+
+// writeAllAlgorithms writes what the scripts of several requests share to b: common.lua, every
+// algorithm's file and nth.lua.
+func writeAllAlgorithms(b *strings.Builder) {
 	b.WriteString(luaFile("lua/common.lua"))
 	for _, a := range algorithm.Algorithms {
 		b.WriteString("\n")
@@ -64,9 +73,6 @@ func allAlgorithms(entry string) string {
 	}
 	b.WriteString("\n")
 	b.WriteString(luaFile("lua/nth.lua"))
-	b.WriteString("\n")
-	b.WriteString(luaFile(entry))
-	return b.String()
 }
 
 // THE LIBRARY (Redis ≥ 7.0). A script's chunk runs whole on every EVALSHA: before it decides
@@ -100,13 +106,7 @@ type libraryCode struct {
 func buildLibrary() libraryCode {
 	var b strings.Builder
 	b.WriteString("local KEYS, ARGV -- set by each entry below: a function gets them as arguments, not globals\n")
-	b.WriteString(luaFile("lua/common.lua"))
-	for _, a := range algorithm.Algorithms {
-		b.WriteString("\n")
-		b.WriteString(luaFile(algorithmFiles[a]))
-	}
-	b.WriteString("\n")
-	b.WriteString(luaFile("lua/nth.lua"))
+	writeAllAlgorithms(&b)
 	for _, e := range []string{"single", "multi", "batch"} {
 		b.WriteString("\nlocal function entry_" + e + "()\n")
 		b.WriteString(luaFile("lua/" + e + ".lua"))
