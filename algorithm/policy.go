@@ -81,6 +81,12 @@ type Policy struct {
 	Limit     int64         // 1..MaxLimit
 	Period    time.Duration // ≥ 1ms, a whole number of microseconds
 	Burst     int64         // 0..MaxLimit; see above
+
+	// Calendar, if set, counts a fixed-window or sliding-window policy by calendar windows
+	// (a day, an ISO week, a month, a year) in Location instead of by Period, which must then
+	// be 0. Location nil means UTC; it has no meaning without a Calendar.
+	Calendar Calendar
+	Location *time.Location
 }
 
 // ErrInvalidPolicy is wrapped by every error that Validate returns.
@@ -115,6 +121,22 @@ func (p Policy) Validate() error {
 		return bad("limit %d must be > 0", p.Limit)
 	case p.Limit > MaxLimit:
 		return bad("limit %d must be ≤ 2^53 (%d)", p.Limit, int64(MaxLimit))
+	case p.Calendar != NoCalendar:
+		if int(p.Calendar) >= len(calendarNames) {
+			return bad("unknown calendar %d", uint8(p.Calendar))
+		}
+		if p.Algorithm != FixedWindow && p.Algorithm != SlidingWindow {
+			return bad("calendar %v has no meaning for %v (only fixed-window and sliding-window count by the calendar)", p.Calendar, p.Algorithm)
+		}
+		if p.Period != 0 {
+			return bad("period %v and calendar %v exclude each other: a calendar window's length is the calendar's", p.Period, p.Calendar)
+		}
+		if p.Burst != 0 {
+			return bad("burst %d has no meaning for %v (only token-bucket and leaky-bucket take a burst)", p.Burst, p.Algorithm)
+		}
+		return nil
+	case p.Location != nil:
+		return bad("time zone %v has no meaning without a calendar", p.Location)
 	case p.Period < MinPeriod:
 		return bad("period %v must be ≥ 1ms", p.Period)
 	case p.Period%time.Microsecond != 0:
