@@ -7,13 +7,16 @@ import (
 	"time"
 )
 
-// Limiter applies one policy to many keys (clients) on a store. It is safe for concurrent use.
+// Limiter applies one policy to many keys (clients) on a store, or a policy given with each call
+// (AllowPolicy, AllowAll). It is safe for concurrent use.
 type Limiter struct {
-	store  Store // the store, wrapped in a guard unless it is Infallible
-	policy Policy
-	sleep  func(ctx context.Context, d time.Duration) error
-	guard  *guard // nil for an Infallible store
-	config guard  // what the options set, copied into guard by NewLimiter
+	store   Store         // the store, wrapped in a guard unless it is Infallible
+	policy  Policy        // the zero Policy (Algorithm 0) for a Limiter made by New
+	fixed   Store         // what Allow and AllowN decide on: store, or for New's Limiter noPolicy
+	checker PolicyChecker // the store's, if it cannot take every policy
+	sleep   func(ctx context.Context, d time.Duration) error
+	guard   *guard // nil for an Infallible store
+	config  guard  // what the options set, copied into guard by NewLimiter
 }
 
 // Infallible is implemented by stores that never fail with ErrStoreUnavailable (the memory
@@ -107,39 +110,50 @@ func NewLimiter(store Store, policy Policy, opts ...Option) (*Limiter, error) {
 		return nil, err
 	}
 	if policy.Name == "" {
-		policy.Name = fmt.Sprintf("%v/%d/%v/%d", policy.Algorithm, policy.Limit, policy.Period, policy.Burst)
+		policy.Name = policyName(&policy)
 	}
 	if pc, ok := store.(PolicyChecker); ok {
 		if err := pc.CheckPolicy(policy); err != nil {
 			return nil, err
 		}
 	}
+	return newLimiter("NewLimiter", store, policy, opts)
+}
+
+// newLimiter is NewLimiter, or New (policy the zero Policy), past the policy's checks; fn names
+// which in errors.
+func newLimiter(fn string, store Store, policy Policy, opts []Option) (*Limiter, error) {
 	l := &Limiter{store: store, policy: policy, sleep: sleepCtx}
+	l.checker, _ = store.(PolicyChecker)
 	l.config.breaker.threshold, l.config.breaker.cooldown = DefaultBreakerThreshold, int64(DefaultBreakerCooldown)
 	for _, o := range opts {
 		o(l)
 	}
 	g := &l.config
 	if g.breaker.threshold < 1 || g.breaker.cooldown <= 0 {
-		return nil, fmt.Errorf("sluice: NewLimiter: breaker threshold %d must be ≥ 1 and cooldown %v > 0", g.breaker.threshold, time.Duration(g.breaker.cooldown))
+		return nil, fmt.Errorf("sluice: %s: breaker threshold %d must be ≥ 1 and cooldown %v > 0", fn, g.breaker.threshold, time.Duration(g.breaker.cooldown))
 	}
 	if g.mode > FailLocal {
-		return nil, fmt.Errorf("sluice: NewLimiter: unknown failure mode %d", uint8(g.mode))
+		return nil, fmt.Errorf("sluice: %s: unknown failure mode %d", fn, uint8(g.mode))
 	}
 	if g.mode == FailLocal {
 		if g.local == nil {
-			return nil, errors.New("sluice: NewLimiter: FailLocal needs WithLocalFallback(memory.New(), share) or WithFleetFallback")
+			return nil, fmt.Errorf("sluice: %s: FailLocal needs WithLocalFallback(memory.New(), share) or WithFleetFallback", fn)
 		}
 		if g.size != nil {
 			g.share = 1 // (not used: size decides)
 		}
 		if !(g.share > 0 && g.share <= 1) {
-			return nil, fmt.Errorf("sluice: NewLimiter: local share %v must be in (0, 1]", g.share)
+			return nil, fmt.Errorf("sluice: %s: local share %v must be in (0, 1]", fn, g.share)
 		}
 	}
 	if _, ok := store.(Infallible); !ok {
 		l.guard = newGuard(store, g)
 		l.store = l.guard
+	}
+	l.fixed = l.store
+	if policy.Algorithm == 0 {
+		l.fixed = noPolicy{}
 	}
 	return l, nil
 }
@@ -148,12 +162,13 @@ func NewLimiter(store Store, policy Policy, opts ...Option) (*Limiter, error) {
 // that deciding on it directly (DecideAll, say) fails the way l's own decisions do.
 func (l *Limiter) Store() Store { return l.store }
 
-// Policy returns the limiter's policy (with its Name filled in).
+// Policy returns the limiter's policy (with its Name filled in); the zero Policy for a Limiter
+// made by New.
 func (l *Limiter) Policy() Policy { return l.policy }
 
 // Allow is shorthand for AllowN(ctx, key, 1).
 func (l *Limiter) Allow(ctx context.Context, key string) (Decision, error) {
-	return l.store.Decide(ctx, key, l.policy, 1)
+	return l.fixed.Decide(ctx, key, l.policy, 1)
 }
 
 // AllowN decides a request of cost on key now, and consumes cost from the key's quota if (and
@@ -161,9 +176,10 @@ func (l *Limiter) Allow(ctx context.Context, key string) (Decision, error) {
 // An approved leaky-bucket request carries a Delay: serve it only after that long.
 //
 // When the store cannot decide, the failure mode applies (WithFailureMode, WithLocalFallback);
-// an error of the caller's own context is returned as it is.
+// an error of the caller's own context is returned as it is. A Limiter made by New returns
+// ErrNoPolicy (see AllowPolicy).
 func (l *Limiter) AllowN(ctx context.Context, key string, cost int64) (Decision, error) {
-	return l.store.Decide(ctx, key, l.policy, cost)
+	return l.fixed.Decide(ctx, key, l.policy, cost)
 }
 
 // AllowNWithin is AllowN for a caller that holds an approved leaky-bucket request for at most
@@ -178,7 +194,7 @@ func (l *Limiter) AllowNWithin(ctx context.Context, key string, cost int64, maxD
 		maxDelay = NoDelay
 	}
 	var out [1]Decision
-	_, err := l.store.DecideAll(ctx, key, []Limit{{Policy: l.policy, Cost: cost, MaxDelay: maxDelay}}, out[:])
+	_, err := l.fixed.DecideAll(ctx, key, []Limit{{Policy: l.policy, Cost: cost, MaxDelay: maxDelay}}, out[:])
 	return out[0], err
 }
 
@@ -195,8 +211,16 @@ func (l *Limiter) Wait(ctx context.Context, key string) error { return l.WaitN(c
 // never fit, and ErrWaitExceedsDeadline at once if ctx's deadline comes first. A leaky-bucket slot
 // is consumed when approved: if ctx ends during its Delay, the slot is spent and ctx.Err() returned.
 func (l *Limiter) WaitN(ctx context.Context, key string, cost int64) error {
+	if l.policy.Algorithm == 0 {
+		return ErrNoPolicy
+	}
+	return l.wait(ctx, key, l.policy, cost)
+}
+
+// wait is WaitN under p, a checked policy.
+func (l *Limiter) wait(ctx context.Context, key string, p Policy, cost int64) error {
 	for {
-		d, err := l.AllowN(ctx, key, cost)
+		d, err := l.store.Decide(ctx, key, p, cost)
 		if err != nil {
 			return err
 		}
