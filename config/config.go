@@ -170,7 +170,7 @@ type APIKeySource struct {
 }
 
 // JWTSource names the client by a claim of a JSON Web Token whose signature, exp and nbf verify
-// (identity.JWT takes these fields).
+// (jwt.Source, package identity/jwt, takes these fields).
 type JWTSource struct {
 	Header        string           // default DefaultJWTHeader; a "Bearer " before the token is stripped
 	Algorithms    []string         // accepted "alg" values (never empty): HS256/384/512, RS256/384/512, PS256/384/512, ES256/384/512, EdDSA

@@ -16,6 +16,7 @@ import (
 
 	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/identity"
+	_ "github.com/sluicehq/sluice/identity/jwt"
 )
 
 const (

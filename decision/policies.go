@@ -145,7 +145,8 @@ func Chain(cfg *config.Config) (identity.Chain, error) {
 			}}
 		case id.JWT != nil:
 			j := id.JWT
-			src = identity.JWT{Header: http.CanonicalHeaderKey(j.Header), Algorithms: j.Algorithms, HMACSecret: []byte(j.Secret.Value()),
+			var err error // (no JWT library here: package identity/jwt makes the source)
+			src, err = identity.NewJWT(identity.JWTConfig{Header: http.CanonicalHeaderKey(j.Header), Algorithms: j.Algorithms, HMACSecret: []byte(j.Secret.Value()),
 				PublicKey: j.PublicKey, Claim: j.Claim, Issuer: j.Issuer, Audience: j.Audience, Leeway: j.Leeway,
 				Lookup: func(sub string) (string, bool) {
 					c, ok := cfg.ClientBySubject(sub)
@@ -153,7 +154,10 @@ func Chain(cfg *config.Config) (identity.Chain, error) {
 						return "", false
 					}
 					return c.Name, true
-				}}
+				}})
+			if err != nil {
+				return nil, fmt.Errorf("%s:%d: identity: %w", cfg.File, id.Line, err)
+			}
 		case id.IP != nil:
 			src = ipSource(id.IP)
 		default:

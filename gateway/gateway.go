@@ -28,6 +28,7 @@ import (
 	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/decision"
 	"github.com/sluicehq/sluice/identity"
+	_ "github.com/sluicehq/sluice/identity/jwt" // the jwt identity source, which decision.NewPolicies builds
 )
 
 // Gateway serves one configuration. It is safe for concurrent use.

@@ -5,7 +5,7 @@
 //
 //	chain := identity.Chain{
 //		identity.APIKey{Header: "X-API-Key", Lookup: byKeyHash},
-//		identity.JWT{HMACSecret: secret, Lookup: bySubject},
+//		jwt.Source{HMACSecret: secret, Lookup: bySubject}, // package identity/jwt
 //		identity.IP{TrustedProxies: proxies},
 //	}
 //	id := chain.Identify(r) // id.Key is the rate-limit key; id.Client the client's name, or ""
@@ -158,22 +158,16 @@ func (c Chain) Identify(r Request) Identity {
 }
 
 // IdentifyClaims is Identify that also reads the named claims of the request's token, for
-// policies keyed by a claim: claims[i] is the value of names[i] (see JWT.IdentifyClaims) in the
-// token of the first jwt source, in order, whose token verifies, whoever its subject names, and
-// whether or not that source named the client (a request named by its API key has its token
-// read too); nil if no jwt source verifies a token. The identity is Identify's: a jwt source
+// policies keyed by a claim: claims[i] is the value of names[i] (see jwt.Source.IdentifyClaims) in
+// the token of the first jwt source (a ClaimsSource), in order, whose token verifies, whoever its
+// subject names, and whether or not that source named the client (a request named by its API key
+// has its token read too); nil if no jwt source verifies a token. The identity is Identify's: a jwt source
 // asked only for claims names nobody. Each source reads the token once.
 func (c Chain) IdentifyClaims(r Request, names []string) (id Identity, claims []string) {
 	found := false
 	for _, s := range c {
-		var j *JWT
-		switch s := s.(type) {
-		case JWT:
-			j = &s
-		case *JWT:
-			j = s
-		}
-		if j == nil {
+		j, ok := s.(ClaimsSource)
+		if !ok {
 			if !found {
 				id, found = s.Identify(r)
 			}

@@ -5,9 +5,6 @@ import (
 	"regexp"
 	"strings"
 	"testing"
-	"time"
-
-	"github.com/golang-jwt/jwt/v5"
 )
 
 const partnerKey = "sk_live_4f1d0c2e9a7b4c6d8e0f1a2b3c4d5e6f"
@@ -83,59 +80,6 @@ func TestAPIKeyDefaultHeaderAndValidate(t *testing.T) {
 	}
 }
 
-func TestChain(t *testing.T) {
-	k := newKeys(t)
-	keys := newByHash(map[string]string{partnerKey: "partner-a"})
-	chain := Chain{
-		APIKey{Lookup: keys.lookup},
-		JWT{HMACSecret: k.hmac, Lookup: subjects, Now: clock},
-		IP{TrustedProxies: prefixes(t, "10.0.0.0/8")},
-	}
-	goodJWT := "Bearer " + sign(t, jwt.SigningMethodHS256, k.hmac, valid("svc-b"))
-	expiredJWT := "Bearer " + sign(t, jwt.SigningMethodHS256, k.hmac, with(valid("svc-b"), "exp", now.Add(-time.Minute).Unix()))
-
-	tests := []struct {
-		name    string
-		peer    string
-		headers [][2]string
-		want    Identity
-	}{
-		{"api key wins over jwt", "203.0.113.7:1", [][2]string{{"X-API-Key", partnerKey}, {"Authorization", goodJWT}},
-			Identity{Client: "partner-a", Key: "partner-a", Source: SourceAPIKey}},
-		{"unknown api key falls through to jwt", "203.0.113.7:1", [][2]string{{"X-API-Key", "sk_wrong"}, {"Authorization", goodJWT}},
-			Identity{Client: "partner-b", Key: "partner-b", Source: SourceJWT}},
-		{"unknown api key and expired jwt fall through to ip", "203.0.113.7:1", [][2]string{{"X-API-Key", "sk_wrong"}, {"Authorization", expiredJWT}},
-			Identity{Key: "ip:203.0.113.7", Source: SourceIP}},
-		{"nothing: ip", "[2001:db8:1:2::5]:1", nil,
-			Identity{Key: "ip:2001:db8:1:2::/64", Source: SourceIP}},
-		{"nothing behind a trusted proxy: forwarded ip", "10.0.0.2:1", [][2]string{{"X-Forwarded-For", "198.51.100.20"}},
-			Identity{Key: "ip:198.51.100.20", Source: SourceIP}},
-		{"spoofed proxy header does not borrow a key", "198.51.100.20:1", [][2]string{{"X-Forwarded-For", "203.0.113.7"}},
-			Identity{Key: "ip:198.51.100.20", Source: SourceIP}},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			got := chain.Identify(request(t, tt.peer, tt.headers...))
-			if got != tt.want {
-				t.Errorf("Identify = %+v, want %+v", got, tt.want)
-			}
-			if strings.Contains(fmt.Sprintf("%#v", got), partnerKey) || strings.Contains(fmt.Sprintf("%#v", got), "sk_wrong") {
-				t.Errorf("the identity contains a plaintext key: %#v", got)
-			}
-			if got.Anonymous() != (got.Client == "") {
-				t.Errorf("Anonymous() = %v for %+v", got.Anonymous(), got)
-			}
-		})
-	}
-
-	if got := (Chain{}).Identify(request(t, "203.0.113.7:1")); got != (Identity{Key: AnonymousKey, Source: SourceNone}) {
-		t.Errorf("empty chain: Identify = %+v, want the anonymous identity", got)
-	}
-	if got := (Chain{APIKey{Lookup: keys.lookup}}).Identify(request(t, "203.0.113.7:1")); got != (Identity{Key: AnonymousKey, Source: SourceNone}) {
-		t.Errorf("chain without ip: Identify = %+v, want the anonymous identity", got)
-	}
-}
-
 func BenchmarkAPIKeyIdentify(b *testing.B) {
 	clients := newByHash(map[string]string{partnerKey: "partner-a"})
 	src := APIKey{Lookup: func(h string) (string, bool) { c, ok := clients.clients[h]; return c, ok }}
@@ -158,5 +102,14 @@ func TestCheckClientName(t *testing.T) {
 		if err := CheckClientName(bad); err == nil {
 			t.Errorf("CheckClientName(%q) = nil", bad)
 		}
+	}
+}
+
+// This package's tests do not import package jwt, so nothing makes a jwt source: NewJWT says
+// what to import, and decides nothing.
+func TestNewJWTWithoutPackageJWT(t *testing.T) {
+	src, err := NewJWT(JWTConfig{HMACSecret: make([]byte, 32), Lookup: func(string) (string, bool) { return "", false }})
+	if src != nil || err != ErrNoJWT || !strings.Contains(err.Error(), "github.com/sluicehq/sluice/identity/jwt") {
+		t.Fatalf("NewJWT without package jwt: %v, %v; want ErrNoJWT naming the package", src, err)
 	}
 }

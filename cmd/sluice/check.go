@@ -9,6 +9,7 @@ import (
 
 	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/decision"
+	_ "github.com/sluicehq/sluice/identity/jwt" // the jwt identity source, which decision.NewPolicies builds
 	"github.com/sluicehq/sluice/rls/envoyconf"
 )
 

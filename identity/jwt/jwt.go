@@ -1,4 +1,11 @@
-package identity
+// Package jwt is identity's jwt source: it names the client whose signed token (RFC 7519) a
+// request carries. It is the one package of sluice that imports a JWT library
+// (github.com/golang-jwt/jwt/v5), so that the library, the middleware and the decision layer do
+// not; a program that builds its identity sources from a configuration (decision.NewPolicies, in
+// the gateway) imports it for its init, which lets identity.NewJWT build a Source:
+//
+//	import _ "github.com/sluicehq/sluice/identity/jwt"
+package jwt
 
 import (
 	"crypto"
@@ -13,10 +20,12 @@ import (
 	"strings"
 	"time"
 
-	"github.com/golang-jwt/jwt/v5"
+	gojwt "github.com/golang-jwt/jwt/v5"
+
+	"github.com/sluicehq/sluice/identity"
 )
 
-// JWT names the client whose signed token (RFC 7519) the request carries.
+// Source names the client whose signed token (RFC 7519) the request carries.
 //
 // A token names a client only if all of these hold; otherwise it yields nothing and the next
 // source is asked:
@@ -32,7 +41,7 @@ import (
 //
 // Tokens without "exp" are refused: a stolen token that never expires would name its client
 // forever.
-type JWT struct {
+type Source struct {
 	Header     string           // the header that carries the token; "" means Authorization. A "Bearer " prefix is stripped, in any case.
 	Algorithms []string         // the accepted "alg" values; empty means the usual one for each configured key (HS256; RS256; ES256/384/512 by curve; EdDSA)
 	HMACSecret []byte           // the secret for HS256/384/512; at least as long as the hash (32, 48, 64 bytes)
@@ -45,9 +54,15 @@ type JWT struct {
 	Now        func() time.Time // the clock; nil means time.Now
 }
 
+// The fields of a Source are identity.JWTConfig's, in the same order, so that one converts to the
+// other: identity.NewJWT builds a Source from a configuration without this package's import.
+func init() {
+	identity.RegisterJWT(func(c identity.JWTConfig) identity.ConfigurableSource { return Source(c) })
+}
+
 // Validate reports what is wrong with the configuration; nil if it can be used. Identify does not
 // call it: a source that fails it identifies nobody, so call it when loading the configuration.
-func (j JWT) Validate() error {
+func (j Source) Validate() error {
 	bad := func(format string, args ...any) error {
 		return fmt.Errorf("identity: jwt: "+format, args...)
 	}
@@ -70,25 +85,25 @@ func (j JWT) Validate() error {
 		return bad("no algorithm can be used with the configured keys")
 	}
 	for _, alg := range algs {
-		m := jwt.GetSigningMethod(alg)
+		m := gojwt.GetSigningMethod(alg)
 		if m == nil || strings.EqualFold(alg, "none") {
 			return bad("algorithm %q is not supported (want one of HS256, HS384, HS512, RS256, RS384, RS512, PS256, PS384, PS512, ES256, ES384, ES512, EdDSA)", alg)
 		}
 		if _, err := j.keyFor(m); err != nil {
 			return bad("algorithm %s: %v", alg, err)
 		}
-		if h, ok := m.(*jwt.SigningMethodHMAC); ok && len(j.HMACSecret) < h.Hash.Size() {
+		if h, ok := m.(*gojwt.SigningMethodHMAC); ok && len(j.HMACSecret) < h.Hash.Size() {
 			return bad("the HMAC secret is %d bytes; %s needs at least %d (RFC 7518, section 3.2)", len(j.HMACSecret), alg, h.Hash.Size())
 		}
 	}
 	return nil
 }
 
-// Identify names the client whose valid token is in the header; see JWT for what valid means.
-func (j JWT) Identify(r Request) (Identity, bool) {
+// Identify names the client whose valid token is in the header; see Source for what valid means.
+func (j Source) Identify(r identity.Request) (identity.Identity, bool) {
 	claims, ok := j.verify(r)
 	if !ok {
-		return Identity{}, false
+		return identity.Identity{}, false
 	}
 	return j.name(claims)
 }
@@ -99,10 +114,10 @@ func (j JWT) Identify(r Request) (Identity, bool) {
 // value, a string as it is, a number in its shortest decimal form, a boolean as true or false,
 // and "" for a claim the token lacks or one of another type (an object, a list, null). claims is
 // nil when the token is absent or does not verify: an expired or badly signed token says nothing.
-func (j JWT) IdentifyClaims(r Request, names []string) (id Identity, ok bool, claims []string) {
+func (j Source) IdentifyClaims(r identity.Request, names []string) (id identity.Identity, ok bool, claims []string) {
 	mc, verified := j.verify(r)
 	if !verified {
-		return Identity{}, false, nil
+		return identity.Identity{}, false, nil
 	}
 	claims = make([]string, len(names))
 	for i, n := range names {
@@ -112,9 +127,9 @@ func (j JWT) IdentifyClaims(r Request, names []string) (id Identity, ok bool, cl
 	return id, ok, claims
 }
 
-// verify returns the claims of the request's token if it is valid (see JWT), whatever its
+// verify returns the claims of the request's token if it is valid (see Source), whatever its
 // subject.
-func (j JWT) verify(r Request) (jwt.MapClaims, bool) {
+func (j Source) verify(r identity.Request) (gojwt.MapClaims, bool) {
 	header := j.Header
 	if header == "" {
 		header = "Authorization"
@@ -127,19 +142,19 @@ func (j JWT) verify(r Request) (jwt.MapClaims, bool) {
 	if len(algs) == 0 {
 		return nil, false
 	}
-	opts := make([]jwt.ParserOption, 0, 6)
-	opts = append(opts, jwt.WithValidMethods(algs), jwt.WithExpirationRequired(), jwt.WithLeeway(j.Leeway))
+	opts := make([]gojwt.ParserOption, 0, 6)
+	opts = append(opts, gojwt.WithValidMethods(algs), gojwt.WithExpirationRequired(), gojwt.WithLeeway(j.Leeway))
 	if j.Now != nil {
-		opts = append(opts, jwt.WithTimeFunc(j.Now))
+		opts = append(opts, gojwt.WithTimeFunc(j.Now))
 	}
 	if j.Issuer != "" {
-		opts = append(opts, jwt.WithIssuer(j.Issuer))
+		opts = append(opts, gojwt.WithIssuer(j.Issuer))
 	}
 	if j.Audience != "" {
-		opts = append(opts, jwt.WithAudience(j.Audience))
+		opts = append(opts, gojwt.WithAudience(j.Audience))
 	}
-	claims := jwt.MapClaims{}
-	tok, err := jwt.NewParser(opts...).ParseWithClaims(token, claims, j.verificationKey)
+	claims := gojwt.MapClaims{}
+	tok, err := gojwt.NewParser(opts...).ParseWithClaims(token, claims, j.verificationKey)
 	if err != nil || !tok.Valid {
 		return nil, false
 	}
@@ -147,20 +162,20 @@ func (j JWT) verify(r Request) (jwt.MapClaims, bool) {
 }
 
 // name returns the client that a verified token's Claim names.
-func (j JWT) name(claims jwt.MapClaims) (Identity, bool) {
+func (j Source) name(claims gojwt.MapClaims) (identity.Identity, bool) {
 	claim := j.Claim
 	if claim == "" {
 		claim = "sub"
 	}
 	subject, _ := claims[claim].(string)
 	if subject == "" {
-		return Identity{}, false
+		return identity.Identity{}, false
 	}
 	client, ok := j.Lookup(subject)
 	if !ok || client == "" {
-		return Identity{}, false
+		return identity.Identity{}, false
 	}
-	return Identity{Client: client, Key: client, Source: SourceJWT}, true
+	return identity.Identity{Client: client, Key: client, Source: identity.SourceJWT}, true
 }
 
 // claimValue is a claim's value as a key takes it: see IdentifyClaims.
@@ -189,9 +204,9 @@ func bearerToken(v string) string {
 
 var errCrit = errors.New(`the token's header has a "crit" member`)
 
-// verificationKey is the jwt.Keyfunc: the configured key for the token's algorithm family.
+// verificationKey is the gojwt.Keyfunc: the configured key for the token's algorithm family.
 // WithValidMethods has already refused algorithms that are not configured.
-func (j JWT) verificationKey(t *jwt.Token) (any, error) {
+func (j Source) verificationKey(t *gojwt.Token) (any, error) {
 	if _, ok := t.Header["crit"]; ok {
 		return nil, errCrit
 	}
@@ -201,19 +216,19 @@ func (j JWT) verificationKey(t *jwt.Token) (any, error) {
 // keyFor returns the key that verifies signatures of method m, or an error if none is configured.
 // Each family gets only its own kind of key: the HMAC secret is never an RSA or ECDSA key and a
 // public key is never an HMAC secret, which is what defeats algorithm confusion.
-func (j JWT) keyFor(m jwt.SigningMethod) (any, error) {
+func (j Source) keyFor(m gojwt.SigningMethod) (any, error) {
 	switch m := m.(type) {
-	case *jwt.SigningMethodHMAC:
+	case *gojwt.SigningMethodHMAC:
 		if len(j.HMACSecret) == 0 {
 			return nil, errors.New("no HMAC secret is configured")
 		}
 		return j.HMACSecret, nil
-	case *jwt.SigningMethodRSA, *jwt.SigningMethodRSAPSS:
+	case *gojwt.SigningMethodRSA, *gojwt.SigningMethodRSAPSS:
 		if k, ok := j.PublicKey.(*rsa.PublicKey); ok && k != nil {
 			return k, nil
 		}
 		return nil, errors.New("no RSA public key is configured")
-	case *jwt.SigningMethodECDSA:
+	case *gojwt.SigningMethodECDSA:
 		k, ok := j.PublicKey.(*ecdsa.PublicKey)
 		if !ok || k == nil || k.Curve == nil {
 			return nil, errors.New("no ECDSA public key is configured")
@@ -222,7 +237,7 @@ func (j JWT) keyFor(m jwt.SigningMethod) (any, error) {
 			return nil, fmt.Errorf("the ECDSA key is on %s, not the curve of %s", k.Curve.Params().Name, m.Alg())
 		}
 		return k, nil
-	case *jwt.SigningMethodEd25519:
+	case *gojwt.SigningMethodEd25519:
 		if k, ok := j.PublicKey.(ed25519.PublicKey); ok && len(k) == ed25519.PublicKeySize {
 			return k, nil
 		}
@@ -232,7 +247,7 @@ func (j JWT) keyFor(m jwt.SigningMethod) (any, error) {
 }
 
 // algorithms returns Algorithms, or when it is empty the usual algorithm of each configured key.
-func (j JWT) algorithms() []string {
+func (j Source) algorithms() []string {
 	if len(j.Algorithms) > 0 {
 		return j.Algorithms
 	}
