@@ -6,6 +6,13 @@
 //	lim, err := sluice.NewLimiter(memory.New(), policy)
 //	d, err := lim.Allow(ctx, "customer-42")
 //
+// Or one Limiter for every contract, each call passing its policy (several at once: all or
+// nothing):
+//
+//	lim, err := sluice.New(store)
+//	d, err := lim.AllowPolicy(ctx, "customer-42", plans[tier], 1)
+//	ok, ds, err := lim.AllowAll(ctx, "customer-42", []sluice.Limit{{Policy: perSecond, Cost: 1}, {Policy: daily, Cost: 1}})
+//
 // The algorithms themselves live in package algorithm, a pure core with no clock and no I/O;
 // this package re-exports its types so that callers need only one import.
 package sluice
