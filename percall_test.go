@@ -144,6 +144,19 @@ func TestPerCallPoliciesValidated(t *testing.T) {
 	if err := lim.WaitPolicy(ctx, "a", sluice.Policy{Algorithm: sluice.FixedWindow, Limit: 0, Period: time.Second}, 1); !errors.Is(err, sluice.ErrInvalidPolicy) || !strings.Contains(err.Error(), "limit 0 must be > 0") {
 		t.Fatalf("WaitPolicy(limit 0): %v", err)
 	}
+	// Bounds that only Validate knows (the stores' own last-line check does not): a bucket that
+	// would take centuries to refill, a time zone without a calendar.
+	for _, c := range []struct {
+		p    sluice.Policy
+		want string
+	}{
+		{sluice.Policy{Name: "eons", Algorithm: sluice.TokenBucket, Limit: 1, Period: 1000 * time.Hour, Burst: 1 << 40}, "is over 285 years"},
+		{sluice.Policy{Name: "zoned", Algorithm: sluice.FixedWindow, Limit: 1, Period: time.Hour, Location: time.UTC}, "time zone UTC has no meaning without a calendar"},
+	} {
+		if d, err := lim.AllowPolicy(ctx, "a", c.p, 1); !errors.Is(err, sluice.ErrInvalidPolicy) || !strings.Contains(err.Error(), c.want) || d.Allowed {
+			t.Errorf("AllowPolicy(%s) = %+v, %v; want ErrInvalidPolicy saying %q", c.p.Name, d, err, c.want)
+		}
+	}
 	ok, ds, err := lim.AllowAll(ctx, "a", []sluice.Limit{{Policy: gold, Cost: 1}, {Policy: bad, Cost: 1}})
 	if ok || !errors.Is(err, sluice.ErrInvalidPolicy) || !strings.Contains(err.Error(), "limits[1]") || len(ds) != 2 || ds[0].Allowed {
 		t.Fatalf("AllowAll with an invalid limit: %v %+v %v", ok, ds, err)
