@@ -40,7 +40,7 @@ func redisStore(t *testing.T, opts redisstore.Options) (*redisstore.Store, *redi
 func stores(t *testing.T, f func(t *testing.T, store sluice.Store)) {
 	t.Run("memory", func(t *testing.T) { f(t, memory.New()) })
 	t.Run("redis", func(t *testing.T) {
-		st, _ := redisStore(t, redisstore.Options{})
+		st, _ := redisStore(t, redisstore.Options{Timeout: 5 * time.Second}) // room for a loaded machine
 		f(t, st)
 	})
 }
@@ -276,7 +276,7 @@ func TestUnnamedPerCallPolicies(t *testing.T) {
 // fail-closed is ErrStoreUnavailable, fail-open approves (FallbackOpen), local decides on the
 // in-process share of each policy given (FallbackLocal), all or nothing; and the breaker opens.
 func TestPerCallFailureModes(t *testing.T) {
-	st, srv := redisStore(t, redisstore.Options{Timeout: 100 * time.Millisecond})
+	st, srv := redisStore(t, redisstore.Options{Timeout: 2 * time.Second}) // a killed server refuses at once
 	ctx := context.Background()
 	closed, _ := sluice.New(st, sluice.WithBreaker(3, time.Hour))
 	open, _ := sluice.New(st, sluice.WithFailureMode(sluice.FailOpen))

@@ -215,7 +215,7 @@ func TestOnRefused(t *testing.T) {
 
 	// A store that cannot decide is not a refusal: the 503 problem, not the function.
 	rs := redistest.Start(t)
-	st, err := redisstore.New(redisstore.Options{Addrs: []string{rs.Addr}})
+	st, err := redisstore.New(redisstore.Options{Addrs: []string{rs.Addr}, Timeout: 5 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -279,7 +279,7 @@ func TestInvalidPerRequestLimits(t *testing.T) {
 // problem, fail-open passes.
 func TestPerRequestFailureModes(t *testing.T) {
 	rs := redistest.Start(t)
-	st, err := redisstore.New(redisstore.Options{Addrs: []string{rs.Addr}})
+	st, err := redisstore.New(redisstore.Options{Addrs: []string{rs.Addr}, Timeout: 5 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -310,7 +310,7 @@ func TestPerRequestFailureModes(t *testing.T) {
 func openRedis(t *testing.T) *redisstore.Store {
 	t.Helper()
 	rs := redistest.Start(t)
-	st, err := redisstore.New(redisstore.Options{Addrs: []string{rs.Addr}})
+	st, err := redisstore.New(redisstore.Options{Addrs: []string{rs.Addr}, Timeout: 5 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
