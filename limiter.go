@@ -98,7 +98,8 @@ var ErrWaitExceedsDeadline = errors.New("sluice: wait would exceed the context d
 
 // NewLimiter returns a Limiter of policy on store. It returns an error wrapping ErrInvalidPolicy,
 // naming the field, if the policy is invalid. A policy without a Name is named after its numbers
-// ("token-bucket/5/1s/20"), so that unnamed policies on one store never share state.
+// ("token-bucket/5/1s/20", "fixed-window/10000/day@Europe/Berlin/0"), so that unnamed policies
+// on one store never share state.
 func NewLimiter(store Store, policy Policy, opts ...Option) (*Limiter, error) {
 	if store == nil {
 		return nil, errors.New("sluice: NewLimiter: store is nil (use memory.New() for an in-process store)")
@@ -107,7 +108,11 @@ func NewLimiter(store Store, policy Policy, opts ...Option) (*Limiter, error) {
 		return nil, err
 	}
 	if policy.Name == "" {
-		policy.Name = fmt.Sprintf("%v/%d/%v/%d", policy.Algorithm, policy.Limit, policy.Period, policy.Burst)
+		per := policy.Period.String()
+		if policy.Calendar != NoCalendar { // "fixed-window/10000/day@Europe/Berlin/0"
+			per = policy.Calendar.String() + "@" + policy.Location.String()
+		}
+		policy.Name = fmt.Sprintf("%v/%d/%v/%d", policy.Algorithm, policy.Limit, per, policy.Burst)
 	}
 	if pc, ok := store.(PolicyChecker); ok {
 		if err := pc.CheckPolicy(policy); err != nil {

@@ -141,3 +141,17 @@ func calendarSliding(p *Policy, s *State, now, cost int64, d *Decision) error {
 	d.set(allowed, limit, max(0, remaining), retry, reset, 0)
 	return nil
 }
+
+// CalendarIn names a calendar policy's windows as a person writes them: "day in Europe/Berlin",
+// "month in UTC" (weeks are ISO weeks, from Monday); "" for a policy with a period. Descriptions
+// of a policy (answers, metrics, the CLI) say "per" it where they would say the period.
+func (p *Policy) CalendarIn() string {
+	if p.Calendar == NoCalendar {
+		return ""
+	}
+	zone := "UTC"
+	if p.Location != nil {
+		zone = p.Location.String()
+	}
+	return p.Calendar.String() + " in " + zone
+}
