@@ -7,6 +7,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/store/memory"
+	_ "time/tzdata" // the zones, also where there is no /usr/share/zoneinfo
 )
 
 func loadZone(t *testing.T, name string) *time.Location {

@@ -3,6 +3,7 @@ package algorithm
 import (
 	"testing"
 	"time"
+	_ "time/tzdata" // the zones, also where there is no /usr/share/zoneinfo
 )
 
 // Step tables of calendar policies at explicit instants across real calendar edges. runSteps'

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	_ "time/tzdata" // the zones, also where there is no /usr/share/zoneinfo
 )
 
 // A calendar policy's w is the length of the calendar window now is in: Berlin's 23- and

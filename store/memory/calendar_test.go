@@ -10,6 +10,7 @@ import (
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/algorithm"
 	"github.com/sluicehq/sluice/store/memory"
+	_ "time/tzdata" // the zones, also where there is no /usr/share/zoneinfo
 )
 
 func zone(t testing.TB, name string) *time.Location {
