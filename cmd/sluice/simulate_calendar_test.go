@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/csv"
 	"encoding/json"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -117,5 +118,25 @@ func TestSimulateCalendarBadFlags(t *testing.T) {
 		if !strings.Contains(out, w) {
 			t.Errorf("simulate --help lacks %q", w)
 		}
+	}
+}
+
+// sluice check takes calendar policies, and names the field and line of a bad one.
+func TestCheckCalendar(t *testing.T) {
+	for _, v := range []string{envConfig, envListen, envAdminListen} {
+		t.Setenv(v, "")
+	}
+	dir := t.TempDir()
+	good := filepath.Join(dir, "good.yaml")
+	writeFile(t, good, checkHead+"policies:\n  - {name: daily, algorithm: fixed-window, limit: 10000, calendar: day, time_zone: Europe/Berlin}\n"+
+		"  - {name: monthly, algorithm: sliding-window, limit: 1000000, calendar: month}\ndefault_policy: [daily, monthly]\n")
+	if out := ok(t, "", "check", "--config", good); !strings.HasPrefix(out, good+": ok\n") {
+		t.Errorf("check printed %q", out)
+	}
+	bad := filepath.Join(dir, "bad.yaml")
+	writeFile(t, bad, checkHead+"policies:\n  - name: daily\n    algorithm: fixed-window\n    limit: 10\n    calendar: day\n    time_zone: Europe/Berln\n")
+	code, stdout, stderr := runCLI(t, "", "check", "--config", bad)
+	if code != 2 || stdout != "" || !strings.Contains(stderr, bad+":9:") || !strings.Contains(stderr, `time_zone "Europe/Berln" is not a known IANA time zone`) {
+		t.Errorf("exit %d, stdout %q, stderr %q", code, stdout, stderr)
 	}
 }
