@@ -1,6 +1,7 @@
 package algorithm
 
 import (
+	"errors"
 	"fmt"
 	"math/big"
 	"math/rand/v2"
@@ -203,4 +204,54 @@ func TestCalendarProperties(t *testing.T) {
 			}
 		}
 	}
+}
+
+// FuzzCalendarPolicy: any calendar policy, valid or not, and any request: Validate and Decide
+// never panic; Validate's errors wrap ErrInvalidPolicy; under a valid policy Decide errs only on a
+// negative cost or one above the limit; WindowOf holds its instant within ±2^62 µs.
+func FuzzCalendarPolicy(f *testing.F) {
+	f.Add(uint8(1), uint8(1), uint8(1), int64(10), int64(0), int64(0), int64(1_700_000_000_000_000), int64(1), int64(3_600_000_000))
+	f.Add(uint8(3), uint8(4), uint8(2), int64(1<<53), int64(1), int64(0), int64(-1<<63), int64(-1), int64(1<<63-1))
+	f.Add(uint8(4), uint8(9), uint8(0), int64(0), int64(1000), int64(5), int64(1<<63-1), int64(1<<53), int64(-1))
+	f.Add(uint8(1), uint8(0), uint8(5), int64(3), int64(0), int64(0), int64(1<<62), int64(3), int64(1))
+	f.Fuzz(func(t *testing.T, alg, cal, zone uint8, limit, period, burst, now, cost, dt int64) {
+		loc, err := time.LoadLocation(calendarZones[int(zone)%len(calendarZones)])
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := Policy{Algorithm: Algorithm(alg), Limit: limit, Period: time.Duration(period), Burst: burst, Calendar: Calendar(cal), Location: loc}
+		verr := p.Validate()
+		if verr != nil && !errors.Is(verr, ErrInvalidPolicy) {
+			t.Fatalf("%+v: Validate() = %v", p, verr)
+		}
+		s := new(State)
+		d1, err1 := Decide(&p, s, now, cost)
+		d2, err2 := Decide(&p, s, now+dt, 1)
+		if verr != nil {
+			return
+		}
+		if p.Calendar == NoCalendar {
+			return // FuzzPolicy's
+		}
+		for _, c := range []struct {
+			cost int64
+			d    Decision
+			err  error
+		}{{cost, d1, err1}, {1, d2, err2}} {
+			switch {
+			case c.err == nil:
+				if c.d.Limit != p.Limit || c.d.Remaining < 0 || c.d.Remaining > p.Limit {
+					t.Fatalf("%+v: cost %d: %+v", p, c.cost, c.d)
+				}
+			case errors.Is(c.err, ErrInvalidCost) && c.cost < 0, errors.Is(c.err, ErrCostExceedsLimit) && c.cost > p.Limit:
+			default:
+				t.Fatalf("%+v: cost %d: unexpected error %v", p, c.cost, c.err)
+			}
+		}
+		if -calendarEdge <= now && now <= calendarEdge {
+			if _, start, end := p.WindowOf(now); !(start <= now && now < end) {
+				t.Fatalf("%+v: WindowOf(%d) = [%d, %d)", p, now, start, end)
+			}
+		}
+	})
 }

@@ -51,8 +51,8 @@ const maxSFInteger = 999_999_999_999_999
 // seconds, rounded up when it is not whole (the draft has no sub-second windows, and rounding up
 // understates the rate, which is the safe side). For a calendar policy w is the length of the
 // current calendar window (now's, by this process's clock): 86400 on most days, 82800 or 90000
-// on a day the clocks change, 2419200 to 2678400 for a month. The draft requires q and allows w; sluice
-// always knows its window, so w is always sent.
+// on a day the clocks change, 2419200 to 2678400 for a month. The draft requires q and allows w;
+// sluice always knows its window, so w is always sent.
 //
 // RateLimit says where the client stands: r is Decision.Remaining, and t the effective window in
 // whole seconds, rounded up:
