@@ -27,6 +27,8 @@ import (
 //     weighted estimate of what was admitted is at most Limit, and each aligned window admits
 //     at most Limit): units are counted in the window they are spent in, and the estimate only
 //     falls between the take and the spend.
+//   - calendar windows (Policy.Calendar): the same as their algorithm's; a budget expires at the
+//     latest at the local boundary that ends the window it was counted in.
 //   - token-bucket: over any interval of length T, at most C + r·T + min(r·MaxAge, I·Size)
 //     admitted (without budgets: C + r·T). A unit spent in the interval was taken at most MaxAge
 //     before it; and what was taken before the interval began is at most Size per instance.
@@ -281,6 +283,10 @@ func (s *BudgetStore) refill(ctx context.Context, e *budgetEntry, key string, p 
 	case FixedWindow: // the count lasts until the window ends
 		life = min(life, d.ResetAfter)
 	case SlidingWindow: // the count of window w lasts until w+2 begins; the window ends a period earlier
+		if p.Calendar != NoCalendar {
+			life = min(life, d.ResetAfter-nextWindowLength(p, t0, d.ResetAfter))
+			break
+		}
 		life = min(life, d.ResetAfter-p.Period)
 	}
 	e.units, e.expires, e.remaining, e.resetAt = n, t0.Add(life), d.Remaining, t0.Add(d.ResetAfter)
@@ -492,4 +498,14 @@ func (s *BudgetStore) CheckPolicy(p Policy) error {
 		return pc.CheckPolicy(p)
 	}
 	return nil
+}
+
+// nextWindowLength is the length of the calendar window after the one a sliding-window decision
+// counted in, which ends when the count stops weighing: now+reset by the store's clock. t0, this
+// instance's clock, may differ from the store's a little; the window is found by an instant 11
+// hours before that end, inside it for any skew under 11 hours (a calendar window lasts at least
+// a day of 23 hours).
+func nextWindowLength(p *Policy, t0 time.Time, reset time.Duration) time.Duration {
+	_, start, end := p.WindowOf(t0.Add(reset - 11*time.Hour).UnixMicro())
+	return time.Duration(end-start) * time.Microsecond
 }

@@ -101,7 +101,8 @@ var ErrWaitExceedsDeadline = errors.New("sluice: wait would exceed the context d
 
 // NewLimiter returns a Limiter of policy on store. It returns an error wrapping ErrInvalidPolicy,
 // naming the field, if the policy is invalid. A policy without a Name is named after its numbers
-// ("token-bucket/5/1s/20"), so that unnamed policies on one store never share state.
+// ("token-bucket/5/1s/20", "fixed-window/10000/day@Europe/Berlin/0"), so that unnamed policies
+// on one store never share state.
 func NewLimiter(store Store, policy Policy, opts ...Option) (*Limiter, error) {
 	if store == nil {
 		return nil, errors.New("sluice: NewLimiter: store is nil (use memory.New() for an in-process store)")

@@ -15,6 +15,9 @@ import (
 //
 //	fixed-window    Window = index of the window (floor(now/period)), Count = cost approved in it
 //	sliding-window  Window = index of the current window, Count = its cost, Prev = the previous window's
+//	  calendar      Window = the calendar window's start (µs), TAT = its end, Frac = the next window's
+//	                end (sliding-window only); Period = a negative tag naming the calendar and the
+//	                zone (see calendarwindow.go), so a state of another calendar or zone is never seen
 //	sliding-log     Log = approved (time, cost), oldest first, times non-decreasing; Count = Σ Log costs
 //	token-bucket    TAT + Frac/Limit = the theoretical arrival time (GCRA), in µs: the bucket is full
 //	leaky-bucket    at and after it; for the leaky bucket, the time the queue has drained.
@@ -133,10 +136,16 @@ func DecideWithin(p *Policy, s *State, now, cost, maxDelay int64, d *Decision) e
 	}
 	switch p.Algorithm {
 	case FixedWindow:
+		if p.Calendar != NoCalendar {
+			return calendarFixed(p, s, now, cost, d)
+		}
 		return fixedWindow(p, s, now, cost, d)
 	case SlidingLog:
 		return slidingLog(p, s, now, cost, d)
 	case SlidingWindow:
+		if p.Calendar != NoCalendar {
+			return calendarSliding(p, s, now, cost, d)
+		}
 		return slidingWindow(p, s, now, cost, d)
 	case TokenBucket:
 		return tokenBucket(p, s, now, cost, d)
@@ -147,8 +156,8 @@ func DecideWithin(p *Policy, s *State, now, cost, maxDelay int64, d *Decision) e
 	return p.Validate()
 }
 
-// current reports whether s was written under p's algorithm, limit and period (µs); any other
-// state counts as never seen.
+// current reports whether s was written under p's algorithm, limit and period (µs; for a calendar
+// policy, its calendarTag); any other state counts as never seen.
 func (s *State) current(p *Policy, period int64) bool {
 	return s.Alg == p.Algorithm && s.Limit == p.Limit && s.Period == period
 }
@@ -158,7 +167,13 @@ func (s *State) current(p *Policy, period int64) bool {
 // nil otherwise, leaving *d alone. Decide starts with it; a store whose decisions run elsewhere
 // (a Redis script) calls it first, so that such requests never leave the process.
 func CheckCost(p *Policy, cost int64, d *Decision) error {
-	if p.Limit <= 0 || p.Limit > MaxLimit || p.Period < MinPeriod || p.Period%time.Microsecond != 0 ||
+	if p.Calendar != NoCalendar {
+		// A calendar policy has no period to divide by; its rules are few: Validate them.
+		if err := p.Validate(); err != nil {
+			d.set(false, 0, 0, -1, 0, 0)
+			return err
+		}
+	} else if p.Limit <= 0 || p.Limit > MaxLimit || p.Period < MinPeriod || p.Period%time.Microsecond != 0 ||
 		p.Burst < 0 || p.Burst > MaxLimit || (p.Burst != 0 && p.Algorithm != TokenBucket && p.Algorithm != LeakyBucket) ||
 		p.Algorithm == 0 || int(p.Algorithm) >= len(algorithmNames) {
 		d.set(false, 0, 0, -1, 0, 0)

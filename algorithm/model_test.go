@@ -29,6 +29,9 @@ type model interface {
 }
 
 func newModel(p *Policy) model {
+	if p.Calendar != NoCalendar {
+		return newCalendarModel(p)
+	}
 	period := p.PeriodMicros()
 	switch p.Algorithm {
 	case FixedWindow:

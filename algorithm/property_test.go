@@ -295,8 +295,11 @@ func checkAdmissionBounds(t testing.TB, p *Policy, recs []record) {
 	period, limit, capacity := p.PeriodMicros(), p.Limit, p.Capacity()
 	a := approved(recs)
 	perWindow := map[int64]int64{}
+	nextWindow := map[int64]int64{} // window id -> the next window's (calendar windows are named by their start)
 	for _, r := range a {
-		perWindow[floorDiv(r.now, period)] += r.cost
+		id, _, end := p.WindowOf(r.now)
+		perWindow[id] += r.cost
+		nextWindow[id], _, _ = p.WindowOf(end)
 	}
 	switch p.Algorithm {
 	case TokenBucket:
@@ -328,22 +331,23 @@ func checkAdmissionBounds(t testing.TB, p *Policy, recs []record) {
 			if n > limit {
 				t.Fatalf("%v admitted %d in window %d, limit %d", p.Algorithm, n, w, limit)
 			}
-			if n+perWindow[w+1] > 2*limit {
-				t.Fatalf("%v admitted %d in windows %d and %d, more than 2·limit %d", p.Algorithm, n+perWindow[w+1], w, w+1, 2*limit)
+			if w1 := nextWindow[w]; n+perWindow[w1] > 2*limit {
+				t.Fatalf("%v admitted %d in windows %d and %d, more than 2·limit %d", p.Algorithm, n+perWindow[w1], w, w1, 2*limit)
 			}
 		}
 		if p.Algorithm == FixedWindow {
 			break
 		}
 		// At each approval, the estimate counting it is within the limit:
-		// prev·(period - e) + cur·period ≤ limit·period.
+		// prev·(L - e) + cur·L ≤ limit·L, L the (current) window's length.
 		cur := map[int64]int64{}
 		for _, r := range a {
-			w := floorDiv(r.now, period)
+			w, start, end := p.WindowOf(r.now)
+			pw, _, _ := p.WindowOf(start - 1)
 			cur[w] += r.cost
-			e := r.now - w*period
-			if !mul(cur[w-1], period-e).add(mul(cur[w], period)).lessEq(mul(limit, period)) {
-				t.Fatalf("sliding window approved at %d with prev %d, cur %d (e = %d): over the limit %d", r.now, cur[w-1], cur[w], e, limit)
+			n, e := end-start, r.now-start
+			if !mul(cur[pw], n-e).add(mul(cur[w], n)).lessEq(mul(limit, n)) {
+				t.Fatalf("sliding window approved at %d with prev %d, cur %d (e = %d): over the limit %d", r.now, cur[pw], cur[w], e, limit)
 			}
 		}
 	}

@@ -49,8 +49,10 @@ const maxSFInteger = 999_999_999_999_999
 // RateLimit-Policy has one member per policy, in the order given: the policy's name as a String,
 // q its limit (the quota, in requests; a request of cost n counts as n), and w its period in
 // seconds, rounded up when it is not whole (the draft has no sub-second windows, and rounding up
-// understates the rate, which is the safe side). The draft requires q and allows w; sluice
-// always knows its window, so w is always sent.
+// understates the rate, which is the safe side). For a calendar policy w is the length of the
+// current calendar window (now's, by this process's clock): 86400 on most days, 82800 or 90000
+// on a day the clocks change, 2419200 to 2678400 for a month. The draft requires q and allows w;
+// sluice always knows its window, so w is always sent.
 //
 // RateLimit says where the client stands: r is Decision.Remaining, and t the effective window in
 // whole seconds, rounded up:
@@ -113,7 +115,11 @@ func FieldValues(buf []byte, decisions []Applied) (policy, limit []byte) {
 		b = append(b, ";q="...)
 		b = appendSFInteger(b, p.Limit)
 		b = append(b, ";w="...)
-		b = appendSFInteger(b, max(1, Seconds(p.Period)))
+		if p.Calendar != sluice.NoCalendar {
+			b = appendSFInteger(b, max(1, Seconds(windowLength(p))))
+		} else {
+			b = appendSFInteger(b, max(1, Seconds(p.Period)))
+		}
 	}
 	split := len(b)
 	for i := range decisions {
@@ -163,6 +169,15 @@ const (
 
 // add is http.Header.Add for a canonical key.
 func add(h http.Header, key, value string) { h[key] = append(h[key], value) }
+
+// windowLength is the length of p's calendar window holding now.
+func windowLength(p *sluice.Policy) time.Duration {
+	_, start, end := p.WindowOf(now().UnixMicro())
+	return time.Duration(end-start) * time.Microsecond
+}
+
+// now is the clock of windowLength; the tests move it.
+var now = time.Now
 
 // effectiveWindow is t for one decision, in seconds: RetryAfter for a refusal that can be retried,
 // else ResetAfter.

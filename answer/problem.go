@@ -160,14 +160,18 @@ func who(client string) string {
 	return "client " + strconv.Quote(client)
 }
 
-// describe says what a policy allows: "100 requests per 1m", with the burst of a token bucket
-// and the queue of a leaky bucket.
+// describe says what a policy allows: "100 requests per 1m" or "10000 requests per day in
+// Europe/Berlin", with the burst of a token bucket and the queue of a leaky bucket.
 func describe(p sluice.Policy) string {
 	unit := "requests"
 	if p.Limit == 1 {
 		unit = "request"
 	}
-	s := fmt.Sprintf("%d %s per %s", p.Limit, unit, period(p.Period))
+	per := period(p.Period)
+	if p.Calendar != sluice.NoCalendar {
+		per = p.CalendarIn() // "day in Europe/Berlin"
+	}
+	s := fmt.Sprintf("%d %s per %s", p.Limit, unit, per)
 	switch {
 	case p.Algorithm == sluice.TokenBucket && p.Capacity() != p.Limit:
 		s += fmt.Sprintf(", at most %d at once", p.Capacity())

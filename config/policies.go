@@ -140,8 +140,17 @@ func (p *parser) policies(n *yaml.Node, c *Config) {
 		} else {
 			good = false
 		}
+		calN := p.get(m, "calendar")
+		if calN != nil || p.get(m, "time_zone") != nil {
+			good = p.calendar(m, path, pol, good)
+		}
 		if periodN == nil {
-			p.errorf(m.node, path, nil, "period is required (e.g. 1s, 1m, 24h)")
+			if calN == nil {
+				p.errorf(m.node, path, nil, "period is required (e.g. 1s, 1m, 24h), or calendar (day, week, month or year)")
+				good = false
+			}
+		} else if calN != nil {
+			p.errorf(periodN, path, nil, "period and calendar exclude each other: a calendar window's length is the calendar's (remove one)")
 			good = false
 		} else if d, ok := p.duration(periodN, path, "period"); ok {
 			pol.Period = d
@@ -185,6 +194,49 @@ func (p *parser) policies(n *yaml.Node, c *Config) {
 			c.Policies = append(c.Policies, pol)
 		}
 	})
+}
+
+// calendar reads a policy's calendar (day, week, month, year) and time_zone (an IANA name,
+// default UTC) into pol; good says whether the policy's other fields are, and stays so only if
+// these are too. Only the window algorithms count by the calendar, and a zone needs one.
+func (p *parser) calendar(m *mapping, path string, pol *Policy, good bool) bool {
+	calN, zoneN := p.get(m, "calendar"), p.get(m, "time_zone")
+	if calN != nil {
+		if s, ok := p.str(calN, path, "calendar"); !ok {
+			good = false
+		} else if c, err := sluice.ParseCalendar(s); err != nil {
+			p.errorf(calN, path, nil, "calendar %q is unknown (want day, week, month or year)", s)
+			good = false
+		} else if a := pol.Algorithm; a != 0 && a != sluice.FixedWindow && a != sluice.SlidingWindow {
+			p.errorf(calN, path, nil, "calendar has no meaning for %v: only fixed-window and sliding-window count by the calendar", a)
+			good = false
+		} else {
+			pol.Calendar = c
+		}
+	}
+	if zoneN == nil {
+		return good
+	}
+	s, ok := p.str(zoneN, path, "time_zone")
+	switch {
+	case !ok:
+		return false
+	case calN == nil:
+		p.errorf(zoneN, path, nil, "time_zone has no meaning without calendar: a period's windows are the same in every zone")
+		return false
+	case s == "" || s == "Local":
+		// LoadLocation takes both, as UTC and as this machine's zone, which other instances
+		// may not share.
+		p.errorf(zoneN, path, nil, "time_zone %q is not a zone name (e.g. Europe/Berlin, America/New_York, UTC)", s)
+		return false
+	}
+	loc, err := time.LoadLocation(s)
+	if err != nil {
+		p.errorf(zoneN, path, nil, "time_zone %q is not a known IANA time zone (e.g. Europe/Berlin, America/New_York, UTC)", s)
+		return false
+	}
+	pol.Location = loc
+	return good
 }
 
 // localBudget reads a policy's local_budget: {size: N, max_age: D}, both required. good says

@@ -264,8 +264,9 @@ func untilReset(m *envoyconf.Match, d sluice.Decision) time.Duration {
 		return t
 	}
 	// Nothing counted in this window (a shadow-mode peek, say): its end by this clock.
-	p := m.Policy.PeriodMicros()
-	return time.Duration(p-(time.Now().UnixMicro()%p)) * time.Microsecond
+	now := time.Now().UnixMicro()
+	_, _, end := m.Policy.WindowOf(now)
+	return time.Duration(end-now) * time.Microsecond
 }
 
 func clampUint32(v int64) uint32 {

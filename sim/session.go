@@ -24,6 +24,7 @@ type Session struct {
 	ctx      context.Context
 	n        int   // requests decided so far
 	last     int64 // µs: the latest instant decided or peeked at; times may not go below it
+	origin   int64 // µs since the Unix epoch of virtual time 0 (Options.Start)
 }
 
 // Fleet is several gateway instances sharing one store, each spending local budgets of the
@@ -42,6 +43,10 @@ const MaxInstances = 64
 // an error, naming the field, if the policy or the budget is invalid or the instances are not
 // 1..MaxInstances.
 func NewFleetSession(policy sluice.Policy, keys int, f Fleet) (*Session, error) {
+	return newFleetSession(policy, keys, f, 0)
+}
+
+func newFleetSession(policy sluice.Policy, keys int, f Fleet, origin int64) (*Session, error) {
 	if f.Instances < 1 || f.Instances > MaxInstances {
 		return nil, fmt.Errorf("sim: instances %d must be from 1 to %d", f.Instances, MaxInstances)
 	}
@@ -51,9 +56,9 @@ func NewFleetSession(policy sluice.Policy, keys int, f Fleet) (*Session, error) 
 	if err := f.Budget.Validate(policy); err != nil {
 		return nil, err
 	}
-	clock := sluice.NewManualClock(time.UnixMicro(0))
+	clock := sluice.NewManualClock(time.UnixMicro(origin))
 	store := memory.New(memory.WithClock(clock), memory.WithMaxKeys(max(1, keys)*memory.DefaultShards))
-	s := &Session{clock: clock, ctx: context.Background()}
+	s := &Session{clock: clock, ctx: context.Background(), origin: origin}
 	budget := func(sluice.Policy) sluice.LocalBudget { return f.Budget }
 	for range f.Instances {
 		lim, err := sluice.NewLimiter(sluice.Budgeted(store, budget, sluice.WithBudgetClock(clock), sluice.WithMaxBudgets(max(1, keys))), policy)
@@ -70,14 +75,18 @@ func NewFleetSession(policy sluice.Policy, keys int, f Fleet) (*Session, error) 
 // at least 1): the store holds that many keys, so that none is ever evicted and every decision is
 // exact. It returns an error, naming the field, if the policy is invalid.
 func NewSession(policy sluice.Policy, keys int) (*Session, error) {
-	clock := sluice.NewManualClock(time.UnixMicro(0))
+	return newSession(policy, keys, 0)
+}
+
+func newSession(policy sluice.Policy, keys int, origin int64) (*Session, error) {
+	clock := sluice.NewManualClock(time.UnixMicro(origin))
 	// One shard's share of the key bound is then at least keys.
 	store := memory.New(memory.WithClock(clock), memory.WithMaxKeys(max(1, keys)*memory.DefaultShards))
 	lim, err := sluice.NewLimiter(store, policy)
 	if err != nil {
 		return nil, err
 	}
-	return &Session{clock: clock, limiter: lim, ctx: context.Background()}, nil
+	return &Session{clock: clock, limiter: lim, ctx: context.Background(), origin: origin}, nil
 }
 
 // Decide sets the clock to rq's time and decides rq. A request whose cost can never fit is a
@@ -96,7 +105,7 @@ func (s *Session) Decide(rq Request) (Row, error) {
 		return Row{}, fmt.Errorf("sim: request %d: cost %d must be ≥ 0", i, rq.Cost)
 	}
 	s.last = rq.TMicros
-	s.clock.Set(time.UnixMicro(rq.TMicros))
+	s.clock.Set(time.UnixMicro(s.origin + rq.TMicros))
 	lim, instance := s.limiter, 0
 	if s.limiters != nil {
 		lim, instance = s.limiters[s.next], s.next+1
@@ -130,7 +139,7 @@ func (s *Session) Peek(tMicros int64, key string) (sluice.Decision, error) {
 		return sluice.Decision{}, fmt.Errorf("sim: peek: time %s ms is before the last one decided, %s ms", FormatMillis(tMicros), FormatMillis(s.last))
 	}
 	s.last = tMicros
-	s.clock.Set(time.UnixMicro(tMicros))
+	s.clock.Set(time.UnixMicro(s.origin + tMicros))
 	d, err := s.limiter.AllowN(s.ctx, key, 0)
 	if err != nil {
 		return sluice.Decision{}, fmt.Errorf("sim: peek at t_ms %s, key %q: %w", FormatMillis(tMicros), key, err)

@@ -8,7 +8,7 @@
 //
 // Requests come from a traffic pattern (ParseTraffic: "5/s for 10s; 40 in 1s; 5/s for 10s") or
 // a CSV trace (ParseTrace). The virtual clock starts at Unix time 0, which is a window boundary
-// for every period. Run decides every request under one policy; Compare runs all five algorithms
+// for every period, or at Options.Start (a calendar policy's windows begin at local midnights). Run decides every request under one policy; Compare runs all five algorithms
 // with the same numbers. A Session is the same run taken one request at a time, with peeks at
 // the limiter's state in between (the browser simulation plots them).
 //
@@ -19,7 +19,6 @@
 package sim
 
 import (
-	"fmt"
 	"time"
 
 	"github.com/sluicehq/sluice"
@@ -42,7 +41,7 @@ const DefaultKey = "k"
 
 // Request is one request offered to the limiter.
 type Request struct {
-	TMicros int64  // virtual time in µs since the start (Unix time 0); ≥ 0, non-decreasing in a run
+	TMicros int64  // virtual time in µs since the start (Options.Start; Unix time 0); ≥ 0, non-decreasing in a run
 	Key     string // the client; DefaultKey when none is given
 	Cost    int64  // ≥ 0; 0 peeks without consuming
 }
@@ -113,36 +112,20 @@ type Result struct {
 // (naming the field), if reqs are not in time order or have a negative time or cost, or if the
 // store fails.
 func Run(policy sluice.Policy, reqs []Request) (Result, error) {
-	rows := make([]Row, 0, len(reqs))
-	sum, err := Simulate(policy, reqs, func(r Row) error {
-		rows = append(rows, r)
-		return nil
-	})
-	if err != nil {
-		return Result{}, err
-	}
-	return Result{Policy: policy, Rows: rows, Summary: sum}, nil
+	return Options{}.Run(policy, reqs)
 }
 
 // Simulate is Run without keeping the rows: it passes each row to emit as it is decided (emit
 // may be nil), so that a caller can write a long run out without holding it in memory. An error
 // from emit stops the run and is returned as is.
 func Simulate(policy sluice.Policy, reqs []Request, emit func(Row) error) (Summary, error) {
-	s, err := NewSession(policy, len(reqs))
-	if err != nil {
-		return Summary{}, err
-	}
-	return s.simulate(reqs, emit)
+	return Options{}.Simulate(policy, reqs, emit)
 }
 
 // SimulateFleet is Simulate with the requests dealt to f's instances in turn, each spending local
 // budgets of the policy from one shared store (see NewFleetSession).
 func SimulateFleet(policy sluice.Policy, f Fleet, reqs []Request, emit func(Row) error) (Summary, error) {
-	s, err := NewFleetSession(policy, len(reqs), f)
-	if err != nil {
-		return Summary{}, err
-	}
-	return s.simulate(reqs, emit)
+	return Options{Fleet: &f}.Simulate(policy, reqs, emit)
 }
 
 // simulate decides reqs on s in turn, passing each row to emit (may be nil).
@@ -195,19 +178,5 @@ func TakesBurst(a sluice.Algorithm) bool {
 // Compare runs reqs under each of ComparePolicies(limit, period, burst), in that order. It
 // validates every policy before running any.
 func Compare(limit int64, period time.Duration, burst int64, reqs []Request) ([]Result, error) {
-	ps := ComparePolicies(limit, period, burst)
-	for _, p := range ps {
-		if err := p.Validate(); err != nil {
-			return nil, fmt.Errorf("%v: %w", p.Algorithm, err)
-		}
-	}
-	results := make([]Result, 0, len(ps))
-	for _, p := range ps {
-		r, err := Run(p, reqs)
-		if err != nil {
-			return nil, fmt.Errorf("%v: %w", p.Algorithm, err)
-		}
-		results = append(results, r)
-	}
-	return results, nil
+	return Options{}.Compare(ComparePolicies(limit, period, burst), reqs)
 }

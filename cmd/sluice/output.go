@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	"github.com/sluicehq/sluice"
@@ -25,6 +26,50 @@ type simulation struct {
 	source   string // where reqs came from, for people: a pattern or "trace FILE"
 	compare  bool
 	fleet    *sim.Fleet // --local-budget: the one policy on a fleet of instances spending budgets
+	start    time.Time  // --start: the instant the virtual clock's 0 stands for (zero: Unix time 0)
+	local    bool       // --start or --calendar: show each row's local time (and calendar window)
+}
+
+// options are the simulation's sim.Options, with the fleet f (may be nil).
+func (s *simulation) options(f *sim.Fleet) sim.Options { return sim.Options{Start: s.start, Fleet: f} }
+
+// calendar reports whether the policies count by the calendar (all or none do).
+func (s *simulation) calendar() bool { return s.policies[0].Calendar != sluice.NoCalendar }
+
+// localTime is the local time of virtual time t, as RFC 3339 exact to the µs.
+func (s *simulation) localTime(t int64) string {
+	return s.options(nil).Instant(&s.policies[0], t).Format(rfc3339Micro)
+}
+
+// windowStart is the local start of the calendar window holding virtual time t.
+func (s *simulation) windowStart(t int64) string {
+	o := s.options(nil)
+	ws, _, _ := o.Window(&s.policies[0], t)
+	return o.Instant(&s.policies[0], ws).Format(rfc3339Micro)
+}
+
+const rfc3339Micro = "2006-01-02T15:04:05.999999Z07:00"
+
+// localFields are the CSV columns (and JSON keys) that --start or --calendar add.
+func (s *simulation) localFields() []string {
+	switch {
+	case s.calendar():
+		return []string{"time", "window"}
+	case s.local:
+		return []string{"time"}
+	}
+	return nil
+}
+
+// localValues are r's values of localFields.
+func (s *simulation) localValues(r sim.Row) []string {
+	switch {
+	case s.calendar():
+		return []string{s.localTime(r.TMicros), s.windowStart(r.TMicros)}
+	case s.local:
+		return []string{s.localTime(r.TMicros)}
+	}
+	return nil
 }
 
 // simRun is one run of the table: a label, its policy, and its fleet (nil: decided exactly).
@@ -50,10 +95,7 @@ func (s *simulation) runs() []simRun {
 
 // simulate decides s's requests under p, on the fleet f if not nil.
 func (s *simulation) simulate(p sluice.Policy, f *sim.Fleet, emit func(sim.Row) error) (sim.Summary, error) {
-	if f != nil {
-		return sim.SimulateFleet(p, *f, s.reqs, emit)
-	}
-	return sim.Simulate(p, s.reqs, emit)
+	return s.options(f).Simulate(p, s.reqs, emit)
 }
 
 func (s *simulation) write(w io.Writer, format string) error {
@@ -82,6 +124,7 @@ func (s *simulation) writeCSV(w io.Writer) error {
 	if s.fleet != nil {
 		header = append(header, "instance")
 	}
+	header = append(header, s.localFields()...)
 	if err := cw.Write(header); err != nil {
 		return err
 	}
@@ -95,6 +138,7 @@ func (s *simulation) writeCSV(w io.Writer) error {
 			if s.fleet != nil {
 				rec = append(rec, itoa(int64(r.Instance)))
 			}
+			rec = append(rec, s.localValues(r)...)
 			return cw.Write(rec)
 		})
 		if err != nil {
@@ -109,12 +153,17 @@ func (s *simulation) writeCSV(w io.Writer) error {
 type policyJSON struct {
 	Algorithm string      `json:"algorithm"`
 	Limit     int64       `json:"limit"`
-	PeriodMs  json.Number `json:"period_ms"`
+	PeriodMs  json.Number `json:"period_ms,omitempty"` // none with a calendar
+	Calendar  string      `json:"calendar,omitempty"`
+	TimeZone  string      `json:"time_zone,omitempty"`
 	Burst     int64       `json:"burst"`
 }
 
 func newPolicyJSON(p sluice.Policy) policyJSON {
-	return policyJSON{p.Algorithm.String(), p.Limit, json.Number(sim.FormatMillis(p.PeriodMicros())), p.Burst}
+	if p.Calendar != sluice.NoCalendar {
+		return policyJSON{Algorithm: p.Algorithm.String(), Limit: p.Limit, Calendar: p.Calendar.String(), TimeZone: p.Location.String(), Burst: p.Burst}
+	}
+	return policyJSON{Algorithm: p.Algorithm.String(), Limit: p.Limit, PeriodMs: json.Number(sim.FormatMillis(p.PeriodMicros())), Burst: p.Burst}
 }
 
 // fleetJSON is how JSON output names a fleet.
@@ -153,6 +202,11 @@ func (s *simulation) writeJSON(w *bufio.Writer) error {
 		} else {
 			w.WriteString(`{`)
 		}
+		if !s.start.IsZero() && !s.compare {
+			w.WriteString(`"start":`)
+			put(s.start.Format(rfc3339Micro))
+			w.WriteString(`,`)
+		}
 		w.WriteString(`"policy":`)
 		put(newPolicyJSON(p))
 		if s.fleet != nil {
@@ -161,10 +215,24 @@ func (s *simulation) writeJSON(w *bufio.Writer) error {
 		}
 		w.WriteString(`,"requests":[`)
 		sep := "\n"
+		fields := s.localFields()
 		sum, err := s.simulate(p, s.fleet, func(r sim.Row) error {
 			w.WriteString(sep)
 			sep = ",\n"
-			return put(r)
+			if fields == nil {
+				return put(r)
+			}
+			b, err := json.Marshal(r)
+			if err != nil {
+				return err
+			}
+			w.Write(b[:len(b)-1]) // the row's object, without its closing brace
+			for i, v := range s.localValues(r) {
+				fmt.Fprintf(w, ",%q:", fields[i])
+				put(v)
+			}
+			_, err = w.WriteString("}")
+			return err
 		})
 		if err != nil {
 			return err
@@ -183,7 +251,13 @@ func (s *simulation) writeJSON(w *bufio.Writer) error {
 		_, err := w.WriteString("\n")
 		return err
 	}
-	w.WriteString(`{"runs":[`)
+	w.WriteString(`{`)
+	if !s.start.IsZero() {
+		w.WriteString(`"start":`)
+		put(s.start.Format(rfc3339Micro))
+		w.WriteString(`,`)
+	}
+	w.WriteString(`"runs":[`)
 	for i, p := range s.policies {
 		if i > 0 {
 			w.WriteString(",")
@@ -223,15 +297,24 @@ func (s *simulation) writeTable(w io.Writer) error {
 	several := len(runs) > 1
 
 	p := s.policies[0]
-	if s.compare {
+	switch {
+	case s.compare && s.calendar():
+		fmt.Fprintf(w, "sluice simulate --compare: limit %d per %s: fixed-window and sliding-window only (the other algorithms have no calendar)\n", p.Limit, p.CalendarIn())
+	case s.compare:
 		fmt.Fprintf(w, "sluice simulate --compare: limit %d per %s, %s\n", p.Limit, sim.FormatDuration(p.PeriodMicros()), compareBurst(p.Limit, s.policies))
-	} else {
-		burst := ""
+	default:
+		burst, per := "", p.CalendarIn()
 		if sim.TakesBurst(p.Algorithm) {
 			burst = fmt.Sprintf(", burst %d", p.Burst)
 		}
-		fmt.Fprintf(w, "sluice simulate: %v, limit %d per %s%s\n", p.Algorithm, p.Limit, sim.FormatDuration(p.PeriodMicros()), burst)
+		if per == "" {
+			per = sim.FormatDuration(p.PeriodMicros())
+		}
+		fmt.Fprintf(w, "sluice simulate: %v, limit %d per %s%s\n", p.Algorithm, p.Limit, per, burst)
 		fmt.Fprintf(w, "policy: %s\n", describe(p))
+	}
+	if s.local {
+		fmt.Fprintf(w, "start: t=0 is %s\n", s.options(nil).Instant(&p, 0).Format("Mon 2006-01-02 15:04:05.999999 -07:00 (MST)"))
 	}
 	if f := s.fleet; f != nil {
 		fmt.Fprintf(w, "fleet: %d instances sharing one store, requests dealt in turn; each takes budgets of %d from the store, spent for at most %s%s\n",
@@ -248,6 +331,20 @@ func (s *simulation) writeTable(w io.Writer) error {
 	for _, b := range first.Buckets {
 		t.cells = append(t.cells, sim.FormatDuration(b.StartMicros))
 		offered.cells = append(offered.cells, itoa(b.Offered))
+	}
+	if s.local {
+		// Each row's local time, and where a calendar window begins.
+		lt := groups[0].add("local time", true)
+		var win *column
+		if s.calendar() {
+			win = groups[0].add("window", true)
+		}
+		for i, b := range first.Buckets {
+			lt.cells = append(lt.cells, s.options(nil).Instant(&p, b.StartMicros).Format("Mon 2006-01-02 15:04:05 -07:00"))
+			if win != nil {
+				win.cells = append(win.cells, s.windowsBegun(b.StartMicros, b.StartMicros+first.WidthMicros, i == 0))
+			}
+		}
 	}
 	for i, tl := range timelines {
 		g := groups[1] // one run: its columns follow offered
@@ -318,6 +415,44 @@ func (s *simulation) writeTable(w io.Writer) error {
 	return nil
 }
 
+// windowsBegun says which calendar windows begin in the virtual times [from, to): the latest of
+// them ("new day 2026-03-29, 23h"), with how many began if several; on the first row, the window
+// it is in even if it began before.
+func (s *simulation) windowsBegun(from, to int64, first bool) string {
+	o, p := s.options(nil), &s.policies[0]
+	start, end, _ := o.Window(p, to-1)
+	if start < from && !first {
+		return ""
+	}
+	n := 0
+	for ws := start; ws >= from; n++ { // count back to the first window begun in the bucket
+		ws, _, _ = o.Window(p, ws-1)
+	}
+	label := fmt.Sprintf("%s %s, %s", p.Calendar, windowName(p.Calendar, o.Instant(p, start)), sim.FormatDuration(end-start))
+	switch {
+	case n == 0: // the first row, in a window begun before it
+		return label
+	case n == 1:
+		return "new " + label
+	}
+	return fmt.Sprintf("%d new windows, the last %s", n, label)
+}
+
+// windowName names the calendar window starting at local time t: 2026-03-29, the week of
+// 2026-12-28 (ISO week 53), 2028-02, 2027.
+func windowName(c sluice.Calendar, t time.Time) string {
+	switch c {
+	case sluice.Week:
+		_, wk := t.ISOWeek()
+		return fmt.Sprintf("%s (ISO week %d)", t.Format("2006-01-02"), wk)
+	case sluice.Month:
+		return t.Format("2006-01")
+	case sluice.Year:
+		return t.Format("2006")
+	}
+	return t.Format("2006-01-02")
+}
+
 // windowEnd says, for the window algorithms, that a budget also ends with its window.
 func windowEnd(p sluice.Policy) string {
 	if p.Algorithm == sluice.FixedWindow || p.Algorithm == sluice.SlidingWindow {
@@ -359,6 +494,14 @@ func compareBurst(limit int64, ps []sluice.Policy) string {
 
 // describe says what a policy does, in words.
 func describe(p sluice.Policy) string {
+	if p.Calendar != sluice.NoCalendar {
+		from := map[sluice.Calendar]string{sluice.Day: "from local midnight to midnight", sluice.Week: "ISO weeks, from Monday 00:00",
+			sluice.Month: "from the 1st at 00:00", sluice.Year: "from 1 January 00:00"}[p.Calendar]
+		if p.Algorithm == sluice.SlidingWindow {
+			return fmt.Sprintf("at most %d per %s (%s), the previous window weighted by the share of the current one still to run", p.Limit, p.CalendarIn(), from)
+		}
+		return fmt.Sprintf("at most %d in each %s (%s)", p.Limit, p.CalendarIn(), from)
+	}
 	per := sim.FormatDuration(p.PeriodMicros())
 	switch p.Algorithm {
 	case sluice.FixedWindow:

@@ -28,6 +28,17 @@ Policy: --limit N requests per --period D under --algorithm, or all five with --
 --limit and --period are required. Only the two buckets take a --burst: with --compare, the
 window algorithms run without it.
 
+Calendar quotas, --calendar day|week|month|year instead of --period: fixed-window or
+sliding-window counting by local midnights (ISO weeks from Monday, months from the 1st, years
+from 1 January) in --time-zone NAME (an IANA zone, default UTC), through daylight-saving
+changes: a day may last 23 or 25 hours. --compare with --calendar compares fixed-window and
+sliding-window only: the other three algorithms have no calendar.
+--start TIME (RFC 3339, e.g. 2026-03-28T23:00:00+01:00) is the instant the virtual clock's 0
+stands for (default 1970-01-01T00:00:00Z): the traffic's times and a trace's t_ms count from
+it. With --start or --calendar the output shows each row's local time (in the calendar's zone,
+else --start's offset), and the calendar windows: the table marks the rows where a new window
+begins, CSV and JSON add the fields time and window (the start of the row's calendar window).
+
 Traffic, exactly one of:
   --traffic PATTERN  segments separated by ";", each starting where the previous one ended:
                        R/s for D   R requests a second for D, evenly spaced, the first at once
@@ -44,8 +55,9 @@ Traffic, exactly one of:
 
 Local budgets, --local-budget N: the policy also runs on --instances instances (default 1)
 sharing one store, the requests dealt to them in turn, each taking N units from the store at
-once and spending them itself for at most --budget-max-age (default --period; for the window
-algorithms never beyond the window they were counted in), as sluice serve does with a policy's
+once and spending them itself for at most --budget-max-age (default --period, or the calendar
+window; for the window algorithms never beyond the window they were counted in), as sluice
+serve does with a policy's
 local_budget. The table shows it beside the exact run, the approvals per instance and the bound;
 CSV and JSON give the budgeted run with an instance column (a "fleet" object in JSON).
 fixed-window, sliding-window and token-bucket take budgets; sliding-log and leaky-bucket do not.
@@ -67,7 +79,11 @@ Fields (CSV columns and JSON keys alike; times in milliseconds, exact to the µs
   retry_after_ms  0 when allowed; when refused, the exact wait until the same request would
                   pass; -1 when its cost can never fit the policy
   delay_ms        how long an allowed request is held before it is served (leaky bucket)
-  policy          {"algorithm","limit","period_ms","burst"}
+  time            with --start or --calendar: the request's local time (RFC 3339)
+  window          with --calendar: the local start of the calendar window it counted in
+  policy          {"algorithm","limit","period_ms","burst"}, or with --calendar
+                  {"algorithm","limit","calendar","time_zone","burst"}; with --start, "start"
+                  beside it
   summary         offered, allowed, refused (offered - allowed, never included), delayed
                   (allowed with delay_ms > 0), never (cost can never fit), offered_cost,
                   allowed_cost, max_delay_ms, total_delay_ms
@@ -78,7 +94,9 @@ const simulateExample = `  sluice simulate --compare --limit 5 --period 1s --bur
       --traffic "5/s for 10s; 40 in 1s; 5/s for 10s"
   sluice simulate --algorithm leaky-bucket --limit 5 --period 1s --burst 10 \
       --traffic "30 at once" --format csv
-  sluice simulate --algorithm sliding-log --limit 100 --period 1m --trace requests.csv --format json`
+  sluice simulate --algorithm sliding-log --limit 100 --period 1m --trace requests.csv --format json
+  sluice simulate --compare --limit 10 --calendar day --time-zone Europe/Berlin \
+      --start 2026-03-28T22:00:00+01:00 --traffic "12 in 1h; idle 1h; 12 in 1h"`
 
 type simulateOptions struct {
 	algorithm string
@@ -92,6 +110,9 @@ type simulateOptions struct {
 	instances int64
 	budget    int64
 	maxAge    durationValue
+	calendar  string
+	timeZone  string
+	start     string
 }
 
 func newSimulateCommand(stdin io.Reader) *cobra.Command {
@@ -114,14 +135,17 @@ func newSimulateCommand(stdin io.Reader) *cobra.Command {
 	f := cmd.Flags()
 	f.StringVar(&o.algorithm, "algorithm", "", "the `NAME` of the algorithm (see above); required unless --compare")
 	f.Var(int64Value{&o.limit}, "limit", "`N` requests (cost units) per period, > 0; required")
-	f.Var(&o.period, "period", "the period `D` of the limit, a Go duration ≥ 1ms (1s, 500ms, 1m); required")
+	f.Var(&o.period, "period", "the period `D` of the limit, a Go duration ≥ 1ms (1s, 500ms, 1m); required unless --calendar")
+	f.StringVar(&o.calendar, "calendar", "", "count by the calendar `NAME` instead of --period: day, week, month or year (fixed-window and sliding-window)")
+	f.StringVar(&o.timeZone, "time-zone", "", "with --calendar: the IANA time zone `NAME` of its days (default UTC), e.g. Europe/Berlin")
+	f.StringVar(&o.start, "start", "", "the `TIME` the virtual clock starts at, RFC 3339 (default 1970-01-01T00:00:00Z)")
 	f.Var(int64Value{&o.burst}, "burst", "token-bucket capacity or leaky-bucket queue room `N` (default 0: see above)")
 	f.StringVar(&o.traffic, "traffic", "", "a traffic `PATTERN` such as \"5/s for 10s; 40 in 1s\" (see above)")
 	f.StringVar(&o.trace, "trace", "", "a CSV trace `FILE` (see above); - reads standard input")
 	f.BoolVar(&o.compare, "compare", false, "run all five algorithms with the same limit, period and burst")
 	f.Var(int64Value{&o.budget}, "local-budget", "spend local budgets of `N` units taken from the shared store, beside the exact run (see above)")
 	f.Var(int64Value{&o.instances}, "instances", "with --local-budget: `N` instances sharing the store, the requests dealt in turn (default 1)")
-	f.Var(&o.maxAge, "budget-max-age", "with --local-budget: how long a budget may be spent from, a Go duration `D` ≥ 1ms (default --period)")
+	f.Var(&o.maxAge, "budget-max-age", "with --local-budget: how long a budget may be spent from, a Go duration `D` ≥ 1ms (default --period, or the calendar window)")
 	f.StringVar(&o.format, "format", "table", "the output `FORMAT`: table, csv or json")
 	f.SortFlags = false
 	return cmd
@@ -147,7 +171,12 @@ func (o *simulateOptions) run(cmd *cobra.Command, stdin io.Reader) error {
 	if err != nil {
 		return err
 	}
-	out := &simulation{policies: policies, reqs: reqs, source: source, compare: o.compare, fleet: fleet}
+	start, err := o.startTime(flags.Changed)
+	if err != nil {
+		return err
+	}
+	out := &simulation{policies: policies, reqs: reqs, source: source, compare: o.compare, fleet: fleet,
+		start: start, local: flags.Changed("start") || flags.Changed("calendar")}
 	if err := out.write(cmd.OutOrStdout(), o.format); err != nil {
 		return failure{err}
 	}
@@ -164,8 +193,10 @@ func (o *simulateOptions) policies(changed func(string) bool) ([]sluice.Policy, 
 		return nil, fmt.Errorf("--limit %d: must be > 0", o.limit)
 	case o.limit > algorithm.MaxLimit:
 		return nil, fmt.Errorf("--limit %d: must be ≤ 2^53 (%d)", o.limit, int64(algorithm.MaxLimit))
+	case changed("calendar") || changed("time-zone"):
+		return o.calendarPolicies(changed)
 	case !changed("period"):
-		return nil, errors.New("--period is required: the period of --limit, a Go duration such as 1s, 500ms or 1m")
+		return nil, errors.New("--period is required: the period of --limit, a Go duration such as 1s, 500ms or 1m (or --calendar day, week, month or year)")
 	case o.period.d < algorithm.MinPeriod:
 		return nil, fmt.Errorf("--period %s: must be ≥ 1ms", o.period.text)
 	case o.period.d%time.Microsecond != 0:
@@ -202,6 +233,72 @@ func (o *simulateOptions) policies(changed func(string) bool) ([]sluice.Policy, 
 	return ps, nil
 }
 
+// calendarPolicies returns the policies of --calendar and --time-zone (fixed-window or
+// sliding-window; both with --compare), checked flag by flag; --limit is checked already.
+func (o *simulateOptions) calendarPolicies(changed func(string) bool) ([]sluice.Policy, error) {
+	if !changed("calendar") {
+		return nil, fmt.Errorf("--time-zone %s needs --calendar: a period's windows are the same in every zone", o.timeZone)
+	}
+	c, err := sluice.ParseCalendar(o.calendar)
+	if err != nil {
+		return nil, fmt.Errorf("--calendar %s: want day, week, month or year", o.calendar)
+	}
+	if changed("period") {
+		return nil, fmt.Errorf("--calendar %s and --period %s exclude each other: a calendar window's length is the calendar's", o.calendar, o.period.text)
+	}
+	var loc *time.Location
+	if changed("time-zone") {
+		if o.timeZone == "" || o.timeZone == "Local" {
+			return nil, fmt.Errorf("--time-zone %q: want a zone name such as Europe/Berlin, America/New_York or UTC", o.timeZone)
+		}
+		if loc, err = time.LoadLocation(o.timeZone); err != nil {
+			return nil, fmt.Errorf("--time-zone %s: not a known IANA time zone (e.g. Europe/Berlin, America/New_York, UTC)", o.timeZone)
+		}
+	}
+	if o.compare {
+		if changed("algorithm") {
+			return nil, fmt.Errorf("--algorithm %s and --compare exclude each other: --compare runs fixed-window and sliding-window, the algorithms with a calendar", o.algorithm)
+		}
+		if o.burst != 0 {
+			return nil, fmt.Errorf("--burst %d: with --calendar, --compare runs fixed-window and sliding-window, which take no burst", o.burst)
+		}
+		return sim.CalendarPolicies(o.limit, c, loc), nil
+	}
+	if !changed("algorithm") {
+		return nil, errors.New("--algorithm is required (fixed-window or sliding-window, which count by the calendar), or --compare to run both")
+	}
+	a, err := sluice.ParseAlgorithm(o.algorithm)
+	if err != nil {
+		return nil, fmt.Errorf("--algorithm %s: %v", o.algorithm, err)
+	}
+	if a != sluice.FixedWindow && a != sluice.SlidingWindow {
+		return nil, fmt.Errorf("--calendar %s: %v has no calendar (only fixed-window and sliding-window count by the calendar)", o.calendar, a)
+	}
+	if o.burst != 0 {
+		return nil, fmt.Errorf("--burst %d: %v takes no burst (only token-bucket and leaky-bucket do)", o.burst, a)
+	}
+	p := sluice.Policy{Algorithm: a, Limit: o.limit, Calendar: c, Location: loc}
+	if err := p.Validate(); err != nil {
+		return nil, err
+	}
+	return []sluice.Policy{p}, nil
+}
+
+// startTime returns the instant of --start (zero without it: Unix time 0).
+func (o *simulateOptions) startTime(changed func(string) bool) (time.Time, error) {
+	if !changed("start") {
+		return time.Time{}, nil
+	}
+	t, err := time.Parse(time.RFC3339Nano, o.start)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("--start %s: want an RFC 3339 time such as 2026-03-28T23:00:00+01:00", o.start)
+	}
+	if t.Nanosecond()%1000 != 0 {
+		return time.Time{}, fmt.Errorf("--start %s: must be a whole number of microseconds", o.start)
+	}
+	return t, nil
+}
+
 // fleet returns the fleet of --local-budget, --instances and --budget-max-age (nil without
 // --local-budget), checked flag by flag.
 func (o *simulateOptions) fleet(changed func(string) bool, policies []sluice.Policy) (*sim.Fleet, error) {
@@ -218,6 +315,10 @@ func (o *simulateOptions) fleet(changed func(string) bool, policies []sluice.Pol
 	}
 	p := policies[0]
 	f := sim.Fleet{Instances: 1, Budget: sluice.LocalBudget{Size: o.budget, MaxAge: p.Period}}
+	if p.Calendar != sluice.NoCalendar {
+		// A budget never outlives its window anyway: by default, only that bounds it.
+		f.Budget.MaxAge = longestWindow[p.Calendar]
+	}
 	if changed("instances") {
 		if o.instances < 1 || o.instances > sim.MaxInstances {
 			return nil, fmt.Errorf("--instances %d: must be from 1 to %d", o.instances, sim.MaxInstances)
@@ -327,3 +428,10 @@ func (v *durationValue) Set(s string) error {
 }
 
 func (*durationValue) Type() string { return "duration" }
+
+// longestWindow is the longest window of each calendar in any zone (a day of 25 hours, a leap
+// year's): a local budget's default max_age, so that only the window's end bounds it.
+var longestWindow = map[sluice.Calendar]time.Duration{
+	sluice.Day: 25 * time.Hour, sluice.Week: 7*24*time.Hour + time.Hour,
+	sluice.Month: 31*24*time.Hour + time.Hour, sluice.Year: 366*24*time.Hour + time.Hour,
+}

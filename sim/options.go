@@ -1,0 +1,127 @@
+package sim
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/sluicehq/sluice"
+)
+
+// Options are a simulation's settings beyond its policy and its requests. The zero value is the
+// default: the virtual clock's 0 is Unix time 0, and one limiter decides every request.
+//
+//	sim.Options{Start: start}.Run(policy, reqs)
+//
+// Run, Simulate, Compare, NewSession and NewFleetSession are the zero Options' (and a Fleet's).
+type Options struct {
+	// Start is the instant the virtual clock's 0 stands for: every Request.TMicros (a trace's
+	// t_ms, a pattern's times) counts from it. It matters to calendar policies, whose windows
+	// begin at local midnights, not at 0. The zero Time means Unix time 0
+	// (1970-01-01T00:00:00Z), which is a window boundary of every period.
+	Start time.Time
+
+	// Fleet, if not nil, deals the requests to its instances in turn, each spending local
+	// budgets of the policy (see Fleet).
+	Fleet *Fleet
+}
+
+// origin is Start in µs since the Unix epoch.
+func (o Options) origin() int64 {
+	if o.Start.IsZero() {
+		return 0
+	}
+	return o.Start.UnixMicro()
+}
+
+// Instant is the instant of virtual time tMicros (Start + tMicros), in the zone a person reads
+// it in: a calendar policy's Location, else Start's own (UTC if Start is zero).
+func (o Options) Instant(p *sluice.Policy, tMicros int64) time.Time {
+	t := time.UnixMicro(o.origin() + tMicros)
+	switch {
+	case p != nil && p.Calendar != sluice.NoCalendar:
+		loc := p.Location
+		if loc == nil {
+			loc = time.UTC
+		}
+		return t.In(loc)
+	case o.Start.IsZero():
+		return t.UTC()
+	}
+	return t.In(o.Start.Location())
+}
+
+// Window returns the calendar window of p that holds virtual time tMicros, as virtual times:
+// [start, end), start negative if the window began before the simulation did. ok is false for a
+// policy without a calendar.
+func (o Options) Window(p *sluice.Policy, tMicros int64) (start, end int64, ok bool) {
+	if p.Calendar == sluice.NoCalendar {
+		return 0, 0, false
+	}
+	org := o.origin()
+	_, s, e := p.WindowOf(org + tMicros)
+	return s - org, e - org, true
+}
+
+// NewSession returns a session of policy under o for traffic from at most keys distinct keys
+// (see NewSession and NewFleetSession).
+func (o Options) NewSession(policy sluice.Policy, keys int) (*Session, error) {
+	if o.Fleet != nil {
+		return newFleetSession(policy, keys, *o.Fleet, o.origin())
+	}
+	return newSession(policy, keys, o.origin())
+}
+
+// Run is the package's Run under o.
+func (o Options) Run(policy sluice.Policy, reqs []Request) (Result, error) {
+	rows := make([]Row, 0, len(reqs))
+	sum, err := o.Simulate(policy, reqs, func(r Row) error {
+		rows = append(rows, r)
+		return nil
+	})
+	if err != nil {
+		return Result{}, err
+	}
+	return Result{Policy: policy, Rows: rows, Summary: sum}, nil
+}
+
+// Simulate is the package's Simulate (or, with a Fleet, SimulateFleet) under o.
+func (o Options) Simulate(policy sluice.Policy, reqs []Request, emit func(Row) error) (Summary, error) {
+	s, err := o.NewSession(policy, len(reqs))
+	if err != nil {
+		return Summary{}, err
+	}
+	return s.simulate(reqs, emit)
+}
+
+// Compare runs reqs under each of policies in turn (ComparePolicies' or CalendarPolicies'), under
+// o. It validates every policy before running any.
+func (o Options) Compare(policies []sluice.Policy, reqs []Request) ([]Result, error) {
+	for _, p := range policies {
+		if err := p.Validate(); err != nil {
+			return nil, fmt.Errorf("%v: %w", p.Algorithm, err)
+		}
+	}
+	results := make([]Result, 0, len(policies))
+	for _, p := range policies {
+		r, err := o.Run(p, reqs)
+		if err != nil {
+			return nil, fmt.Errorf("%v: %w", p.Algorithm, err)
+		}
+		results = append(results, r)
+	}
+	return results, nil
+}
+
+// CalendarAlgorithms are the algorithms that count by the calendar, in the order of
+// `sluice simulate --compare --calendar`: the other three have no calendar.
+var CalendarAlgorithms = []sluice.Algorithm{sluice.FixedWindow, sluice.SlidingWindow}
+
+// CalendarPolicies returns the policies a comparison under calendar c in loc runs: one per
+// CalendarAlgorithms, each with limit.
+func CalendarPolicies(limit int64, c sluice.Calendar, loc *time.Location) []sluice.Policy {
+	ps := make([]sluice.Policy, 0, len(CalendarAlgorithms))
+	for _, a := range CalendarAlgorithms {
+		ps = append(ps, sluice.Policy{Algorithm: a, Limit: limit, Calendar: c, Location: loc})
+	}
+	return ps
+}
