@@ -128,10 +128,11 @@ func DecideInto(p *Policy, s *State, now, cost int64, d *Decision) error {
 // tat - now ≤ maxDelay as well as ≤ Burst·T, so the decision is the leaky bucket's with its room
 // cut to the smaller of the two (see leakyBucket), exact as the rest.
 func DecideWithin(p *Policy, s *State, now, cost, maxDelay int64, d *Decision) error {
-	d.At = now
 	if err := CheckCost(p, cost, d); err != nil {
+		d.At = 0 // no decision was made: nothing to settle
 		return err
 	}
+	d.At = now
 	switch p.Algorithm {
 	case FixedWindow:
 		return fixedWindow(p, s, now, cost, d)

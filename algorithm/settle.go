@@ -49,7 +49,11 @@ func Settle(p *Policy, s *State, at, now, reserved, actual int64) (bool, error) 
 		return false, nil
 	}
 	if delta > 0 {
-		return charge(p, s, now, delta), nil
+		changed, ok := charge(p, s, now, delta)
+		if !ok {
+			return false, fmt.Errorf("%w: an extra charge of %d would delay the key beyond any clock", ErrCostExceedsLimit, delta)
+		}
+		return changed, nil
 	}
 	if !s.current(p, p.PeriodMicros()) {
 		return false, nil // the charge was forgotten (idle, or a policy of other numbers since)
@@ -58,8 +62,9 @@ func Settle(p *Policy, s *State, at, now, reserved, actual int64) (bool, error) 
 }
 
 // charge adds cost to the key's state at now, beyond the limit if need be (counts saturating at
-// MaxLimit). It reports false, changing nothing, only if a bucket's tat would pass any clock.
-func charge(p *Policy, s *State, now, cost int64) bool {
+// MaxLimit), and reports whether it changed; ok false, changing nothing, only if a bucket's tat
+// would reach 2^62 µs.
+func charge(p *Policy, s *State, now, cost int64) (changed, ok bool) {
 	period := p.PeriodMicros()
 	current := s.current(p, period)
 	switch p.Algorithm {
@@ -94,7 +99,7 @@ func charge(p *Policy, s *State, now, cost int64) bool {
 		}
 		cost = min(cost, max(0, MaxLimit-sum))
 		if cost == 0 {
-			return false
+			return false, true // saturated
 		}
 		at := now
 		if n := len(log); n > 0 && log[n-1].At > now {
@@ -104,9 +109,14 @@ func charge(p *Policy, s *State, now, cost int64) bool {
 		s.renew(p, period)
 		s.Count, s.Log = sum+cost, log
 	case TokenBucket, LeakyBucket:
-		return gcraAdvance(p, s, now, cost)
+		// A tat from 2^62 on is beyond any clock (as a cost's drain time, CheckCost).
+		c := *s
+		if !gcraAdvance(p, &c, now, cost) || c.TAT >= 1<<62 {
+			return false, false
+		}
+		*s = c
 	}
-	return true
+	return true, true
 }
 
 // refund gives back up to cost units of a charge of reserved made at at, on a current state, as

@@ -50,7 +50,7 @@ type call struct {
 	args     [5]string
 	deadline time.Time // when the caller stops waiting
 	slot     uint16    // keys' hash slot, on a cluster
-	reply    [7]int64 // the script's reply: the decision, then its time
+	reply    [7]int64  // the script's reply: the decision, then its time
 	err      error
 	done     chan struct{} // closed when reply or err is set
 }
