@@ -176,3 +176,11 @@ func (r *Reservation) Commit(ctx context.Context) error { return r.Settle(ctx, r
 
 // Cancel refunds the reservation: its real cost was 0.
 func (r *Reservation) Cancel(ctx context.Context) error { return r.Settle(ctx, 0) }
+
+// Settle implements Settler for a BudgetStore: on the store it wraps, for every policy. A unit
+// spent from a local budget was counted there when the budget was taken (its decision's At is
+// that take's), so its settlement goes there too: a refund gives the quota back to every
+// instance, an extra is charged to all of them.
+func (s *BudgetStore) Settle(ctx context.Context, key string, p Policy, at, reserved, actual int64) error {
+	return settleOn(ctx, s.store, key, p, at, reserved, actual)
+}
