@@ -58,6 +58,13 @@ type Row struct {
 	RetryAfterMicros int64 // 0 when allowed; when refused, the exact wait; NeverMicros if the cost can never fit
 	DelayMicros      int64 // leaky bucket: how long an allowed request is held before it is served
 	Instance         int   // a Fleet's instance that decided it, 1..Instances; 0 without a Fleet
+	// Settles: the request had a real cost, Actual (WithActual), with which it was settled if
+	// approved; Balance is then the Remaining its settlement left (a refused one's own
+	// Remaining), never below 0: a key in debt shows 0, and how long the debt lasts is the next
+	// refusals' RetryAfterMicros.
+	Settles bool
+	Actual  int64
+	Balance int64
 }
 
 // Delayed reports whether the request was allowed, but only after a delay.
@@ -78,6 +85,9 @@ type Summary struct {
 	AllowedCost      int64 // Σ cost of the approved requests
 	MaxDelayMicros   int64 // the longest delay of an approved request
 	TotalDelayMicros int64 // Σ delay of the approved requests (mean delay = TotalDelayMicros / Delayed)
+	Settled          int64 // approved requests settled with a real cost (WithActual)
+	SettledCost      int64 // Σ estimate (cost) of the settled requests
+	ActualCost       int64 // Σ real cost of the settled requests
 }
 
 // Add counts one row into s.
@@ -93,6 +103,11 @@ func (s *Summary) Add(r Row) {
 	}
 	s.Allowed++
 	s.AllowedCost += r.Cost
+	if r.Settles {
+		s.Settled++
+		s.SettledCost += r.Cost
+		s.ActualCost += r.Actual
+	}
 	if r.DelayMicros > 0 {
 		s.Delayed++
 		s.TotalDelayMicros += r.DelayMicros
@@ -112,12 +127,12 @@ type Result struct {
 // RetryAfterMicros NeverMicros, not an error. Run returns an error if the policy is invalid
 // (naming the field), if reqs are not in time order or have a negative time or cost, or if the
 // store fails.
-func Run(policy sluice.Policy, reqs []Request) (Result, error) {
+func Run(policy sluice.Policy, reqs []Request, opts ...Option) (Result, error) {
 	rows := make([]Row, 0, len(reqs))
 	sum, err := Simulate(policy, reqs, func(r Row) error {
 		rows = append(rows, r)
 		return nil
-	})
+	}, opts...)
 	if err != nil {
 		return Result{}, err
 	}
@@ -127,29 +142,55 @@ func Run(policy sluice.Policy, reqs []Request) (Result, error) {
 // Simulate is Run without keeping the rows: it passes each row to emit as it is decided (emit
 // may be nil), so that a caller can write a long run out without holding it in memory. An error
 // from emit stops the run and is returned as is.
-func Simulate(policy sluice.Policy, reqs []Request, emit func(Row) error) (Summary, error) {
+func Simulate(policy sluice.Policy, reqs []Request, emit func(Row) error, opts ...Option) (Summary, error) {
 	s, err := NewSession(policy, len(reqs))
 	if err != nil {
 		return Summary{}, err
 	}
-	return s.simulate(reqs, emit)
+	return s.simulate(reqs, emit, opts)
 }
 
 // SimulateFleet is Simulate with the requests dealt to f's instances in turn, each spending local
 // budgets of the policy from one shared store (see NewFleetSession).
-func SimulateFleet(policy sluice.Policy, f Fleet, reqs []Request, emit func(Row) error) (Summary, error) {
+func SimulateFleet(policy sluice.Policy, f Fleet, reqs []Request, emit func(Row) error, opts ...Option) (Summary, error) {
 	s, err := NewFleetSession(policy, len(reqs), f)
 	if err != nil {
 		return Summary{}, err
 	}
-	return s.simulate(reqs, emit)
+	return s.simulate(reqs, emit, opts)
 }
 
+// Option adds to a simulation (Run, Simulate, SimulateFleet, Compare).
+type Option func(*options)
+
+type options struct {
+	actual []int64
+}
+
+// NoActual is an actual cost that is not known: the request keeps its cost.
+const NoActual int64 = -1
+
+// WithActual gives the requests their real costs, known once they have been served: request i
+// costs actual[i] (0..2^53; NoActual, or i beyond the slice: not known), its Cost being the
+// estimate charged up front. An approved request with a real cost is settled with it right after
+// its decision, at the same virtual instant (sluice.Reservation.Settle: a larger cost charged
+// beyond the limit if need be, a smaller one refunded), and its Row says the balance that leaves.
+// ParseSettledTrace reads them from a trace's actual column.
+func WithActual(actual []int64) Option { return func(o *options) { o.actual = actual } }
+
 // simulate decides reqs on s in turn, passing each row to emit (may be nil).
-func (s *Session) simulate(reqs []Request, emit func(Row) error) (Summary, error) {
+func (s *Session) simulate(reqs []Request, emit func(Row) error, opts []Option) (Summary, error) {
+	var o options
+	for _, f := range opts {
+		f(&o)
+	}
 	var sum Summary
-	for _, rq := range reqs {
-		row, err := s.Decide(rq)
+	for i, rq := range reqs {
+		actual := NoActual
+		if i < len(o.actual) {
+			actual = o.actual[i]
+		}
+		row, err := s.DecideSettled(rq, actual)
 		if err != nil {
 			return sum, err
 		}
@@ -194,7 +235,7 @@ func TakesBurst(a sluice.Algorithm) bool {
 
 // Compare runs reqs under each of ComparePolicies(limit, period, burst), in that order. It
 // validates every policy before running any.
-func Compare(limit int64, period time.Duration, burst int64, reqs []Request) ([]Result, error) {
+func Compare(limit int64, period time.Duration, burst int64, reqs []Request, opts ...Option) ([]Result, error) {
 	ps := ComparePolicies(limit, period, burst)
 	for _, p := range ps {
 		if err := p.Validate(); err != nil {
@@ -203,7 +244,7 @@ func Compare(limit int64, period time.Duration, burst int64, reqs []Request) ([]
 	}
 	results := make([]Result, 0, len(ps))
 	for _, p := range ps {
-		r, err := Run(p, reqs)
+		r, err := Run(p, reqs, opts...)
 		if err != nil {
 			return nil, fmt.Errorf("%v: %w", p.Algorithm, err)
 		}

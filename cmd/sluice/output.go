@@ -25,6 +25,7 @@ type simulation struct {
 	source   string // where reqs came from, for people: a pattern or "trace FILE"
 	compare  bool
 	fleet    *sim.Fleet // --local-budget: the one policy on a fleet of instances spending budgets
+	actual   []int64    // the trace's real costs (its actual column); nil: none
 }
 
 // simRun is one run of the table: a label, its policy, and its fleet (nil: decided exactly).
@@ -51,9 +52,9 @@ func (s *simulation) runs() []simRun {
 // simulate decides s's requests under p, on the fleet f if not nil.
 func (s *simulation) simulate(p sluice.Policy, f *sim.Fleet, emit func(sim.Row) error) (sim.Summary, error) {
 	if f != nil {
-		return sim.SimulateFleet(p, *f, s.reqs, emit)
+		return sim.SimulateFleet(p, *f, s.reqs, emit, sim.WithActual(s.actual))
 	}
-	return sim.Simulate(p, s.reqs, emit)
+	return sim.Simulate(p, s.reqs, emit, sim.WithActual(s.actual))
 }
 
 func (s *simulation) write(w io.Writer, format string) error {
@@ -82,6 +83,9 @@ func (s *simulation) writeCSV(w io.Writer) error {
 	if s.fleet != nil {
 		header = append(header, "instance")
 	}
+	if s.actual != nil {
+		header = append(header, sim.SettledCSVHeader()...)
+	}
 	if err := cw.Write(header); err != nil {
 		return err
 	}
@@ -94,6 +98,9 @@ func (s *simulation) writeCSV(w io.Writer) error {
 			}
 			if s.fleet != nil {
 				rec = append(rec, itoa(int64(r.Instance)))
+			}
+			if s.actual != nil {
+				rec = append(rec, r.SettledCSVRecord()...)
 			}
 			return cw.Write(rec)
 		})
@@ -285,6 +292,11 @@ func (s *simulation) writeTable(w io.Writer) error {
 			summary = append(summary, summaryColumn{"never fit", func(s sim.Summary) string { return itoa(s.Never) }})
 			break
 		}
+	}
+	if s.actual != nil { // the trace's real costs: what the approved ones were estimated at, and cost
+		summary = append(summary, summaryColumn{"settled", func(s sim.Summary) string { return itoa(s.Settled) }},
+			summaryColumn{"estimated", func(s sim.Summary) string { return itoa(s.SettledCost) }},
+			summaryColumn{"actual", func(s sim.Summary) string { return itoa(s.ActualCost) }})
 	}
 	sg := []*group{{}, {}}
 	head := "algorithm"
