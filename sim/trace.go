@@ -101,7 +101,7 @@ func parseTraceColumns(r io.Reader, maxRequests int, maxBytes int64, settled boo
 	width := len(header)
 
 	var reqs []Request
-	var actual []int64 // with an actual column
+	var actual []int64          // with an actual column
 	keys := map[string]string{} // interned, so that a long trace holds each key once
 	var prev int64
 	for {
