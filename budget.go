@@ -126,6 +126,7 @@ type budgetEntry struct {
 	expires   time.Time // spend only before this
 	remaining int64     // the store's Remaining when the budget was taken
 	resetAt   time.Time // the store's ResetAfter then, as a time
+	at        int64     // the store's Decision.At then: where a settlement of a unit spent from it goes
 	dryUntil  time.Time // the store refused a budget: decide exactly until then
 	refilling *refillOp // the budget being taken, nil if none
 	dead      bool      // evicted: look the entry up again
@@ -238,7 +239,7 @@ func (e *budgetEntry) startRefill() {
 
 // local is the decision of a request served from e's budget at now.
 func (e *budgetEntry) local(p *Policy, now time.Time) Decision {
-	return Decision{Allowed: true, Limit: p.Capacity(), Remaining: e.remaining + e.units, ResetAfter: max(0, e.resetAt.Sub(now))}
+	return Decision{Allowed: true, Limit: p.Capacity(), Remaining: e.remaining + e.units, ResetAfter: max(0, e.resetAt.Sub(now)), At: e.at}
 }
 
 // refill takes a budget of b.Size units for e from the store (or, if the store has fewer but at
@@ -289,7 +290,7 @@ func (s *BudgetStore) refill(ctx context.Context, e *budgetEntry, key string, p 
 		}
 		life = min(life, d.ResetAfter-p.Period)
 	}
-	e.units, e.expires, e.remaining, e.resetAt = n, t0.Add(life), d.Remaining, t0.Add(d.ResetAfter)
+	e.units, e.expires, e.remaining, e.resetAt, e.at = n, t0.Add(life), d.Remaining, t0.Add(d.ResetAfter), d.At
 	if !serve {
 		return d, true, nil
 	}

@@ -132,8 +132,10 @@ func DecideInto(p *Policy, s *State, now, cost int64, d *Decision) error {
 // cut to the smaller of the two (see leakyBucket), exact as the rest.
 func DecideWithin(p *Policy, s *State, now, cost, maxDelay int64, d *Decision) error {
 	if err := CheckCost(p, cost, d); err != nil {
+		d.At = 0 // no decision was made: nothing to settle
 		return err
 	}
+	d.At = now
 	switch p.Algorithm {
 	case FixedWindow:
 		if p.Calendar != NoCalendar {

@@ -190,6 +190,10 @@ type Decision struct {
 	Delay      time.Duration // leaky bucket: how long to hold an approved request before serving it
 	Fallback   Fallback      // how a Limiter decided when its store could not; NoFallback from every store
 	Cached     bool          // a refusal answered from the store's negative cache, not by its backend
+	// At is the instant decided at, µs since the epoch on the store's clock (Redis's, for the
+	// Redis store): what a settlement of the cost this decision charged takes (Settle). 0 if no
+	// store decided (a fail-open fallback).
+	At int64
 }
 
 // Fallback says how a decision was made when the store that should have made it could not.

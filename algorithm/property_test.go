@@ -169,7 +169,7 @@ func checkAgainstModel(t testing.TB, p *Policy, recs []record) {
 		if r.err != nil {
 			t.Fatalf("step %d: %v: unexpected error", i, r)
 		}
-		want := Decision{Limit: p.Capacity(), Allowed: m.admits(r.now, r.cost)}
+		want := Decision{Limit: p.Capacity(), Allowed: m.admits(r.now, r.cost), At: r.now}
 		if want.Allowed {
 			want.Delay = micros(m.delay(r.now))
 			if r.cost > 0 {

@@ -46,6 +46,6 @@ func slidingLog(p *Policy, s *State, now, cost int64, d *Decision) error {
 	if sum > 0 {
 		reset = log[len(log)-1].At + period - now
 	}
-	d.set(allowed, limit, limit-sum, retry, reset, 0)
+	d.set(allowed, limit, max(0, limit-sum), retry, reset, 0) // (sum > limit after a settlement charged beyond it)
 	return nil
 }

@@ -229,6 +229,7 @@ type Route struct {
 	Cost       int64    // units each request takes; default 1; 0 checks without consuming
 	Policy     []string // if set, replaces the client's policies on this route
 	Scope      string   // if set, the route's requests count under this name instead of the policy's
+	After      *After   // if set, the cost is settled once the upstream's response is known (after.go)
 	Line       int
 
 	own    *resolution  // Policy resolved, scope applied; nil if Policy is empty

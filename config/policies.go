@@ -455,6 +455,7 @@ func (p *parser) routes(n *yaml.Node, c *Config, r *refs) {
 				}
 			}
 		}
+		rt.After = p.after(m, path, rt)
 		c.Routes = append(c.Routes, rt)
 	})
 }

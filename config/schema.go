@@ -76,7 +76,7 @@ var (
 	ipFields       = []string{"trusted_proxies", "ipv4_prefix", "ipv6_prefix", "forwarded_header"}
 	policyFields   = []string{"name", "algorithm", "limit", "period", "burst", "dry_run", "key_by", "local_budget", "calendar", "time_zone"}
 	clientFields   = []string{"name", "api_key_sha256", "jwt_subject", "policy"}
-	routeFields    = []string{"method", "path_prefix", "cost", "policy", "scope"}
+	routeFields    = []string{"method", "path_prefix", "cost", "policy", "scope", "cost_from", "count_only", "refund_on"}
 	limitsFields   = []string{"max_delay", "legacy_headers"}
 	serverFields   = []string{"body_timeout", "body_min_rate", "drain_timeout"}
 	rlsFields      = []string{"listen", "envoy_config"}
@@ -194,6 +194,7 @@ func (p *parser) config(root *yaml.Node) *Config {
 	}
 	if n := p.get(m, "forward_auth"); n != nil {
 		p.forwardAuth(n, &c.ForwardAuth)
+		p.afterNotForwardAuth(c, n, &r)
 	}
 	if c.RLS != nil && c.RLS.Listen != "" && (c.RLS.Listen == c.Listen || c.RLS.Listen == c.AdminListen) {
 		p.errorf(m.values["rls"], "rls", nil, "listen %q is also another listener's; give it a port of its own", c.RLS.Listen)

@@ -42,6 +42,9 @@ type Request struct {
 	// Costs, if not nil, is each limit's own cost (in Limits' order), instead of Cost for all:
 	// Envoy's descriptors each carry their own hits_addend.
 	Costs []int64
+	// After, if not nil, settles the cost once the upstream's response is known (Finish): the
+	// route's cost_from, count_only and refund_on.
+	After *config.After
 }
 
 // cost returns limit i's cost.

@@ -97,7 +97,11 @@ func (p *Policies) resolve(who identity.Identity, r identity.Request, claims []s
 			break
 		}
 	}
-	return Request{Who: who, Client: name, Limits: limits, Cost: cost}
+	req := Request{Who: who, Client: name, Limits: limits, Cost: cost}
+	if route != nil {
+		req.After = route.After
+	}
+	return req
 }
 
 // Named is the request of a configured client (nil: an anonymous one keyed by who.Key) under the

@@ -263,6 +263,7 @@ func isChunkError(err error) bool {
 // forwardFailed is the net/http engine's answer to a request it could not forward: the client's
 // fault if reading its body failed, else the upstream's.
 func (g *Gateway) forwardFailed(w http.ResponseWriter, r *http.Request, err error) {
+	noteAborted(w)
 	if nb, ok := r.Body.(netBody); ok {
 		if berr := nb.failed(); berr != nil {
 			w.Header().Set("Connection", "close")

@@ -57,6 +57,7 @@ func (g *Gateway) ServeFast(ctx *fasthttp.RequestCtx) {
 		restartBody(ctx.Conn(), g.cfg.Server.BodyTimeout)
 		if !stayed { // the client left while held: do not forward
 			g.metrics.abandon(req.Client)
+			g.finishFast(dctx, &req, &v, ctx, 0, true)
 			ctx.SetConnectionClose()
 			g.finish(ctx, start, span, &req, v.Outcome, 499, 0) // nginx's code for a client gone
 			return
@@ -66,6 +67,7 @@ func (g *Gateway) ServeFast(ctx *fasthttp.RequestCtx) {
 		propagator.Inject(dctx, fastCarrier{&ctx.Request.Header}) // this span is the upstream's parent
 	}
 	took := g.forward(ctx)
+	g.finishFast(dctx, &req, &v, ctx, took, false)
 	g.fields(&ctx.Response.Header, v.Decisions)
 	g.finish(ctx, start, span, &req, v.Outcome, ctx.Response.StatusCode(), took)
 }

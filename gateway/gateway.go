@@ -126,6 +126,11 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	req := g.policies.Resolve(identity.HTTP(r), r.Method, path)
 	v := g.decider.Decide(r.Context(), &req)
+	if req.After != nil { // the cost is settled once the response is known
+		var finish func()
+		w, finish = g.afterHTTP(w, r, &req, &v)
+		defer finish()
+	}
 	if g.access == nil && span == nil {
 		if !decision.Serve(w, r, &v, g.cfg.Limits.LegacyHeaders, g.proxy) {
 			g.metrics.abandon(req.Client)

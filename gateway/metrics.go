@@ -28,6 +28,7 @@ type Metrics struct {
 	lastReloadOK   prometheus.Gauge         // 1 if it took, 0 if the old configuration kept running
 	holds          prometheus.Histogram     // leaky-bucket holds of admitted requests
 	upstream       *prometheus.HistogramVec // class: the upstream's answers by status class, and their time
+	settlements    *prometheus.CounterVec   // client, outcome: costs settled after the response (settle.go)
 
 	// byPolicy caches decisions' counters per client and policy label: looking them up in the
 	// CounterVec hashes the labels and takes a lock on every request.
@@ -113,6 +114,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Help:    "The upstream's answers to forwarded requests, by status class (1xx..5xx), and how long each took to its header.",
 		Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30}}, []string{"class"})
 	m.activity = newActivity()
+	m.settlements = newSettlements(reg)
 	reg.MustRegister(m.decisions, m.earlyRetries, m.abandoned, m.latency, m.storeErrors, m.upstreamErrors, m.reloads,
 		m.lastReload, m.lastReloadOK, m.holds, m.upstream, m.failures, buildInfo())
 	return m

@@ -23,6 +23,10 @@ import (
 //	delay_ms        how long an allowed request is held before it is served (leaky bucket)
 //	instance        with a Fleet only: the instance that decided it, from 1 (JSON: left out
 //	                without a Fleet; CSV: a last column that `sluice simulate --instances` adds)
+//	actual, balance with real costs only (Options.Actual; JSON: left out for a request without one;
+//	                CSV: two last columns, SettledCSVHeader, that `sluice simulate` adds for a
+//	                trace with an actual column): the request's real cost, and the remaining its
+//	                settlement left (never below 0); empty in CSV for a request without one
 //
 // A summary (JSON object keys):
 //
@@ -32,6 +36,8 @@ import (
 //	offered_cost, allowed_cost  Σ cost of the offered and of the allowed requests
 //	max_delay_ms                the longest delay_ms
 //	total_delay_ms              Σ delay_ms (the mean delay is total_delay_ms / delayed)
+//	settled, settled_cost,      with real costs only: the approved requests settled, Σ their
+//	actual_cost                 estimates (cost) and Σ their real costs
 
 // CSVHeader returns the CSV header of rows: t_ms,key,cost,allowed,remaining,retry_after_ms,delay_ms.
 func CSVHeader() []string {
@@ -44,6 +50,17 @@ func (r Row) CSVRecord() []string {
 		strconv.FormatInt(r.Remaining, 10), r.retryAfterMillis(), FormatMillis(r.DelayMicros)}
 }
 
+// SettledCSVHeader returns the CSV columns of real costs: actual,balance.
+func SettledCSVHeader() []string { return []string{"actual", "balance"} }
+
+// SettledCSVRecord returns r's fields in the order of SettledCSVHeader (empty if r had no real cost).
+func (r Row) SettledCSVRecord() []string {
+	if !r.Settles {
+		return []string{"", ""}
+	}
+	return []string{strconv.FormatInt(r.Actual, 10), strconv.FormatInt(r.Balance, 10)}
+}
+
 func (r Row) retryAfterMillis() string {
 	if r.RetryAfterMicros == NeverMicros {
 		return "-1"
@@ -54,6 +71,10 @@ func (r Row) retryAfterMillis() string {
 // MarshalJSON writes r as {"t_ms":..,"key":..,"cost":..,"allowed":..,"remaining":..,
 // "retry_after_ms":..,"delay_ms":..} (see the schema above).
 func (r Row) MarshalJSON() ([]byte, error) {
+	var actual, balance *int64
+	if r.Settles {
+		actual, balance = &r.Actual, &r.Balance
+	}
 	return json.Marshal(struct {
 		TMs          json.Number `json:"t_ms"`
 		Key          string      `json:"key"`
@@ -63,13 +84,19 @@ func (r Row) MarshalJSON() ([]byte, error) {
 		RetryAfterMs json.Number `json:"retry_after_ms"`
 		DelayMs      json.Number `json:"delay_ms"`
 		Instance     int         `json:"instance,omitempty"`
+		Actual       *int64      `json:"actual,omitempty"`
+		Balance      *int64      `json:"balance,omitempty"`
 	}{json.Number(FormatMillis(r.TMicros)), r.Key, r.Cost, r.Allowed, r.Remaining,
-		json.Number(r.retryAfterMillis()), json.Number(FormatMillis(r.DelayMicros)), r.Instance})
+		json.Number(r.retryAfterMillis()), json.Number(FormatMillis(r.DelayMicros)), r.Instance, actual, balance})
 }
 
 // MarshalJSON writes s as {"offered":..,"allowed":..,"refused":..,"delayed":..,"never":..,
 // "offered_cost":..,"allowed_cost":..,"max_delay_ms":..,"total_delay_ms":..} (see the schema above).
 func (s Summary) MarshalJSON() ([]byte, error) {
+	var settled, settledCost, actualCost *int64
+	if s.Settled > 0 {
+		settled, settledCost, actualCost = &s.Settled, &s.SettledCost, &s.ActualCost
+	}
 	return json.Marshal(struct {
 		Offered      int64       `json:"offered"`
 		Allowed      int64       `json:"allowed"`
@@ -80,8 +107,11 @@ func (s Summary) MarshalJSON() ([]byte, error) {
 		AllowedCost  int64       `json:"allowed_cost"`
 		MaxDelayMs   json.Number `json:"max_delay_ms"`
 		TotalDelayMs json.Number `json:"total_delay_ms"`
+		Settled      *int64      `json:"settled,omitempty"`
+		SettledCost  *int64      `json:"settled_cost,omitempty"`
+		ActualCost   *int64      `json:"actual_cost,omitempty"`
 	}{s.Offered, s.Allowed, s.Refused, s.Delayed, s.Never, s.OfferedCost, s.AllowedCost,
-		json.Number(FormatMillis(s.MaxDelayMicros)), json.Number(FormatMillis(s.TotalDelayMicros))})
+		json.Number(FormatMillis(s.MaxDelayMicros)), json.Number(FormatMillis(s.TotalDelayMicros)), settled, settledCost, actualCost})
 }
 
 // FormatMillis writes µs as milliseconds, exactly: up to 3 decimals, no trailing zeros

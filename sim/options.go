@@ -23,6 +23,14 @@ type Options struct {
 	// Fleet, if not nil, deals the requests to its instances in turn, each spending local
 	// budgets of the policy (see Fleet).
 	Fleet *Fleet
+
+	// Actual, if not nil, gives the requests their real costs, known once they have been served:
+	// request i costs Actual[i] (0..2^53; NoActual, or i beyond the slice: not known), its Cost
+	// being the estimate charged up front. An approved request with a real cost is settled with it
+	// right after its decision, at the same virtual instant (sluice.Reservation.Settle: a larger
+	// cost charged beyond the limit if need be, a smaller one refunded), and its Row says the
+	// balance that leaves. ParseSettledTrace reads them from a trace's actual column.
+	Actual []int64
 }
 
 // origin is Start in µs since the Unix epoch.
@@ -90,7 +98,7 @@ func (o Options) Simulate(policy sluice.Policy, reqs []Request, emit func(Row) e
 	if err != nil {
 		return Summary{}, err
 	}
-	return s.simulate(reqs, emit)
+	return s.simulate(reqs, emit, o.Actual)
 }
 
 // Compare runs reqs under each of policies in turn (ComparePolicies' or CalendarPolicies'), under

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/algorithm"
 	"github.com/sluicehq/sluice/store/memory"
 )
 
@@ -93,7 +94,12 @@ func newSession(policy sluice.Policy, keys int, origin int64) (*Session, error) 
 // refused row with RetryAfterMicros NeverMicros, not an error. It returns an error if rq's time
 // is outside 0..MaxTimeMicros or before the last instant decided or peeked at, if its cost is
 // negative, or if the store fails; the session is then unchanged.
-func (s *Session) Decide(rq Request) (Row, error) {
+func (s *Session) Decide(rq Request) (Row, error) { return s.DecideSettled(rq, NoActual) }
+
+// DecideSettled is Decide for a request whose real cost is actual (NoActual: not known; else
+// 0..2^53, rq.Cost being the estimate): approved, it is settled with it at once, at rq's time,
+// and the row says the balance that leaves (see Options.Actual).
+func (s *Session) DecideSettled(rq Request, actual int64) (Row, error) {
 	i := s.n + 1
 	switch {
 	case rq.TMicros < 0 || rq.TMicros > MaxTimeMicros:
@@ -103,6 +109,8 @@ func (s *Session) Decide(rq Request) (Row, error) {
 			i, FormatMillis(rq.TMicros), FormatMillis(s.last))
 	case rq.Cost < 0:
 		return Row{}, fmt.Errorf("sim: request %d: cost %d must be ≥ 0", i, rq.Cost)
+	case actual != NoActual && (actual < 0 || actual > algorithm.MaxLimit):
+		return Row{}, fmt.Errorf("sim: request %d: actual cost %d must be in 0..2^53", i, actual)
 	}
 	s.last = rq.TMicros
 	s.clock.Set(time.UnixMicro(s.origin + rq.TMicros))
@@ -111,7 +119,15 @@ func (s *Session) Decide(rq Request) (Row, error) {
 		lim, instance = s.limiters[s.next], s.next+1
 		s.next = (s.next + 1) % len(s.limiters)
 	}
-	d, err := lim.AllowN(s.ctx, rq.Key, rq.Cost)
+	var d sluice.Decision
+	var err error
+	var r *sluice.Reservation
+	if actual != NoActual {
+		r, err = lim.Reserve(s.ctx, rq.Key, rq.Cost)
+		d = r.Decision()
+	} else {
+		d, err = lim.AllowN(s.ctx, rq.Key, rq.Cost)
+	}
 	row := Row{Request: rq, Allowed: d.Allowed, Remaining: d.Remaining,
 		RetryAfterMicros: micros(d.RetryAfter), DelayMicros: micros(d.Delay), Instance: instance}
 	switch {
@@ -121,6 +137,12 @@ func (s *Session) Decide(rq Request) (Row, error) {
 		return Row{}, fmt.Errorf("sim: request %d (t_ms %s, key %q): %w", i, FormatMillis(rq.TMicros), rq.Key, err)
 	case d.Allowed:
 		row.RetryAfterMicros = 0
+	}
+	if actual != NoActual {
+		row.Settles, row.Actual = true, actual
+		if err := s.settle(lim, r, &row); err != nil {
+			return Row{}, fmt.Errorf("sim: request %d (t_ms %s, key %q): settling: %w", i, FormatMillis(rq.TMicros), rq.Key, err)
+		}
 	}
 	s.n++
 	return row, nil
@@ -149,3 +171,22 @@ func (s *Session) Peek(tMicros int64, key string) (sluice.Decision, error) {
 
 // Policy returns the session's policy.
 func (s *Session) Policy() sluice.Policy { return s.limiter.Policy() }
+
+// settle settles an approved request's reservation r with its real cost, at the decision's
+// virtual instant, and records the balance it leaves (a peek); a refused one settles nothing and
+// its balance is its own Remaining.
+func (s *Session) settle(lim *sluice.Limiter, r *sluice.Reservation, row *Row) error {
+	row.Balance = row.Remaining
+	if !row.Allowed {
+		return nil
+	}
+	if err := r.Settle(s.ctx, row.Actual); err != nil {
+		return err
+	}
+	d, err := lim.AllowN(s.ctx, row.Key, 0)
+	if err != nil {
+		return err
+	}
+	row.Balance = d.Remaining
+	return nil
+}

@@ -57,6 +57,13 @@ type Row struct {
 	RetryAfterMicros int64 // 0 when allowed; when refused, the exact wait; NeverMicros if the cost can never fit
 	DelayMicros      int64 // leaky bucket: how long an allowed request is held before it is served
 	Instance         int   // a Fleet's instance that decided it, 1..Instances; 0 without a Fleet
+	// Settles: the request had a real cost, Actual (Options.Actual), with which it was settled if
+	// approved; Balance is then the Remaining its settlement left (a refused one's own
+	// Remaining), never below 0: a key in debt shows 0, and how long the debt lasts is the next
+	// refusals' RetryAfterMicros.
+	Settles bool
+	Actual  int64
+	Balance int64
 }
 
 // Delayed reports whether the request was allowed, but only after a delay.
@@ -77,6 +84,9 @@ type Summary struct {
 	AllowedCost      int64 // Σ cost of the approved requests
 	MaxDelayMicros   int64 // the longest delay of an approved request
 	TotalDelayMicros int64 // Σ delay of the approved requests (mean delay = TotalDelayMicros / Delayed)
+	Settled          int64 // approved requests settled with a real cost (Options.Actual)
+	SettledCost      int64 // Σ estimate (cost) of the settled requests
+	ActualCost       int64 // Σ real cost of the settled requests
 }
 
 // Add counts one row into s.
@@ -92,6 +102,11 @@ func (s *Summary) Add(r Row) {
 	}
 	s.Allowed++
 	s.AllowedCost += r.Cost
+	if r.Settles {
+		s.Settled++
+		s.SettledCost += r.Cost
+		s.ActualCost += r.Actual
+	}
 	if r.DelayMicros > 0 {
 		s.Delayed++
 		s.TotalDelayMicros += r.DelayMicros
@@ -128,11 +143,18 @@ func SimulateFleet(policy sluice.Policy, f Fleet, reqs []Request, emit func(Row)
 	return Options{Fleet: &f}.Simulate(policy, reqs, emit)
 }
 
+// NoActual is an actual cost that is not known: the request keeps its cost.
+const NoActual int64 = -1
+
 // simulate decides reqs on s in turn, passing each row to emit (may be nil).
-func (s *Session) simulate(reqs []Request, emit func(Row) error) (Summary, error) {
+func (s *Session) simulate(reqs []Request, emit func(Row) error, actuals []int64) (Summary, error) {
 	var sum Summary
-	for _, rq := range reqs {
-		row, err := s.Decide(rq)
+	for i, rq := range reqs {
+		actual := NoActual
+		if i < len(actuals) {
+			actual = actuals[i]
+		}
+		row, err := s.DecideSettled(rq, actual)
 		if err != nil {
 			return sum, err
 		}

@@ -28,10 +28,13 @@ type simulation struct {
 	fleet    *sim.Fleet // --local-budget: the one policy on a fleet of instances spending budgets
 	start    time.Time  // --start: the instant the virtual clock's 0 stands for (zero: Unix time 0)
 	local    bool       // --start or --calendar: show each row's local time (and calendar window)
+	actual   []int64    // the trace's real costs (its actual column); nil: none
 }
 
 // options are the simulation's sim.Options, with the fleet f (may be nil).
-func (s *simulation) options(f *sim.Fleet) sim.Options { return sim.Options{Start: s.start, Fleet: f} }
+func (s *simulation) options(f *sim.Fleet) sim.Options {
+	return sim.Options{Start: s.start, Fleet: f, Actual: s.actual}
+}
 
 // calendar reports whether the policies count by the calendar (all or none do).
 func (s *simulation) calendar() bool { return s.policies[0].Calendar != sluice.NoCalendar }
@@ -125,6 +128,9 @@ func (s *simulation) writeCSV(w io.Writer) error {
 		header = append(header, "instance")
 	}
 	header = append(header, s.localFields()...)
+	if s.actual != nil {
+		header = append(header, sim.SettledCSVHeader()...)
+	}
 	if err := cw.Write(header); err != nil {
 		return err
 	}
@@ -139,6 +145,9 @@ func (s *simulation) writeCSV(w io.Writer) error {
 				rec = append(rec, itoa(int64(r.Instance)))
 			}
 			rec = append(rec, s.localValues(r)...)
+			if s.actual != nil {
+				rec = append(rec, r.SettledCSVRecord()...)
+			}
 			return cw.Write(rec)
 		})
 		if err != nil {
@@ -382,6 +391,11 @@ func (s *simulation) writeTable(w io.Writer) error {
 			summary = append(summary, summaryColumn{"never fit", func(s sim.Summary) string { return itoa(s.Never) }})
 			break
 		}
+	}
+	if s.actual != nil { // the trace's real costs: what the approved ones were estimated at, and cost
+		summary = append(summary, summaryColumn{"settled", func(s sim.Summary) string { return itoa(s.Settled) }},
+			summaryColumn{"estimated", func(s sim.Summary) string { return itoa(s.SettledCost) }},
+			summaryColumn{"actual", func(s sim.Summary) string { return itoa(s.ActualCost) }})
 	}
 	sg := []*group{{}, {}}
 	head := "algorithm"

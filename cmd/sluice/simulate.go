@@ -48,10 +48,13 @@ Traffic, exactly one of:
                        idle D      no requests for D
                      D is a Go duration (10s, 1m30s, 250ms). Every request has key "k" and
                      cost 1; a simulation takes at most 1000000 requests.
-  --trace FILE       CSV with a header naming its columns: t_ms (required), key, cost. t_ms is
-                     milliseconds since the start with up to 3 decimals, in time order; key
-                     defaults to "k", cost to 1 (0 peeks). Blank and #-comment lines are
-                     skipped. "-" reads standard input.
+  --trace FILE       CSV with a header naming its columns: t_ms (required), key, cost, actual.
+                     t_ms is milliseconds since the start with up to 3 decimals, in time order;
+                     key defaults to "k", cost to 1 (0 peeks). actual, if given, is the
+                     request's real cost, known once it was served (cost is then the estimate
+                     charged up front): an approved request is settled with it at once, the
+                     extra charged beyond the limit if need be, the rest refunded. Blank and
+                     #-comment lines are skipped. "-" reads standard input.
 
 Local budgets, --local-budget N: the policy also runs on --instances instances (default 1)
 sharing one store, the requests dealt to them in turn, each taking N units from the store at
@@ -81,12 +84,15 @@ Fields (CSV columns and JSON keys alike; times in milliseconds, exact to the µs
   delay_ms        how long an allowed request is held before it is served (leaky bucket)
   time            with --start or --calendar: the request's local time (RFC 3339)
   window          with --calendar: the local start of the calendar window it counted in
+  actual, balance with a trace's actual column: the real cost, and the remaining after the
+                  settlement (never below 0: a client in debt is refused until it is paid off)
   policy          {"algorithm","limit","period_ms","burst"}, or with --calendar
                   {"algorithm","limit","calendar","time_zone","burst"}; with --start, "start"
                   beside it
   summary         offered, allowed, refused (offered - allowed, never included), delayed
                   (allowed with delay_ms > 0), never (cost can never fit), offered_cost,
-                  allowed_cost, max_delay_ms, total_delay_ms
+                  allowed_cost, max_delay_ms, total_delay_ms; with actual costs also settled
+                  (approved requests settled), settled_cost (their estimates), actual_cost
 
 Bad flags or input print one line on stderr and exit with code 2.`
 
@@ -163,7 +169,7 @@ func (o *simulateOptions) run(cmd *cobra.Command, stdin io.Reader) error {
 	default:
 		return fmt.Errorf("--format %s: want table, csv or json", o.format)
 	}
-	reqs, source, err := o.requests(flags.Changed, stdin)
+	reqs, actual, source, err := o.requests(flags.Changed, stdin)
 	if err != nil {
 		return err
 	}
@@ -175,7 +181,7 @@ func (o *simulateOptions) run(cmd *cobra.Command, stdin io.Reader) error {
 	if err != nil {
 		return err
 	}
-	out := &simulation{policies: policies, reqs: reqs, source: source, compare: o.compare, fleet: fleet,
+	out := &simulation{policies: policies, reqs: reqs, source: source, compare: o.compare, fleet: fleet, actual: actual,
 		start: start, local: flags.Changed("start") || flags.Changed("calendar")}
 	if err := out.write(cmd.OutOrStdout(), o.format); err != nil {
 		return failure{err}
@@ -343,44 +349,45 @@ func (o *simulateOptions) fleet(changed func(string) bool, policies []sluice.Pol
 	return &f, nil
 }
 
-// requests reads the traffic of --traffic or --trace, and describes where it came from.
-func (o *simulateOptions) requests(changed func(string) bool, stdin io.Reader) ([]sim.Request, string, error) {
+// requests reads the traffic of --traffic or --trace (and a trace's real costs: nil if none), and
+// describes where it came from.
+func (o *simulateOptions) requests(changed func(string) bool, stdin io.Reader) ([]sim.Request, []int64, string, error) {
 	switch {
 	case changed("traffic") && changed("trace"):
-		return nil, "", errors.New("--traffic and --trace exclude each other: give one")
+		return nil, nil, "", errors.New("--traffic and --trace exclude each other: give one")
 	case changed("traffic"):
 		reqs, err := sim.ParseTraffic(o.traffic)
 		if err != nil {
-			return nil, "", err
+			return nil, nil, "", err
 		}
 		if len(reqs) == 0 {
-			return nil, "", fmt.Errorf("--traffic %q makes no requests", o.traffic)
+			return nil, nil, "", fmt.Errorf("--traffic %q makes no requests", o.traffic)
 		}
-		return reqs, sim.NormalizePattern(o.traffic), nil
+		return reqs, nil, sim.NormalizePattern(o.traffic), nil
 	case changed("trace"):
 		var r io.Reader = stdin
 		name := "standard input"
 		if o.trace != "-" {
 			f, err := os.Open(o.trace)
 			if err != nil {
-				return nil, "", fmt.Errorf("--trace: %v", err)
+				return nil, nil, "", fmt.Errorf("--trace: %v", err)
 			}
 			defer f.Close()
 			r, name = f, o.trace
 		}
 		if r == nil {
-			return nil, "", errors.New("--trace -: no standard input")
+			return nil, nil, "", errors.New("--trace -: no standard input")
 		}
-		reqs, err := sim.ParseTrace(r)
+		reqs, actual, err := sim.ParseSettledTrace(r)
 		if err != nil {
-			return nil, "", err
+			return nil, nil, "", err
 		}
 		if len(reqs) == 0 {
-			return nil, "", fmt.Errorf("--trace %s: the trace has no requests", o.trace)
+			return nil, nil, "", fmt.Errorf("--trace %s: the trace has no requests", o.trace)
 		}
-		return reqs, "trace " + name, nil
+		return reqs, actual, "trace " + name, nil
 	}
-	return nil, "", errors.New(`want --traffic PATTERN or --trace FILE (e.g. --traffic "5/s for 10s; 40 in 1s")`)
+	return nil, nil, "", errors.New(`want --traffic PATTERN or --trace FILE (e.g. --traffic "5/s for 10s; 40 in 1s")`)
 }
 
 // int64Value is a flag holding a whole number, with a short error message.

@@ -50,7 +50,7 @@ type call struct {
 	args     [5]string
 	deadline time.Time // when the caller stops waiting
 	slot     uint16    // keys' hash slot, on a cluster
-	reply    [6]int64
+	reply    [7]int64  // the script's reply: the decision, then its time
 	err      error
 	done     chan struct{} // closed when reply or err is set
 }
@@ -245,7 +245,7 @@ func (w *worker) send(batch []*call) {
 			c.err = a.err
 		default:
 			b.c.learn(sl, reply[6])
-			copy(c.reply[:], reply[:6])
+			copy(c.reply[:], reply[:7])
 		}
 		close(c.done)
 		return
@@ -275,7 +275,8 @@ func (w *worker) send(batch []*call) {
 		case a.err != nil && reply[6*i] == 1 && c.args[4] != "0": // consumed, not on enough replicas
 			c.err = a.err
 		default:
-			copy(c.reply[:], reply[6*i:6*i+6])
+			copy(c.reply[:6], reply[6*i:6*i+6])
+			c.reply[6] = reply[6*len(batch)]
 		}
 		close(c.done)
 	}

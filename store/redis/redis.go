@@ -126,6 +126,7 @@ type Store struct {
 	single   [6]*program
 	multi    *program
 	batch    *program
+	settle   *program
 	refused  *negativeCache // nil: disabled
 	acks     *acks          // nil: ReplicasAck off
 
@@ -246,6 +247,7 @@ func New(opts Options) (*Store, error) {
 	}
 	s.multi = newProgram(multiScript(), "multi")
 	s.batch = newProgram(batchScript(), "batch")
+	s.settle = newProgram(settleScript(), "settle")
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	c, err := s.connect()
 	if err == nil {
@@ -502,6 +504,7 @@ func (s *Store) Decide(ctx context.Context, key string, p sluice.Policy, cost in
 		}
 	}
 	d = algorithm.MakeDecision(reply[0] == 1, reply[1], reply[2], reply[3], reply[4], reply[5])
+	d.At = reply[6] // the script's now: what a settlement of the charge takes
 	if s.refused != nil {
 		if d.Allowed {
 			if cost > 0 {
@@ -659,6 +662,7 @@ func (m *multiCall) exec(ctx context.Context, which []int, check bool) (bool, er
 		i := limit(j)
 		r := reply[6*j : 6*j+6]
 		m.out[i] = algorithm.MakeDecision(r[0] == 1, r[1], r[2], r[3], r[4], r[5])
+		m.out[i].At = reply[6*n] // the script's now: what a settlement of the charge takes
 		all = all && (m.out[i].Allowed || m.limits[i].DryRun)
 	}
 	if all && !check && m.s.refused != nil {

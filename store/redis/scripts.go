@@ -20,6 +20,7 @@ import (
 //	lua/single.lua          the entry point of one decision
 //	lua/multi.lua           the entry point of several limits on one client, all or nothing
 //	lua/batch.lua           the entry point of several independent decisions (one slot on a cluster)
+//	lua/settle.lua          the entry point of a settlement (a charge's real cost, known after its response)
 //
 // A single decision's script is common + its algorithm + single; the multi script is common +
 // all five + nth + multi (and the batch script the same with batch). Their contract (KEYS, ARGV, reply) is documented at the top of single.lua and
@@ -55,6 +56,9 @@ func multiScript() string { return allAlgorithms("lua/multi.lua") }
 // batchScript returns the source of the script that decides a batch of independent requests.
 func batchScript() string { return allAlgorithms("lua/batch.lua") }
 
+// settleScript returns the source of the script that settles a charge (settle.go).
+func settleScript() string { return allAlgorithms("lua/settle.lua") }
+
 func allAlgorithms(entry string) string {
 	var b strings.Builder
 	writeAllAlgorithms(&b)
@@ -85,6 +89,7 @@ func writeAllAlgorithms(b *strings.Builder) {
 //	<lib>_single_<alg>   single.lua for algorithm alg (1..5), refusing any other as its script does
 //	<lib>_multi          multi.lua
 //	<lib>_batch          batch.lua
+//	<lib>_settle         settle.lua
 //
 // <lib> is sluice_<the first 16 hex digits of the library's SHA-1>: a version that changes with
 // every change to the scripts, so that instances of two versions (a rolling upgrade) each find
@@ -107,7 +112,7 @@ func buildLibrary() libraryCode {
 	var b strings.Builder
 	b.WriteString("local KEYS, ARGV -- set by each entry below: a function gets them as arguments, not globals\n")
 	writeAllAlgorithms(&b)
-	for _, e := range []string{"single", "multi", "batch"} {
+	for _, e := range []string{"single", "multi", "batch", "settle"} {
 		b.WriteString("\nlocal function entry_" + e + "()\n")
 		b.WriteString(luaFile("lua/" + e + ".lua"))
 		b.WriteString("\nend\n")
@@ -135,6 +140,7 @@ end
 	}
 	b.WriteString("redis.register_function('" + name + "_multi', entry(entry_multi))\n")
 	b.WriteString("redis.register_function('" + name + "_batch', entry(entry_batch))\n")
+	b.WriteString("redis.register_function('" + name + "_settle', entry(entry_settle))\n")
 	return libraryCode{name: name, code: b.String()}
 }
 

@@ -30,7 +30,7 @@ local function decide_fixed_window(key, logkey, limit, period, burst, cost, now)
   if count > 0 then
     reset = sub(end_, now)
   end
-  return allowed and 1 or 0, limit, limit - count, retry, reset, 0, commit
+  return allowed and 1 or 0, limit, math.max(0, limit - count), retry, reset, 0, commit -- (count > limit after a settlement)
 end
 
 deciders[FIXED_WINDOW] = decide_fixed_window

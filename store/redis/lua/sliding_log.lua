@@ -120,7 +120,7 @@ local function decide_sliding_log(key, logkey, limit, period, burst, cost, now)
   if sum > 0 then
     reset = sub(add(last, period), now)
   end
-  return allowed and 1 or 0, limit, limit - sum, retry, reset, 0, commit
+  return allowed and 1 or 0, limit, math.max(0, limit - sum), retry, reset, 0, commit -- (sum > limit after a settlement)
 end
 
 deciders[SLIDING_LOG] = decide_sliding_log

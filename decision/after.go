@@ -1,0 +1,101 @@
+package decision
+
+import (
+	"context"
+	"strconv"
+	"strings"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/algorithm"
+)
+
+// Response is what became of a request that passed, as the proxy saw it once the upstream's
+// response was written (or the request ended without one).
+type Response struct {
+	Status int                 // the response's status (0 if none)
+	Header func(string) string // the response's header field by name ("" if absent); nil: none
+	// Aborted: the upstream gave no response — it failed or timed out, the client left first, or
+	// the request was never forwarded (its client left while it was held).
+	Aborted bool
+}
+
+// SettleOutcome is what Finish did with a request's estimate.
+type SettleOutcome uint8
+
+const (
+	SettleKept    SettleOutcome = iota // the estimate was the cost: nothing to settle
+	Settled                            // settled with the real cost, or refunded
+	SettleGarbled                      // cost_from's header was missing or not an integer in 0..2^53: the estimate stands
+	SettleFailed                       // the store could not settle (it failed; the breaker is open): the estimate stands
+)
+
+func (o SettleOutcome) String() string {
+	return [...]string{"kept", "settled", "garbled", "failed"}[o]
+}
+
+// SettleObserver is implemented by an Observer that counts settlements (the gateway's metrics).
+type SettleObserver interface {
+	Settled(req *Request, outcome SettleOutcome)
+}
+
+// Finish settles a request that passed once its response is known, by the route's rule
+// (Request.After; nothing for a request without one, or one that was refused or failed): the
+// real cost is
+//
+//   - 0 if refund_on matches the status, or the upstream gave no response (Aborted) and the
+//     route has refund_on;
+//   - 0 if the route has count_only and the status is not one of it (an aborted request has none);
+//   - cost_from's header's integer, if the route has cost_from (a missing or garbled one, or none
+//     because the request was aborted, keeps the estimate);
+//   - else the estimate.
+//
+// Each limit the request charged is settled on the store (sluice.SettleDecision: where its
+// decision charged, at the decision's instant) with its own estimate and the real cost, one
+// atomic step per limit. A front end calls it after the upstream's response has been written, or
+// the request ended without one, and before v.Release().
+func (d *Decider) Finish(ctx context.Context, req *Request, v *Verdict, resp Response) {
+	a := req.After
+	if a == nil || !v.Passes() || len(v.Decisions) != len(req.Limits) {
+		return
+	}
+	outcome := SettleKept
+	actual := int64(-1) // -1: each limit's estimate
+	switch {
+	case a.Refunds(resp.Status, resp.Aborted):
+		actual = 0
+	case a.CountOnly != nil && (resp.Aborted || !a.Counts(resp.Status)):
+		actual = 0
+	case a.CostFrom != "" && !resp.Aborted:
+		h := ""
+		if resp.Header != nil {
+			h = strings.TrimSpace(resp.Header(a.CostFrom))
+		}
+		n, err := strconv.ParseInt(h, 10, 64)
+		if err != nil || n < 0 || n > algorithm.MaxLimit {
+			outcome = SettleGarbled
+		} else {
+			actual = n
+		}
+	}
+	if actual >= 0 {
+		for i := range req.Limits {
+			l, dec := &req.Limits[i], v.Decisions[i].Decision
+			estimate := req.cost(i)
+			if !dec.Allowed || estimate == actual {
+				continue // charged nothing (a dry-run limit that refused), or charged right
+			}
+			key := l.Key
+			if key == "" {
+				key = req.Who.Key
+			}
+			if err := sluice.SettleDecision(ctx, d.Store, key, l.Policy, dec, estimate, actual); err != nil {
+				outcome = SettleFailed // (the other limits are settled still: each is its own step)
+			} else if outcome != SettleFailed {
+				outcome = Settled
+			}
+		}
+	}
+	if o, ok := d.Observer.(SettleObserver); ok {
+		o.Settled(req, outcome)
+	}
+}

@@ -1,0 +1,77 @@
+package redis
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/redis/rueidis"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/algorithm"
+)
+
+// Settle implements sluice.Settler: one settle script (lua/settle.lua, algorithm.Settle line for
+// line) on the key's state, atomic and on Redis's clock, like a decision: at is the Decision.At
+// of the charge, which the decision's script reported (its TIME, or the test clock's now). A
+// settlement is of one key, so on a Redis Cluster it is one slot's. Nothing that could give back
+// more than was charged happens on the gateway's side: the script reads the state, settles and
+// writes it with its new TTL in one step.
+//
+// A refund may make a refusal this instance's negative cache holds for the key too strict: the
+// cache forgets the key. Other instances' caches still answer their cached refusals until the
+// RetryAfter those carried (at most one refusal's wait: the cache never holds longer).
+func (s *Store) Settle(ctx context.Context, key string, p sluice.Policy, at, reserved, actual int64) error {
+	var d sluice.Decision
+	if err := s.check(&p, 0, &d); err != nil {
+		return err
+	}
+	for _, a := range [2]struct {
+		name string
+		v    int64
+	}{{"reserved", reserved}, {"actual cost", actual}} {
+		if a.v < 0 || a.v > algorithm.MaxLimit {
+			return fmt.Errorf("%w: %s %d must be in 0..2^53", sluice.ErrInvalidCost, a.name, a.v)
+		}
+	}
+	if reserved == actual {
+		return nil
+	}
+	c, err := s.connected()
+	if err != nil {
+		return err
+	}
+	hash, log := s.keys(key, p.Name)
+	ctx, cancel := context.WithTimeout(ctx, s.callTimeout(true))
+	defer cancel()
+	deadline, _ := ctx.Deadline()
+	atArg := ""
+	if at != sluice.SettleNow {
+		atArg = strconv.FormatInt(at, 10)
+	}
+	sl := c.slot(hash)
+	args := []string{strconv.Itoa(int(p.Algorithm)), strconv.FormatInt(p.Limit, 10), strconv.FormatInt(p.PeriodMicros(), 10),
+		strconv.FormatInt(p.Burst, 10), atArg, strconv.FormatInt(reserved, 10), strconv.FormatInt(actual, 10),
+		s.now(), s.slack, c.deadlineArg(sl, deadline)}
+	s.calls.Add(1)
+	var a ack
+	reply, err := s.exec(ctx, c, s.settle, []string{hash, log}, args,
+		s.waitFor(true, &a, func(reply []int64) bool { return len(reply) > 0 && reply[0] == 1 })).AsIntSlice()
+	if err != nil {
+		if re, ok := rueidis.IsRedisErr(err); ok && strings.Contains(re.Error(), "sluice: actual ") {
+			return fmt.Errorf("%w: %v", sluice.ErrCostExceedsLimit, re.Error())
+		}
+		return c.failed(sl, err)
+	}
+	if len(reply) != 2 {
+		return fmt.Errorf("%w: redis store: settle script replied %d numbers, want 2", sluice.ErrStoreUnavailable, len(reply))
+	}
+	c.learn(sl, reply[1])
+	if s.refused != nil && actual < reserved {
+		s.refused.forget(p.Name + "\x00" + key)
+	}
+	return a.err
+}
+
+var _ sluice.Settler = (*Store)(nil)
