@@ -24,6 +24,10 @@
 -- string; time is Redis TIME if the script read it (ARGV[6] empty, or a deadline), else now. Only
 -- an approval of a cost > 0 writes (the state and its TTL); a refusal or a peek writes nothing.
 -- After the deadline: the error 'ERR sluice: deadline passed: ...', and nothing written.
+--
+-- A calendar policy (fixed-window or sliding-window) is decided by the calendar single script of
+-- its algorithm, which is common.lua + calendar.lua + this file deciding with cal_deciders; its
+-- ARGV[3] is the calendar's windows instead of a period (calendar.lua).
 local decide = deciders[tonumber(ARGV[1])]
 if decide == nil then
   return redis.error_reply('ERR sluice: this script does not decide algorithm ' .. tostring(ARGV[1]))
@@ -41,6 +45,9 @@ if past_deadline(ARGV[8], time) then
 end
 local allowed, capacity, remaining, retry, reset, delay, commit =
   decided(decide(KEYS[1], KEYS[2], limit, period, burst, cost, now))
+if allowed == nil then
+  return redis.error_reply(capacity) -- a calendar window the script cannot place (calendar.lua)
+end
 if commit ~= nil then
   commit(ttl_slack)
 end
