@@ -59,7 +59,7 @@ func calendarSingleScript() string {
 
 // calendarEntry starts single.lua's code where it is to decide calendar policies: its deciders
 // are calendar.lua's.
-const calendarEntry = "local deciders = cal_deciders\n"
+const calendarEntry = "local deciders, calendar_entry = cal_deciders, true\n"
 
 // multiScript returns the source of the script that decides several limits at once.
 func multiScript() string { return allAlgorithms("lua/multi.lua") }

@@ -430,6 +430,11 @@ end
 -- in the scripts that decide calendar policies; nil in the others, which then refuse one).
 local calendar_period = nil
 
+-- calendar_entry is true where single.lua decides calendar policies (the calendar single scripts
+-- and the library's functions of them), which then take only a calendar's windows as the period;
+-- elsewhere single.lua takes only µs.
+local calendar_entry = false
+
 -- check_args parses and checks one decision's arguments, single.lua's ARGV[1..5], as
 -- Policy.Validate and CheckCost would: it returns alg, limit, period, burst, cost as ints, or nil
 -- and an error reply naming the first bad one. (The store checks the same before it calls a

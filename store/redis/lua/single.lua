@@ -36,6 +36,10 @@ local alg, limit, period, burst, cost = check_args(ARGV[1], ARGV[2], ARGV[3], AR
 if alg == nil then
   return limit -- the error reply
 end
+if (type(period) == 'table' and period.token ~= nil) ~= calendar_entry then -- (calendar_entry: common.lua)
+  return redis.error_reply('ERR sluice: period ' .. string.format('%q', string.sub(tostring(ARGV[3]), 1, 40)) ..
+    (calendar_entry and " must be a calendar's windows in this script" or ' must be µs in this script (a calendar is decided by its own)'))
+end
 local now, ttl_slack, time = time_args(ARGV[6], ARGV[7], has_deadline(ARGV[8]))
 if now == nil then
   return ttl_slack -- the error reply
