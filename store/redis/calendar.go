@@ -31,22 +31,22 @@ var calendarAlgorithms = [...]algorithm.Algorithm{algorithm.FixedWindow, algorit
 // windows -2..+2 around the instance's and the end of +2.
 const calendarBoundaries = 6
 
-// maxCalendarMicros bounds the boundaries passed: the scripts compute on them as plain numbers,
-// exact below 2^53 µs (the years 1685 to 2255).
-const maxCalendarMicros = 1<<53 - 1
+// maxCalendarMicros bounds the instant whose windows are passed, as the scripts bound now.
+const maxCalendarMicros = 1<<60 - 1
 
 // errCalendarRange is wrapped by the error of a calendar decision whose windows neither the
-// instance's clock nor Redis's reply could place (years beyond 2255, or clocks that keep moving
-// by more than a window).
+// instance's clock nor Redis's reply could place (an instant beyond 2^60 µs, 36,000 years from
+// the epoch; clocks that keep moving by more than a window; a clock run back past the recorded
+// window by more than a window).
 var errCalendarRange = errors.New("calendar window out of range")
 
 // calendarArg returns the period argument of calendar policy p for a decision near now (µs, the
 // instance's clock): "<calendar>@<zone> b1 ... b6" (lua/calendar.lua).
 func calendarArg(p *sluice.Policy, now int64) (string, error) {
 	c, loc := p.Calendar, p.Location
-	if now <= -maxCalendarMicros+(400*24*time.Hour).Microseconds() || now >= maxCalendarMicros-(400*24*time.Hour).Microseconds() {
-		return "", fmt.Errorf("%w: redis store: policy %q: time %v is beyond the calendar windows the store decides (years 1685 to 2255)",
-			errCalendarRange, p.Name, time.UnixMicro(now).UTC())
+	if now < -maxCalendarMicros || now > maxCalendarMicros {
+		return "", fmt.Errorf("%w: redis store: policy %q: time %dµs is beyond the calendar windows the store decides (|now| < 2^60 µs)",
+			errCalendarRange, p.Name, now)
 	}
 	var b [calendarBoundaries]int64
 	b[2], b[3] = c.Window(loc, now)

@@ -38,17 +38,19 @@ func TestCalendarScriptArgs(t *testing.T) {
 		args []string
 	}
 	calls := []call{
-		{"period", []string{"1", "10", "day@UTC 200 100", "0", "1", now, "0"}},            // not increasing
-		{"period", []string{"1", "10", "day@UTC 100 100", "0", "1", now, "0"}},            // not strictly
-		{"period", []string{"1", "10", "day@UTC 100", "0", "1", now, "0"}},                // one boundary is no window
-		{"period", []string{"1", "10", "day@UTC", "0", "1", now, "0"}},                    // none
-		{"period", []string{"1", "10", "Day@UTC 1 2", "0", "1", now, "0"}},                // the token's spelling
-		{"period", []string{"1", "10", "day@Europe Berlin 1 2", "0", "1", now, "0"}},      // a space in the zone
-		{"period", []string{"1", "10", "day@UTC 1e3 2000", "0", "1", now, "0"}},           // digits only
-		{"period", []string{"1", "10", "day@UTC 1 2 x", "0", "1", now, "0"}},              // digits only
-		{"period", []string{"3", "10", "day@UTC 1 - 3", "0", "1", now, "0"}},              // a lone minus
-		{"period", []string{"3", "10", "day@UTC 1 9007199254740992", "0", "1", now, "0"}}, // 2^53: beyond the numbers
-		{"period", []string{"1", "10", "day@UTC 1 " + strings.Repeat("1", 18), "0", "1", now, "0"}},
+		{"period", []string{"1", "10", "day@UTC 200 100", "0", "1", now, "0"}},               // not increasing
+		{"period", []string{"1", "10", "day@UTC 100 100", "0", "1", now, "0"}},               // not strictly
+		{"period", []string{"1", "10", "day@UTC 100", "0", "1", now, "0"}},                   // one boundary is no window
+		{"period", []string{"1", "10", "day@UTC", "0", "1", now, "0"}},                       // none
+		{"period", []string{"1", "10", "Day@UTC 1 2", "0", "1", now, "0"}},                   // the token's spelling
+		{"period", []string{"1", "10", "day@Europe Berlin 1 2", "0", "1", now, "0"}},         // a space in the zone
+		{"period", []string{"1", "10", "day@UTC 1e3 2000", "0", "1", now, "0"}},              // digits only
+		{"period", []string{"1", "10", "day@UTC 1 2 x", "0", "1", now, "0"}},                 // digits only
+		{"period", []string{"3", "10", "day@UTC 1 - 3", "0", "1", now, "0"}},                 // a lone minus
+		{"period", []string{"3", "10", "day@UTC 1 4611686018427387904", "0", "1", now, "0"}}, // 2^62
+		{"period", []string{"3", "10", "day@UTC -4611686018427387904 1", "0", "1", now, "0"}},
+		{"period", []string{"1", "10", "day@UTC 9007199254740993 9007199254740993", "0", "1", now, "0"}}, // equal, as big ints
+		{"period", []string{"1", "10", "day@UTC 1 " + strings.Repeat("1", 21), "0", "1", now, "0"}},
 		{"period", []string{"4", "10", ok, "0", "1", now, "0"}}, // a calendar for a token bucket
 		{"period", []string{"2", "10", ok, "0", "1", now, "0"}}, // or a sliding log
 		{"burst", []string{"1", "10", ok, "1", "1", now, "0"}},
@@ -59,12 +61,15 @@ func TestCalendarScriptArgs(t *testing.T) {
 		{"calendar", []string{"3", "10", ok, "0", "1", fmt.Sprint(t0 - 2*day), "0"}}, // sliding: no window before it
 		{"calendar", []string{"3", "10", ok, "0", "1", fmt.Sprint(t0 + 2*day), "0"}}, // sliding: no window after the next
 		{"calendar", []string{"1", "10", ok, "0", "1", "1152921504606846975", "0"}},  // far beyond (a big int)
-		{"", []string{"1", "10", ok, "0", "1", fmt.Sprint(t0 - 2*day), "0"}},         // fixed: any window passed
-		{"", []string{"1", "10", ok, "0", "1", fmt.Sprint(t0 + 3*day - 1), "0"}},     // the last µs
-		{"", []string{"3", "10", ok, "0", "1", fmt.Sprint(t0 - day), "0"}},           // sliding: windows -1 ..
-		{"", []string{"3", "10", ok, "0", "1", fmt.Sprint(t0 + 2*day - 1), "0"}},     // .. +1
+		{"calendar", []string{"1", "10", "day@UTC 9007199254740993 9007199254740994", "0", "1", "9007199254740994", "0"}},
+		{"", []string{"1", "10", ok, "0", "1", fmt.Sprint(t0 - 2*day), "0"}},     // fixed: any window passed
+		{"", []string{"1", "10", ok, "0", "1", fmt.Sprint(t0 + 3*day - 1), "0"}}, // the last µs
+		{"", []string{"3", "10", ok, "0", "1", fmt.Sprint(t0 - day), "0"}},       // sliding: windows -1 ..
+		{"", []string{"3", "10", ok, "0", "1", fmt.Sprint(t0 + 2*day - 1), "0"}}, // .. +1
 		{"", []string{"1", "10", "week@America/Argentina/Buenos_Aires 1 2", "0", "1", "1", "0"}},
 		{"", []string{"3", "10", "year@Etc/GMT+5 -3 -2 -1 0", "0", "1", "-2", "0"}},
+		{"", []string{"3", "10", "day@UTC 9007199254740990 9007199254740993 9007199254740996 9007199254740999", "0", "1", "9007199254740994", "0"}}, // beyond 2^53
+		{"", []string{"1", "10", "day@UTC -4611686018427387903 4611686018427387903", "0", "1", "-1152921504606846975", "0"}},
 	}
 	for i, c := range calls {
 		key := fmt.Sprintf("rate-limit:{cal-args-%d}:p", i)

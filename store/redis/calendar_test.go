@@ -693,10 +693,24 @@ func TestCalendarErrors(t *testing.T) {
 	if n := mustInt(t, srv, "DBSIZE"); n != 0 {
 		t.Fatalf("bad input wrote %d keys", n)
 	}
-	// Beyond the years the store computes calendar windows in: an error, not a wrong window.
-	clock.Set(time.Date(2300, 1, 1, 0, 0, 0, 0, time.UTC))
-	if d, err := s.Decide(bg, "k", p, 1); err == nil || d.Allowed || !strings.Contains(err.Error(), "2255") {
-		t.Fatalf("in 2300: %+v %v; want an error naming the range", d, err)
+	// Far from the epoch, exactly as near it (the boundaries beyond 2^53 µs are the scripts' big
+	// ints); beyond the core's range, an error, not a wrong window.
+	for fi, at := range []time.Time{time.Date(30000, 2, 29, 23, 59, 59, 999999000, time.UTC), time.Date(-20000, 12, 31, 23, 0, 0, 0, time.UTC)} {
+		for _, pol := range []sluice.Policy{p, {Name: "far-s", Algorithm: sluice.SlidingWindow, Limit: 3, Calendar: algorithm.Week, Location: mustZone(t, "Europe/Berlin")}} {
+			var ref calState
+			for i, step := range []time.Duration{0, time.Microsecond, 0, 0, 0, 3 * 24 * time.Hour, 40 * 24 * time.Hour} {
+				at = at.Add(step)
+				clock.Set(at)
+				want := calRef(&pol, &ref, at.UnixMicro(), 1)
+				if d, err := s.Decide(bg, fmt.Sprintf("far-%d-%s", fi, pol.Name), pol, 1); err != nil || d != want {
+					t.Fatalf("%v, step %d at %v: %+v %v; want %+v", pol.Name, i, at, d, err, want)
+				}
+			}
+		}
+	}
+	clock.Set(time.UnixMicro(1 << 60))
+	if d, err := s.Decide(bg, "k", p, 1); err == nil || d.Allowed || !strings.Contains(err.Error(), "2^60") {
+		t.Fatalf("at 2^60 µs: %+v %v; want an error naming the range", d, err)
 	}
 	// A clock that ran back by more than the windows passed, past a recorded window: the script
 	// cannot say where that window ends, and answers an error (the failure mode decides), not a

@@ -28,12 +28,21 @@
 -- The decisions mirror algorithm/fixedwindow.go and algorithm/slidingwindow.go, with window w's
 -- end the next boundary instead of (w+1)·period, and the sliding window weighted by the length of
 -- the current window: approve iff prev·(len - e) + (cur + cost)·len ≤ limit·len, e = now - start.
--- Boundaries are numbers (|b| < 2^53 µs: years 1685 to 2255), and so is every time here; the
--- products with len go through the ints of common.lua.
+-- Boundaries and times are ints of common.lua (a number below 2^53 µs, the years 1685 to 2255;
+-- limbs beyond, for the core's whole range of |now| < 2^60), compared and subtracted as such; a
+-- window's length, and a time into it, are numbers (below a year).
+
+-- eq reports whether two ints are equal.
+local function eq(a, b)
+  if W == nil then
+    return a == b
+  end
+  return W.cmp(a, b) == 0
+end
 
 -- calendar_period (declared in common.lua, for check_args) returns the period argument a as a
 -- table {token = '<calendar>@<zone>', b = {b1, ..., bn}, n = n}, or nil if it is not one: at
--- least two boundaries, each a whole number of at most 17 characters strictly inside ±2^53,
+-- least two boundaries, each an integer of at most 20 characters strictly inside ±2^62,
 -- strictly increasing.
 calendar_period = function(a)
   if type(a) ~= 'string' or #a > 512 then
@@ -45,8 +54,8 @@ calendar_period = function(a)
   end
   local b, n = {}, 0
   for x in string.gmatch(rest, '%S+') do
-    local v = tonumber(x)
-    if v == nil or #x > 17 or v % 1 ~= 0 or not (v < 9007199254740992 and v > -9007199254740992) or (n > 0 and v <= b[n]) then
+    local v = #x <= 20 and parse_int(x) or nil
+    if v == nil or (W ~= nil and type(v) == 'table' and W.mag_cmp(v, W.TWO62) >= 0) or (n > 0 and not lt(b[n], v)) then
       return nil
     end
     n = n + 1
@@ -78,7 +87,7 @@ local function cal_read(key, logkey, h, nfields)
         a, b = string.match(v, '^(%-?%d+) (%-?%d+)$', #h + 1)
       end
       if a ~= nil then
-        return true, tonumber(a), tonumber(b), c and tonumber(c) or 0
+        return true, parse_int(a, true), parse_int(b, true), c and parse_int(c, true) or 0
       end
     end
     stale[key] = true
@@ -100,9 +109,9 @@ local function cal_write(key, logkey, reset, ttl_slack, h, v1, v2, v3)
   if ms == 0 then
     ms = 1
   end
-  local v = h .. string.format('%d %d', v1, v2)
+  local v = h .. fmt(v1) .. ' ' .. fmt(v2)
   if v3 ~= nil then
-    v = v .. string.format(' %d', v3)
+    v = v .. ' ' .. fmt(v3)
   end
   redis.call('SET', key, v, 'PX', fmt(ms))
 end
@@ -112,23 +121,20 @@ end
 local function cal_error(now, cal, ahead)
   local why = 'is outside the calendar windows passed'
   if ahead ~= nil then
-    why = 'is before the recorded window ' .. string.format('%d', ahead) .. ', beyond the calendar windows passed'
+    why = 'is before the recorded window ' .. fmt(ahead) .. ', beyond the calendar windows passed'
   end
-  return 'ERR sluice: calendar: time ' .. fmt(now) .. ' ' .. why .. ' (' .. string.format('%d', cal.b[1]) .. ' .. ' ..
-    string.format('%d', cal.b[cal.n]) .. '): Redis\'s clock and this instance\'s differ by more than a window'
+  return 'ERR sluice: calendar: time ' .. fmt(now) .. ' ' .. why .. ' (' .. fmt(cal.b[1]) .. ' .. ' ..
+    fmt(cal.b[cal.n]) .. '): Redis\'s clock and this instance\'s differ by more than a window'
 end
 
 -- cal_window returns the index k of the window that holds now (b[k] ≤ now < b[k+1]), or nil.
 local function cal_window(cal, now)
   local b, n = cal.b, cal.n
-  if W ~= nil and type(now) == 'table' then
-    return nil -- beyond 2^53: outside every boundary
-  end
-  if now < b[1] or now >= b[n] then
+  if lt(now, b[1]) or not lt(now, b[n]) then
     return nil
   end
   for k = 1, n - 1 do
-    if now < b[k + 1] then
+    if lt(now, b[k + 1]) then
       return k
     end
   end
@@ -138,7 +144,7 @@ end
 -- cal_recorded returns the index of the recorded window start s among the boundaries, or nil.
 local function cal_recorded(cal, s)
   for k = 1, cal.n do
-    if cal.b[k] == s then
+    if eq(cal.b[k], s) then
       return k
     end
   end
@@ -155,14 +161,14 @@ local function decide_fixed_calendar(key, logkey, limit, cal, burst, cost, now)
     return nil, cal_error(now, cal)
   end
   local count = 0
-  if current and s_window > now then
+  if current and lt(now, s_window) then
     -- Before the recorded window (the clock ran backward): stay in it, if its end is known.
     local j = cal_recorded(cal, s_window)
     if j == nil or j == cal.n then
       return nil, cal_error(now, cal, s_window)
     end
     k, count = j, s_count
-  elseif current and s_window == cal.b[k] then
+  elseif current and eq(s_window, cal.b[k]) then
     count = s_count -- still in the recorded window
   end
   local start, end_ = cal.b[k], cal.b[k + 1] -- a refusal holds, and the count lasts, until end_
@@ -203,20 +209,20 @@ local function decide_sliding_calendar(key, logkey, limit, cal, burst, cost, now
   local at = now -- the instant decided at; later than now only if the clock ran backward
   local prev, cur = 0, 0
   local fresh = true
-  if current and s_window > now then
+  if current and lt(now, s_window) then
     -- Before the recorded window (the clock ran backward): decide at its start.
     local j = cal_recorded(cal, s_window)
     if j == nil or j + 2 > cal.n then
       return nil, cal_error(now, cal, s_window)
     end
     k, prev, cur, at, fresh = j, s_prev, s_count, s_window, false
-  elseif current and s_window == cal.b[k] then
+  elseif current and eq(s_window, cal.b[k]) then
     prev, cur, fresh = s_prev, s_count, false -- in the recorded window
   end
   if k < 2 or k + 2 > cal.n then
     return nil, cal_error(now, cal) -- the window before or after this one is not known
   end
-  if fresh and current and s_window == cal.b[k - 1] then
+  if fresh and current and eq(s_window, cal.b[k - 1]) then
     prev = s_count
   end
   local start, end_, next_end = cal.b[k], cal.b[k + 1], cal.b[k + 2]
