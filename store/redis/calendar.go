@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sluicehq/sluice"
@@ -48,6 +50,12 @@ func calendarArg(p *sluice.Policy, now int64) (string, error) {
 		return "", fmt.Errorf("%w: redis store: policy %q: time %dµs is beyond the calendar windows the store decides (|now| < 2^60 µs)",
 			errCalendarRange, p.Name, now)
 	}
+	key := calendarKey{c, loc}
+	if e, ok := calendarArgs.Load(key); ok {
+		if e := e.(*calendarCacheEntry); e.from <= now && now < e.to {
+			return e.arg, nil
+		}
+	}
 	var b [calendarBoundaries]int64
 	b[2], b[3] = c.Window(loc, now)
 	b[1], _ = c.Window(loc, b[2]-1)
@@ -61,7 +69,35 @@ func calendarArg(p *sluice.Policy, now int64) (string, error) {
 		s.WriteByte(' ')
 		s.WriteString(strconv.FormatInt(x, 10))
 	}
+	if calendarCached.Add(1) > maxCalendarCached {
+		// Reloads load zones afresh (new *time.Location values): start over now and then
+		// rather than keep every one ever seen.
+		calendarArgs.Clear()
+		calendarCached.Store(1)
+	}
+	calendarArgs.Store(key, &calendarCacheEntry{from: b[2], to: b[3], arg: s.String()})
 	return s.String(), nil
+}
+
+// calendarArgs caches calendarArg's work, five lookups of Go's zone rules (10 µs): for each
+// calendar and zone, the argument for the instants of one window, the last one asked for. The
+// argument is a pure function of the calendar, the zone and the window, so every store shares it.
+var (
+	calendarArgs   sync.Map // calendarKey → *calendarCacheEntry
+	calendarCached atomic.Int64
+)
+
+const maxCalendarCached = 4096
+
+type calendarKey struct {
+	calendar algorithm.Calendar
+	location *time.Location
+}
+
+// calendarCacheEntry is the argument for the instants from..to (exclusive): the instance's window.
+type calendarCacheEntry struct {
+	from, to int64
+	arg      string
 }
 
 // calendarToken names p's calendar and zone in its argument and in its state's stamp:
