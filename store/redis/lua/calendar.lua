@@ -11,7 +11,7 @@
 --   "<calendar>@<zone> <b1> <b2> ... <bn>"       e.g. "day@Europe/Berlin 1774562400000000 ..."
 --
 -- b1 < b2 < ... < bn are consecutive window boundaries in µs: window k is [b_k, b_k+1). The store
--- passes six (redis.go, calendarArg): the starts of the two windows before its own, of its own and
+-- passes six (calendar.go, calendarArg): the starts of the two windows before its own, of its own and
 -- of the two after, and the end of the last, so that a Redis clock up to one window away from the
 -- instance's still finds its window with the one before it and the one after. The script decides
 -- in the window that holds Redis's now (or the test's now), never the instance's. A now outside
