@@ -822,3 +822,40 @@ func calRandomStep(rng *rand.Rand, p *sluice.Policy, now int64) int64 {
 		return now + rng.Int64N(2*(end-start)+1)
 	}
 }
+
+// TestCalendarReplicasAck: with replicas_ack a calendar approval is confirmed by WAIT like any
+// other (the calendar scripts on the dedicated connection), a refusal is not, and the replica
+// holds the state — also after a miss of the windows passed and the second call around Redis's
+// time.
+func TestCalendarReplicasAck(t *testing.T) {
+	g := redistest.StartReplicated(t, 1)
+	berlin := mustZone(t, "Europe/Berlin")
+	clock := sluice.NewManualClock(time.Date(2026, 3, 29, 1, 30, 0, 0, berlin))
+	for _, maxBatch := range []int{1, 0} {
+		s := newStore(t, redisstore.Options{Addrs: []string{g.Primary.Addr}, ReplicasAck: 1, ReplicasAckTimeout: time.Second,
+			MaxBatch: maxBatch, Clock: clock, NegativeCacheSize: -1})
+		p := sluice.Policy{Name: fmt.Sprintf("acked-%d", maxBatch), Algorithm: sluice.SlidingWindow, Limit: 2, Calendar: algorithm.Day, Location: berlin}
+		for i, skew := range []time.Duration{0, 3 * 24 * time.Hour} {
+			redisstore.SetInstanceClock(s, func() time.Time { return clock.Now().Add(skew) })
+			key := fmt.Sprintf("acked-%d", i)
+			waits := cmdstat(t, g.Primary, "wait", "calls")
+			// 01:30 CET on the 23-hour day: 21h30m of it left, and the count lasts through Monday.
+			want := sluice.Decision{Allowed: true, Limit: 2, Remaining: 0, ResetAfter: 21*time.Hour + 30*time.Minute + 24*time.Hour}
+			if d, err := s.Decide(bg, key, p, 2); err != nil || d != want {
+				t.Fatalf("MaxBatch %d, instance %v off: %+v %v; want %+v", maxBatch, skew, d, err, want)
+			}
+			if got := cmdstat(t, g.Primary, "wait", "calls"); got != waits+1 {
+				t.Fatalf("MaxBatch %d: %d WAITs for one approval", maxBatch, got-waits)
+			}
+			if d, err := s.Decide(bg, key, p, 1); err != nil || d.Allowed {
+				t.Fatalf("MaxBatch %d: %+v %v; want refused", maxBatch, d, err)
+			}
+			if got := cmdstat(t, g.Primary, "wait", "calls"); got != waits+1 {
+				t.Fatal("a refusal was confirmed by WAIT: it wrote nothing")
+			}
+			if got := mustDo(t, g.Replicas[0], "GET", stateKey(key, p.Name)); !strings.HasPrefix(got, "3 2 day@Europe/Berlin ") {
+				t.Fatalf("the replica holds %q", got)
+			}
+		}
+	}
+}
