@@ -46,6 +46,7 @@ type slotQueue struct {
 // call is one decision waiting for its batch.
 type call struct {
 	alg      algorithm.Algorithm
+	cal      bool // a calendar policy: args[2] is its windows (calendar.go)
 	keys     [2]string
 	args     [5]string
 	deadline time.Time // when the caller stops waiting
@@ -234,7 +235,7 @@ func (w *worker) send(batch []*call) {
 	})
 	if len(batch) == 1 {
 		c := batch[0]
-		reply, err := b.s.execSingle(ctx, b.c, c.alg, c.keys, c.args, deadline(c), wait).AsIntSlice()
+		reply, err := b.s.execSingle(ctx, b.c, c.alg, c.cal, c.keys, c.args, deadline(c), wait).AsIntSlice()
 		switch {
 		case err != nil:
 			c.err = b.c.failed(sl, err)
@@ -272,6 +273,8 @@ func (w *worker) send(batch []*call) {
 			c.err = unavailable(err)
 		case reply[6*i] == -1:
 			c.err = errDeadlinePassed
+		case reply[6*i] == -2: // Redis's time is outside the calendar windows passed: see calendar.go
+			c.err = fmt.Errorf("%w: redis store: %s%d is outside the calendar windows passed", sluice.ErrStoreUnavailable, calendarReply, reply[6*len(batch)])
 		case a.err != nil && reply[6*i] == 1 && c.args[4] != "0": // consumed, not on enough replicas
 			c.err = a.err
 		default:

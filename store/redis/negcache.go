@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/algorithm"
 	"github.com/sluicehq/sluice/internal/keyhash"
 )
 
@@ -54,10 +55,12 @@ type fingerprint struct {
 	alg          sluice.Algorithm
 	limit, burst int64
 	period       time.Duration
+	calendar     algorithm.Calendar // and its zone: a reload from one to another is another policy
+	location     *time.Location
 }
 
 func fingerprintOf(p *sluice.Policy) fingerprint {
-	return fingerprint{alg: p.Algorithm, limit: p.Limit, burst: p.Burst, period: p.Period}
+	return fingerprint{alg: p.Algorithm, limit: p.Limit, burst: p.Burst, period: p.Period, calendar: p.Calendar, location: p.Location}
 }
 
 func newNegativeCache(size int) *negativeCache {

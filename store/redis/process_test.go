@@ -35,10 +35,28 @@ const (
 // requests of cost 1 on key under the policy, all released at once.
 type childRound struct {
 	Key        string
-	Policy     sluice.Policy
+	Policy     wirePolicy
 	Goroutines int
 	Requests   int  // per goroutine
 	NoCache    bool // decide on the child's store without a negative cache
+}
+
+// wirePolicy is a period policy as a round carries it in JSON (sluice.Policy's Calendar and
+// Location do not encode when unset).
+type wirePolicy struct {
+	Name      string
+	Algorithm sluice.Algorithm
+	Limit     int64
+	Period    time.Duration
+	Burst     int64
+}
+
+func wire(p sluice.Policy) wirePolicy {
+	return wirePolicy{Name: p.Name, Algorithm: p.Algorithm, Limit: p.Limit, Period: p.Period, Burst: p.Burst}
+}
+
+func (w wirePolicy) policy() sluice.Policy {
+	return sluice.Policy{Name: w.Name, Algorithm: w.Algorithm, Limit: w.Limit, Period: w.Period, Burst: w.Burst}
 }
 
 // childReply is a child's one line of JSON: Ready once at start, Armed when its goroutines are
@@ -91,6 +109,7 @@ func childMain() int {
 		if err := json.Unmarshal(in.Bytes(), &r); err != nil {
 			return fail(err)
 		}
+		policy := r.Policy.policy()
 		store := cached
 		if r.NoCache {
 			store = uncached
@@ -113,12 +132,12 @@ func childMain() int {
 				reply.Starts = append(reply.Starts, released)
 				mu.Unlock()
 				for i := 0; i < r.Requests; i++ {
-					d, err := store.Decide(bg, r.Key, r.Policy, 1)
+					d, err := store.Decide(bg, r.Key, policy, 1)
 					mu.Lock()
 					switch {
 					case err != nil:
 						reply.Problems = append(reply.Problems, err.Error())
-					case d.Limit != r.Policy.Capacity() || d.Fallback != sluice.NoFallback:
+					case d.Limit != policy.Capacity() || d.Fallback != sluice.NoFallback:
 						reply.Problems = append(reply.Problems, fmt.Sprintf("decision %+v", d))
 					case d.Allowed:
 						reply.Approved++
@@ -347,7 +366,7 @@ func TestAcrossProcesses(t *testing.T) {
 					t.Fatalf("round %d (%v): draining request %d: %+v %v", r, p.Algorithm, i, d, err)
 				}
 			}
-			replies := runRound(t, racers, childRound{Key: key, Policy: p, Goroutines: perChild, Requests: 1})
+			replies := runRound(t, racers, childRound{Key: key, Policy: wire(p), Goroutines: perChild, Requests: 1})
 			if !sameWindow(t, srv, before, p) {
 				if redone++; redone > 3 {
 					t.Fatal("windows keep rolling over mid-round")
@@ -393,7 +412,7 @@ func TestAcrossProcesses(t *testing.T) {
 		for r := 0; r < 4; r++ {
 			key := fmt.Sprintf("hammer-%d-%d", r, time.Now().UnixNano())
 			before := redisTime(t, srv)
-			replies := runRound(t, kids, childRound{Key: key, Policy: p, Goroutines: goroutines, Requests: requests, NoCache: r%2 == 0})
+			replies := runRound(t, kids, childRound{Key: key, Policy: wire(p), Goroutines: goroutines, Requests: requests, NoCache: r%2 == 0})
 			if !sameWindow(t, srv, before, p) {
 				if redone++; redone > 3 {
 					t.Fatal("windows keep rolling over mid-round")

@@ -130,6 +130,8 @@ type Store struct {
 	refused  *negativeCache // nil: disabled
 	acks     *acks          // nil: ReplicasAck off
 
+	calSingle [4]*program // the calendar single scripts, by algorithm (calendar.go)
+
 	conn    atomic.Pointer[conn]  // nil until connected
 	lastErr atomic.Pointer[error] // why the last attempt to connect failed
 	ctx     context.Context       // ended by Close: stops connecting
@@ -140,6 +142,8 @@ type Store struct {
 	calls, cacheHits atomic.Uint64
 
 	betweenPhases func() // tests: run between the checks and the commits of acrossSlots
+
+	instanceClock func() time.Time // tests: the instance's clock that calendar windows are passed around (calendar.go)
 }
 
 // conn is a store's connection to Redis, made once Redis answered.
@@ -244,6 +248,9 @@ func New(opts Options) (*Store, error) {
 	}
 	for _, a := range algorithm.Algorithms {
 		s.single[a] = newProgram(singleScript(a), "single_"+strconv.Itoa(int(a)))
+	}
+	for _, a := range calendarAlgorithms {
+		s.calSingle[a] = newProgram(calendarSingleScript(), "single_cal_"+strconv.Itoa(int(a)))
 	}
 	s.multi = newProgram(multiScript(), "multi")
 	s.batch = newProgram(batchScript(), "batch")
@@ -443,6 +450,9 @@ var processStart = time.Now()
 // Policy.Validate, a bucket's refill time below 2^53 µs, which the scripts check too: a policy
 // beyond it is the caller's error, answered here, not an error of Redis's.
 func (s *Store) check(p *sluice.Policy, cost int64, d *sluice.Decision) error {
+	if p.Calendar != algorithm.NoCalendar {
+		return checkCalendar(p, cost, d)
+	}
 	if err := algorithm.CheckCost(p, cost, d); err != nil {
 		return err
 	}
@@ -475,12 +485,25 @@ func (s *Store) Decide(ctx context.Context, key string, p sluice.Policy, cost in
 	ctx, cancel := context.WithTimeout(ctx, s.callTimeout(cost > 0))
 	defer cancel()
 	deadline, _ := ctx.Deadline()
-	args := [5]string{strconv.Itoa(int(p.Algorithm)), strconv.FormatInt(p.Limit, 10), strconv.FormatInt(p.PeriodMicros(), 10),
+	cal := p.Calendar != algorithm.NoCalendar
+	period := ""
+	if cal {
+		if period, err = calendarArg(&p, s.instanceNow()); err != nil {
+			return sluice.Decision{Limit: p.Capacity()}, err
+		}
+	} else {
+		period = strconv.FormatInt(p.PeriodMicros(), 10)
+	}
+	args := [5]string{strconv.Itoa(int(p.Algorithm)), strconv.FormatInt(p.Limit, 10), period,
 		strconv.FormatInt(p.Burst, 10), strconv.FormatInt(cost, 10)}
 	var reply []int64
 	if c.batch != nil {
 		call := c.batch.newCall(p.Algorithm, hash, log, args, deadline)
+		call.cal = cal
 		if err = c.batch.decide(ctx, call); err != nil {
+			if t, ok := calendarMiss(err); ok && cal {
+				return s.decideCalendarAt(ctx, c, &p, cost, cacheKey, fp, sent, hash, log, args, deadline, t)
+			}
 			return sluice.Decision{Limit: p.Capacity()}, err
 		}
 		reply = call.reply[:]
@@ -488,8 +511,11 @@ func (s *Store) Decide(ctx context.Context, key string, p sluice.Policy, cost in
 		s.calls.Add(1)
 		sl := c.slot(hash)
 		var a ack
-		reply, err = s.execSingle(ctx, c, p.Algorithm, [2]string{hash, log}, args, c.deadlineArg(sl, deadline), s.waitFor(cost > 0, &a, allowed)).AsIntSlice()
+		reply, err = s.execSingle(ctx, c, p.Algorithm, cal, [2]string{hash, log}, args, c.deadlineArg(sl, deadline), s.waitFor(cost > 0, &a, allowed)).AsIntSlice()
 		if err != nil {
+			if t, ok := calendarMiss(err); ok && cal {
+				return s.decideCalendarAt(ctx, c, &p, cost, cacheKey, fp, sent, hash, log, args, deadline, t)
+			}
 			return sluice.Decision{Limit: p.Capacity()}, c.failed(sl, err)
 		}
 		if len(reply) != 7 {
@@ -517,10 +543,14 @@ func (s *Store) Decide(ctx context.Context, key string, p sluice.Policy, cost in
 	return d, nil
 }
 
-// execSingle runs a's single script on c, on the keys with args (single.lua's ARGV[1..5]) and
-// the deadline argument (ARGV[8]); with wait, confirmed by WAIT (exec).
-func (s *Store) execSingle(ctx context.Context, c *conn, a sluice.Algorithm, keys [2]string, args [5]string, deadline string, wait *ack) rueidis.RedisResult {
-	return s.exec(ctx, c, s.single[a], keys[:], append(args[:], s.now(), s.slack, deadline), wait)
+// execSingle runs a's single script (cal: its calendar single script) on c, on the keys with args
+// (single.lua's ARGV[1..5]) and the deadline argument (ARGV[8]); with wait, confirmed by WAIT (exec).
+func (s *Store) execSingle(ctx context.Context, c *conn, a sluice.Algorithm, cal bool, keys [2]string, args [5]string, deadline string, wait *ack) rueidis.RedisResult {
+	p := s.single[a]
+	if cal {
+		p = s.calSingle[a]
+	}
+	return s.exec(ctx, c, p, keys[:], append(args[:], s.now(), s.slack, deadline), wait)
 }
 
 // slot is the key's hash slot on a cluster, 0 on a single server (the offsets' index).
@@ -573,6 +603,12 @@ func (s *Store) DecideAll(ctx context.Context, key string, limits []sluice.Limit
 	ctx, cancel := context.WithTimeout(ctx, s.callTimeout(true))
 	defer cancel()
 	m := multiCall{s: s, c: c, now: s.now(), key: key, limits: limits, keys: keys, out: out}
+	for i := range limits {
+		if limits[i].Policy.Calendar != algorithm.NoCalendar {
+			m.inst, m.calendar = s.instanceNow(), true
+			break
+		}
+	}
 	if c.cluster {
 		if groups := slotGroups(limits, keys); len(groups) > 1 {
 			return m.acrossSlots(ctx, groups)
@@ -592,6 +628,9 @@ type multiCall struct {
 	limits []sluice.Limit
 	keys   []string
 	out    []sluice.Decision
+
+	calendar bool  // some limit has a calendar: its windows are passed around inst (calendar.go)
+	inst     int64 // the instance's time, µs, if calendar
 }
 
 // exec runs the multi script on the limits at the indices in which (nil: all of them; on a
@@ -615,15 +654,21 @@ func (m *multiCall) exec(ctx context.Context, which []int, check bool) (bool, er
 		return which[j]
 	}
 	args := make([]string, 0, 5+multiArgs*n)
-	args = append(args, strconv.Itoa(n), m.now, m.s.slack)
+	inst, attempt := m.inst, 0
+again: // (once more if Redis's time was outside the calendar windows passed: see calendar.go)
+	args = append(args[:0], strconv.Itoa(n), m.now, m.s.slack)
 	for j := range n {
 		l := &m.limits[limit(j)]
 		dry := "0"
 		if l.DryRun {
 			dry = "1"
 		}
+		period, err := periodArg(&l.Policy, inst)
+		if err != nil {
+			return false, err
+		}
 		args = append(args, strconv.Itoa(int(l.Policy.Algorithm)), strconv.FormatInt(l.Policy.Limit, 10),
-			strconv.FormatInt(l.Policy.PeriodMicros(), 10), strconv.FormatInt(l.Policy.Burst, 10), strconv.FormatInt(l.Cost, 10),
+			period, strconv.FormatInt(l.Policy.Burst, 10), strconv.FormatInt(l.Cost, 10),
 			strconv.FormatInt(l.MaxDelayMicros(), 10), dry)
 	}
 	if check {
@@ -651,6 +696,13 @@ func (m *multiCall) exec(ctx context.Context, which []int, check bool) (bool, er
 		return wrote
 	})).AsIntSlice()
 	if err != nil {
+		if t, ok := calendarMiss(err); ok && m.calendar {
+			if attempt++; attempt == 1 {
+				inst = t
+				goto again
+			}
+			return false, fmt.Errorf("%w: %w: redis store: %v", sluice.ErrStoreUnavailable, errCalendarRange, err)
+		}
 		return false, m.c.failed(sl, err)
 	}
 	if len(reply) != 6*n+1 {

@@ -16,14 +16,16 @@ import (
 //
 //	lua/common.lua          exact integer helpers, the state stamp, writes and TTLs
 //	lua/<algorithm>.lua     one decide_<algorithm> function per file, mirroring algorithm/<algorithm>.go
+//	lua/calendar.lua        the fixed and sliding window on calendar windows passed by the store
 //	lua/nth.lua             the argument checks and decisions of the scripts of several requests
 //	lua/single.lua          the entry point of one decision
 //	lua/multi.lua           the entry point of several limits on one client, all or nothing
 //	lua/batch.lua           the entry point of several independent decisions (one slot on a cluster)
 //	lua/settle.lua          the entry point of a settlement (a charge's real cost, known after its response)
 //
-// A single decision's script is common + its algorithm + single; the multi script is common +
-// all five + nth + multi (and the batch script the same with batch). Their contract (KEYS, ARGV, reply) is documented at the top of single.lua and
+// A single decision's script is common + its algorithm + single (a calendar policy's: common +
+// calendar + single, deciding with its calendar deciders); the multi script is common + all five +
+// calendar + nth + multi (and the batch script the same with batch). Their contract (KEYS, ARGV, reply) is documented at the top of single.lua and
 // multi.lua.
 //
 //go:embed lua/*.lua
@@ -49,6 +51,16 @@ func luaFile(name string) string {
 func singleScript(a algorithm.Algorithm) string {
 	return luaFile("lua/common.lua") + "\n" + luaFile(algorithmFiles[a]) + "\n" + luaFile("lua/single.lua")
 }
+
+// calendarSingleScript returns the source of the script that decides one request of a calendar
+// policy under a (fixed-window or sliding-window): single.lua on calendar.lua's deciders.
+func calendarSingleScript() string {
+	return luaFile("lua/common.lua") + "\n" + luaFile("lua/calendar.lua") + "\n" + calendarEntry + luaFile("lua/single.lua")
+}
+
+// calendarEntry starts single.lua's code where it is to decide calendar policies: its deciders
+// are calendar.lua's.
+const calendarEntry = "local deciders, calendar_entry = cal_deciders, true\n"
 
 // multiScript returns the source of the script that decides several limits at once.
 func multiScript() string { return allAlgorithms("lua/multi.lua") }
@@ -76,6 +88,8 @@ func writeAllAlgorithms(b *strings.Builder) {
 		b.WriteString(luaFile(algorithmFiles[a]))
 	}
 	b.WriteString("\n")
+	b.WriteString(luaFile("lua/calendar.lua"))
+	b.WriteString("\n")
 	b.WriteString(luaFile("lua/nth.lua"))
 }
 
@@ -87,6 +101,7 @@ func writeAllAlgorithms(b *strings.Builder) {
 // of a function — whose registered functions are the scripts, with their KEYS, ARGV and replies:
 //
 //	<lib>_single_<alg>   single.lua for algorithm alg (1..5), refusing any other as its script does
+//	<lib>_single_cal_<alg>  the calendar single script for alg (1 fixed-window, 3 sliding-window)
 //	<lib>_multi          multi.lua
 //	<lib>_batch          batch.lua
 //	<lib>_settle         settle.lua
@@ -117,6 +132,9 @@ func buildLibrary() libraryCode {
 		b.WriteString(luaFile("lua/" + e + ".lua"))
 		b.WriteString("\nend\n")
 	}
+	b.WriteString("\nlocal function entry_single_cal()\n" + calendarEntry)
+	b.WriteString(luaFile("lua/single.lua"))
+	b.WriteString("\nend\n")
 	body := b.String()
 	sum := sha1.Sum([]byte(body))
 	name := "sluice_" + hex.EncodeToString(sum[:8])
@@ -137,6 +155,10 @@ end
 	for _, a := range algorithm.Algorithms {
 		n := strconv.Itoa(int(a))
 		b.WriteString("redis.register_function('" + name + "_single_" + n + "', entry(entry_single, " + n + "))\n")
+	}
+	for _, a := range calendarAlgorithms {
+		n := strconv.Itoa(int(a))
+		b.WriteString("redis.register_function('" + name + "_single_cal_" + n + "', entry(entry_single_cal, " + n + "))\n")
 	}
 	b.WriteString("redis.register_function('" + name + "_multi', entry(entry_multi))\n")
 	b.WriteString("redis.register_function('" + name + "_batch', entry(entry_batch))\n")

@@ -17,7 +17,9 @@
 -- single calls at the same instant, in this order (several may be on one key). Every decision's
 -- arguments are checked first (check_all): one out of range fails the call with an error reply
 -- naming it, and nothing is written. A decision whose deadline has passed is not made: it writes
--- nothing, and its reply is {-1, 0, 0, 0, 0, 0}.
+-- nothing, and its reply is {-1, 0, 0, 0, 0, 0}; one of a calendar policy whose window the script
+-- cannot place (Redis's clock is outside the windows passed: calendar.lua) is not made either,
+-- and its reply is {-2, 0, 0, 0, 0, 0}.
 --
 -- Reply: 6·n + 1 integers, decision i's {allowed, capacity, remaining, retry, reset, delay} at
 -- 6(i-1)+1 .. 6i, then time (as single.lua's); one beyond 2^53 as its decimal string.
@@ -45,6 +47,9 @@ for i = 1, n do
     reply[r + 1], reply[r + 2], reply[r + 3], reply[r + 4], reply[r + 5], reply[r + 6] = -1, 0, 0, 0, 0, 0
   else
     local allowed, capacity, remaining, retry, reset, delay, commit = decide_nth(i, now)
+    if allowed == nil then -- a calendar window the script cannot place (calendar.lua): not made
+      allowed, capacity, remaining, retry, reset, delay = -2, 0, 0, 0, 0, 0
+    end
     if commit ~= nil then
       commit(ttl_slack)
     end

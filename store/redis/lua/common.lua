@@ -426,6 +426,15 @@ local function fmt(x)
   return W.fmt(x)
 end
 
+-- calendar_period parses the period argument of a calendar policy (lua/calendar.lua, which sets it
+-- in the scripts that decide calendar policies; nil in the others, which then refuse one).
+local calendar_period = nil
+
+-- calendar_entry is true where single.lua decides calendar policies (the calendar single scripts
+-- and the library's functions of them), which then take only a calendar's windows as the period;
+-- elsewhere single.lua takes only µs.
+local calendar_entry = false
+
 -- check_args parses and checks one decision's arguments, single.lua's ARGV[1..5], as
 -- Policy.Validate and CheckCost would: it returns alg, limit, period, burst, cost as ints, or nil
 -- and an error reply naming the first bad one. (The store checks the same before it calls a
@@ -440,7 +449,11 @@ local function check_args(a_alg, a_limit, a_period, a_burst, a_cost)
       cost % 1 == 0 and period < 9007199254740992 and cost < 9007199254740992 and limit < 9007199254740992 and
       burst < 9007199254740992 and alg < 9007199254740992) then -- (the lower bounds are checked below)
     alg, limit, period, burst, cost = parse_int(a_alg), parse_int(a_limit), parse_int(a_period), parse_int(a_burst), parse_int(a_cost)
+    if period == nil and calendar_period ~= nil then
+      period = calendar_period(a_period) -- a table with .token, or nil
+    end
   end
+  local cal = type(period) == 'table' and period.token ~= nil
   if W ~= nil then -- an argument may be beyond 2^53
     if type(alg) == 'table' then
       alg = nil
@@ -457,8 +470,10 @@ local function check_args(a_alg, a_limit, a_period, a_burst, a_cost)
     bad, arg, want = 'algorithm', a_alg, 'must be 1..5'
   elseif limit == nil or limit < 1 then
     bad, arg, want = 'limit', a_limit, 'must be an integer in 1..2^53'
-  elseif period == nil or lt(period, 1000) or (W ~= nil and W.cmp(period, W.PERIOD_MAX) > 0) then
-    bad, arg, want = 'period', a_period, 'must be an integer number of µs in 1000..9223372036854775'
+  elseif cal and alg ~= FIXED_WINDOW and alg ~= SLIDING_WINDOW then
+    bad, arg, want = 'period', a_period, 'of a calendar must be of fixed-window or sliding-window'
+  elseif period == nil or (not cal and (lt(period, 1000) or (W ~= nil and W.cmp(period, W.PERIOD_MAX) > 0))) then
+    bad, arg, want = 'period', a_period, 'must be an integer number of µs in 1000..9223372036854775 (or a calendar\'s windows)'
   elseif burst == nil or burst < 0 then
     bad, arg, want = 'burst', a_burst, 'must be an integer in 0..2^53'
   elseif burst ~= 0 and alg ~= TOKEN_BUCKET and alg ~= LEAKY_BUCKET then

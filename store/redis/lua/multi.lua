@@ -7,8 +7,8 @@
 -- ARGV[1]  n, the number of limits
 -- ARGV[2]  now, µs; empty: Redis TIME
 -- ARGV[3]  ttl_slack, µs (empty: 0)
--- ARGV[4+7(i-1) .. 10+7(i-1)]  limit i's alg, limit, period (µs), burst, cost (as single.lua's
---          ARGV[1..5]), max_delay (µs a leaky bucket may hold the request; -1: no bound) and
+-- ARGV[4+7(i-1) .. 10+7(i-1)]  limit i's alg, limit, period (µs, or a calendar's windows:
+--          calendar.lua), burst, cost (as single.lua's ARGV[1..5]), max_delay (µs a leaky bucket may hold the request; -1: no bound) and
 --          dry_run (1: the limit counts but never refuses the request; else 0)
 -- ARGV[4+7n]  optional (then the deadline follows it): 'check', to decide every limit and write
 --          nothing even if all allow — the first phase of a DecideAll whose limits lie in several
@@ -21,7 +21,8 @@
 -- refused, nothing is written at all (so the decisions of the allowed ones describe a
 -- consumption that did not happen). A dry-run limit's refusal refuses nothing. Every limit's
 -- arguments are checked first (check_all): one out of range fails the call with an error reply
--- naming it, and nothing is written. After the deadline: the error
+-- naming it, and nothing is written. A calendar limit whose window the script cannot place
+-- (calendar.lua) fails the call with its error reply, nothing written. After the deadline: the error
 -- 'ERR sluice: deadline passed: ...', and nothing written.
 --
 -- Reply: 6·n + 1 integers, limit i's {allowed, capacity, remaining, retry, reset, delay} (as
@@ -50,6 +51,9 @@ end
 local reply, commits, all = {}, {}, true
 for i = 1, n do
   local allowed, capacity, remaining, retry, reset, delay, commit = decide_nth(i, now)
+  if allowed == nil then
+    return redis.error_reply(capacity) -- a calendar window the script cannot place: nothing written yet
+  end
   local r = 6 * (i - 1)
   reply[r + 1], reply[r + 2], reply[r + 3], reply[r + 4], reply[r + 5], reply[r + 6] =
     allowed, capacity, remaining, retry, reset, delay

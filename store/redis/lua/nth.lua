@@ -3,7 +3,7 @@
 -- script has no need of them (and every function a script defines costs on every call).
 
 -- nth_args holds the arguments of each request of a multi.lua or batch.lua call, parsed and
--- checked by check_all: nth_args[i] = {alg, limit, period, burst, cost, max_delay} for request
+-- checked by check_all: nth_args[i] = {alg, limit, period, burst, cost, max_delay, calendar} for request
 -- i, whose keys are KEYS[2i-1], KEYS[2i] and whose arguments are the stride of them from
 -- ARGV[4+stride(i-1)]: alg, limit, period, burst and cost, then with a stride of 7 (multi.lua)
 -- max_delay and dry_run (batch.lua's requests are Decide's: stride 5, no bound on a hold).
@@ -45,7 +45,7 @@ local function check_all(n, stride)
         return redis.error_reply('ERR sluice: dry_run ' .. string.format('%q', string.sub(tostring(dry), 1, 40)) .. ' must be 0 or 1')
       end
     end
-    nth_args[i] = {alg, limit, period, burst, cost, max_delay}
+    nth_args[i] = {alg, limit, period, burst, cost, max_delay, type(period) == 'table' and period.token ~= nil}
     prev = nth_args[i]
   end
   return nil
@@ -55,5 +55,8 @@ end
 -- returning what the decider returns (through decided).
 local function decide_nth(i, now)
   local a = nth_args[i]
+  if a[7] then -- a calendar policy (calendar.lua)
+    return decided(cal_deciders[a[1]](KEYS[2 * i - 1], KEYS[2 * i], a[2], a[3], a[4], a[5], now))
+  end
   return decided(deciders[a[1]](KEYS[2 * i - 1], KEYS[2 * i], a[2], a[3], a[4], a[5], now, a[6]))
 end

@@ -24,6 +24,10 @@
 -- string; time is Redis TIME if the script read it (ARGV[6] empty, or a deadline), else now. Only
 -- an approval of a cost > 0 writes (the state and its TTL); a refusal or a peek writes nothing.
 -- After the deadline: the error 'ERR sluice: deadline passed: ...', and nothing written.
+--
+-- A calendar policy (fixed-window or sliding-window) is decided by the calendar single script of
+-- its algorithm, which is common.lua + calendar.lua + this file deciding with cal_deciders; its
+-- ARGV[3] is the calendar's windows instead of a period (calendar.lua).
 local decide = deciders[tonumber(ARGV[1])]
 if decide == nil then
   return redis.error_reply('ERR sluice: this script does not decide algorithm ' .. tostring(ARGV[1]))
@@ -31,6 +35,10 @@ end
 local alg, limit, period, burst, cost = check_args(ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5])
 if alg == nil then
   return limit -- the error reply
+end
+if (type(period) == 'table' and period.token ~= nil) ~= calendar_entry then -- (calendar_entry: common.lua)
+  return redis.error_reply('ERR sluice: period ' .. string.format('%q', string.sub(tostring(ARGV[3]), 1, 40)) ..
+    (calendar_entry and " must be a calendar's windows in this script" or ' must be µs in this script (a calendar is decided by its own)'))
 end
 local now, ttl_slack, time = time_args(ARGV[6], ARGV[7], has_deadline(ARGV[8]))
 if now == nil then
@@ -41,6 +49,9 @@ if past_deadline(ARGV[8], time) then
 end
 local allowed, capacity, remaining, retry, reset, delay, commit =
   decided(decide(KEYS[1], KEYS[2], limit, period, burst, cost, now))
+if allowed == nil then
+  return redis.error_reply(capacity) -- a calendar window the script cannot place (calendar.lua)
+end
 if commit ~= nil then
   commit(ttl_slack)
 end
