@@ -42,15 +42,20 @@ func ParseCalendar(s string) (Calendar, error) {
 	return NoCalendar, fmt.Errorf("unknown calendar %q (want one of day, week, month, year)", s)
 }
 
-// MarshalText and UnmarshalText let configuration formats spell a Calendar by name.
+// MarshalText and UnmarshalText let configuration formats spell a Calendar by name; no calendar
+// is the empty string, so that a Policy without one encodes (JSON, say) and decodes back.
 func (c Calendar) MarshalText() ([]byte, error) {
-	if c == NoCalendar || int(c) >= len(calendarNames) {
+	if int(c) >= len(calendarNames) {
 		return nil, fmt.Errorf("invalid calendar %d", uint8(c))
 	}
 	return []byte(c.String()), nil
 }
 
 func (c *Calendar) UnmarshalText(b []byte) error {
+	if len(b) == 0 {
+		*c = NoCalendar
+		return nil
+	}
 	v, err := ParseCalendar(string(b))
 	if err != nil {
 		return err

@@ -140,7 +140,13 @@ func TestParseCalendar(t *testing.T) {
 	if err := c.UnmarshalText([]byte("month")); err != nil || c != Month {
 		t.Errorf("UnmarshalText(month) = %v, %v", c, err)
 	}
-	if _, err := NoCalendar.MarshalText(); err == nil {
-		t.Error("NoCalendar.MarshalText did not fail")
+	if b, err := NoCalendar.MarshalText(); err != nil || len(b) != 0 {
+		t.Errorf("NoCalendar.MarshalText = %q, %v; want \"\" (a Policy without a calendar must encode)", b, err)
+	}
+	if err := c.UnmarshalText(nil); err != nil || c != NoCalendar {
+		t.Errorf("UnmarshalText(\"\") = %v, %v", c, err)
+	}
+	if _, err := Calendar(9).MarshalText(); err == nil {
+		t.Error("Calendar(9).MarshalText did not fail")
 	}
 }

@@ -138,28 +138,6 @@ func (s *Store) instanceNow() int64 {
 	return time.Now().UnixMicro()
 }
 
-// checkCalendar is check for a calendar policy: the core's rules for its cost (a negative one is
-// invalid, one above the limit can never be approved), after Validate.
-func checkCalendar(p *sluice.Policy, cost int64, d *sluice.Decision) error {
-	if err := p.Validate(); err != nil {
-		*d = algorithm.MakeDecision(false, 0, 0, -1, 0, 0)
-		return err
-	}
-	name := ""
-	if p.Name != "" {
-		name = fmt.Sprintf(" of policy %q", p.Name)
-	}
-	switch {
-	case cost < 0:
-		*d = algorithm.MakeDecision(false, p.Limit, 0, -1, 0, 0)
-		return fmt.Errorf("%w: cost %d must be ≥ 0", algorithm.ErrInvalidCost, cost)
-	case cost > p.Limit:
-		*d = algorithm.MakeDecision(false, p.Limit, 0, -1, 0, 0)
-		return fmt.Errorf("%w: cost %d exceeds the limit %d%s, so it can never be approved", algorithm.ErrCostExceedsLimit, cost, p.Limit, name)
-	}
-	return nil
-}
-
 // calendarReply is the prefix of the scripts' error reply for a calendar window they cannot
 // place, followed by Redis's time: 'ERR sluice: calendar: time <µs> ...'.
 const calendarReply = "sluice: calendar: time "
@@ -215,6 +193,7 @@ func (s *Store) decideCalendarAt(ctx context.Context, c *conn, p *sluice.Policy,
 		return fail, a.err
 	}
 	d := algorithm.MakeDecision(reply[0] == 1, reply[1], reply[2], reply[3], reply[4], reply[5])
+	d.At = reply[6] // the script's now, as on the first try
 	if s.refused != nil {
 		if d.Allowed {
 			if cost > 0 {

@@ -450,9 +450,6 @@ var processStart = time.Now()
 // Policy.Validate, a bucket's refill time below 2^53 µs, which the scripts check too: a policy
 // beyond it is the caller's error, answered here, not an error of Redis's.
 func (s *Store) check(p *sluice.Policy, cost int64, d *sluice.Decision) error {
-	if p.Calendar != algorithm.NoCalendar {
-		return checkCalendar(p, cost, d)
-	}
 	if err := algorithm.CheckCost(p, cost, d); err != nil {
 		return err
 	}
