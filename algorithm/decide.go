@@ -19,6 +19,7 @@ import (
 //	token-bucket    TAT + Frac/Limit = the theoretical arrival time (GCRA), in µs: the bucket is full
 //	leaky-bucket    at and after it; for the leaky bucket, the time the queue has drained.
 //	                0 ≤ Frac < Limit always.
+//	concurrency     Leases = the slots held (a state of another limit or lease still counts them)
 //
 // The fields a decision writes come first, then those it only reads, the sliding log's list last,
 // so that a store can keep what a counter or bucket decision touches, with its own per-key
@@ -36,6 +37,8 @@ type State struct {
 	cache derived // from Limit and Period, computed when the state was (re)started
 
 	Log []LogEntry
+
+	Leases []Lease // concurrency: the slots held, in no order (concurrency.go)
 }
 
 // derived holds what a decision would otherwise divide for, computed once per key when its state
@@ -142,6 +145,8 @@ func DecideWithin(p *Policy, s *State, now, cost, maxDelay int64, d *Decision) e
 		return tokenBucket(p, s, now, cost, d)
 	case LeakyBucket:
 		return leakyBucket(p, s, now, cost, maxDelay, d)
+	case Concurrency:
+		return concurrency(p, s, now, 0, cost, d)
 	}
 	d.set(false, 0, 0, -1, 0, 0)
 	return p.Validate()
