@@ -20,6 +20,8 @@ import (
 //	lua/single.lua          the entry point of one decision
 //	lua/multi.lua           the entry point of several limits on one client, all or nothing
 //	lua/batch.lua           the entry point of several independent decisions (one slot on a cluster)
+//	lua/conc.lua            the entry point of a request's limits when some are concurrency limits
+//	lua/lease.lua           releases and renewals of concurrency leases (common + it)
 //
 // A single decision's script is common + its algorithm + single; the multi script is common +
 // all five + nth + multi (and the batch script the same with batch). Their contract (KEYS, ARGV, reply) is documented at the top of single.lua and
@@ -107,7 +109,7 @@ func buildLibrary() libraryCode {
 	var b strings.Builder
 	b.WriteString("local KEYS, ARGV -- set by each entry below: a function gets them as arguments, not globals\n")
 	writeAllAlgorithms(&b)
-	for _, e := range []string{"single", "multi", "batch"} {
+	for _, e := range []string{"single", "multi", "batch", "conc", "lease"} {
 		b.WriteString("\nlocal function entry_" + e + "()\n")
 		b.WriteString(luaFile("lua/" + e + ".lua"))
 		b.WriteString("\nend\n")
@@ -135,6 +137,8 @@ end
 	}
 	b.WriteString("redis.register_function('" + name + "_multi', entry(entry_multi))\n")
 	b.WriteString("redis.register_function('" + name + "_batch', entry(entry_batch))\n")
+	b.WriteString("redis.register_function('" + name + "_conc', entry(entry_conc))\n")
+	b.WriteString("redis.register_function('" + name + "_lease', entry(entry_lease))\n")
 	return libraryCode{name: name, code: b.String()}
 }
 
