@@ -41,7 +41,7 @@ func TestConcurrencySteps(t *testing.T) {
 		// Two slots wanted: 4 expires at 13s, 1 at 19s; both needed: the hint is capped.
 		{at: 12 * s, op: "acquire", id: 6, cost: 2, allowed: false, remaining: 0, retry: s, reset: 10 * s},
 		{at: 25 * s, op: "acquire", id: 6, cost: 2, allowed: true, remaining: 1, reset: 10 * s}, // all but 5 expired
-		{at: 50 * s, op: "acquire", id: 7, cost: 0, allowed: true, remaining: 3, reset: 0}, // idle
+		{at: 50 * s, op: "acquire", id: 7, cost: 0, allowed: true, remaining: 3, reset: 0},      // idle
 	}
 	for i, c := range steps {
 		switch c.op {
