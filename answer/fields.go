@@ -50,7 +50,9 @@ const maxSFInteger = 999_999_999_999_999
 // q its limit (the quota, in requests; a request of cost n counts as n), and w its period in
 // seconds, rounded up when it is not whole (the draft has no sub-second windows, and rounding up
 // understates the rate, which is the safe side). The draft requires q and allows w; sluice
-// always knows its window, so w is always sent.
+// always knows its window, so w is always sent — but for a concurrency policy, which counts
+// requests in flight, not in a window: it has the draft's quota unit qu="concurrent-requests"
+// instead of w (its lease is no window).
 //
 // RateLimit says where the client stands: r is Decision.Remaining, and t the effective window in
 // whole seconds, rounded up:
@@ -112,6 +114,10 @@ func FieldValues(buf []byte, decisions []Applied) (policy, limit []byte) {
 		b = appendSFString(b, p.Name)
 		b = append(b, ";q="...)
 		b = appendSFInteger(b, p.Limit)
+		if p.Algorithm == sluice.Concurrency { // requests in flight: a quota unit of its own, and no window
+			b = append(b, `;qu="concurrent-requests"`...)
+			continue
+		}
 		b = append(b, ";w="...)
 		b = appendSFInteger(b, max(1, Seconds(p.Period)))
 	}

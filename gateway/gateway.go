@@ -55,7 +55,7 @@ func New(cfg *config.Config, store sluice.Store, metrics *Metrics, up *Upstream)
 	if g.tracing {
 		store = tracedStore{store}
 	}
-	g.decider = decision.Decider{Store: store, MaxDelay: cfg.Limits.MaxDelay, Observer: observer{g}}
+	g.decider = decision.Decider{Store: store, MaxDelay: cfg.Limits.MaxDelay, Observer: observer{g}, Renewer: &decision.Renewer{}}
 	if cfg.Upstream == nil {
 		// No proxy listener (listen: ""): the Gateway decides for the other front ends only.
 		g.up = up
@@ -124,7 +124,9 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		propagator.Inject(ctx, propagation.HeaderCarrier(r.Header)) // forwarded with the request: this span is the upstream's parent
 	}
 	req := g.policies.Resolve(identity.HTTP(r), r.Method, path)
+	req.Releases = true // (the deferred ReleaseSlots)
 	v := g.decider.Decide(r.Context(), &req)
+	defer g.decider.ReleaseSlots(r.Context(), &req, &v) // Serve has written the response, or the client left
 	if g.access == nil && span == nil {
 		if !decision.Serve(w, r, &v, g.cfg.Limits.LegacyHeaders, g.proxy) {
 			g.metrics.abandon(req.Client)
