@@ -32,6 +32,8 @@ type Renewer struct {
 
 	// Timeout bounds each round of renewals (default: a third of the shortest lease).
 	Timeout time.Duration
+
+	manual bool // tests: no goroutine; they call RenewNow
 }
 
 // heldSlots are the slots a Verdict took.
@@ -121,7 +123,7 @@ func (r *Renewer) add(h *heldSlots) {
 			r.every = every
 		}
 	}
-	if !r.running {
+	if !r.running && !r.manual {
 		r.running = true
 		go r.run()
 	}
