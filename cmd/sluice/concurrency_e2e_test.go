@@ -225,3 +225,12 @@ func TestServeE2EConcurrencyKilledInstance(t *testing.T) {
 	}
 	wg.Wait()
 }
+
+// TestSimulateConcurrencyRefused: the simulator's requests take no time, so it refuses the
+// concurrency algorithm, saying why, rather than simulating nothing.
+func TestSimulateConcurrencyRefused(t *testing.T) {
+	code, _, stderr := runCLI(t, "", "simulate", "--algorithm", "concurrency", "--limit", "5", "--period", "1s", "--traffic", "10 at once")
+	if code == 0 || !strings.Contains(stderr, "--algorithm concurrency") || !strings.Contains(stderr, "in flight") {
+		t.Fatalf("exit %d, stderr %q", code, stderr)
+	}
+}
