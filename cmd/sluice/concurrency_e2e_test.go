@@ -123,6 +123,7 @@ func TestServeE2EConcurrencyThreeInstances(t *testing.T) {
 	up := newHeldUpstream(t)
 	const lease = 2 * time.Second
 	procs := startThree(t, concurrencyConfig(up.URL, rs.Addr, lease))
+	t.Cleanup(up.open) // (before the processes stop: a failed test leaves nothing held)
 
 	results := make(chan reply, 10)
 	for i := range 10 {
@@ -180,6 +181,7 @@ func TestServeE2EConcurrencyKilledInstance(t *testing.T) {
 	up := newHeldUpstream(t)
 	const lease = 3 * time.Second
 	procs := startThree(t, concurrencyConfig(up.URL, rs.Addr, lease))
+	t.Cleanup(up.open) // (before the processes stop: a failed test leaves nothing held)
 	for i := range 5 {
 		go func() { _, _ = tryGet(procs[0].proxy, fmt.Sprintf("/held/%d", i)) }()
 	}
