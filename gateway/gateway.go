@@ -233,7 +233,9 @@ func (o observer) Decided(req *decision.Request, v *decision.Verdict, took time.
 	switch v.Outcome {
 	case decision.Refused:
 		outcome, retryAt = outcomeRefused, now.Add(v.RetryAfter(req))
-		o.g.retries.refused(req.Who.Key, retryAt)
+		if exactRefusal(req, v) { // (slots.go)
+			o.g.retries.refused(req.Who.Key, retryAt)
+		}
 	case decision.Held:
 		outcome = outcomeDelayed
 		m.holds.Observe(v.Hold.Seconds())

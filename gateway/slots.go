@@ -4,7 +4,21 @@ import (
 	"context"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/algorithm"
+	"github.com/sluicehq/sluice/decision"
 )
+
+// exactRefusal reports whether every policy that refused v says exactly when to retry: a
+// concurrency policy's Retry-After is a hint (a slot frees when a request ends), so a client back
+// before it made no mistake, and is not counted as an early retry.
+func exactRefusal(req *decision.Request, v *decision.Verdict) bool {
+	for _, a := range v.Refusing(req) {
+		if !algorithm.IsExact(&a.Policy) {
+			return false
+		}
+	}
+	return true
+}
 
 // The store wrappers pass a concurrency policy's releases and renewals on (sluice.Leaser), so
 // that the decision layer's ReleaseSlots and Renewer reach the store under them.
