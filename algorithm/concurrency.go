@@ -21,18 +21,28 @@ import (
 // expire for the request to fit, at most RetryHint: so no refusal of a concurrency policy may be
 // cached as the rate algorithms' are (IsExact).
 //
-// A cost of 0 peeks: allowed, taking nothing. A lease whose ID is already held is taken again:
-// decided as if the held one were not, and on approval it replaces it.
+// A cost of 0 peeks: allowed, taking nothing. Lease IDs are the caller's to keep unique among a
+// key's leases in flight (64 random bits are); this transition decides a request under an ID
+// already held as if that lease were not, and on approval replaces it (the Redis store's script
+// may differ there, never beyond the limit).
 //
-// The transitions are pure and copy on write: they never change the array of a state's Leases
-// in place, so that a store may decide on a copy of a state (DecideAll's trial) and drop it.
+// The state is the slots held, one entry of State.Log each — At its lease's expiry, Cost its
+// lease's ID (the uint64's bits) — so a key holds at most Limit entries (MaxConcurrency), as the
+// Redis store holds one sorted-set member per slot, and the state of a counter or bucket stays as
+// small as it was. The transitions are pure and copy on write: they never change the array of a
+// state's Log in place, so that a store may decide on a copy of a state (DecideAll's trial) and
+// drop it.
 
-// Lease is a request's hold on slots of a concurrency policy.
+// Lease is one lease's hold on slots of a concurrency policy, as Leases reports it.
 type Lease struct {
 	ID      uint64
 	Slots   int64
 	Expires int64 // µs: from then on the slots are free
 }
+
+// MaxConcurrency bounds a concurrency policy's Limit: each slot held is an entry of the key's
+// state (a sorted-set member in Redis), so the slots of one key in flight must stay few.
+const MaxConcurrency = 1 << 16
 
 // RetryHint is the longest RetryAfter of a concurrency refusal: a slot may free at any moment.
 const RetryHint = time.Second
@@ -58,36 +68,46 @@ func Acquire(p *Policy, s *State, now int64, id uint64, cost int64, d *Decision)
 	return concurrency(p, s, now, id, cost, d)
 }
 
+// slots returns the slots *s holds (nil for a state of another algorithm).
+func slots(s *State) []LogEntry {
+	if s.Alg != Concurrency {
+		return nil
+	}
+	return s.Log
+}
+
+// leaseOf is the lease ID of a slot.
+func leaseOf(e LogEntry) uint64 { return uint64(e.Cost) }
+
 // concurrency is Acquire past its checks; id 0 with a cost > 0 (Decide's path) is ErrNoLease.
 func concurrency(p *Policy, s *State, now int64, id uint64, cost int64, d *Decision) error {
-	var held []Lease
-	if s.Alg == Concurrency {
-		held = s.Leases
-	}
 	if id == 0 && cost > 0 {
 		d.set(false, p.Limit, 0, -1, 0, 0)
 		return ErrNoLease
 	}
+	held := slots(s)
 	inFlight, last := int64(0), int64(0)
-	for _, l := range held {
-		if l.Expires > now && l.ID != id {
-			inFlight += l.Slots
-			last = max(last, l.Expires)
+	for _, e := range held {
+		if e.At > now && leaseOf(e) != id {
+			inFlight++
+			last = max(last, e.At)
 		}
 	}
 	allowed := inFlight+cost <= p.Limit
 	var retry int64
 	switch {
 	case allowed && cost > 0:
-		next := make([]Lease, 0, len(held)+1)
-		for _, l := range held {
-			if l.Expires > now && l.ID != id {
-				next = append(next, l)
+		next := make([]LogEntry, 0, inFlight+cost)
+		for _, e := range held {
+			if e.At > now && leaseOf(e) != id {
+				next = append(next, e)
 			}
 		}
 		exp := now + p.PeriodMicros()
-		next = append(next, Lease{ID: id, Slots: cost, Expires: exp})
-		*s = State{Alg: Concurrency, Limit: p.Limit, Period: p.PeriodMicros(), Leases: next}
+		for range cost {
+			next = append(next, LogEntry{At: exp, Cost: int64(id)})
+		}
+		*s = State{Alg: Concurrency, Limit: p.Limit, Period: p.PeriodMicros(), Log: next}
 		inFlight += cost
 		last = max(last, exp)
 	case !allowed:
@@ -101,81 +121,86 @@ func concurrency(p *Policy, s *State, now int64, id uint64, cost int64, d *Decis
 	return nil
 }
 
-// retryHint is the time from now until leases (but id's) of at least need slots expire, at
-// most RetryHint.
-func retryHint(held []Lease, now int64, id uint64, need int64) int64 {
-	live := make([]Lease, 0, len(held))
-	for _, l := range held {
-		if l.Expires > now && l.ID != id {
-			live = append(live, l)
+// retryHint is the time from now until need slots (but id's) expire, at most RetryHint.
+func retryHint(held []LogEntry, now int64, id uint64, need int64) int64 {
+	live := make([]int64, 0, len(held))
+	for _, e := range held {
+		if e.At > now && leaseOf(e) != id {
+			live = append(live, e.At)
 		}
 	}
-	slices.SortFunc(live, func(a, b Lease) int {
-		switch {
-		case a.Expires < b.Expires:
-			return -1
-		case a.Expires > b.Expires:
-			return 1
-		}
-		return 0
-	})
 	hint := int64(RetryHint / time.Microsecond)
-	freed := int64(0)
-	for _, l := range live {
-		if freed += l.Slots; freed >= need {
-			return min(hint, l.Expires-now)
-		}
+	if need > int64(len(live)) {
+		return hint // a limit lowered below what is held: no expiry alone makes room soon
 	}
-	return hint // a limit lowered below what is held: no expiry alone makes room soon
+	slices.Sort(live)
+	return min(hint, live[need-1]-now)
 }
 
-// Release gives back the lease id of *s (nothing if it is not held) and reports whether it was
-// held and unexpired at now.
+// Release gives back the slots of lease id of *s (nothing if it holds none) and reports whether it
+// held some unexpired at now.
 func Release(s *State, now int64, id uint64) bool {
-	if s.Alg != Concurrency {
+	held := slots(s)
+	if !slices.ContainsFunc(held, func(e LogEntry) bool { return leaseOf(e) == id }) {
 		return false
 	}
-	i := slices.IndexFunc(s.Leases, func(l Lease) bool { return l.ID == id })
-	if i < 0 {
-		return false
+	live := false
+	next := make([]LogEntry, 0, len(held))
+	for _, e := range held {
+		if leaseOf(e) != id {
+			next = append(next, e)
+		} else if e.At > now {
+			live = true
+		}
 	}
-	live := s.Leases[i].Expires > now
-	next := make([]Lease, 0, len(s.Leases)-1)
-	next = append(next, s.Leases[:i]...)
-	s.Leases = append(next, s.Leases[i+1:]...)
+	s.Log = next
 	return live
 }
 
 // Renew extends the leases ids of *s held at now to expire p.Period after now, and returns how
 // many it renewed. An expired lease is not renewed: its slots may have been taken meanwhile.
 func Renew(p *Policy, s *State, now int64, ids ...uint64) int {
-	if s.Alg != Concurrency {
-		return 0
-	}
-	n := 0
-	var next []Lease
-	for i, l := range s.Leases {
-		if l.Expires > now && slices.Contains(ids, l.ID) {
+	held := slots(s)
+	var next []LogEntry
+	var renewed []uint64
+	for i, e := range held {
+		if e.At > now && slices.Contains(ids, leaseOf(e)) {
 			if next == nil {
-				next = slices.Clone(s.Leases)
+				next = slices.Clone(held)
 			}
-			next[i].Expires = now + p.PeriodMicros()
-			n++
+			next[i].At = now + p.PeriodMicros()
+			if !slices.Contains(renewed, leaseOf(e)) {
+				renewed = append(renewed, leaseOf(e))
+			}
 		}
 	}
 	if next != nil {
-		s.Leases = next
+		s.Log = next
 	}
-	return n
+	return len(renewed)
 }
 
-// LastExpiry is when the last lease of *s expires (µs), or 0 if it holds none.
+// LastExpiry is when the last slot of *s expires (µs), or 0 if it holds none.
 func LastExpiry(s *State) int64 {
 	last := int64(0)
-	if s.Alg == Concurrency {
-		for _, l := range s.Leases {
-			last = max(last, l.Expires)
-		}
+	for _, e := range slots(s) {
+		last = max(last, e.At)
 	}
 	return last
+}
+
+// Leases returns the leases *s holds (expired ones included, until a decision drops them), in
+// the order they were taken.
+func Leases(s *State) []Lease {
+	var out []Lease
+	for _, e := range slots(s) {
+		i := slices.IndexFunc(out, func(l Lease) bool { return l.ID == leaseOf(e) })
+		if i < 0 {
+			out = append(out, Lease{ID: leaseOf(e), Expires: e.At})
+			i = len(out) - 1
+		}
+		out[i].Slots++
+		out[i].Expires = max(out[i].Expires, e.At)
+	}
+	return out
 }

@@ -2,6 +2,7 @@ package algorithm
 
 import (
 	"errors"
+	"slices"
 	"testing"
 	"time"
 )
@@ -56,7 +57,7 @@ func TestConcurrencySteps(t *testing.T) {
 			}
 			continue
 		}
-		before := len(st.Leases)
+		before := len(st.Log)
 		var d Decision
 		if err := Acquire(&p, &st, c.at, c.id, c.cost, &d); err != nil {
 			t.Fatalf("step %d: %v", i, err)
@@ -65,9 +66,12 @@ func TestConcurrencySteps(t *testing.T) {
 		if d != want {
 			t.Fatalf("step %d at %dµs: got %+v, want %+v", i, c.at, d, want)
 		}
-		if (!c.allowed || c.cost == 0) && len(st.Leases) != before {
+		if (!c.allowed || c.cost == 0) && len(st.Log) != before {
 			t.Fatalf("step %d: a refusal or a peek changed the state", i)
 		}
+	}
+	if got, want := Leases(&st), []Lease{{ID: 6, Slots: 2, Expires: 35 * s}}; /* 5 expired at 22s, pruned at 25s */ !slices.Equal(got, want) {
+		t.Fatalf("Leases: %+v, want %+v", got, want)
 	}
 	if !IsIdle(&p, &st, 50*s) {
 		t.Fatal("not idle after every lease expired")
@@ -88,7 +92,7 @@ func TestConcurrencyCopyOnWrite(t *testing.T) {
 			t.Fatal(d, err)
 		}
 	}
-	orig := append([]Lease(nil), st.Leases...)
+	orig := append([]LogEntry(nil), st.Log...)
 	trial := st
 	if err := Acquire(&p, &trial, 1_000_002, 9, 1, &d); err != nil || !d.Allowed { // prunes leases 1 and 2
 		t.Fatal(d, err)
@@ -96,8 +100,8 @@ func TestConcurrencyCopyOnWrite(t *testing.T) {
 	Renew(&p, &trial, 1_000_002, 3)
 	Release(&trial, 1_000_002, 9)
 	for i := range orig {
-		if st.Leases[i] != orig[i] {
-			t.Fatalf("the original's lease %d changed: %+v, was %+v", i, st.Leases[i], orig[i])
+		if st.Log[i] != orig[i] {
+			t.Fatalf("the original's slot %d changed: %+v, was %+v", i, st.Log[i], orig[i])
 		}
 	}
 }
@@ -117,6 +121,7 @@ func TestConcurrencyErrors(t *testing.T) {
 		{Algorithm: Concurrency, Limit: 2, Period: time.Second, Burst: 1},
 		{Algorithm: Concurrency, Limit: 2},
 		{Algorithm: Concurrency, Limit: 2, Calendar: Day},
+		{Algorithm: Concurrency, Limit: MaxConcurrency + 1, Period: time.Second},
 	} {
 		if bad.Validate() == nil {
 			t.Errorf("%+v validated", bad)

@@ -19,7 +19,8 @@ import (
 //	token-bucket    TAT + Frac/Limit = the theoretical arrival time (GCRA), in µs: the bucket is full
 //	leaky-bucket    at and after it; for the leaky bucket, the time the queue has drained.
 //	                0 ≤ Frac < Limit always.
-//	concurrency     Leases = the slots held (a state of another limit or lease still counts them)
+//	concurrency     Log = the slots held, one entry each: At its lease's expiry, Cost its lease's ID
+//	                (concurrency.go); a state of another limit or lease still counts them
 //
 // The fields a decision writes come first, then those it only reads, the sliding log's list last,
 // so that a store can keep what a counter or bucket decision touches, with its own per-key
@@ -37,8 +38,6 @@ type State struct {
 	cache derived // from Limit and Period, computed when the state was (re)started
 
 	Log []LogEntry
-
-	Leases []Lease // concurrency: the slots held, in no order (concurrency.go)
 }
 
 // derived holds what a decision would otherwise divide for, computed once per key when its state
@@ -165,7 +164,7 @@ func (s *State) current(p *Policy, period int64) bool {
 func CheckCost(p *Policy, cost int64, d *Decision) error {
 	if p.Limit <= 0 || p.Limit > MaxLimit || p.Period < MinPeriod || p.Period%time.Microsecond != 0 ||
 		p.Burst < 0 || p.Burst > MaxLimit || (p.Burst != 0 && p.Algorithm != TokenBucket && p.Algorithm != LeakyBucket) ||
-		p.Algorithm == 0 || int(p.Algorithm) >= len(algorithmNames) {
+		p.Algorithm == 0 || int(p.Algorithm) >= len(algorithmNames) || (p.Algorithm == Concurrency && p.Limit > MaxConcurrency) {
 		d.set(false, 0, 0, -1, 0, 0)
 		return p.Validate() // never divide by a bad policy's zero
 	}

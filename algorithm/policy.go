@@ -130,6 +130,8 @@ func (p Policy) Validate() error {
 		return bad("limit %d must be > 0", p.Limit)
 	case p.Limit > MaxLimit:
 		return bad("limit %d must be ≤ 2^53 (%d)", p.Limit, int64(MaxLimit))
+	case p.Algorithm == Concurrency && p.Limit > MaxConcurrency:
+		return bad("limit %d of concurrency must be ≤ %d: each request in flight is kept in the key's state", p.Limit, MaxConcurrency)
 	case p.Calendar != NoCalendar:
 		if int(p.Calendar) >= len(calendarNames) {
 			return bad("unknown calendar %d", uint8(p.Calendar))

@@ -62,7 +62,7 @@ for j = 1, m do
   local a = 4 + 7 * n + 5 * (j - 1)
   local limit, lease, cost, dry, id = tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3]), ARGV[a + 4], ARGV[a + 5]
   local bad
-  if limit == nil or limit % 1 ~= 0 or limit < 1 or limit > 9007199254740992 then
+  if limit == nil or limit % 1 ~= 0 or limit < 1 or limit > 65536 then -- algorithm.MaxConcurrency
     bad = 'limit'
   elseif lease == nil or lease % 1 ~= 0 or lease < 1000 or lease >= 9007199254740992 then
     bad = 'lease'
