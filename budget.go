@@ -60,6 +60,8 @@ func (b LocalBudget) Validate(p Policy) error {
 		return bad("local_budget is not supported by sliding-log: it decides by every approved request's own timestamp, which units taken at once do not have (use sliding-window, fixed-window or token-bucket)")
 	case p.Algorithm == LeakyBucket:
 		return bad("local_budget is not supported by leaky-bucket: each request's delay is computed by the shared queue when it arrives (use token-bucket for a budgeted rate)")
+	case p.Algorithm == Concurrency:
+		return bad("local_budget is not supported by concurrency: a slot is one request in flight, taken and given back in the store, which units taken at once are not")
 	case b.Size <= 0:
 		return bad("local_budget.size %d must be > 0", b.Size)
 	case b.Size > p.Capacity():
@@ -495,6 +497,9 @@ func (s *BudgetStore) refillOnly(ctx context.Context, key string, p *Policy, b L
 
 // CheckPolicy passes the question on to the wrapped store.
 func (s *BudgetStore) CheckPolicy(p Policy) error {
+	if err := checkConcurrency(s.store, p); err != nil {
+		return err
+	}
 	if pc, ok := s.store.(PolicyChecker); ok {
 		return pc.CheckPolicy(p)
 	}

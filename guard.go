@@ -158,6 +158,9 @@ func (g *guard) localPolicy(p Policy) Policy {
 
 // CheckPolicy passes the question on to the wrapped store.
 func (g *guard) CheckPolicy(p Policy) error {
+	if err := checkConcurrency(g.store, p); err != nil {
+		return err
+	}
 	if pc, ok := g.store.(PolicyChecker); ok {
 		return pc.CheckPolicy(p)
 	}

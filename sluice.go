@@ -126,6 +126,9 @@ type Limit struct {
 	MaxDelay time.Duration
 	// DryRun: the limit counts but never refuses the request (see DecideAll).
 	DryRun bool
+	// Lease is the ID a Concurrency policy's slots are taken under (NewLeaseID; see Leaser);
+	// required with a cost > 0 there (else ErrNoLease). The other algorithms ignore it.
+	Lease uint64
 }
 
 // EffectiveKey is the key l counts under in a DecideAll of key: l.Key, or key if l.Key is "".

@@ -22,6 +22,8 @@ import (
 //	token-bucket    TAT + Frac/Limit = the theoretical arrival time (GCRA), in µs: the bucket is full
 //	leaky-bucket    at and after it; for the leaky bucket, the time the queue has drained.
 //	                0 ≤ Frac < Limit always.
+//	concurrency     Log = the slots held, one entry each: At its lease's expiry, Cost its lease's ID
+//	                (concurrency.go); a state of another limit or lease still counts them
 //
 // The fields a decision writes come first, then those it only reads, the sliding log's list last,
 // so that a store can keep what a counter or bucket decision touches, with its own per-key
@@ -153,6 +155,8 @@ func DecideWithin(p *Policy, s *State, now, cost, maxDelay int64, d *Decision) e
 		return tokenBucket(p, s, now, cost, d)
 	case LeakyBucket:
 		return leakyBucket(p, s, now, cost, maxDelay, d)
+	case Concurrency:
+		return concurrency(p, s, now, 0, cost, d)
 	}
 	d.set(false, 0, 0, -1, 0, 0)
 	return p.Validate()
@@ -177,7 +181,7 @@ func CheckCost(p *Policy, cost int64, d *Decision) error {
 		}
 	} else if p.Limit <= 0 || p.Limit > MaxLimit || p.Period < MinPeriod || p.Period%time.Microsecond != 0 ||
 		p.Burst < 0 || p.Burst > MaxLimit || (p.Burst != 0 && p.Algorithm != TokenBucket && p.Algorithm != LeakyBucket) ||
-		p.Algorithm == 0 || int(p.Algorithm) >= len(algorithmNames) {
+		p.Algorithm == 0 || int(p.Algorithm) >= len(algorithmNames) || (p.Algorithm == Concurrency && p.Limit > MaxConcurrency) {
 		d.set(false, 0, 0, -1, 0, 0)
 		return p.Validate() // never divide by a bad policy's zero
 	}

@@ -21,12 +21,15 @@ const (
 	SlidingWindow                      // "sliding-window": two window counters, the previous one weighted
 	TokenBucket                        // "token-bucket": capacity Burst, refilled Limit per Period, continuously
 	LeakyBucket                        // "leaky-bucket": a queue drained Limit per Period, room for Burst
+	Concurrency                        // "concurrency": at most Limit requests in flight; Period is a slot's lease (concurrency.go)
 )
 
-// Algorithms lists every algorithm in a fixed order (the order of `sluice simulate --compare`).
+// Algorithms lists the five rate algorithms in a fixed order (the order of `sluice simulate
+// --compare`). Concurrency is not among them: it limits requests in flight, not a rate, and is
+// decided with a lease (concurrency.go).
 var Algorithms = []Algorithm{FixedWindow, SlidingLog, SlidingWindow, TokenBucket, LeakyBucket}
 
-var algorithmNames = [...]string{"", "fixed-window", "sliding-log", "sliding-window", "token-bucket", "leaky-bucket"}
+var algorithmNames = [...]string{"", "fixed-window", "sliding-log", "sliding-window", "token-bucket", "leaky-bucket", "concurrency"}
 
 // String returns the algorithm's name as the CLI and the configuration spell it.
 func (a Algorithm) String() string {
@@ -43,8 +46,14 @@ func ParseAlgorithm(s string) (Algorithm, error) {
 			return a, nil
 		}
 	}
-	return 0, fmt.Errorf("unknown algorithm %q (want one of fixed-window, sliding-log, sliding-window, token-bucket, leaky-bucket)", s)
+	if s == Concurrency.String() {
+		return Concurrency, nil
+	}
+	return 0, fmt.Errorf("unknown algorithm %q (want one of %s)", s, algorithmList)
 }
+
+// algorithmList names every algorithm, for errors.
+const algorithmList = "fixed-window, sliding-log, sliding-window, token-bucket, leaky-bucket, concurrency"
 
 // MarshalText and UnmarshalText let configuration formats spell an Algorithm by name.
 func (a Algorithm) MarshalText() ([]byte, error) {
@@ -114,13 +123,15 @@ func (p Policy) Validate() error {
 	}
 	switch {
 	case p.Algorithm == 0:
-		return bad("algorithm is missing (want one of fixed-window, sliding-log, sliding-window, token-bucket, leaky-bucket)")
+		return bad("algorithm is missing (want one of %s)", algorithmList)
 	case int(p.Algorithm) >= len(algorithmNames):
 		return bad("unknown algorithm %d", uint8(p.Algorithm))
 	case p.Limit <= 0:
 		return bad("limit %d must be > 0", p.Limit)
 	case p.Limit > MaxLimit:
 		return bad("limit %d must be ≤ 2^53 (%d)", p.Limit, int64(MaxLimit))
+	case p.Algorithm == Concurrency && p.Limit > MaxConcurrency:
+		return bad("limit %d of concurrency must be ≤ %d: each request in flight is kept in the key's state", p.Limit, MaxConcurrency)
 	case p.Calendar != NoCalendar:
 		if int(p.Calendar) >= len(calendarNames) {
 			return bad("unknown calendar %d", uint8(p.Calendar))
@@ -178,14 +189,16 @@ func (p *Policy) Capacity() int64 {
 
 // Decision is the answer to one request.
 //
-// RetryAfter is exact: absent other traffic on the key, the same request made RetryAfter later is
+// RetryAfter is exact for the five rate algorithms: absent other traffic on the key, the same request made RetryAfter later is
 // approved, and one made a microsecond earlier is not. Every request made before then with the same
 // or a larger cost is refused whatever else happens, so a refusal may be cached until then.
+// Not so for Concurrency: a slot frees whenever a request in flight ends, so its RetryAfter is a
+// hint (see concurrency.go), and no refusal of it may be cached (IsExact).
 type Decision struct {
 	Allowed    bool
 	Limit      int64         // Policy.Capacity
 	Remaining  int64         // cost units (requests of cost 1) that could still be approved now, after this decision
-	RetryAfter time.Duration // 0 when allowed; when refused, the wait until this request would be approved; Never if it never can
+	RetryAfter time.Duration // 0 when allowed; when refused, the wait until this request would be approved (a hint for Concurrency); Never if it never can
 	ResetAfter time.Duration // until the key's state is as if never seen (full quota); 0 if it already is
 	Delay      time.Duration // leaky bucket: how long to hold an approved request before serving it
 	Fallback   Fallback      // how a Limiter decided when its store could not; NoFallback from every store

@@ -37,7 +37,7 @@ func TestValidateRejects(t *testing.T) {
 		{"burst on sliding-window", Policy{Algorithm: SlidingWindow, Limit: 1, Period: sec, Burst: 2}, "burst 2", true},
 		{"no algorithm", Policy{Limit: 1, Period: sec}, "algorithm", false},
 		{"algorithm 99", Policy{Algorithm: 99, Limit: 1, Period: sec}, "algorithm 99", false},
-		{"algorithm 6", Policy{Algorithm: 6, Limit: 1, Period: sec}, "algorithm 6", false},
+		{"algorithm 7", Policy{Algorithm: 7, Limit: 1, Period: sec}, "algorithm 7", false},
 		// A bucket that takes centuries to refill (drain) is beyond any clock.
 		{"token bucket refilling for centuries", Policy{Algorithm: TokenBucket, Limit: 1, Period: time.Hour, Burst: 1 << 40}, "burst", true},
 		{"leaky bucket draining for centuries", Policy{Algorithm: LeakyBucket, Limit: 1, Period: time.Hour, Burst: 1 << 40}, "burst", true},
@@ -119,7 +119,7 @@ func TestAlgorithmNames(t *testing.T) {
 			t.Errorf("ParseAlgorithm(%q) = %v, %v", a.String(), p, err)
 		}
 	}
-	for _, bad := range []Algorithm{0, 6, 99, 255} {
+	for _, bad := range []Algorithm{0, 7, 99, 255} {
 		if _, err := bad.MarshalText(); err == nil {
 			t.Errorf("Algorithm(%d).MarshalText: no error", bad)
 		}

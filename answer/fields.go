@@ -52,7 +52,9 @@ const maxSFInteger = 999_999_999_999_999
 // understates the rate, which is the safe side). For a calendar policy w is the length of the
 // current calendar window (now's, by this process's clock): 86400 on most days, 82800 or 90000
 // on a day the clocks change, 2419200 to 2678400 for a month. The draft requires q and allows w;
-// sluice always knows its window, so w is always sent.
+// sluice always knows its window, so w is always sent — but for a concurrency policy, which counts
+// requests in flight, not in a window: it has the draft's quota unit qu="concurrent-requests"
+// instead of w (its lease is no window).
 //
 // RateLimit says where the client stands: r is Decision.Remaining, and t the effective window in
 // whole seconds, rounded up:
@@ -114,6 +116,10 @@ func FieldValues(buf []byte, decisions []Applied) (policy, limit []byte) {
 		b = appendSFString(b, p.Name)
 		b = append(b, ";q="...)
 		b = appendSFInteger(b, p.Limit)
+		if p.Algorithm == sluice.Concurrency { // requests in flight: a quota unit of its own, and no window
+			b = append(b, `;qu="concurrent-requests"`...)
+			continue
+		}
 		b = append(b, ";w="...)
 		if p.Calendar != sluice.NoCalendar {
 			b = appendSFInteger(b, max(1, Seconds(windowLength(p))))

@@ -89,12 +89,27 @@ func QuotaExceeded(client string, decisions []Applied) Problem {
 	}
 	if wait := Wait(decisions); wait >= 0 {
 		p.RetryAfter = max(1, Seconds(wait))
-		fmt.Fprintf(&d, "; retry after %d s (the same request sent sooner is refused too)", p.RetryAfter)
+		if exact(refused) {
+			fmt.Fprintf(&d, "; retry after %d s (the same request sent sooner is refused too)", p.RetryAfter)
+		} else { // a concurrency slot frees when a request in flight ends: the wait is a hint
+			fmt.Fprintf(&d, "; retry after about %d s (a slot frees when one of the client's requests in flight ends)", p.RetryAfter)
+		}
 	} else {
 		d.WriteString("; this request costs more than the policy ever allows at once, so retrying will not help")
 	}
 	p.Detail = d.String()
 	return p
+}
+
+// exact reports whether the wait of every refusal is exact (algorithm.IsExact): not a
+// concurrency policy's.
+func exact(refused []*Applied) bool {
+	for _, a := range refused {
+		if a.Policy.Algorithm == sluice.Concurrency {
+			return false
+		}
+	}
+	return true
 }
 
 // StoreUnavailable is the 503 problem for a request that was not forwarded because the limiter's
@@ -166,6 +181,9 @@ func describe(p sluice.Policy) string {
 	unit := "requests"
 	if p.Limit == 1 {
 		unit = "request"
+	}
+	if p.Algorithm == sluice.Concurrency {
+		return fmt.Sprintf("%d %s in flight at once", p.Limit, unit)
 	}
 	per := period(p.Period)
 	if p.Calendar != sluice.NoCalendar {

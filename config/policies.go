@@ -107,12 +107,12 @@ func (p *parser) policies(n *yaml.Node, c *Config) {
 		good := true // the fields that make the policy; the name is not one of them
 		algN, limitN, periodN, burstN := p.get(m, "algorithm"), p.get(m, "limit"), p.get(m, "period"), p.get(m, "burst")
 		if algN == nil {
-			p.errorf(m.node, path, nil, "algorithm is required (fixed-window, sliding-log, sliding-window, token-bucket or leaky-bucket)")
+			p.errorf(m.node, path, nil, "algorithm is required (fixed-window, sliding-log, sliding-window, token-bucket, leaky-bucket or concurrency)")
 			good = false
 		} else if s, ok := p.str(algN, path, "algorithm"); ok {
 			a, err := sluice.ParseAlgorithm(s)
 			if err != nil {
-				p.errorf(algN, path, nil, "algorithm %q is unknown (want fixed-window, sliding-log, sliding-window, token-bucket or leaky-bucket)", s)
+				p.errorf(algN, path, nil, "algorithm %q is unknown (want fixed-window, sliding-log, sliding-window, token-bucket, leaky-bucket or concurrency)", s)
 				good = false
 			}
 			pol.Algorithm = a
@@ -144,7 +144,9 @@ func (p *parser) policies(n *yaml.Node, c *Config) {
 		if calN != nil || p.get(m, "time_zone") != nil {
 			good = p.calendar(m, path, pol, good)
 		}
-		if periodN == nil {
+		if leaseN := p.get(m, "lease"); leaseN != nil || pol.Algorithm == sluice.Concurrency {
+			good = p.lease(pol, path, periodN, leaseN) && good // (concurrency.go)
+		} else if periodN == nil {
 			if calN == nil {
 				p.errorf(m.node, path, nil, "period is required (e.g. 1s, 1m, 24h), or calendar (day, week, month or year)")
 				good = false

@@ -74,7 +74,7 @@ var (
 	apiKeyFields   = []string{"header"}
 	jwtFields      = []string{"header", "algorithms", "secret_env", "public_key_file", "claim", "issuer", "audience", "leeway"}
 	ipFields       = []string{"trusted_proxies", "ipv4_prefix", "ipv6_prefix", "forwarded_header"}
-	policyFields   = []string{"name", "algorithm", "limit", "period", "burst", "dry_run", "key_by", "local_budget", "calendar", "time_zone"}
+	policyFields   = []string{"name", "algorithm", "limit", "period", "burst", "dry_run", "key_by", "local_budget", "calendar", "time_zone", "lease"}
 	clientFields   = []string{"name", "api_key_sha256", "jwt_subject", "policy"}
 	routeFields    = []string{"method", "path_prefix", "cost", "policy", "scope", "cost_from", "count_only", "refund_on"}
 	limitsFields   = []string{"max_delay", "legacy_headers"}

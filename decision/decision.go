@@ -45,6 +45,9 @@ type Request struct {
 	// After, if not nil, settles the cost once the upstream's response is known (Finish): the
 	// route's cost_from, count_only and refund_on.
 	After *config.After
+	// Releases: the front end calls ReleaseSlots when the response ends, so the slots of
+	// concurrency policies are renewed until then (slots.go); else they last one lease time.
+	Releases bool
 }
 
 // cost returns limit i's cost.
@@ -81,7 +84,8 @@ type Verdict struct {
 	Decisions []answer.Applied
 	Err       error // Failed: the store's error
 
-	sc *scratch
+	sc    *scratch
+	slots *heldSlots // concurrency slots taken, until ReleaseSlots (slots.go); not Release's memory
 }
 
 // Passes reports whether the request goes on (now, or after Hold).
@@ -149,6 +153,9 @@ type Decider struct {
 	// the store, consuming nothing. 0 or less: no hold at all.
 	MaxDelay time.Duration
 	Observer Observer // nil: none
+	// Renewer renews the concurrency slots of requests in flight that their front end releases
+	// (Request.Releases); nil: none are renewed (slots.go).
+	Renewer *Renewer
 }
 
 // Decide decides req: every limit in one atomic store call, the enforced ones all or nothing, the
@@ -176,6 +183,7 @@ func (d *Decider) Decide(ctx context.Context, req *Request) Verdict {
 		l := &req.Limits[i]
 		limits[i] = sluice.Limit{Key: l.Key, Policy: l.Policy, Cost: req.cost(i), MaxDelay: hold, DryRun: l.DryRun}
 	}
+	slots := takeSlots(limits)
 	start := time.Now()
 	allowed, err := d.Store.DecideAll(ctx, req.Who.Key, limits, out)
 	took := time.Since(start)
@@ -208,6 +216,9 @@ func (d *Decider) Decide(ctx context.Context, req *Request) Verdict {
 		if v.Hold > 0 {
 			v.Outcome = Held
 		}
+		if slots {
+			d.holdSlots(req, &v, limits, out)
+		}
 	}
 	if d.Observer != nil {
 		d.Observer.Decided(req, &v, took)
@@ -228,10 +239,14 @@ func failure(req *Request, err error) answer.Problem {
 	case errors.Is(err, sluice.ErrCostExceedsLimit):
 		for i, l := range req.Limits {
 			var d sluice.Decision
-			if algorithm.CheckCost(&l.Policy, req.cost(i), &d) != nil {
+			c := req.cost(i)
+			if l.Policy.Algorithm == sluice.Concurrency {
+				c = min(c, 1) // one slot (slots.go)
+			}
+			if algorithm.CheckCost(&l.Policy, c, &d) != nil {
 				p := l.Policy
 				p.Name = l.PolicyName
-				return answer.CostExceedsLimit(req.Who.Client, answer.Applied{Policy: p, Decision: d}, req.cost(i))
+				return answer.CostExceedsLimit(req.Who.Client, answer.Applied{Policy: p, Decision: d}, c)
 			}
 		}
 		return answer.BadRequest("the request's cost cannot be decided")

@@ -43,8 +43,10 @@ func (g *Gateway) ServeFast(ctx *fasthttp.RequestCtx) {
 		dctx, span = startSpan(dctx, fastCarrier{&ctx.Request.Header}, string(ctx.Method()), string(ctx.Path()))
 	}
 	req := g.policies.Resolve(fastRequest{ctx}, b2s(ctx.Method()), b2s(ctx.Path()))
+	req.Releases = true // (the deferred ReleaseSlots)
 	v := g.decider.Decide(dctx, &req)
 	defer v.Release()
+	defer g.decider.ReleaseSlots(dctx, &req, &v) // the upstream's response is in, or the client left: before v.Release
 	if !v.Passes() {
 		writeProblem(ctx, v.Problem)
 		g.fields(&ctx.Response.Header, v.Decisions)

@@ -56,7 +56,7 @@ func New(cfg *config.Config, store sluice.Store, metrics *Metrics, up *Upstream)
 	if g.tracing {
 		store = tracedStore{store}
 	}
-	g.decider = decision.Decider{Store: store, MaxDelay: cfg.Limits.MaxDelay, Observer: observer{g}}
+	g.decider = decision.Decider{Store: store, MaxDelay: cfg.Limits.MaxDelay, Observer: observer{g}, Renewer: &decision.Renewer{}}
 	if cfg.Upstream == nil {
 		// No proxy listener (listen: ""): the Gateway decides for the other front ends only.
 		g.up = up
@@ -125,8 +125,11 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		propagator.Inject(ctx, propagation.HeaderCarrier(r.Header)) // forwarded with the request: this span is the upstream's parent
 	}
 	req := g.policies.Resolve(identity.HTTP(r), r.Method, path)
+	req.Releases = true // (the deferred ReleaseSlots)
 	v := g.decider.Decide(r.Context(), &req)
-	if req.After != nil { // the cost is settled once the response is known
+	defer g.decider.ReleaseSlots(r.Context(), &req, &v) // Serve has written the response, or the client left
+	// The cost is settled once the response is known.
+	if req.After != nil {
 		var finish func()
 		w, finish = g.afterHTTP(w, r, &req, &v)
 		defer finish()
@@ -237,7 +240,9 @@ func (o observer) Decided(req *decision.Request, v *decision.Verdict, took time.
 	switch v.Outcome {
 	case decision.Refused:
 		outcome, retryAt = outcomeRefused, now.Add(v.RetryAfter(req))
-		o.g.retries.refused(req.Who.Key, retryAt)
+		if exactRefusal(req, v) { // (slots.go)
+			o.g.retries.refused(req.Who.Key, retryAt)
+		}
 	case decision.Held:
 		outcome = outcomeDelayed
 		m.holds.Observe(v.Hold.Seconds())

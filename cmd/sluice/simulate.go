@@ -224,6 +224,9 @@ func (o *simulateOptions) policies(changed func(string) bool) ([]sluice.Policy, 
 		if err != nil {
 			return nil, fmt.Errorf("--algorithm %s: %v", o.algorithm, err)
 		}
+		if a == sluice.Concurrency {
+			return nil, errors.New("--algorithm concurrency: the simulator's requests take no time, so none is ever in flight; it runs the five rate algorithms")
+		}
 		if o.burst != 0 && !sim.TakesBurst(a) {
 			return nil, fmt.Errorf("--burst %d: %v takes no burst (only token-bucket and leaky-bucket do)", o.burst, a)
 		}

@@ -710,6 +710,9 @@ func (p *parser) rateLimit(n *yaml.Node, path string, algN, burstN *yaml.Node) *
 			if err != nil {
 				p.errorf(algN, path, "algorithm %s is unknown: want fixed-window, sliding-log, sliding-window, token-bucket or leaky-bucket", quote(s))
 				good = false
+			} else if a == sluice.Concurrency {
+				p.errorf(algN, path, "algorithm concurrency is not supported by Envoy's rate limit service: it never sees a response end, so no slot could be given back (limit requests in flight in the sluice proxy)")
+				good = false
 			} else {
 				alg = a
 			}

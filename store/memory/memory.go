@@ -475,7 +475,7 @@ func (s *Store) DecideAll(_ context.Context, key string, limits []sluice.Limit, 
 	if len(out) != len(limits) {
 		return false, fmt.Errorf("memory store: DecideAll: %d decisions for %d limits", len(out), len(limits))
 	}
-	if len(limits) == 1 { // Decide's path: the same decision, without a trial copy
+	if len(limits) == 1 && limits[0].Policy.Algorithm != sluice.Concurrency { // Decide's path: the same decision, without a trial copy
 		l := &limits[0]
 		err := s.decide(l.EffectiveKey(key), &l.Policy, l.Cost, l.MaxDelayMicros(), &out[0])
 		return err == nil && (out[0].Allowed || l.DryRun), err
@@ -516,7 +516,7 @@ func (s *Store) DecideAll(_ context.Context, key string, limits []sluice.Limit, 
 				trial[i].Log = sl.state.Log[:len(sl.state.Log):len(sl.state.Log)]
 			}
 		}
-		if err := algorithm.DecideWithin(&l.Policy, &trial[i], now, l.Cost, l.MaxDelayMicros(), &out[i]); err != nil {
+		if err := decideLimit(l, &trial[i], now, &out[i]); err != nil {
 			return false, err
 		}
 		if !out[i].Allowed && !l.DryRun {
@@ -622,7 +622,7 @@ func (s *Store) decideAllKeys(key string, limits []sluice.Limit, out []sluice.De
 				trial[i].Log = sl.state.Log[:len(sl.state.Log):len(sl.state.Log)] // (see DecideAll)
 			}
 		}
-		if err := algorithm.DecideWithin(&l.Policy, &trial[i], now, l.Cost, l.MaxDelayMicros(), &out[i]); err != nil {
+		if err := decideLimit(l, &trial[i], now, &out[i]); err != nil {
 			return false, err
 		}
 		if !out[i].Allowed && !l.DryRun {

@@ -102,6 +102,18 @@ func TestACLUser(t *testing.T) {
 			if ok, err := s.DecideAll(bg, fmt.Sprintf("acl-all-%d", round), limits, out); err != nil || !ok {
 				t.Fatalf("round %d, DecideAll as the ACL user: %v %v %+v", round, ok, err, out)
 			}
+			// A concurrency limit beside a rate limit (lua/conc.lua), renewed and released (lua/lease.lua).
+			conc := sluice.Policy{Name: "conc", Algorithm: sluice.Concurrency, Limit: 2, Period: time.Minute}
+			key := fmt.Sprintf("acl-conc-%d", round)
+			if ok, err := s.DecideAll(bg, key, []sluice.Limit{{Policy: policies[0], Cost: 1}, {Policy: conc, Cost: 1, Lease: 7}}, out[:2]); err != nil || !ok {
+				t.Fatalf("round %d, a concurrency limit as the ACL user: %v %v %+v", round, ok, err, out[:2])
+			}
+			if err := s.Renew(bg, key, conc, 7); err != nil {
+				t.Fatalf("round %d, Renew as the ACL user: %v", round, err)
+			}
+			if err := s.Release(bg, key, conc, 7); err != nil {
+				t.Fatalf("round %d, Release as the ACL user: %v", round, err)
+			}
 			// Batching is on, and a batch of several (lua/batch.lua) runs as the ACL user.
 			if c.batch == nil {
 				t.Fatal("the store does not batch as the ACL user")

@@ -55,11 +55,12 @@ import (
 // a server without Functions), and the commands they run on the prefix's keys; TIME, with which the store
 // reads Redis's clock (deadlines); and, on a Redis Cluster, the slot map (CLUSTER SLOTS, or
 // SHARDS from Redis 8) and ASKING for redirections while slots move; the sorted-set commands
-// of the instance registry's script (fleet.lua); WAIT, for replicas_ack; and ROLE, with which the
+// of the instance registry's script (fleet.lua) and of concurrency limits (concurrency.go,
+// ZSCORE too); WAIT, for replicas_ack; and ROLE, with which the
 // client checks that the server Sentinel names is the primary (and the store counts the replicas
 // replicas_ack waits for). Nothing else: no other keys, no channels, no FLUSHALL, no CONFIG.
 const ACLRules = "resetkeys ~rate-limit:* resetchannels -@all +select +ping +time " +
-	"+fcall +function|load +evalsha +eval +get +set +exists +hmget +del +pexpire +rpush +lrange +lset +ltrim +llen +zadd +zrem +zremrangebyscore +zcard +zrange +cluster|slots +cluster|shards +asking" +
+	"+fcall +function|load +evalsha +eval +get +set +exists +hmget +del +pexpire +rpush +lrange +lset +ltrim +llen +zadd +zrem +zremrangebyscore +zcard +zrange +zscore +cluster|slots +cluster|shards +asking" +
 	" +wait +role"
 
 // Defaults.
@@ -466,6 +467,9 @@ func (s *Store) Decide(ctx context.Context, key string, p sluice.Policy, cost in
 	if err := s.check(&p, cost, &d); err != nil {
 		return d, err
 	}
+	if p.Algorithm == sluice.Concurrency {
+		return s.decideConc(ctx, key, p, cost)
+	}
 	cacheKey, fp := p.Name+"\x00"+key, fingerprintOf(&p)
 	sent := s.localNow()
 	if s.refused != nil {
@@ -576,7 +580,7 @@ func (s *Store) DecideAll(ctx context.Context, key string, limits []sluice.Limit
 	if len(out) != len(limits) {
 		return false, fmt.Errorf("redis store: DecideAll: %d decisions for %d limits", len(out), len(limits))
 	}
-	if len(limits) == 1 && (limits[0].Policy.Algorithm != sluice.LeakyBucket || limits[0].MaxDelay == 0) {
+	if len(limits) == 1 && limits[0].Policy.Algorithm != sluice.Concurrency && (limits[0].Policy.Algorithm != sluice.LeakyBucket || limits[0].MaxDelay == 0) {
 		// One limit is one decision: Decide's path, with the negative cache and batching (the
 		// gateway asks DecideAll for every request, most of which have one policy). A leaky
 		// bucket with a bound on its hold goes to the multi script, which takes the bound.
@@ -634,6 +638,9 @@ type multiCall struct {
 // cluster they must share a slot), filling their decisions, and reports whether every enforced
 // one allowed. check: decide without writing (the script's 'check').
 func (m *multiCall) exec(ctx context.Context, which []int, check bool) (bool, error) {
+	if m.concurrent(which) {
+		return m.execConc(ctx, which, check)
+	}
 	n := len(which)
 	keys := m.keys
 	if which == nil {

@@ -22,6 +22,8 @@ import (
 //	lua/multi.lua           the entry point of several limits on one client, all or nothing
 //	lua/batch.lua           the entry point of several independent decisions (one slot on a cluster)
 //	lua/settle.lua          the entry point of a settlement (a charge's real cost, known after its response)
+//	lua/conc.lua            the entry point of a request's limits when some are concurrency limits
+//	lua/lease.lua           releases and renewals of concurrency leases (common + it)
 //
 // A single decision's script is common + its algorithm + single (a calendar policy's: common +
 // calendar + single, deciding with its calendar deciders); the multi script is common + all five +
@@ -127,7 +129,7 @@ func buildLibrary() libraryCode {
 	var b strings.Builder
 	b.WriteString("local KEYS, ARGV -- set by each entry below: a function gets them as arguments, not globals\n")
 	writeAllAlgorithms(&b)
-	for _, e := range []string{"single", "multi", "batch", "settle"} {
+	for _, e := range []string{"single", "multi", "batch", "settle", "conc", "lease"} {
 		b.WriteString("\nlocal function entry_" + e + "()\n")
 		b.WriteString(luaFile("lua/" + e + ".lua"))
 		b.WriteString("\nend\n")
@@ -163,6 +165,8 @@ end
 	b.WriteString("redis.register_function('" + name + "_multi', entry(entry_multi))\n")
 	b.WriteString("redis.register_function('" + name + "_batch', entry(entry_batch))\n")
 	b.WriteString("redis.register_function('" + name + "_settle', entry(entry_settle))\n")
+	b.WriteString("redis.register_function('" + name + "_conc', entry(entry_conc))\n")
+	b.WriteString("redis.register_function('" + name + "_lease', entry(entry_lease))\n")
 	return libraryCode{name: name, code: b.String()}
 }
 

@@ -87,6 +87,7 @@ func (s Suite) Run(t *testing.T) {
 	t.Run("max-delay", func(t *testing.T) { maxDelay(t, newStore) })
 	t.Run("policy-change", func(t *testing.T) { s.policyChange(t) })
 	t.Run("settle", func(t *testing.T) { s.settle(t) })
+	t.Run("concurrency", func(t *testing.T) { Concurrency(t, newStore) })
 }
 
 // decideAll: "3 a second and 5 a minute" on one key, all or nothing.

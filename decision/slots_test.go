@@ -1,0 +1,93 @@
+package decision
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/config"
+	"github.com/sluicehq/sluice/identity"
+	"github.com/sluicehq/sluice/store/memory"
+)
+
+// TestSlots: a request under a rate and a concurrency policy takes one slot (whatever its cost),
+// all or nothing with the rate; its Verdict gives the slot back on ReleaseSlots, and the Renewer
+// keeps a slow request's slot past its first lease; a front end that does not release holds a
+// slot one lease time. On a virtual clock.
+func TestSlots(t *testing.T) {
+	clock := sluice.NewManualClock(time.UnixMicro(1_700_000_000_000_000))
+	st := memory.New(memory.WithClock(clock))
+	rate := config.AppliedPolicy{Policy: sluice.Policy{Name: "rate", Algorithm: sluice.FixedWindow, Limit: 100, Period: time.Hour}, PolicyName: "rate"}
+	conc := config.AppliedPolicy{Policy: sluice.Policy{Name: "slots", Algorithm: sluice.Concurrency, Limit: 2, Period: 3 * time.Second}, PolicyName: "slots"}
+	r := &Renewer{manual: true} // renewed by the test, on the virtual clock
+	d := &Decider{Store: st, Renewer: r}
+	ctx := context.Background()
+	decide := func(releases bool, cost int64) (*Request, Verdict) {
+		req := &Request{Who: identity.Identity{Key: "c"}, Client: "c", Limits: []Limit{rate, conc}, Cost: cost, Releases: releases}
+		return req, d.Decide(ctx, req)
+	}
+	free := func() int64 {
+		t.Helper()
+		dec, err := st.Decide(ctx, "c", conc.Policy, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return dec.Remaining
+	}
+	req1, v1 := decide(true, 5) // a route's cost of 5 is rate units: one slot all the same
+	_, v2 := decide(true, 5)
+	if v1.Outcome != Allowed || v2.Outcome != Allowed {
+		t.Fatalf("outcomes %v %v: %v %v", v1.Outcome, v2.Outcome, v1.Err, v2.Err)
+	}
+	if n := r.InFlight(); n != 2 {
+		t.Fatalf("%d requests renewed, want 2", n)
+	}
+	_, v3 := decide(true, 5)
+	if v3.Outcome != Refused || v3.slots != nil {
+		t.Fatalf("third request: %v (slots %v), want refused holding none", v3.Outcome, v3.slots)
+	}
+	if dec, _ := st.Decide(ctx, "c", rate.Policy, 0); dec.Remaining != 90 {
+		t.Fatalf("rate quota left %d, want 90: the refused request consumed", dec.Remaining)
+	}
+	// Slow requests: past the 3s lease, renewed at 2s, they keep their slots.
+	clock.Advance(2 * time.Second)
+	r.RenewNow(ctx)
+	clock.Advance(2 * time.Second)
+	if n := free(); n != 0 {
+		t.Fatalf("%d slots free after a renewal, want 0", n)
+	}
+	d.ReleaseSlots(ctx, req1, &v1)
+	d.ReleaseSlots(ctx, req1, &v1) // twice: nothing more
+	if n := free(); n != 1 {
+		t.Fatalf("%d slots free after a release, want 1", n)
+	}
+	if n := r.InFlight(); n != 1 {
+		t.Fatalf("%d requests renewed after a release, want 1", n)
+	}
+	// Not renewed any more, v2's lease expires 3s after its renewal.
+	clock.Advance(time.Second)
+	r.RenewNow(ctx)
+	d.ReleaseSlots(ctx, req1, &v2)
+	if n := free(); n != 2 {
+		t.Fatalf("%d slots free, want 2", n)
+	}
+	// A front end that does not release (the decision API, forward-auth): a slot for one lease.
+	_, v4 := decide(false, 1)
+	if v4.Outcome != Allowed || r.InFlight() != 0 {
+		t.Fatalf("%v, %d renewed: want allowed and not renewed", v4.Outcome, r.InFlight())
+	}
+	clock.Advance(3*time.Second - time.Microsecond)
+	if n := free(); n != 1 {
+		t.Fatalf("%d slots free a µs before the lease ends, want 1", n)
+	}
+	clock.Advance(time.Microsecond)
+	if n := free(); n != 2 {
+		t.Fatalf("%d slots free after the lease, want 2", n)
+	}
+	// A peek (cost 0) takes none.
+	_, v5 := decide(true, 0)
+	if v5.Outcome != Allowed || v5.slots != nil || free() != 2 {
+		t.Fatalf("peek: %v, slots %v", v5.Outcome, v5.slots)
+	}
+}
