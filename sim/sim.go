@@ -12,6 +12,11 @@
 // with the same numbers. A Session is the same run taken one request at a time, with peeks at
 // the limiter's state in between (the browser simulation plots them).
 //
+// Requests may also have a real cost known once served (Options.Actual; a trace's actual column,
+// ParseSettledTrace): each approved one is settled with it right after its decision, on the
+// virtual clock, and its Row says its real cost and the balance after the settlement
+// (Session.DecideSettled takes one request so).
+//
 // Run, Simulate and Compare are safe for concurrent use: each run has its own store and clock.
 //
 // The results have one output schema, shared by `sluice simulate` and the browser simulation:

@@ -33,12 +33,6 @@ func ParseTrace(r io.Reader) ([]Request, error) {
 	return parseTrace(r, MaxRequests, MaxTraceBytes)
 }
 
-// parseTrace is ParseTrace with its bounds as arguments, so that tests can reach them.
-func parseTrace(r io.Reader, maxRequests int, maxBytes int64) ([]Request, error) {
-	reqs, _, err := parseTraceColumns(r, maxRequests, maxBytes, false)
-	return reqs, err
-}
-
 // ParseSettledTrace is ParseTrace for a trace that may also have an actual column: each
 // request's real cost, known once it has been served (its cost being the estimate charged up
 // front), an integer in 0..2^53, or empty if not known. It returns the real costs for Options.Actual:
@@ -48,11 +42,19 @@ func parseTrace(r io.Reader, maxRequests int, maxBytes int64) ([]Request, error)
 //	0,alice,1000,250
 //	100,alice,1000,4000
 func ParseSettledTrace(r io.Reader) ([]Request, []int64, error) {
-	return parseTraceColumns(r, MaxRequests, MaxTraceBytes, true)
+	var actual []int64
+	reqs, err := parseTraceActual(r, MaxRequests, MaxTraceBytes, &actual)
+	return reqs, actual, err
 }
 
-// parseTraceColumns is parseTrace, with the actual column if settled.
-func parseTraceColumns(r io.Reader, maxRequests int, maxBytes int64, settled bool) ([]Request, []int64, error) {
+// parseTrace is ParseTrace with its bounds as arguments, so that tests can reach them.
+func parseTrace(r io.Reader, maxRequests int, maxBytes int64) ([]Request, error) {
+	return parseTraceActual(r, maxRequests, maxBytes, nil)
+}
+
+// parseTraceActual is parseTrace that also reads an actual column into *actual, if actual is not
+// nil (*actual stays nil if the trace has none).
+func parseTraceActual(r io.Reader, maxRequests int, maxBytes int64, actual *[]int64) ([]Request, error) {
 	cr := csv.NewReader(&boundedReader{r: r, left: maxBytes, max: maxBytes})
 	cr.FieldsPerRecord = -1 // checked here, with a clearer message
 	cr.Comment = '#'
@@ -73,15 +75,15 @@ func parseTraceColumns(r io.Reader, maxRequests int, maxBytes int64, settled boo
 
 	header, err := cr.Read()
 	if err == io.EOF {
-		return nil, nil, errors.New("trace is empty: want a CSV header line such as t_ms,key,cost")
+		return nil, errors.New("trace is empty: want a CSV header line such as t_ms,key,cost")
 	}
 	if err != nil {
-		return nil, nil, readErr(err)
+		return nil, readErr(err)
 	}
 	header = slices.Clone(header) // the reader reuses its record
 	headerLine, _ := cr.FieldPos(0)
 	cols := map[string]int{"t_ms": -1, "key": -1, "cost": -1}
-	if settled {
+	if actual != nil {
 		cols["actual"] = -1
 	}
 	for i, name := range header {
@@ -89,19 +91,18 @@ func parseTraceColumns(r io.Reader, maxRequests int, maxBytes int64, settled boo
 		at, known := cols[name]
 		switch {
 		case !known:
-			return nil, nil, fmt.Errorf("trace line %d: unknown column %q (the first line is a header of t_ms and optionally key and cost)", headerLine, name)
+			return nil, fmt.Errorf("trace line %d: unknown column %q (the first line is a header of t_ms and optionally key and cost)", headerLine, name)
 		case at >= 0:
-			return nil, nil, fmt.Errorf("trace line %d: column %q appears twice", headerLine, name)
+			return nil, fmt.Errorf("trace line %d: column %q appears twice", headerLine, name)
 		}
 		cols[name] = i
 	}
 	if cols["t_ms"] < 0 {
-		return nil, nil, fmt.Errorf("trace line %d: the header has no t_ms column (want t_ms and optionally key and cost)", headerLine)
+		return nil, fmt.Errorf("trace line %d: the header has no t_ms column (want t_ms and optionally key and cost)", headerLine)
 	}
 	width := len(header)
 
 	var reqs []Request
-	var actual []int64          // with an actual column
 	keys := map[string]string{} // interned, so that a long trace holds each key once
 	var prev int64
 	for {
@@ -110,7 +111,7 @@ func parseTraceColumns(r io.Reader, maxRequests int, maxBytes int64, settled boo
 			break
 		}
 		if err != nil {
-			return nil, nil, readErr(err)
+			return nil, readErr(err)
 		}
 		line, _ := cr.FieldPos(0)
 		blank := true
@@ -125,22 +126,22 @@ func parseTraceColumns(r io.Reader, maxRequests int, maxBytes int64, settled boo
 			return fmt.Errorf("trace line %d: %s", line, fmt.Sprintf(format, args...))
 		}
 		if len(rec) != width {
-			return nil, nil, bad("%d fields, want %d like the header (%s)", len(rec), width, strings.Join(header, ","))
+			return nil, bad("%d fields, want %d like the header (%s)", len(rec), width, strings.Join(header, ","))
 		}
 		if len(reqs) == maxRequests {
-			return nil, nil, bad("more than %d requests (the most one simulation takes)", maxRequests)
+			return nil, bad("more than %d requests (the most one simulation takes)", maxRequests)
 		}
 		rq := Request{Key: DefaultKey, Cost: 1}
 		tms := rec[cols["t_ms"]]
 		if tms == "" {
-			return nil, nil, bad("t_ms is empty")
+			return nil, bad("t_ms is empty")
 		}
 		rq.TMicros, err = parseThousandths(tms, MaxTimeMicros)
 		if err != nil {
-			return nil, nil, bad("t_ms %q %v", tms, err)
+			return nil, bad("t_ms %q %v", tms, err)
 		}
 		if rq.TMicros < prev {
-			return nil, nil, bad("t_ms %s is before the previous line's %s (lines must be in time order)", tms, FormatMillis(prev))
+			return nil, bad("t_ms %s is before the previous line's %s (lines must be in time order)", tms, FormatMillis(prev))
 		}
 		prev = rq.TMicros
 		if i := cols["key"]; i >= 0 && rec[i] != "" {
@@ -154,7 +155,7 @@ func parseTraceColumns(r io.Reader, maxRequests int, maxBytes int64, settled boo
 		if i := cols["cost"]; i >= 0 && rec[i] != "" {
 			rq.Cost, err = strconv.ParseInt(rec[i], 10, 64)
 			if err != nil || rq.Cost < 0 {
-				return nil, nil, bad("cost %q is not a whole number ≥ 0", rec[i])
+				return nil, bad("cost %q is not a whole number ≥ 0", rec[i])
 			}
 		}
 		if i, ok := cols["actual"]; ok && i >= 0 {
@@ -162,14 +163,14 @@ func parseTraceColumns(r io.Reader, maxRequests int, maxBytes int64, settled boo
 			if rec[i] != "" {
 				a, err = strconv.ParseInt(rec[i], 10, 64)
 				if err != nil || a < 0 || a > 1<<53 {
-					return nil, nil, bad("actual %q is not a whole number in 0..2^53", rec[i])
+					return nil, bad("actual %q is not a whole number in 0..2^53", rec[i])
 				}
 			}
-			actual = append(actual, a)
+			*actual = append(*actual, a)
 		}
 		reqs = append(reqs, rq)
 	}
-	return reqs, actual, nil
+	return reqs, nil
 }
 
 // errTraceTooLarge is wrapped by the error of a trace larger than its bound.

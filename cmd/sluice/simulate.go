@@ -119,6 +119,7 @@ type simulateOptions struct {
 	calendar  string
 	timeZone  string
 	start     string
+	actual    []int64 // read with --trace: its real costs (nil: none)
 }
 
 func newSimulateCommand(stdin io.Reader) *cobra.Command {
@@ -169,7 +170,7 @@ func (o *simulateOptions) run(cmd *cobra.Command, stdin io.Reader) error {
 	default:
 		return fmt.Errorf("--format %s: want table, csv or json", o.format)
 	}
-	reqs, actual, source, err := o.requests(flags.Changed, stdin)
+	reqs, source, err := o.requests(flags.Changed, stdin)
 	if err != nil {
 		return err
 	}
@@ -181,7 +182,7 @@ func (o *simulateOptions) run(cmd *cobra.Command, stdin io.Reader) error {
 	if err != nil {
 		return err
 	}
-	out := &simulation{policies: policies, reqs: reqs, source: source, compare: o.compare, fleet: fleet, actual: actual,
+	out := &simulation{policies: policies, reqs: reqs, source: source, compare: o.compare, fleet: fleet, actual: o.actual,
 		start: start, local: flags.Changed("start") || flags.Changed("calendar")}
 	if err := out.write(cmd.OutOrStdout(), o.format); err != nil {
 		return failure{err}
@@ -352,45 +353,45 @@ func (o *simulateOptions) fleet(changed func(string) bool, policies []sluice.Pol
 	return &f, nil
 }
 
-// requests reads the traffic of --traffic or --trace (and a trace's real costs: nil if none), and
-// describes where it came from.
-func (o *simulateOptions) requests(changed func(string) bool, stdin io.Reader) ([]sim.Request, []int64, string, error) {
+// requests reads the traffic of --traffic or --trace, and describes where it came from.
+func (o *simulateOptions) requests(changed func(string) bool, stdin io.Reader) ([]sim.Request, string, error) {
 	switch {
 	case changed("traffic") && changed("trace"):
-		return nil, nil, "", errors.New("--traffic and --trace exclude each other: give one")
+		return nil, "", errors.New("--traffic and --trace exclude each other: give one")
 	case changed("traffic"):
 		reqs, err := sim.ParseTraffic(o.traffic)
 		if err != nil {
-			return nil, nil, "", err
+			return nil, "", err
 		}
 		if len(reqs) == 0 {
-			return nil, nil, "", fmt.Errorf("--traffic %q makes no requests", o.traffic)
+			return nil, "", fmt.Errorf("--traffic %q makes no requests", o.traffic)
 		}
-		return reqs, nil, sim.NormalizePattern(o.traffic), nil
+		return reqs, sim.NormalizePattern(o.traffic), nil
 	case changed("trace"):
 		var r io.Reader = stdin
 		name := "standard input"
 		if o.trace != "-" {
 			f, err := os.Open(o.trace)
 			if err != nil {
-				return nil, nil, "", fmt.Errorf("--trace: %v", err)
+				return nil, "", fmt.Errorf("--trace: %v", err)
 			}
 			defer f.Close()
 			r, name = f, o.trace
 		}
 		if r == nil {
-			return nil, nil, "", errors.New("--trace -: no standard input")
+			return nil, "", errors.New("--trace -: no standard input")
 		}
 		reqs, actual, err := sim.ParseSettledTrace(r)
+		o.actual = actual // the trace's real costs (nil: it has no actual column)
 		if err != nil {
-			return nil, nil, "", err
+			return nil, "", err
 		}
 		if len(reqs) == 0 {
-			return nil, nil, "", fmt.Errorf("--trace %s: the trace has no requests", o.trace)
+			return nil, "", fmt.Errorf("--trace %s: the trace has no requests", o.trace)
 		}
-		return reqs, actual, "trace " + name, nil
+		return reqs, "trace " + name, nil
 	}
-	return nil, nil, "", errors.New(`want --traffic PATTERN or --trace FILE (e.g. --traffic "5/s for 10s; 40 in 1s")`)
+	return nil, "", errors.New(`want --traffic PATTERN or --trace FILE (e.g. --traffic "5/s for 10s; 40 in 1s")`)
 }
 
 // int64Value is a flag holding a whole number, with a short error message.

@@ -93,6 +93,14 @@ func TestACLUser(t *testing.T) {
 				if d, err := s.Decide(bg, key, p, 1); err != nil || !d.Allowed || d.Remaining != p.Capacity()-2 {
 					t.Fatalf("round %d, %v as the ACL user, a second request: %+v %v", round, p.Algorithm, d, err)
 				}
+				// Settlements (lua/settle.lua): an extra charge, then a refund of it all.
+				d, _ := s.Decide(bg, key, p, 0)
+				if err := s.Settle(bg, key, p, d.At, 1, 3); err != nil {
+					t.Fatalf("round %d, %v as the ACL user, a settlement: %v", round, p.Algorithm, err)
+				}
+				if err := s.Settle(bg, key, p, d.At, 3, 0); err != nil {
+					t.Fatalf("round %d, %v as the ACL user, a refund: %v", round, p.Algorithm, err)
+				}
 			}
 			limits := make([]sluice.Limit, len(policies))
 			for i, p := range policies {

@@ -93,6 +93,7 @@ func (c *negativeCache) lookup(key string, fp fingerprint, cost, now int64) (slu
 	d.Cached = true
 	d.RetryAfter = time.Duration(e.until-now) * time.Microsecond
 	d.ResetAfter = max(0, d.ResetAfter-time.Duration(now-e.sent)*time.Microsecond)
+	d.At += now - e.sent // Redis's instant now, as far as this instance's clock tells (a refusal settles nothing)
 	return d, true
 }
 

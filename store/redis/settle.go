@@ -19,9 +19,11 @@ import (
 // more than was charged happens on the gateway's side: the script reads the state, settles and
 // writes it with its new TTL in one step.
 //
-// A refund may make a refusal this instance's negative cache holds for the key too strict: the
-// cache forgets the key. Other instances' caches still answer their cached refusals until the
-// RetryAfter those carried (at most one refusal's wait: the cache never holds longer).
+// A settlement makes a refusal this instance's negative cache holds for the key stale (a refund
+// frees quota, an extra charge delays it): the cache forgets the key. Other instances' caches
+// still answer their cached refusals until the RetryAfter those carried — never longer: then they
+// ask Redis, which says the truth (a refund's quota waits that long there; an extra charge's
+// refusals come back with their exact RetryAfter).
 func (s *Store) Settle(ctx context.Context, key string, p sluice.Policy, at, reserved, actual int64) error {
 	var d sluice.Decision
 	if err := s.check(&p, 0, &d); err != nil {
@@ -68,8 +70,8 @@ func (s *Store) Settle(ctx context.Context, key string, p sluice.Policy, at, res
 		return fmt.Errorf("%w: redis store: settle script replied %d numbers, want 2", sluice.ErrStoreUnavailable, len(reply))
 	}
 	c.learn(sl, reply[1])
-	if s.refused != nil && actual < reserved {
-		s.refused.forget(p.Name + "\x00" + key)
+	if s.refused != nil {
+		s.refused.forget(p.Name + "\x00" + key) // the state moved: a cached refusal's numbers are stale
 	}
 	return a.err
 }
