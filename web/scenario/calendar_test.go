@@ -205,10 +205,10 @@ func TestCalendarRunMatchesCompare(t *testing.T) {
 	}
 
 	var doc struct {
-		Start     string `json:"start"`
-		Calendar  string `json:"calendar"`
-		TimeZone  string `json:"time_zone"`
-		Windows   []struct {
+		Start    string `json:"start"`
+		Calendar string `json:"calendar"`
+		TimeZone string `json:"time_zone"`
+		Windows  []struct {
 			StartUs int64  `json:"start_us"`
 			Label   string `json:"label"`
 		} `json:"windows"`
@@ -362,7 +362,7 @@ func sluiceBinary(t *testing.T) string {
 }
 
 // shellWords splits a command line that shellQuote quoted: words separated by spaces, '...'
-// quoted, '\'' an apostrophe.
+// quoted, '\” an apostrophe.
 func shellWords(line string) []string {
 	var words []string
 	var w strings.Builder
