@@ -191,6 +191,7 @@ func (sc *Scenario) Options() sim.Options { return sim.Options{Start: sc.Start} 
 type Window struct {
 	StartMicros, EndMicros int64
 	Label                  string // its local start and length: "Sun 2026-03-29, 23h"
+	Short                  string // its name where there is little room: "Sun 29", "W53", "Feb", "2027"
 }
 
 // MaxWindows bounds the windows a Result lists (a day calendar over years would be too many
@@ -209,8 +210,9 @@ func windows(sc *Scenario, p sluice.Policy, end int64) []Window {
 		if len(ws) == MaxWindows {
 			return nil
 		}
+		local := o.Instant(&p, s)
 		ws = append(ws, Window{StartMicros: s, EndMicros: e,
-			Label: windowLabel(p.Calendar, o.Instant(&p, s)) + ", " + sim.FormatDuration(e-s)})
+			Label: windowLabel(p.Calendar, local) + ", " + sim.FormatDuration(e-s), Short: windowShort(p.Calendar, local)})
 		t = e
 	}
 	return ws
@@ -229,6 +231,20 @@ func windowLabel(c sluice.Calendar, t time.Time) string {
 		return t.Format("2006")
 	}
 	return t.Format("Mon 2006-01-02")
+}
+
+// windowShort is windowLabel in a few characters.
+func windowShort(c sluice.Calendar, t time.Time) string {
+	switch c {
+	case sluice.Week:
+		_, wk := t.ISOWeek()
+		return fmt.Sprintf("W%d", wk)
+	case sluice.Month:
+		return t.Format("Jan")
+	case sluice.Year:
+		return t.Format("2006")
+	}
+	return t.Format("Mon 2")
 }
 
 // zoneName is the name of a calendar's zone, UTC for nil.

@@ -191,11 +191,11 @@ func TestCalendarRunMatchesCompare(t *testing.T) {
 
 	hour := int64(3600e6)
 	wantWindows := []Window{
-		{0, 24 * hour, "Sat 2026-03-28, 24h"},
-		{24 * hour, 47 * hour, "Sun 2026-03-29, 23h"},
-		{47 * hour, 71 * hour, "Mon 2026-03-30, 24h"},
-		{71 * hour, 95 * hour, "Tue 2026-03-31, 24h"},
-		{95 * hour, 119 * hour, "Wed 2026-04-01, 24h"}, // the sliding window is back to full quota at its end
+		{0, 24 * hour, "Sat 2026-03-28, 24h", "Sat 28"},
+		{24 * hour, 47 * hour, "Sun 2026-03-29, 23h", "Sun 29"},
+		{47 * hour, 71 * hour, "Mon 2026-03-30, 24h", "Mon 30"},
+		{71 * hour, 95 * hour, "Tue 2026-03-31, 24h", "Tue 31"},
+		{95 * hour, 119 * hour, "Wed 2026-04-01, 24h", "Wed 1"}, // the sliding window is back to full quota at its end
 	}
 	if !reflect.DeepEqual(res.Windows, wantWindows) || res.EndMicros() != 119*hour {
 		t.Errorf("windows %+v up to %d µs, want %+v", res.Windows, res.EndMicros(), wantWindows)

@@ -19,7 +19,8 @@ import (
 //	 "start": "2026-03-28T00:00:00+01:00",   with a start (or a calendar) only
 //	 "start_local": "Sat 2026-03-28 ...",   the clock's 0 as a person reads it (Scenario.Instant)
 //	 "calendar": "day", "time_zone": "Europe/Berlin",  with a calendar only
-//	 "windows": [{"start_us": 0, "end_us": 86400000000, "label": "Sat 2026-03-28, 24h"}, ...],
+//	 "windows": [{"start_us": 0, "end_us": 86400000000, "label": "Sat 2026-03-28, 24h",
+//	              "short": "Sat 28", "length": "24h"}, ...],
 //	 "actual": "1-20",                       with real costs only
 //	 "runs": [{"algorithm": "fixed-window",   (with a calendar: fixed-window and sliding-window only)
 //	           "policy": {"algorithm": ..., "limit": ..., "period_ms": ..., "burst": ...},
@@ -74,6 +75,10 @@ func (r *Result) JSON() []byte {
 			b = strconv.AppendInt(b, w.EndMicros, 10)
 			b = append(b, `,"label":`...)
 			b = appendString(b, w.Label)
+			b = append(b, `,"short":`...)
+			b = appendString(b, w.Short)
+			b = append(b, `,"length":`...)
+			b = appendString(b, sim.FormatDuration(w.EndMicros-w.StartMicros))
 			b = append(b, '}')
 		}
 		b = append(b, ']')
