@@ -144,6 +144,15 @@ func TestParseCalendarErrors(t *testing.T) {
 	}
 }
 
+// A real cost that no clock could pay off is an error at its field, not a broken run.
+func TestRunErrorsActual(t *testing.T) {
+	sc := mustParse(t, "traffic=1+at+once&limit=1&period=1000h&actual=9007199254740992")
+	_, errs := sc.Run()
+	if len(errs) != 1 || errs[0].Field != KeyActual || !strings.HasPrefix(errs[0].Message, "is too large for token-bucket: ") {
+		t.Errorf("Run: %v, want one error for actual", errs)
+	}
+}
+
 // A calendar scenario's summaries are those of `sluice simulate --compare --calendar day
 // --time-zone Europe/Berlin --start ...` (sim.Options.Compare of sim.CalendarPolicies, and the
 // command's own numbers), its buckets add up to them, and its windows are Berlin's days.

@@ -1,6 +1,7 @@
 package scenario
 
 import (
+	"errors"
 	"fmt"
 	"time"
 
@@ -75,7 +76,11 @@ func (sc *Scenario) Run() (*Result, Errors) {
 	res.Windows = windows(sc, policies[0], res.EndMicros())
 	for _, p := range policies {
 		run, err := runOne(sc.Options(), p, reqs, res.Actual, res.WidthMicros, res.Buckets)
-		if err != nil {
+		switch {
+		case err != nil && sc.Actual.Set && errors.Is(err, sluice.ErrCostExceedsLimit):
+			// A real cost so large that charging it would put the key beyond any clock.
+			return nil, Errors{{KeyActual, fmt.Sprintf("is too large for %v: %v", p.Algorithm, err)}}
+		case err != nil:
 			// Parse validated the policy and Requests the times: only a broken invariant lands here.
 			return nil, Errors{{"", err.Error()}}
 		}
