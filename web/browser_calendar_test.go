@@ -190,4 +190,15 @@ func TestBrowserSettledCosts(t *testing.T) {
 	if msg := text(page, "#actual-error"); !strings.Contains(msg, "20-1 is an empty range") {
 		t.Errorf("the error shown: %q", msg)
 	}
+
+	// Real costs under a calendar: the two window algorithms settle on local days.
+	page.Type("actual", "1-20")
+	setValue(page, "calendar", "day")
+	daily := canonical(t, "traffic=2/s+for+30s&limit=100&calendar=day&actual=1-20&seed=1")
+	page.Wait("the daily run", `document.getElementById('summary').dataset.query === `+browsertest.JSString(daily))
+	page.Click("#end")
+	got = page.WaitComplete(daily)
+	if len(got) != 2 || got["sliding-window"]["settled"] == "" || got["fixed-window"]["actual_cost"] == "" {
+		t.Errorf("a calendar's settled summary: %v", got)
+	}
 }

@@ -84,6 +84,7 @@ func TestEncodeRoundTripCalendarAndActual(t *testing.T) {
 	for _, q := range []string{calendarQuery, settledQuery,
 		"traffic=1+at+once&limit=5&calendar=week&time-zone=Australia/Lord_Howe&sliding-window.limit=2&seed=3&jitter=1s",
 		"traffic=1+at+once&limit=5&period=1s&actual=0-9007199254740992&seed=3",
+		"traffic=1+at+once&limit=5&calendar=month&time-zone=Asia/Tokyo&actual=0-9007199254740992&seed=3",
 		"traffic=1+at+once&limit=5&calendar=year",
 		"traffic=1+at+once&limit=5&period=1s&start=1969-12-31T23:59:59.999999Z&actual=0",
 	} {
@@ -122,7 +123,6 @@ func TestParseCalendarErrors(t *testing.T) {
 		{base + "&period=1s&actual=5-2", []string{"actual: 5-2 is an empty range"}},
 		{base + "&period=1s&actual=1-y", []string{`actual: "y" is not a whole number (want a range such as 1-20)`}},
 		{base + "&period=1s&actual=9007199254740993", []string{"actual: 9007199254740993 must be ≤ 2^53"}},
-		{base + "&calendar=day&actual=3", []string{"actual: and a calendar do not go together yet"}},
 		// A misspelt calendar is still one: no "period is required" beside it.
 		{base + "&calendar=dya&time-zone=Europe/Berlin", []string{`calendar: "dya"`}},
 	} {
@@ -408,6 +408,8 @@ func TestCommandsReproduceTheCLI(t *testing.T) {
 	for _, q := range []string{calendarQuery, settledQuery,
 		"traffic=5/s+for+30s&limit=40&calendar=week&time-zone=Europe/Berlin&start=2026-12-31T23:59:50%2B01:00&sliding-window.limit=60&seed=5&jitter=100ms",
 		"traffic=5/s+for+30s&limit=40&period=7s&burst=50&start=2026-12-31T23:59:50%2B01:00&token-bucket.limit=60&actual=0-3&seed=5&jitter=100ms",
+		// Model tokens by the day across Berlin's short one: settled on calendar windows.
+		"traffic=1+in+26h%3B+20+in+1h%3B+5+in+20h&limit=100&calendar=day&time-zone=Europe/Berlin&start=2026-03-28T00:00:00%2B01:00&actual=0-12&seed=3",
 	} {
 		res := mustRun(t, mustParse(t, q))
 		dir := t.TempDir()

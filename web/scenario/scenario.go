@@ -202,12 +202,8 @@ func Parse(query string) (Scenario, Errors) {
 	calendar := parseCalendarKeys(&sc, get, fail)
 	if text, ok := get(KeyActual); ok && text != "" {
 		a, msg := parseActual(text)
-		switch {
-		case msg != "":
+		if msg != "" {
 			fail(KeyActual, "%s", msg)
-		case calendar:
-			// sluice's core settles only policies with a period so far (algorithm.Settle).
-			fail(KeyActual, "and a calendar do not go together yet: real costs are settled under a period only")
 		}
 		sc.Actual = a
 	}
