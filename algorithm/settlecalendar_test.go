@@ -41,8 +41,8 @@ func TestSettleCalendarSteps(t *testing.T) {
 		{"fixed window: an extra charge lasts until local midnight, the short day's", fixed, []step{
 			req("2026-03-29 01:00:00", 1, true, 9, 0),
 			settle("2026-03-29 01:00:00", "2026-03-29 01:00:00", 1, 14, 0), // 14 > 10: in debt
-			req("2026-03-29 22:00:00", 1, false, 0, 2*h),                  // 22:00 to 24:00 local: 2 h
-			req("2026-03-30 00:00:00", 1, true, 9, 0),                     // a new day, a new count
+			req("2026-03-29 22:00:00", 1, false, 0, 2*h),                   // 22:00 to 24:00 local: 2 h
+			req("2026-03-30 00:00:00", 1, true, 9, 0),                      // a new day, a new count
 			settle("2026-03-30 00:00:00", "2026-03-29 01:00:00", 1, 0, 9),  // yesterday's charge: nothing to refund
 		}},
 		{"fixed window: a smaller real cost refunds in its day", fixed, []step{
@@ -59,7 +59,7 @@ func TestSettleCalendarSteps(t *testing.T) {
 			// Refused until 9 + prev·(24h - e)/24h ≤ 9, i.e. the day's end, and then 9 + 1 fits.
 			req("2026-03-30 13:00:00", 1, false, 0, 11*h),
 			// Tuesday: Monday's 9 weigh (24h - e)/24h; its charge refunds while it counts.
-			settle("2026-03-31 06:00:00", "2026-03-30 12:00:00", 8, 1, 8), // prev 9 - 7 = 2, weighted ¾: ceil(1.5)
+			settle("2026-03-31 06:00:00", "2026-03-30 12:00:00", 8, 1, 8),  // prev 9 - 7 = 2, weighted ¾: ceil(1.5)
 			settle("2026-04-01 06:00:00", "2026-03-30 12:00:00", 8, 0, 10), // two days on: forgotten
 		}},
 	} {
