@@ -48,9 +48,6 @@ func Settle(p *Policy, s *State, at, now, reserved, actual int64) (bool, error) 
 	if delta == 0 {
 		return false, nil
 	}
-	if p.Calendar != NoCalendar {
-		return settleCalendar(p, s, at, now, delta), nil // settlecalendar.go
-	}
 	if delta > 0 {
 		changed, ok := charge(p, s, now, delta)
 		if !ok {

@@ -126,7 +126,7 @@ func TestSettleCalendarIsAChargeOfTheRealCost(t *testing.T) {
 		// limit as only a settlement charges; compare what a peek reports at a few instants.
 		want := clone(plain)
 		if d, _ := Decide(&p, want, now, actual); !d.Allowed {
-			chargeCalendar(&p, want, calendarTag(&p), want.current(&p, calendarTag(&p)), now, actual)
+			chargeCalendar(&p, want, now, actual)
 		}
 		if reserved == 0 && actual == 0 {
 			continue
