@@ -81,18 +81,9 @@ for j = 1, m do
   conc[j] = {KEYS[2 * n + j], limit, lease, cost, dry == '1', id}
 end
 
-local reply, commits, all = {}, {}, true
-for i = 1, n do
-  local allowed, capacity, remaining, retry, reset, delay, commit = decide_nth(i, now)
-  local r = 6 * (i - 1)
-  reply[r + 1], reply[r + 2], reply[r + 3], reply[r + 4], reply[r + 5], reply[r + 6] =
-    allowed, capacity, remaining, retry, reset, delay
-  if allowed == 0 and ARGV[3 + 7 * i] ~= '1' then
-    all = false
-  end
-  if commit ~= nil then
-    commits[#commits + 1] = commit
-  end
+local reply, commits, all = decide_limits(n, now)
+if reply == nil then
+  return redis.error_reply(commits) -- a calendar window the script cannot place: nothing written yet
 end
 
 local hint = 1000000 -- algorithm.RetryHint, µs

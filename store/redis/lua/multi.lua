@@ -48,21 +48,9 @@ local err = check_all(n, 7)
 if err ~= nil then
   return err
 end
-local reply, commits, all = {}, {}, true
-for i = 1, n do
-  local allowed, capacity, remaining, retry, reset, delay, commit = decide_nth(i, now)
-  if allowed == nil then
-    return redis.error_reply(capacity) -- a calendar window the script cannot place: nothing written yet
-  end
-  local r = 6 * (i - 1)
-  reply[r + 1], reply[r + 2], reply[r + 3], reply[r + 4], reply[r + 5], reply[r + 6] =
-    allowed, capacity, remaining, retry, reset, delay
-  if allowed == 0 and ARGV[3 + 7 * i] ~= '1' then
-    all = false
-  end
-  if commit ~= nil then
-    commits[#commits + 1] = commit
-  end
+local reply, commits, all = decide_limits(n, now)
+if reply == nil then
+  return redis.error_reply(commits) -- a calendar window the script cannot place: nothing written yet
 end
 if all and not check_only then
   for _, commit in ipairs(commits) do

@@ -60,3 +60,27 @@ local function decide_nth(i, now)
   end
   return decided(deciders[a[1]](KEYS[2 * i - 1], KEYS[2 * i], a[2], a[3], a[4], a[5], now, a[6]))
 end
+
+-- decide_limits decides limits 1..n at now, as if each were alone (decide_nth): their replies
+-- (six numbers each, in order), the commits of those that would consume, and whether every
+-- enforced one (ARGV's dry-run flag not '1') allowed. nil and a message instead for a calendar
+-- window the script cannot place: nothing is written yet.
+local function decide_limits(n, now)
+  local reply, commits, all = {}, {}, true
+  for i = 1, n do
+    local allowed, capacity, remaining, retry, reset, delay, commit = decide_nth(i, now)
+    if allowed == nil then
+      return nil, capacity
+    end
+    local r = 6 * (i - 1)
+    reply[r + 1], reply[r + 2], reply[r + 3], reply[r + 4], reply[r + 5], reply[r + 6] =
+      allowed, capacity, remaining, retry, reset, delay
+    if allowed == 0 and ARGV[3 + 7 * i] ~= '1' then
+      all = false
+    end
+    if commit ~= nil then
+      commits[#commits + 1] = commit
+    end
+  end
+  return reply, commits, all
+end
