@@ -19,7 +19,7 @@ const (
 	KeyCalendar = "calendar"  // none, day, week, month or year
 	KeyTimeZone = "time-zone" // an IANA zone; with a calendar only; default UTC
 	KeyStart    = "start"     // RFC 3339: the instant the virtual clock's 0 stands for
-	KeyActual   = "actual"    // each request's real cost: "7", or a range "1-20" drawn from the seed
+	KeyActual   = "actual"    // each request's real cost: "7", or a range "1-20" drawn from the scenario's random stream (Scenario.Seed)
 )
 
 // DefaultStart is the start of a calendar scenario that gives none: local midnight of this day

@@ -247,7 +247,7 @@ func TestCalendarRunMatchesCompare(t *testing.T) {
 	}
 }
 
-// A settled scenario: every request charged 1 and settled at its real cost, drawn from the seed;
+// A settled scenario: every request charged 1 and settled at its real cost, drawn from the scenario's random stream;
 // the summaries are those of `sluice simulate --compare --trace trace.csv` on the page's trace.
 func TestSettledRunMatchesCompare(t *testing.T) {
 	sc := mustParse(t, settledQuery)
@@ -267,7 +267,7 @@ func TestSettledRunMatchesCompare(t *testing.T) {
 	other := sc
 	other.Seed = 2
 	if slices.Equal(other.Actuals(60), res.Actual) {
-		t.Error("seeds 1 and 2 gave the same real costs")
+		t.Error("Seed 1 and Seed 2 gave the same real costs")
 	}
 	// The real costs do not move a jittered scenario's requests (their own stream).
 	jit := mustParse(t, "traffic=10/s+for+2s&limit=5&period=1s&jitter=300ms&seed=42&actual=1-20")
