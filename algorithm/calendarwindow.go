@@ -75,7 +75,7 @@ func calendarFixed(p *Policy, s *State, now, cost int64, d *Decision) error {
 	if count > 0 {
 		reset = end - now
 	}
-	d.set(allowed, limit, limit-count, retry, reset, 0)
+	d.set(allowed, limit, max(0, limit-count), retry, reset, 0) // (count > limit after a settlement charged beyond it)
 	return nil
 }
 

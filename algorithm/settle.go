@@ -55,6 +55,12 @@ func Settle(p *Policy, s *State, at, now, reserved, actual int64) (bool, error) 
 		}
 		return changed, nil
 	}
+	if p.Calendar != NoCalendar {
+		if !s.current(p, calendarTag(p)) {
+			return false, nil // the charge was forgotten (idle, or a policy of other numbers since)
+		}
+		return refundCalendar(p, s, at, now, -delta), nil
+	}
 	if !s.current(p, p.PeriodMicros()) {
 		return false, nil // the charge was forgotten (idle, or a policy of other numbers since)
 	}
@@ -65,6 +71,10 @@ func Settle(p *Policy, s *State, at, now, reserved, actual int64) (bool, error) 
 // MaxLimit), and reports whether it changed; ok false, changing nothing, only if a bucket's tat
 // would reach 2^62 µs.
 func charge(p *Policy, s *State, now, cost int64) (changed, ok bool) {
+	if p.Calendar != NoCalendar {
+		chargeCalendar(p, s, now, cost)
+		return true, true
+	}
 	period := p.PeriodMicros()
 	current := s.current(p, period)
 	switch p.Algorithm {
@@ -216,6 +226,57 @@ func gcraRefund(p *Policy, s *State, at, now, reserved, cost int64) bool {
 	}
 	s.TAT, s.Frac = tat, frac
 	return true
+}
+
+// chargeCalendar is charge for a calendar policy, whose state records its window's start
+// (Window), end (TAT) and, for the sliding window, the next window's end (Frac; see
+// calendarwindow.go): the extra counts in the recorded window while now is before its end (or
+// before its start: the clock ran backward), else in now's window, the recorded one becoming
+// the sliding window's previous count if it is the window just before.
+func chargeCalendar(p *Policy, s *State, now, cost int64) {
+	tag := calendarTag(p)
+	if s.current(p, tag) && now < s.TAT {
+		s.Count = addSat(s.Count, cost)
+		return
+	}
+	start, end := calendarWindow(p, now)
+	var prev int64
+	if p.Algorithm == SlidingWindow && s.current(p, tag) && s.TAT == start {
+		prev = s.Count
+	}
+	s.renewCalendar(p, tag)
+	s.Window, s.TAT, s.Count, s.Prev = start, end, min(cost, MaxLimit), prev
+	if p.Algorithm == SlidingWindow {
+		_, s.Frac = calendarWindow(p, end)
+	}
+}
+
+// refundCalendar is refund for a calendar policy's current state: a fixed window gives back only
+// while at's window is the recorded one and now is still in it; a sliding window also from the
+// previous count (at in the window just before the recorded one, now in the recorded one), and
+// from the recorded count while now is in the next window, where it is now's previous count.
+func refundCalendar(p *Policy, s *State, at, now, cost int64) bool {
+	take := func(n *int64) bool {
+		if *n == 0 {
+			return false
+		}
+		*n -= min(cost, *n)
+		return true
+	}
+	inRecorded := s.Window <= at && at < s.TAT
+	switch {
+	case inRecorded && now < s.TAT:
+		return take(&s.Count)
+	case p.Algorithm != SlidingWindow:
+		return false
+	case inRecorded && now < s.Frac: // now is in the next window: the recorded count is its previous one
+		return take(&s.Count)
+	case at < s.Window && now < s.TAT:
+		if ps, _ := calendarWindow(p, s.Window-1); ps <= at {
+			return take(&s.Prev) // at's is the window just before the recorded one, still weighted
+		}
+	}
+	return false
 }
 
 // addSat is a + b for counts ≥ 0, at most MaxLimit (or a, if a is already beyond it).

@@ -144,13 +144,44 @@ func settlePolicies() []Policy {
 			ps = append(ps, p)
 		}
 	}
+	// Calendar windows of their own lengths, across Europe/Berlin's 23-hour 2026-03-29 and
+	// 25-hour 2026-10-25 (see settleScale).
+	berlin, err := time.LoadLocation("Europe/Berlin")
+	if err != nil {
+		panic(err)
+	}
+	for _, a := range []Algorithm{FixedWindow, SlidingWindow} {
+		ps = append(ps, Policy{Algorithm: a, Limit: 5, Calendar: Day, Location: berlin},
+			Policy{Algorithm: a, Limit: 7, Calendar: Week, Location: berlin},
+			Policy{Algorithm: a, Limit: 4, Calendar: Month})
+	}
 	return ps
 }
 
+// settleScale is the instant the properties start near and the time they step by: 0 and the
+// period, or for a calendar policy a week before a daylight-saving change and its window's
+// typical length.
+func settleScale(p *Policy, rng *rand.Rand) (origin, period int64) {
+	if p.Calendar == NoCalendar {
+		return 0, p.PeriodMicros()
+	}
+	origin = time.Date(2026, 3, 22, 0, 0, 0, 0, time.UTC).UnixMicro()
+	if rng.IntN(2) == 0 {
+		origin = time.Date(2026, 10, 18, 0, 0, 0, 0, time.UTC).UnixMicro()
+	}
+	day := int64(24 * time.Hour / time.Microsecond)
+	switch p.Calendar {
+	case Week:
+		return origin, 7 * day
+	case Month:
+		return origin, 30 * day
+	}
+	return origin, day
+}
+
 // history leaves a random state: requests of random cost at random gaps from start.
-func history(p *Policy, rng *rand.Rand, start int64) (*State, int64) {
+func history(p *Policy, rng *rand.Rand, start, period int64) (*State, int64) {
 	s, now := new(State), start
-	period := p.PeriodMicros()
 	for range rng.IntN(12) {
 		now += rng.Int64N(period / 2)
 		Decide(p, s, now, 1+rng.Int64N(min(p.Capacity(), 4)))
@@ -160,9 +191,8 @@ func history(p *Policy, rng *rand.Rand, start int64) (*State, int64) {
 
 // probes reports the decisions of requests of cost 1 and of the capacity at instants from now
 // on: two states with equal probes decide alike.
-func probes(p *Policy, s *State, now int64) []Decision {
+func probes(p *Policy, s *State, now, period int64) []Decision {
 	var out []Decision
-	period := p.PeriodMicros()
 	for _, dt := range []int64{0, 1, period / 7, period / 2, period - 1, period, 3 * period / 2, 2 * period, 5 * period} {
 		for _, c := range []int64{0, 1, min(p.Capacity(), 5)} {
 			d, _ := Decide(p, clone(s), now+dt, c)
@@ -185,10 +215,10 @@ func atLeastAsStrict(a, b []Decision) bool {
 func TestSettleProperties(t *testing.T) {
 	rng := rand.New(rand.NewPCG(13, 4))
 	for _, p := range settlePolicies() {
-		period := p.PeriodMicros()
-		T := new(big.Rat).SetFrac64(period, p.Limit)
+		T := new(big.Rat).SetFrac64(p.PeriodMicros(), p.Limit)
 		for range 400 {
-			s, at := history(&p, rng, rng.Int64N(3*period)-period)
+			origin, period := settleScale(&p, rng)
+			s, at := history(&p, rng, origin+rng.Int64N(3*period)-period, period)
 			at += rng.Int64N(period)
 			reserved := 1 + rng.Int64N(min(p.Capacity(), 5))
 			actual := rng.Int64N(reserved + 1)
@@ -225,7 +255,7 @@ func TestSettleProperties(t *testing.T) {
 			if _, err := Settle(&p, charged, at, now, reserved, actual); err != nil {
 				t.Fatal(err)
 			}
-			got, want, upper := probes(&p, charged, now), probes(&p, direct, now), probes(&p, kept, now)
+			got, want, upper := probes(&p, charged, now, period), probes(&p, direct, now, period), probes(&p, kept, now, period)
 			// Never more than was taken: as strict as charging the real cost in the first place,
 			// and never stricter than keeping the reservation.
 			if !atLeastAsStrict(got, want) {

@@ -6,7 +6,9 @@
 (() => {
   const ALGORITHMS = ["fixed-window", "sliding-log", "sliding-window", "token-bucket", "leaky-bucket"];
   const TAKES_BURST = new Set(["token-bucket", "leaky-bucket"]);
-  const SHARED_KEYS = ["traffic", "jitter", "seed", "limit", "period", "burst"];
+  const SHARED_KEYS = ["traffic", "jitter", "seed", "actual", "limit", "period", "burst", "calendar", "time-zone", "start"];
+  // The algorithms that count by the calendar (sim.CalendarAlgorithms): with a calendar, only they run.
+  const CALENDAR = new Set(["fixed-window", "sliding-window"]);
   const OWN_KEYS = ["limit", "period", "burst"];
 
   // What each algorithm's state plot shows (see scenario.Run.Level).
@@ -111,7 +113,7 @@
     const params = new URLSearchParams();
     for (const el of scenarioInputs()) {
       const v = el.value.trim();
-      if (v !== "") params.set(el.name, v);
+      if (v !== "" && !el.disabled) params.set(el.name, v);
     }
     return params.toString();
   }
@@ -121,6 +123,25 @@
     for (const el of scenarioInputs()) {
       el.value = params.get(el.name) ?? "";
     }
+    syncCalendar();
+  }
+
+  // syncCalendar enables the inputs that the calendar choice leaves meaningful: with a calendar,
+  // the time zone and the two window algorithms' limits; without, the period, the burst and every
+  // card's numbers. A disabled input keeps its text (for when the choice changes back) but is
+  // left out of the scenario.
+  function syncCalendar() {
+    const calendar = $("calendar").value !== "";
+    $("time-zone").disabled = !calendar;
+    $("period").disabled = calendar;
+    $("burst").disabled = calendar;
+    for (const alg of ALGORITHMS) {
+      for (const k of OWN_KEYS) {
+        const el = $(`${alg}.${k}`);
+        if (el) el.disabled = calendar && (!CALENDAR.has(alg) || k !== "limit");
+      }
+    }
+    $("start").placeholder = calendar ? "2026-03-28T00:00:00 in the zone" : "1970-01-01T00:00:00Z";
   }
 
   function clearErrors() {
@@ -199,6 +220,7 @@
     if (state.t >= end) setPlaying(false);
     updatePresets();
     updateCards();
+    buildSummary();
     updateCommands();
     $("time").max = String(out.buckets);
     state.shown = -1;
@@ -257,6 +279,13 @@
     if (!r) return;
     const k = buckets();
     $("clock").textContent = `${duration(Math.floor(state.t / 1000) * 1000)} / ${duration(r.end_us)}`;
+    const local = $("clock-local");
+    local.hidden = !r.start;
+    if (r.start) {
+      // The clock's time as a person reads it there (Go's, in the calendar's zone or the start's offset).
+      const w = (r.windows || []).find((x) => x.start_us <= state.t && state.t < x.end_us);
+      local.textContent = globalThis.sluice.instant(Math.floor(state.t / 1000) * 1000) + (w ? ` · ${r.calendar} ${w.label}` : "");
+    }
     const slider = $("time");
     slider.value = String(k);
     slider.setAttribute("aria-valuetext", `${duration(k * r.width_us)} of ${duration(r.end_us)}`);
@@ -272,7 +301,50 @@
     return getComputedStyle(document.documentElement).getPropertyValue(name).trim();
   }
 
+  // The x axis's steps, in seconds: round durations, so that its ticks read 6h, 12h, 1d... not 27h46m40s.
+  const TIME_STEPS = [0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800,
+    3600, 7200, 10800, 21600, 43200, 86400, 172800, 604800, 1209600, 2592000, 7776000, 15552000, 31536000, 315360000, 3153600000];
   const counts = [1, 2, 5, 10, 20, 25, 50, 100, 200, 500, 1e3, 2e3, 5e3, 1e4, 2e4, 5e4, 1e5, 2e5, 5e5, 1e6, 2e6, 5e6, 1e7, 1e8, 1e9, 1e10, 1e12, 1e14, 1e16];
+
+  // drawWindows marks the calendar windows' starts (local midnights) on a chart: a dashed line at
+  // each, and, where there is room, its label ("Sun 2026-03-29, 23h") — so that a 23-hour day shows.
+  function drawWindows(u, labels) {
+    const r = state.result;
+    if (!r || !r.windows || !r.windows.length) return;
+    const ctx = u.ctx;
+    const { left, top, width, height } = u.bbox;
+    const px = (us) => u.valToPos(us / 1e6, "x", true);
+    const room = r.windows.length > 1 ? px(r.windows[1].start_us) - px(r.windows[0].start_us) : width;
+    ctx.save();
+    ctx.strokeStyle = cssVar("--muted");
+    ctx.fillStyle = cssVar("--muted");
+    ctx.lineWidth = Math.max(1, devicePixelRatio);
+    ctx.setLineDash([4 * devicePixelRatio, 3 * devicePixelRatio]);
+    ctx.font = `${10 * devicePixelRatio}px system-ui, sans-serif`;
+    ctx.textBaseline = "top";
+    for (const w of r.windows) {
+      const x = px(w.start_us);
+      if (w.start_us > 0 && x <= left + width) {
+        ctx.beginPath();
+        ctx.moveTo(x, top);
+        ctx.lineTo(x, top + height);
+        ctx.stroke();
+      }
+      if (labels) {
+        // The long label where it fits, else the short one over its length ("Sun 29", "23h").
+        const lx = Math.max(left, x) + 3 * devicePixelRatio;
+        const fits = (t) => ctx.measureText(t).width + 6 * devicePixelRatio < room;
+        if (lx >= left + width) continue;
+        if (fits(w.label)) {
+          ctx.fillText(w.label, lx, top + 2 * devicePixelRatio);
+        } else if (fits(w.short) && fits(w.length)) {
+          ctx.fillText(w.short, lx, top + 2 * devicePixelRatio);
+          ctx.fillText(w.length, lx, top + 14 * devicePixelRatio);
+        }
+      }
+    }
+    ctx.restore();
+  }
 
   // baseOptions are a chart's options: x from 0 to the clock's end, y from 0 to card.ymax[name].
   function baseOptions(card, name, height, yLabel) {
@@ -281,14 +353,16 @@
     return {
       width: Math.max(200, card.chartWidth()),
       height,
+      hooks: { draw: [(u) => drawWindows(u, name === "traffic")] },
       cursor: { sync: { key: "sluice" }, drag: { x: false, y: false } },
       legend: { live: true },
       scales: {
         x: { time: false, range: () => [0, state.result ? state.result.end_us / 1e6 : 1] },
-        y: { range: () => [0, Math.max(1, card.ymax[name] || 1) * 1.08] },
+        // Room above the bars for the calendar windows' labels.
+        y: { range: () => [0, Math.max(1, card.ymax[name] || 1) * (name === "traffic" && state.result && state.result.windows && state.result.windows.length ? 1.5 : 1.08)] },
       },
       axes: [
-        { ...axis, values: (u, splits) => splits.map((s) => duration(s * 1e6)), space: 60 },
+        { ...axis, values: (u, splits) => splits.map((s) => duration(s * 1e6)), space: 60, incrs: TIME_STEPS },
         { ...axis, size: 44, space: 18, label: yLabel, labelSize: 14, labelFont: "11px system-ui, sans-serif", incrs: counts,
           values: (u, splits) => splits.map((s) => s.toLocaleString("en")) },
       ],
@@ -377,6 +451,22 @@
     const w = r.width_us / 1e6;
     const x = Array.from({ length: r.buckets + 1 }, (_, i) => i * w);
     const shared = { limit: $("limit").value.trim(), period: $("period").value.trim(), burst: $("burst").value.trim() };
+    const ran = new Set(r.runs.map((run) => run.algorithm));
+    for (const card of state.cards.values()) {
+      // With a calendar, the three algorithms that have none do not run: their cards say so.
+      const off = !ran.has(card.alg);
+      card.el.classList.toggle("off", off);
+      const note = card.el.querySelector(".no-calendar");
+      note.hidden = !off;
+      note.textContent = off ? `${card.alg} has no calendar: it counts by a period only. With a calendar, ` +
+        "fixed-window and sliding-window run, as sluice simulate --compare --calendar does." : "";
+      card.el.querySelector(".balance").hidden = off || !r.actual;
+      card.el.querySelector(".level-title").textContent = LEVEL[card.alg].title + (r.actual ? " (after each settlement)" : "");
+      if (off) {
+        card.raw = null;
+        card.el.querySelector(".description").textContent = "";
+      }
+    }
     r.runs.forEach((run) => {
       const card = state.cards.get(run.algorithm);
       card.raw = run;
@@ -409,6 +499,14 @@
     const n = card.x.length; // buckets + 1: the series per bucket have a null at the end
     card.traffic.setData([card.x, reveal(run.offered, k, n), reveal(run.allowed, k, n), reveal(run.delayed, k, n)]);
     card.level.setData([card.x, reveal(run.level, k + 1, n), card.x.map(() => run.capacity)]);
+    if (state.result.actual) {
+      // The balance the settlements leave: what could still pass now (the token bucket's tokens,
+      // else the room under the ceiling); 0 while the client is in debt.
+      const level = run.level[k];
+      const balance = run.algorithm === "token-bucket" ? level : run.capacity - level;
+      card.el.querySelector(".balance").textContent =
+        `Balance after settlement at ${duration(k * state.result.width_us)}: ${balance.toLocaleString("en")} of ${run.capacity.toLocaleString("en")}`;
+    }
     if (card.delay) {
       card.delay.setData([card.x, reveal(card.delayMs, k + 1, n), reveal(card.maxDelayMs, k, n)]);
     }
@@ -425,31 +523,39 @@
 
   // ---- Summary, commands, presets -------------------------------------------------------------
 
-  const FIELDS = ["offered", "allowed", "percent", "refused", "delayed", "never", "offered_cost", "allowed_cost", "max_delay_ms", "total_delay_ms"];
+  const FIELDS = ["offered", "allowed", "percent", "refused", "delayed", "never", "offered_cost", "allowed_cost", "max_delay_ms", "total_delay_ms",
+    "settled", "settled_cost", "actual_cost"];
+  const SETTLED_FIELDS = new Set(["settled", "settled_cost", "actual_cost"]);
 
+  // buildSummary makes a row for each algorithm that ran, in the run's order.
   function buildSummary() {
+    const r = state.result;
     const body = $("summary").tBodies[0];
-    for (const alg of ALGORITHMS) {
+    body.replaceChildren();
+    for (const run of r.runs) {
       const tr = document.createElement("tr");
-      tr.dataset.algorithm = alg;
+      tr.dataset.algorithm = run.algorithm;
       const th = document.createElement("th");
       th.scope = "row";
-      th.textContent = alg;
+      th.textContent = run.algorithm;
       tr.append(th);
       for (const f of FIELDS) {
         const td = document.createElement("td");
         if (f === "percent") td.className = "derived";
-        else td.dataset.field = f;
+        else td.dataset.col = f;
+        if (SETTLED_FIELDS.has(f)) td.classList.add("settled-col");
         tr.append(td);
       }
       body.append(tr);
     }
+    $("summary").classList.toggle("settled", !!r.actual);
   }
 
   function updateSummary(k) {
     const r = state.result;
     // The summaries come from Go (sim.Summary's JSON, as `sluice simulate --format json` writes it);
-    // their numbers are written back as JSON wrote them, so the text is the command's.
+    // their numbers are written back as JSON wrote them, so the text is the command's. A field the
+    // JSON leaves out (the settled totals, before anything was settled) shows as "–".
     const sums = JSON.parse(globalThis.sluice.summaries(k));
     const rows = $("summary").tBodies[0].rows;
     r.runs.forEach((run, i) => {
@@ -458,8 +564,12 @@
         if (td.tagName !== "TD") continue;
         if (td.classList.contains("derived")) {
           td.textContent = s.offered ? (100 * s.allowed / s.offered).toFixed(1) + "%" : "–";
+        } else if (td.dataset.col in s) {
+          td.dataset.field = td.dataset.col;
+          td.textContent = String(s[td.dataset.col]);
         } else {
-          td.textContent = String(s[td.dataset.field]);
+          delete td.dataset.field;
+          td.textContent = "–";
         }
       }
     });
@@ -467,15 +577,16 @@
     const complete = k === r.buckets;
     table.dataset.complete = String(complete);
     table.dataset.query = r.query;
-    $("summary-caption").textContent = complete
+    $("summary-caption").textContent = (complete
       ? `Totals of the whole run: ${r.requests.toLocaleString("en")} requests`
-      : `Totals of the requests before ${duration(k * r.width_us)} (the clock's end: ${duration(r.end_us)})`;
+      : `Totals of the requests before ${duration(k * r.width_us)} (the clock's end: ${duration(r.end_us)})`) +
+      (r.actual ? `; settled: the approved requests, each charged 1 up front (estimated) and settled at its real cost, ${r.actual} (actual)` : "");
   }
 
   function updateCommands() {
     const r = state.result;
     $("commands").textContent = r.commands.map((c) => c + " --format json").join("\n");
-    $("trace-note").hidden = !r.query.includes("jitter=");
+    $("trace-note").hidden = !r.commands.some((c) => c.includes("--trace"));
   }
 
   function downloadTrace(event) {
@@ -553,7 +664,10 @@
   function wire() {
     const names = new Set(scenarioInputs().map((el) => el.name));
     document.addEventListener("input", (e) => {
-      if (names.has(e.target.name) && e.target.form && e.target.form.id === "scenario") scheduleRun();
+      if (names.has(e.target.name) && e.target.form && e.target.form.id === "scenario") {
+        if (e.target.id === "calendar") syncCalendar();
+        scheduleRun();
+      }
     });
     $("scenario").addEventListener("submit", (e) => {
       e.preventDefault();
@@ -626,7 +740,6 @@
     }
     buildPresets();
     ALGORITHMS.forEach(makeCard);
-    buildSummary();
     wire();
 
     // The address's scenario (a bare address: the first preset, as Go's scenario.Parse decides).

@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/sim"
 )
 
@@ -15,8 +16,15 @@ import (
 //	{"query": "traffic=...",           the scenario's canonical query string
 //	 "commands": ["sluice simulate ..."], the command lines that give the same summaries
 //	 "requests": 140, "width_us": 100000, "buckets": 290, "end_us": 29000000,
-//	 "runs": [{"algorithm": "fixed-window",
+//	 "start": "2026-03-28T00:00:00+01:00",   with a start (or a calendar) only
+//	 "start_local": "Sat 2026-03-28 ...",   the clock's 0 as a person reads it (Scenario.Instant)
+//	 "calendar": "day", "time_zone": "Europe/Berlin",  with a calendar only
+//	 "windows": [{"start_us": 0, "end_us": 86400000000, "label": "Sat 2026-03-28, 24h",
+//	              "short": "Sat 28", "length": "24h"}, ...],
+//	 "actual": "1-20",                       with real costs only
+//	 "runs": [{"algorithm": "fixed-window",   (with a calendar: fixed-window and sliding-window only)
 //	           "policy": {"algorithm": ..., "limit": ..., "period_ms": ..., "burst": ...},
+//	                     (with a calendar: "calendar" and "time_zone" instead of "period_ms")
 //	           "description": "At most 5 in each 1s window; ...", "capacity": 5,
 //	           "offered": [...], "allowed": [...], "refused": [...], "delayed": [...], "max_delay_us": [...],
 //	           "level": [...], "drain_us": [...],       (one more entry: sampled at the boundaries)
@@ -44,6 +52,41 @@ func (r *Result) JSON() []byte {
 	b = strconv.AppendInt(b, int64(r.Buckets), 10)
 	b = append(b, `,"end_us":`...)
 	b = strconv.AppendInt(b, r.EndMicros(), 10)
+	sc := &r.Scenario
+	if !sc.Start.IsZero() {
+		b = append(b, `,"start":`...)
+		b = appendString(b, formatStart(sc.Start))
+		b = append(b, `,"start_local":`...)
+		b = appendString(b, sc.Instant(0))
+	}
+	if sc.Calendar != sluice.NoCalendar {
+		b = append(b, `,"calendar":"`...)
+		b = append(b, sc.Calendar.String()...)
+		b = append(b, `","time_zone":`...)
+		b = appendString(b, zoneName(sc.Location))
+		b = append(b, `,"windows":[`...)
+		for i, w := range r.Windows {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = append(b, `{"start_us":`...)
+			b = strconv.AppendInt(b, w.StartMicros, 10)
+			b = append(b, `,"end_us":`...)
+			b = strconv.AppendInt(b, w.EndMicros, 10)
+			b = append(b, `,"label":`...)
+			b = appendString(b, w.Label)
+			b = append(b, `,"short":`...)
+			b = appendString(b, w.Short)
+			b = append(b, `,"length":`...)
+			b = appendString(b, sim.FormatDuration(w.EndMicros-w.StartMicros))
+			b = append(b, '}')
+		}
+		b = append(b, ']')
+	}
+	if sc.Actual.Set {
+		b = append(b, `,"actual":`...)
+		b = appendString(b, sc.Actual.String())
+	}
 	b = append(b, `,"runs":[`...)
 	for i, run := range r.Runs {
 		if i > 0 {
@@ -56,8 +99,16 @@ func (r *Result) JSON() []byte {
 		b = append(b, p.Algorithm.String()...)
 		b = append(b, `","limit":`...)
 		b = strconv.AppendInt(b, p.Limit, 10)
-		b = append(b, `,"period_ms":`...)
-		b = append(b, sim.FormatMillis(p.PeriodMicros())...)
+		if p.Calendar != sluice.NoCalendar {
+			// As `sluice simulate --format json` names a calendar policy.
+			b = append(b, `,"calendar":"`...)
+			b = append(b, p.Calendar.String()...)
+			b = append(b, `","time_zone":`...)
+			b = appendString(b, p.Location.String())
+		} else {
+			b = append(b, `,"period_ms":`...)
+			b = append(b, sim.FormatMillis(p.PeriodMicros())...)
+		}
 		b = append(b, `,"burst":`...)
 		b = strconv.AppendInt(b, p.Burst, 10)
 		b = append(b, `},"description":`...)
@@ -102,17 +153,26 @@ func (r *Result) SummariesJSON(k int) []byte {
 	return append(b, ']')
 }
 
-// Trace writes the requests as a CSV trace that `sluice simulate --trace` reads.
+// Trace writes the requests as a CSV trace that `sluice simulate --trace` reads: t_ms,key,cost,
+// and with real costs an actual column (sim.ParseSettledTrace).
 func (r *Result) Trace() []byte {
 	var b strings.Builder
-	b.Grow(len(r.Requests) * 12)
-	b.WriteString("t_ms,key,cost\n")
-	for _, rq := range r.Requests {
+	b.Grow(len(r.Requests) * 16)
+	b.WriteString("t_ms,key,cost")
+	if r.Actual != nil {
+		b.WriteString(",actual")
+	}
+	b.WriteByte('\n')
+	for i, rq := range r.Requests {
 		b.WriteString(sim.FormatMillis(rq.TMicros))
 		b.WriteByte(',')
 		b.WriteString(rq.Key) // a pattern's key, sim.DefaultKey: no quoting needed
 		b.WriteByte(',')
 		b.WriteString(strconv.FormatInt(rq.Cost, 10))
+		if r.Actual != nil {
+			b.WriteByte(',')
+			b.WriteString(strconv.FormatInt(r.Actual[i], 10))
+		}
 		b.WriteByte('\n')
 	}
 	return []byte(b.String())

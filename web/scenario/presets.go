@@ -35,4 +35,20 @@ var Presets = []Preset{
 			"refuse most of each screen.",
 		Query: "traffic=8+at+once%3B+idle+15s%3B+8+at+once%3B+idle+15s%3B+8+at+once%3B+idle+15s%3B+8+at+once%3B+idle+15s%3B+3/s+for+30s&limit=1&period=1s&burst=10",
 	},
+	{
+		Name:  "calendar-day",
+		Title: "10 a day, across a 23-hour day",
+		Description: "One request an hour for three days from Saturday 2026-03-28 in Berlin, where Sunday has 23 hours " +
+			"(the clocks skip from 02:00 to 03:00); the limit is 10 a day. The fixed window starts a new count at " +
+			"each local midnight; the sliding window also weighs the previous day. Only these two count by the calendar.",
+		Query: "traffic=72+in+72h&limit=10&calendar=day&time-zone=Europe/Berlin&start=2026-03-28T00:00:00%2B01:00",
+	},
+	{
+		Name:  "tokens",
+		Title: "Model tokens: charged 1, settled at 1–20",
+		Description: "2 requests a second for 30 s; each is charged 1 token up front and settled at its real cost, 1 to 20 " +
+			"tokens, once served. The limit is 100 tokens per 10 s: charged 1 each, all 60 would pass; settled at their " +
+			"real costs, about half do — a larger cost takes the balance below zero, and the next requests wait.",
+		Query: "traffic=2/s+for+30s&limit=100&period=10s&burst=100&actual=1-20&seed=1",
+	},
 }

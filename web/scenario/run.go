@@ -1,6 +1,7 @@
 package scenario
 
 import (
+	"errors"
 	"fmt"
 	"time"
 
@@ -29,7 +30,9 @@ type Result struct {
 	Requests    []sim.Request // the requests decided, in time order (jitter applied)
 	WidthMicros int64         // the width of a bucket: bucket i is [i·WidthMicros, (i+1)·WidthMicros)
 	Buckets     int           // ≥ 1; the timeline ends at Buckets·WidthMicros
-	Runs        []Run         // one per algorithm, in the order of algorithm.Algorithms
+	Runs        []Run         // one per algorithm that runs (Scenario.Policies), in the order of algorithm.Algorithms
+	Actual      []int64       // each request's real cost (Scenario.Actuals); nil without
+	Windows     []Window      // with a calendar: its windows up to the timeline's end (at most MaxWindows, else none)
 }
 
 // EndMicros is where the timeline ends: after the last request, by the time the slowest policy
@@ -68,11 +71,16 @@ func (sc *Scenario) Run() (*Result, Errors) {
 		return nil, errs
 	}
 	policies := sc.Policies()
-	res := &Result{Scenario: *sc, Requests: reqs}
-	res.WidthMicros, res.Buckets = timeline(reqs[len(reqs)-1].TMicros, policies)
+	res := &Result{Scenario: *sc, Requests: reqs, Actual: sc.Actuals(len(reqs))}
+	res.WidthMicros, res.Buckets = timeline(reqs[len(reqs)-1].TMicros, policies, sc.Options())
+	res.Windows = windows(sc, policies[0], res.EndMicros())
 	for _, p := range policies {
-		run, err := runOne(p, reqs, res.WidthMicros, res.Buckets)
-		if err != nil {
+		run, err := runOne(sc.Options(), p, reqs, res.Actual, res.WidthMicros, res.Buckets)
+		switch {
+		case err != nil && sc.Actual.Set && errors.Is(err, sluice.ErrCostExceedsLimit):
+			// A real cost so large that charging it would put the key beyond any clock.
+			return nil, Errors{{KeyActual, fmt.Sprintf("is too large for %v: %v", p.Algorithm, err)}}
+		case err != nil:
 			// Parse validated the policy and Requests the times: only a broken invariant lands here.
 			return nil, Errors{{"", err.Error()}}
 		}
@@ -83,12 +91,17 @@ func (sc *Scenario) Run() (*Result, Errors) {
 
 // timeline chooses the bucket width and count for requests up to last (µs): the timeline runs on
 // after the last request by the time the slowest policy takes to be back to full quota from the
-// worst state (a window's period, a bucket's refill or drain time), but at most by max(last, 10s),
-// in at most MaxBuckets buckets.
-func timeline(last int64, policies []sluice.Policy) (width int64, buckets int) {
+// worst state (a window's period, a bucket's refill or drain time; for a calendar, up to the end
+// of the window after the last request's), but at most by max(last, 10s), in at most MaxBuckets
+// buckets.
+func timeline(last int64, policies []sluice.Policy, o sim.Options) (width int64, buckets int) {
 	var tail int64
 	for _, p := range policies {
 		reset := p.PeriodMicros()
+		if _, end, ok := o.Window(&p, last); ok {
+			_, next, _ := o.Window(&p, end)
+			reset = next - last
+		}
 		if sim.TakesBurst(p.Algorithm) {
 			reset = ceilDiv(p.Capacity(), p.PeriodMicros(), p.Limit)
 		}
@@ -113,9 +126,10 @@ func ceilDiv(a, b, c int64) int64 {
 	return q + (r+c-1)/c
 }
 
-// runOne runs reqs under p, counting per bucket and peeking at each boundary.
-func runOne(p sluice.Policy, reqs []sim.Request, width int64, buckets int) (Run, error) {
-	s, err := sim.NewSession(p, 1)
+// runOne runs reqs under p and o, each settled at its real cost in actual (if not nil), counting
+// per bucket and peeking at each boundary: the state it plots is the one settlements leave.
+func runOne(o sim.Options, p sluice.Policy, reqs []sim.Request, actual []int64, width int64, buckets int) (Run, error) {
+	s, err := o.NewSession(p, 1)
 	if err != nil {
 		return Run{}, err
 	}
@@ -142,14 +156,18 @@ func runOne(p sluice.Policy, reqs []sim.Request, width int64, buckets int) (Run,
 		}
 		return nil
 	}
-	for _, rq := range reqs {
+	for n, rq := range reqs {
 		for ; closed < buckets && int64(closed+1)*width <= rq.TMicros; closed++ {
 			run.Cumulative[closed] = sum
 		}
 		if err := peekBefore(rq.TMicros); err != nil {
 			return Run{}, err
 		}
-		row, err := s.Decide(rq)
+		a := sim.NoActual
+		if actual != nil {
+			a = actual[n]
+		}
+		row, err := s.DecideSettled(rq, a)
 		if err != nil {
 			return Run{}, err
 		}
@@ -190,6 +208,9 @@ func level(p sluice.Policy, d sluice.Decision) int64 {
 
 // Describe says in words what p does, for the page's cards.
 func Describe(p sluice.Policy) string {
+	if p.Calendar != sluice.NoCalendar {
+		return describeCalendar(p)
+	}
 	per := formatDuration(p.Period)
 	switch p.Algorithm {
 	case sluice.FixedWindow:

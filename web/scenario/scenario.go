@@ -47,6 +47,18 @@ type Scenario struct {
 	// Own holds per-algorithm changes to the shared policy, in the order of
 	// algorithm.Algorithms; the zero Override changes nothing.
 	Own [5]Override
+
+	// Calendar, if set, replaces Period: fixed-window and sliding-window count by calendar
+	// windows in Location (nil: UTC), as `sluice simulate --compare --calendar` does, and the
+	// other three algorithms, which have no calendar, do not run. Burst is then 0.
+	Calendar sluice.Calendar
+	Location *time.Location
+	// Start is the instant the virtual clock's 0 stands for (sim.Options.Start); the zero Time
+	// is Unix time 0. With a calendar it defaults to DefaultStart's local midnight.
+	Start time.Time
+
+	// Actual, if set, gives every request a real cost, settled after its decision.
+	Actual Actual
 }
 
 // Override changes some numbers of the shared policy for one algorithm.
@@ -59,8 +71,12 @@ type Override struct {
 
 func (o Override) zero() bool { return o == Override{} }
 
-// Policies returns the policy of each algorithm, in the order of algorithm.Algorithms.
+// Policies returns the policy of each algorithm that runs, in the order of algorithm.Algorithms:
+// all five, or with a calendar fixed-window and sliding-window.
 func (sc *Scenario) Policies() []sluice.Policy {
+	if sc.Calendar != sluice.NoCalendar {
+		return sc.calendarPolicies()
+	}
 	ps := sim.ComparePolicies(sc.Limit, sc.Period, sc.Burst)
 	for i := range ps {
 		o := sc.Own[i]
@@ -119,6 +135,7 @@ const (
 	KeyLimit   = "limit"
 	KeyPeriod  = "period"
 	KeyBurst   = "burst"
+	// and KeyCalendar, KeyTimeZone, KeyStart, KeyActual (calendar.go)
 )
 
 // Parse reads a scenario from a URL query string (with or without its leading "?"). A query that
@@ -182,8 +199,20 @@ func Parse(query string) (Scenario, Errors) {
 	} else {
 		sc.Limit = n
 	}
-	if text, ok := get(KeyPeriod); !ok || text == "" {
-		fail(KeyPeriod, "is required: a duration such as 1s, 500ms or 1m")
+	calendar := parseCalendarKeys(&sc, get, fail)
+	if text, ok := get(KeyActual); ok && text != "" {
+		a, msg := parseActual(text)
+		if msg != "" {
+			fail(KeyActual, "%s", msg)
+		}
+		sc.Actual = a
+	}
+	if text, ok := get(KeyPeriod); calendar {
+		if ok && text != "" {
+			fail(KeyPeriod, "and a calendar exclude each other: a calendar window's length is the calendar's")
+		}
+	} else if !ok || text == "" {
+		fail(KeyPeriod, "is required: a duration such as 1s, 500ms or 1m (or a calendar)")
 	} else if d, msg := parseDuration(text, algorithm.MinPeriod); msg != "" {
 		fail(KeyPeriod, "%s", msg)
 	} else {
@@ -191,8 +220,11 @@ func Parse(query string) (Scenario, Errors) {
 	}
 	if text, ok := get(KeyBurst); ok && text != "" {
 		n, msg := parseCount(text, 0)
-		if msg != "" {
+		switch {
+		case msg != "":
 			fail(KeyBurst, "%s", msg)
+		case calendar && n != 0:
+			fail(KeyBurst, "%d: with a calendar, fixed-window and sliding-window run, which take no burst", n)
 		}
 		sc.Burst = n
 	}
@@ -200,6 +232,18 @@ func Parse(query string) (Scenario, Errors) {
 	for i, a := range algorithm.Algorithms {
 		o := &sc.Own[i]
 		key := func(k string) string { return a.String() + "." + k }
+		if calendar && !hasCalendar(a) {
+			for _, k := range []string{KeyLimit, KeyPeriod, KeyBurst} {
+				if text, ok := get(key(k)); ok && text != "" {
+					fail(key(k), "%v has no calendar: with one, only fixed-window and sliding-window run", a)
+				}
+			}
+			continue
+		}
+		if text, ok := get(key(KeyPeriod)); calendar && ok && text != "" {
+			fail(key(KeyPeriod), "and a calendar exclude each other: a calendar window's length is the calendar's")
+			continue
+		}
 		if text, ok := get(key(KeyLimit)); ok && text != "" {
 			n, msg := parseCount(text, 1)
 			if msg != "" {
@@ -231,11 +275,11 @@ func Parse(query string) (Scenario, Errors) {
 
 	// What the fields cannot say alone (a burst that takes centuries to drain), named after the
 	// field that made the policy so.
-	for i, p := range sc.Policies() {
+	for _, p := range sc.Policies() {
 		p.Name = p.Algorithm.String()
 		if err := p.Validate(); err != nil {
 			field := KeyBurst
-			if sc.Own[i].OwnBurst {
+			if sc.Own[algorithmIndex(p.Algorithm)].OwnBurst {
 				field = p.Algorithm.String() + "." + KeyBurst
 			}
 			fail(field, "%s", strings.TrimPrefix(err.Error(), algorithm.ErrInvalidPolicy.Error()+": "))
@@ -247,7 +291,7 @@ func Parse(query string) (Scenario, Errors) {
 func mentionsScenario(values url.Values) bool {
 	for k := range values {
 		switch k {
-		case KeyTraffic, KeyJitter, KeySeed, KeyLimit, KeyPeriod, KeyBurst:
+		case KeyTraffic, KeyJitter, KeySeed, KeyLimit, KeyPeriod, KeyBurst, KeyCalendar, KeyTimeZone, KeyStart, KeyActual:
 			return true
 		}
 		if name, _, ok := strings.Cut(k, "."); ok {
@@ -304,15 +348,30 @@ func (sc *Scenario) Encode() string {
 		}
 		b.WriteString(key)
 		b.WriteByte('=')
-		// "/" needs no escape in a query, and reads better unescaped ("5/s").
-		b.WriteString(strings.ReplaceAll(url.QueryEscape(value), "%2F", "/"))
+		// "/" and ":" need no escape in a query, and read better unescaped ("5/s", "00:00").
+		b.WriteString(strings.NewReplacer("%2F", "/", "%3A", ":").Replace(url.QueryEscape(value)))
 	}
 	put(KeyTraffic, sc.Traffic)
 	put(KeyLimit, strconv.FormatInt(sc.Limit, 10))
-	put(KeyPeriod, formatDuration(sc.Period))
-	put(KeyBurst, strconv.FormatInt(sc.Burst, 10))
+	if sc.Calendar != sluice.NoCalendar {
+		put(KeyCalendar, sc.Calendar.String())
+		if sc.Location != nil {
+			put(KeyTimeZone, sc.Location.String())
+		}
+	} else {
+		put(KeyPeriod, formatDuration(sc.Period))
+		put(KeyBurst, strconv.FormatInt(sc.Burst, 10))
+	}
+	if !sc.Start.IsZero() {
+		put(KeyStart, formatStart(sc.Start))
+	}
+	if sc.Actual.Set {
+		put(KeyActual, sc.Actual.String())
+	}
 	if sc.Jitter > 0 {
 		put(KeyJitter, formatDuration(sc.Jitter))
+	}
+	if sc.Jitter > 0 || sc.Actual.Min != sc.Actual.Max {
 		put(KeySeed, strconv.FormatUint(sc.Seed, 10))
 	}
 	for i, a := range algorithm.Algorithms {
@@ -377,24 +436,43 @@ func (sc *Scenario) Requests() ([]sim.Request, Errors) {
 // Commands returns the command lines that give the same summaries as the page: one
 // `sluice simulate --compare` when every algorithm runs the shared policy, otherwise one
 // `sluice simulate --algorithm` per algorithm. The traffic is --traffic PATTERN, or, with
-// jitter, --trace trace.csv (the requests as WriteTrace writes them).
+// jitter or real costs, --trace trace.csv (the requests as Trace writes them, with an actual
+// column for real costs). A calendar scenario's say --calendar and --time-zone; one with a start,
+// --start.
 func (sc *Scenario) Commands() []string {
 	traffic := "--traffic " + shellQuote(sc.Traffic)
-	if sc.Jitter > 0 {
+	if sc.Jitter > 0 || sc.Actual.Set {
 		traffic = "--trace trace.csv"
 	}
+	var clock string // --calendar, --time-zone and --start, after the policy's numbers
+	if sc.Calendar != sluice.NoCalendar {
+		clock += " --calendar " + sc.Calendar.String()
+		if sc.Location != nil {
+			clock += " --time-zone " + sc.Location.String() // IANA names need no quoting
+		}
+	}
+	if !sc.Start.IsZero() {
+		clock += " --start " + formatStart(sc.Start)
+	}
 	if sc.IsCompare() {
-		return []string{fmt.Sprintf("sluice simulate --compare --limit %d --period %s --burst %d %s",
-			sc.Limit, formatDuration(sc.Period), sc.Burst, traffic)}
+		if sc.Calendar != sluice.NoCalendar {
+			return []string{fmt.Sprintf("sluice simulate --compare --limit %d%s %s", sc.Limit, clock, traffic)}
+		}
+		return []string{fmt.Sprintf("sluice simulate --compare --limit %d --period %s --burst %d%s %s",
+			sc.Limit, formatDuration(sc.Period), sc.Burst, clock, traffic)}
 	}
 	var cmds []string
 	for _, p := range sc.Policies() {
+		if p.Calendar != sluice.NoCalendar {
+			cmds = append(cmds, fmt.Sprintf("sluice simulate --algorithm %v --limit %d%s %s", p.Algorithm, p.Limit, clock, traffic))
+			continue
+		}
 		burst := ""
 		if sim.TakesBurst(p.Algorithm) {
 			burst = fmt.Sprintf(" --burst %d", p.Burst)
 		}
-		cmds = append(cmds, fmt.Sprintf("sluice simulate --algorithm %v --limit %d --period %s%s %s",
-			p.Algorithm, p.Limit, formatDuration(p.Period), burst, traffic))
+		cmds = append(cmds, fmt.Sprintf("sluice simulate --algorithm %v --limit %d --period %s%s%s %s",
+			p.Algorithm, p.Limit, formatDuration(p.Period), burst, clock, traffic))
 	}
 	return cmds
 }

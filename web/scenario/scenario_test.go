@@ -266,7 +266,7 @@ func TestTimeline(t *testing.T) {
 		{3600 * second, fw, 30 * second, 121},  // an hour and a second
 		{100 * 365 * 86400 * second, fw, 153 * 86400 * second, 239},
 	} {
-		w, n := timeline(tc.last, tc.policies)
+		w, n := timeline(tc.last, tc.policies, sim.Options{})
 		if w != tc.width || n != tc.buckets || int64(n)*w <= tc.last || n > MaxBuckets {
 			t.Errorf("timeline(%d): %d buckets of %d µs, want %d of %d", tc.last, n, w, tc.buckets, tc.width)
 		}

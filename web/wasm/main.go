@@ -14,6 +14,9 @@
 //	trace()             the last successful run's requests as a CSV trace for `sluice simulate --trace`
 //	generate(query)     {"pattern": "..."} from the traffic generator's fields, or {"errors": [...]}
 //	presets()           the JSON array of scenario.Presets
+//	instant(us)         virtual time us of the last successful run as a person reads it, in its
+//	                    calendar's zone or its start's offset ("Sun 2026-03-29 03:00:00 +02:00"),
+//	                    or "" for a run from Unix time 0 without a calendar
 //
 // Every function returns a string. A Go panic would end the program and break every later call,
 // so each call recovers and answers {"errors": [...]} instead.
@@ -23,6 +26,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"syscall/js"
+	_ "time/tzdata" // the IANA zones of calendar scenarios: a browser has no /usr/share/zoneinfo
 
 	"github.com/sluicehq/sluice/web/scenario"
 )
@@ -76,6 +80,12 @@ func main() {
 		return string(b)
 	}))
 	api.Set("presets", fn(func([]js.Value) string { return string(scenario.PresetsJSON()) }))
+	api.Set("instant", fn(func(args []js.Value) string {
+		if last == nil || len(args) == 0 || args[0].Type() != js.TypeNumber {
+			return ""
+		}
+		return last.Scenario.Instant(int64(args[0].Float()))
+	}))
 	js.Global().Set("sluice", api)
 
 	if ready := js.Global().Get("sluiceReady"); ready.Type() == js.TypeFunction {
