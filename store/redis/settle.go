@@ -19,6 +19,12 @@ import (
 // more than was charged happens on the gateway's side: the script reads the state, settles and
 // writes it with its new TTL in one step.
 //
+// A calendar policy settles as its decisions decide: the store passes the windows around its
+// own clock and at's window, which it computes exactly (Calendar.Window is pure), and the script
+// settles in the window that holds Redis's now; if they do not hold it, the script writes
+// nothing and names Redis's time, and the store asks once more around it (ErrStoreUnavailable
+// if that fails too: a clock run back past a recorded window by more than a window).
+//
 // A settlement makes a refusal this instance's negative cache holds for the key stale (a refund
 // frees quota, an extra charge delays it): the cache forgets the key. Other instances' caches
 // still answer their cached refusals until the RetryAfter those carried — never longer: then they

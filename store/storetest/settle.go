@@ -14,7 +14,8 @@ import (
 
 // settle runs the settlement part of the suite: fuzzed traces of requests whose approvals are
 // settled later with random real costs, each settlement and the decisions after it equal to the
-// pure core's (algorithm.Settle), and concurrent reservations settled at once, exactly.
+// pure core's (algorithm.Settle), also of calendar policies across real calendar edges, and
+// concurrent reservations settled at once, exactly.
 func (s Suite) settle(t *testing.T) {
 	t.Run("fuzzed", func(t *testing.T) {
 		for i, tr := range FuzzedTraces(4, 16, 80) {
@@ -24,6 +25,11 @@ func (s Suite) settle(t *testing.T) {
 	t.Run("fuzzed-large", func(t *testing.T) {
 		for i, tr := range FuzzedLargeTraces(5, 6, 40) {
 			t.Run(fmt.Sprintf("%d-%v", i, tr.Policy.Algorithm), func(t *testing.T) { s.ReplaySettle(t, tr, uint64(i)) })
+		}
+	})
+	t.Run("calendar", func(t *testing.T) {
+		for i, tr := range CalendarSettleTraces(6, 60) {
+			t.Run(fmt.Sprintf("%d-%s", i, tr.Policy.Name), func(t *testing.T) { s.ReplaySettle(t, tr, uint64(i)) })
 		}
 	})
 	t.Run("concurrent", func(t *testing.T) { ConcurrentSettle(t, s.New, 16, 10) })

@@ -184,27 +184,29 @@ end
 -- Redis's now among the windows passed, the recorded window and its neighbours known), so that a
 -- window the script cannot place is an error before anything is written, then the settlement.
 -- at_arg is ARGV[11]. Returns changed, or nil and the error reply.
-local function settle_calendar(key, logkey, alg, limit, cal, at, now, at_arg, delta)
+-- at_given: ARGV[5] was not empty.
+local function settle_calendar(key, logkey, alg, limit, cal, at, at_given, now, at_arg, delta)
+  local at_s, at_e
+  if at_given then
+    local a, b = string.match(at_arg or '', '^(%-?%d+) (%-?%d+)$')
+    if a ~= nil and #a <= 20 and #b <= 20 then
+      at_s, at_e = parse_int(a), parse_int(b)
+    end
+    local function beyond(v) -- an int from 2^62 on (or down from -2^62): no window's boundary
+      return W ~= nil and type(v) == 'table' and W.mag_cmp(v, W.TWO62) >= 0
+    end
+    if at_s == nil or at_e == nil or beyond(at_s) or beyond(at_e) or lt(at, at_s) or not lt(at, at_e) then
+      return nil, redis.error_reply('ERR sluice: at\'s window ' .. string.format('%q', string.sub(tostring(at_arg), 1, 60)) ..
+        ' must be two integers (µs), start ≤ at < end')
+    end
+  end
   local ok, msg = cal_deciders[alg](key, logkey, limit, cal, 0, 0, now)
   if ok == nil then
     return nil, redis.error_reply(msg)
   end
   local k = cal_window(cal, now) -- (not nil: the peek placed now)
-  local at_s, at_e = cal.b[k], cal.b[k + 1]
-  if at_arg ~= nil and at_arg ~= '' then
-    local a, b = string.match(at_arg, '^(%-?%d+) (%-?%d+)$')
-    if a ~= nil and #a <= 20 and #b <= 20 then
-      at_s, at_e = parse_int(a), parse_int(b)
-    else
-      at_s = nil
-    end
-    if at_s == nil or at_e == nil or (W ~= nil and (type(at_s) == 'table' or type(at_e) == 'table') and
-        (W.mag_cmp(at_s, W.TWO62) >= 0 or W.mag_cmp(at_e, W.TWO62) >= 0)) or lt(at, at_s) or not lt(at, at_e) then
-      return nil, redis.error_reply('ERR sluice: at\'s window ' .. string.format('%q', string.sub(tostring(at_arg), 1, 60)) ..
-        ' must be two integers (µs), start ≤ at < end')
-    end
-  elseif at ~= now then
-    return nil, redis.error_reply('ERR sluice: at\'s window must be passed with at for a calendar policy')
+  if not at_given then
+    at_s, at_e = cal.b[k], cal.b[k + 1] -- at is now
   end
   if alg == FIXED_WINDOW then
     return settle_fixed_calendar(key, logkey, limit, cal, k, now, at_s, delta)
@@ -382,7 +384,7 @@ local cal = type(period) == 'table' and period.token ~= nil -- a calendar policy
 local changed, err = false, nil
 if delta ~= 0 then
   if cal then
-    changed, err = settle_calendar(KEYS[1], KEYS[2], alg, limit, period, at, now, ARGV[11], delta)
+    changed, err = settle_calendar(KEYS[1], KEYS[2], alg, limit, period, at, ARGV[5] ~= nil and ARGV[5] ~= '', now, ARGV[11], delta)
   elseif alg == FIXED_WINDOW then
     changed = settle_fixed_window(KEYS[1], KEYS[2], limit, period, at, now, reserved, delta)
   elseif alg == SLIDING_WINDOW then
