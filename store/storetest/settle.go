@@ -109,7 +109,8 @@ func (s Suite) ReplaySettle(t *testing.T, tr Trace, stream uint64) {
 
 // ConcurrentSettle: goroutines reserve 5 each and settle at once, half of them to 2 and half to
 // 7, on one key of a fixed window far from its limit: the count is then exactly the real costs'
-// sum, on every algorithm's counterpart of it (a sliding log's entries, a bucket's tat).
+// sum, on every algorithm's counterpart of it (a sliding log's entries, a bucket's tat, a
+// calendar window's count).
 func ConcurrentSettle(t *testing.T, newStore NewStore, goroutines, rounds int) {
 	clock := sluice.NewManualClock(time.UnixMicro(0))
 	store := newStore(t, clock)
@@ -122,6 +123,8 @@ func ConcurrentSettle(t *testing.T, newStore NewStore, goroutines, rounds int) {
 		{Name: "settle-fixed", Algorithm: sluice.FixedWindow, Limit: 100_000, Period: time.Hour},
 		{Name: "settle-log", Algorithm: sluice.SlidingLog, Limit: 100_000, Period: time.Hour},
 		{Name: "settle-bucket", Algorithm: sluice.TokenBucket, Limit: 100_000, Period: time.Hour},
+		{Name: "settle-calendar-fixed", Algorithm: sluice.FixedWindow, Limit: 100_000, Calendar: algorithm.Day},
+		{Name: "settle-calendar-sliding", Algorithm: sluice.SlidingWindow, Limit: 100_000, Calendar: algorithm.Month},
 	} {
 		var wg sync.WaitGroup
 		errs := make(chan error, goroutines*rounds)
