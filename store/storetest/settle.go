@@ -14,7 +14,8 @@ import (
 
 // settle runs the settlement part of the suite: fuzzed traces of requests whose approvals are
 // settled later with random real costs, each settlement and the decisions after it equal to the
-// pure core's (algorithm.Settle), and concurrent reservations settled at once, exactly.
+// pure core's (algorithm.Settle), also of calendar policies across real calendar edges, and
+// concurrent reservations settled at once, exactly.
 func (s Suite) settle(t *testing.T) {
 	t.Run("fuzzed", func(t *testing.T) {
 		for i, tr := range FuzzedTraces(4, 16, 80) {
@@ -24,6 +25,11 @@ func (s Suite) settle(t *testing.T) {
 	t.Run("fuzzed-large", func(t *testing.T) {
 		for i, tr := range FuzzedLargeTraces(5, 6, 40) {
 			t.Run(fmt.Sprintf("%d-%v", i, tr.Policy.Algorithm), func(t *testing.T) { s.ReplaySettle(t, tr, uint64(i)) })
+		}
+	})
+	t.Run("calendar", func(t *testing.T) {
+		for i, tr := range CalendarSettleTraces(6, 60) {
+			t.Run(fmt.Sprintf("%d-%s", i, tr.Policy.Name), func(t *testing.T) { s.ReplaySettle(t, tr, uint64(i)) })
 		}
 	})
 	t.Run("concurrent", func(t *testing.T) { ConcurrentSettle(t, s.New, 16, 10) })
@@ -103,7 +109,8 @@ func (s Suite) ReplaySettle(t *testing.T, tr Trace, stream uint64) {
 
 // ConcurrentSettle: goroutines reserve 5 each and settle at once, half of them to 2 and half to
 // 7, on one key of a fixed window far from its limit: the count is then exactly the real costs'
-// sum, on every algorithm's counterpart of it (a sliding log's entries, a bucket's tat).
+// sum, on every algorithm's counterpart of it (a sliding log's entries, a bucket's tat, a
+// calendar window's count).
 func ConcurrentSettle(t *testing.T, newStore NewStore, goroutines, rounds int) {
 	clock := sluice.NewManualClock(time.UnixMicro(0))
 	store := newStore(t, clock)
@@ -116,6 +123,8 @@ func ConcurrentSettle(t *testing.T, newStore NewStore, goroutines, rounds int) {
 		{Name: "settle-fixed", Algorithm: sluice.FixedWindow, Limit: 100_000, Period: time.Hour},
 		{Name: "settle-log", Algorithm: sluice.SlidingLog, Limit: 100_000, Period: time.Hour},
 		{Name: "settle-bucket", Algorithm: sluice.TokenBucket, Limit: 100_000, Period: time.Hour},
+		{Name: "settle-calendar-fixed", Algorithm: sluice.FixedWindow, Limit: 100_000, Calendar: algorithm.Day},
+		{Name: "settle-calendar-sliding", Algorithm: sluice.SlidingWindow, Limit: 100_000, Calendar: algorithm.Month},
 	} {
 		var wg sync.WaitGroup
 		errs := make(chan error, goroutines*rounds)

@@ -188,7 +188,7 @@ local function decide_fixed_calendar(key, logkey, limit, cal, burst, cost, now)
   if count > 0 then
     reset = sub(end_, now)
   end
-  return allowed and 1 or 0, limit, limit - count, retry, reset, 0, commit
+  return allowed and 1 or 0, limit, math.max(0, limit - count), retry, reset, 0, commit -- (count > limit after a settlement)
 end
 
 -- decide_sliding_calendar is decide_sliding_window (algorithm/slidingwindow.go) on calendar

@@ -10,6 +10,14 @@
 -- ARGV[8]  now, µs; empty: Redis TIME
 -- ARGV[9]  ttl_slack, µs (empty: 0)
 -- ARGV[10] deadline, µs of Redis TIME (common.lua, DEADLINES); empty: none
+-- ARGV[11] a calendar policy's: at's calendar window "<start> <end>" (µs), which the store
+--          computes exactly (Calendar.Window is pure); empty with ARGV[5] empty (at = now: its
+--          window is now's among those passed)
+--
+-- A calendar policy (fixed-window or sliding-window) passes its windows around the instance's
+-- clock as its period (ARGV[3], calendar.lua), and the script settles in the window of those
+-- that holds now, as its decisions do; a now outside them is calendar.lua's error reply, with
+-- nothing written, and the store asks again around the time it names.
 --
 -- Reply: {changed (0/1), time} (time as single.lua's). A bad argument: an error reply naming it,
 -- and nothing written; after the deadline, the deadline error, and nothing written.
@@ -102,6 +110,108 @@ local function settle_sliding_window(key, logkey, limit, period, at, now, reserv
   end
   write_state(key, logkey, 0, 0, SLIDING_WINDOW, limit, period, w, cur, prev)
   return true
+end
+
+-- CALENDAR WINDOWS (calendar.lua): the state records its window's start w; its end E is the
+-- boundary after w. With k the window among those passed that holds now (cal.b[k] ≤ now <
+-- cal.b[k+1]), now < E iff now is before w (the clock ran backward) or cal.b[k] is w; the
+-- recorded window is the one just before now's iff w is cal.b[k-1]. at's window is [at_s, at_e).
+
+-- settle_fixed_calendar is algorithm.Settle of a calendar fixed window: an extra charge counts in
+-- the recorded window while now < E, else in now's; a refund only while at's window is the
+-- recorded one and now < E.
+local function settle_fixed_calendar(key, logkey, limit, cal, k, now, at_s, delta)
+  local h = cal_stamp(FIXED_WINDOW, limit, cal.token)
+  local current, w, count = cal_read(key, logkey, h, 2)
+  local in_recorded = current and (lt(now, w) or eq(w, cal.b[k])) -- now < E
+  if delta > 0 then
+    if not in_recorded then
+      w, count = cal.b[k], 0
+    end
+    count = add_sat(count, delta)
+  else
+    if not in_recorded or not eq(at_s, w) or count == 0 then
+      return false -- at's window has ended (or is not the recorded one): its count no longer counts
+    end
+    count = count - math.min(-delta, count)
+  end
+  cal_write(key, logkey, 0, 0, h, w, count) -- (the TTL: after, from a peek)
+  return true
+end
+
+-- settle_sliding_calendar is algorithm.Settle of a calendar sliding window: an extra charge counts
+-- in the recorded window while now < E, else in now's, with prev the recorded count if that
+-- window is the one just before now's; a refund gives back from the current count (at's window
+-- recorded, now < E), from prev (at's window just before the recorded one, now < E), or from the
+-- recorded count while now is in the window after it (it is now's previous count).
+local function settle_sliding_calendar(key, logkey, limit, cal, k, now, at_s, at_e, delta)
+  local h = cal_stamp(SLIDING_WINDOW, limit, cal.token)
+  local current, w, cur, prev = cal_read(key, logkey, h, 3)
+  local in_recorded = current and (lt(now, w) or eq(w, cal.b[k])) -- now < E
+  local before_now = current and not in_recorded and eq(w, cal.b[k - 1]) -- (k ≥ 2 here: the peek checked)
+  if delta > 0 then
+    if not in_recorded then
+      local p = 0
+      if before_now then
+        p = cur -- contiguous: the recorded count is now's window's previous
+      end
+      w, cur, prev = cal.b[k], 0, p
+    end
+    cur = add_sat(cur, delta)
+  elseif in_recorded and eq(at_s, w) then -- at's window is still the current one
+    if cur == 0 then
+      return false
+    end
+    cur = cur - math.min(-delta, cur)
+  elseif in_recorded and eq(at_e, w) then -- at's is the previous window, still weighted
+    if prev == 0 then
+      return false
+    end
+    prev = prev - math.min(-delta, prev)
+  elseif before_now and eq(at_s, w) then -- at's window is now's previous one
+    if cur == 0 then
+      return false
+    end
+    cur = cur - math.min(-delta, cur)
+  else
+    return false
+  end
+  cal_write(key, logkey, 0, 0, h, w, cur, prev)
+  return true
+end
+
+-- settle_calendar settles a calendar policy's charge: first a peek (the decision's own checks:
+-- Redis's now among the windows passed, the recorded window and its neighbours known), so that a
+-- window the script cannot place is an error before anything is written, then the settlement.
+-- at_arg is ARGV[11]. Returns changed, or nil and the error reply.
+-- at_given: ARGV[5] was not empty.
+local function settle_calendar(key, logkey, alg, limit, cal, at, at_given, now, at_arg, delta)
+  local at_s, at_e
+  if at_given then
+    local a, b = string.match(at_arg or '', '^(%-?%d+) (%-?%d+)$')
+    if a ~= nil and #a <= 20 and #b <= 20 then
+      at_s, at_e = parse_int(a), parse_int(b)
+    end
+    local function beyond(v) -- an int from 2^62 on (or down from -2^62): no window's boundary
+      return W ~= nil and type(v) == 'table' and W.mag_cmp(v, W.TWO62) >= 0
+    end
+    if at_s == nil or at_e == nil or beyond(at_s) or beyond(at_e) or lt(at, at_s) or not lt(at, at_e) then
+      return nil, redis.error_reply('ERR sluice: at\'s window ' .. string.format('%q', string.sub(tostring(at_arg), 1, 60)) ..
+        ' must be two integers (µs), start ≤ at < end')
+    end
+  end
+  local ok, msg = cal_deciders[alg](key, logkey, limit, cal, 0, 0, now)
+  if ok == nil then
+    return nil, redis.error_reply(msg)
+  end
+  local k = cal_window(cal, now) -- (not nil: the peek placed now)
+  if not at_given then
+    at_s, at_e = cal.b[k], cal.b[k + 1] -- at is now
+  end
+  if alg == FIXED_WINDOW then
+    return settle_fixed_calendar(key, logkey, limit, cal, k, now, at_s, delta)
+  end
+  return settle_sliding_calendar(key, logkey, limit, cal, k, now, at_s, at_e, delta)
 end
 
 -- settle_gcra: charge (gcraAdvance, refusing a tat from 2^62 on) or gcraRefund.
@@ -270,9 +380,12 @@ if ARGV[5] ~= nil and ARGV[5] ~= '' then
   end
 end
 local delta = actual - reserved -- (both ≤ 2^53: exact)
+local cal = type(period) == 'table' and period.token ~= nil -- a calendar policy: period is its windows
 local changed, err = false, nil
 if delta ~= 0 then
-  if alg == FIXED_WINDOW then
+  if cal then
+    changed, err = settle_calendar(KEYS[1], KEYS[2], alg, limit, period, at, ARGV[5] ~= nil and ARGV[5] ~= '', now, ARGV[11], delta)
+  elseif alg == FIXED_WINDOW then
     changed = settle_fixed_window(KEYS[1], KEYS[2], limit, period, at, now, reserved, delta)
   elseif alg == SLIDING_WINDOW then
     changed = settle_sliding_window(KEYS[1], KEYS[2], limit, period, at, now, reserved, delta)
@@ -287,7 +400,11 @@ if err ~= nil then
 end
 if changed then
   -- The state's TTL: its ResetAfter now, as a peek tells (a peek writes nothing).
-  local _, _, _, _, reset = deciders[alg](KEYS[1], KEYS[2], limit, period, burst, 0, now)
+  local decide = deciders[alg]
+  if cal then
+    decide = cal_deciders[alg] -- (it places now as the peek before the settlement did)
+  end
+  local _, _, _, _, reset = decide(KEYS[1], KEYS[2], limit, period, burst, 0, now)
   local k = KEYS[1]
   if alg == SLIDING_LOG then
     k = KEYS[2]
