@@ -79,7 +79,8 @@ type Config struct {
 	ForwardAuth   ForwardAuth
 	Log           Log
 	Admin         Admin
-	Tracing       *Tracing // nil: no traces
+	Tracing       *Tracing      // nil: no traces
+	LoadShedding  *LoadShedding // nil: no throttling by load (config/shed.go)
 
 	policies  map[string]*Policy
 	byName    map[string]*Client

@@ -64,7 +64,7 @@ func decodeYAML(data []byte, name string) (root *yaml.Node, e *Error) {
 
 // Field names, in the order docs/config.md lists them.
 var (
-	topFields      = []string{"listen", "admin_listen", "upstream", "tls", "store", "identity", "policies", "default_policy", "clients", "routes", "limits", "server", "rls", "forward_auth", "log", "admin", "tracing"}
+	topFields      = []string{"listen", "admin_listen", "upstream", "tls", "store", "identity", "policies", "default_policy", "clients", "routes", "limits", "server", "rls", "forward_auth", "log", "admin", "tracing", "load_shedding"}
 	tlsFields      = []string{"cert_file", "key_file"}
 	adminTLSFields = []string{"cert_file", "key_file", "client_ca_file"}
 	storeFields    = []string{"type", "addrs", "url", "username", "password", "password_env", "prefix", "timeout", "on_error", "local_share", "max_keys", "refusal_cache", "sentinel", "replicas_ack", "replicas_ack_timeout"}
@@ -170,6 +170,9 @@ func (p *parser) config(root *yaml.Node) *Config {
 	}
 	if n := p.get(m, "routes"); n != nil {
 		p.routes(n, c, &r)
+	}
+	if n := p.get(m, "load_shedding"); n != nil {
+		c.LoadShedding = p.loadShedding(n, c) // (config/shed.go)
 	}
 	if n := p.get(m, "limits"); n != nil {
 		p.limits(n, &c.Limits)
