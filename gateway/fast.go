@@ -65,10 +65,22 @@ func (g *Gateway) ServeFast(ctx *fasthttp.RequestCtx) {
 			return
 		}
 	}
+	var took time.Duration
+	if g.shed != nil { // after the quotas: a refused request never takes a slot (shed.go)
+		p, ok := g.shed.admit(&req)
+		if !ok {
+			g.shedFast(ctx, p)
+			g.finishFast(dctx, &req, &v, ctx, 0, true)
+			g.fields(&ctx.Response.Header, v.Decisions)
+			g.finish(ctx, start, span, &req, v.Outcome, ctx.Response.StatusCode(), 0)
+			return
+		}
+		defer func() { g.shed.release(took) }()
+	}
 	if span != nil {
 		propagator.Inject(dctx, fastCarrier{&ctx.Request.Header}) // this span is the upstream's parent
 	}
-	took := g.forward(ctx)
+	took = g.forward(ctx)
 	g.finishFast(dctx, &req, &v, ctx, took, false)
 	g.fields(&ctx.Response.Header, v.Decisions)
 	g.finish(ctx, start, span, &req, v.Outcome, ctx.Response.StatusCode(), took)

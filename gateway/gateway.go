@@ -42,6 +42,7 @@ type Gateway struct {
 	retries  *earlyRetries
 	access   *accessLog // nil: no access log
 	tracing  bool       // spans for requests and store calls (config tracing)
+	shed     *shedder   // nil: no load shedding (shed.go)
 }
 
 // New returns a Gateway for cfg, deciding on store (already guarded by the caller: see
@@ -57,6 +58,7 @@ func New(cfg *config.Config, store sluice.Store, metrics *Metrics, up *Upstream)
 		store = tracedStore{store}
 	}
 	g.decider = decision.Decider{Store: store, MaxDelay: cfg.Limits.MaxDelay, Observer: observer{g}, Renewer: &decision.Renewer{}}
+	g.shed = newShedder(cfg, metrics)
 	if cfg.Upstream == nil {
 		// No proxy listener (listen: ""): the Gateway decides for the other front ends only.
 		g.up = up
@@ -135,7 +137,7 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		defer finish()
 	}
 	if g.access == nil && span == nil {
-		if !decision.Serve(w, r, &v, g.cfg.Limits.LegacyHeaders, g.proxy) {
+		if !decision.Serve(w, r, &v, g.cfg.Limits.LegacyHeaders, g.shedHandler(&req, g.proxy)) {
 			g.metrics.abandon(req.Client)
 		}
 		return
@@ -146,7 +148,7 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		g.proxy.ServeHTTP(w, r)
 	})
 	e := entry{start: start, req: &req, outcome: v.Outcome, method: r.Method, path: r.URL.Path}
-	if !decision.Serve(rec, r, &v, g.cfg.Limits.LegacyHeaders, next) {
+	if !decision.Serve(rec, r, &v, g.cfg.Limits.LegacyHeaders, g.shedHandler(&req, next)) {
 		g.metrics.abandon(req.Client)
 		e.status = 499 // the client left while held (nginx's code for it)
 	} else {
@@ -261,7 +263,9 @@ func (t timedTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 	sent := time.Now()
 	resp, err := t.rt.RoundTrip(r)
 	if err == nil {
-		t.metrics.upstreamAnswered(resp.StatusCode, time.Since(sent))
+		took := time.Since(sent)
+		t.metrics.upstreamAnswered(resp.StatusCode, took)
+		noteShedSample(r, took) // (shed.go)
 	}
 	return resp, err
 }

@@ -29,6 +29,7 @@ type Metrics struct {
 	holds          prometheus.Histogram     // leaky-bucket holds of admitted requests
 	upstream       *prometheus.HistogramVec // class: the upstream's answers by status class, and their time
 	settlements    *prometheus.CounterVec   // client, outcome: costs settled after the response (settle.go)
+	shedding       *shedMetrics             // load shedding (shed.go)
 
 	// byPolicy caches decisions' counters per client and policy label: looking them up in the
 	// CounterVec hashes the labels and takes a lock on every request.
@@ -115,6 +116,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30}}, []string{"class"})
 	m.activity = newActivity()
 	m.settlements = newSettlements(reg)
+	m.shedding = newShedMetrics(reg)
 	reg.MustRegister(m.decisions, m.earlyRetries, m.abandoned, m.latency, m.storeErrors, m.upstreamErrors, m.reloads,
 		m.lastReload, m.lastReloadOK, m.holds, m.upstream, m.failures, buildInfo())
 	return m

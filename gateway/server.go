@@ -97,6 +97,7 @@ func NewServer(cfg *config.Config, path string, st Store, log *slog.Logger) (*Se
 	if s.fleet != nil {
 		s.registerFleet(s.fleet)
 	}
+	s.registerShed()
 	g, err := New(cfg, s.store, s.metrics, nil)
 	if err != nil {
 		s.closer()
@@ -521,6 +522,8 @@ type Stats struct {
 	AdminListen string `json:"admin_listen"`
 	// Fleet is the instance registry, if the store runs one (on_error: local, local_share: fleet).
 	Fleet *FleetStats `json:"fleet,omitempty"`
+	// LoadShedding is this instance's throttling by load, if configured (load_shedding; shed.go).
+	LoadShedding *ShedStats `json:"load_shedding,omitempty"`
 }
 
 // StoreStats is the store's health as the gateway sees it.
@@ -557,6 +560,7 @@ func (s *Server) stats(w http.ResponseWriter, r *http.Request) {
 		f := s.fleet()
 		st.Fleet = &f
 	}
+	st.LoadShedding = s.current.Load().shedStats()
 	ctx, cancel := context.WithTimeout(r.Context(), time.Second)
 	defer cancel()
 	if err := s.ping(ctx); err != nil {

@@ -1,0 +1,27 @@
+package answer
+
+import (
+	"fmt"
+	"net/http"
+	"time"
+)
+
+// TypeTemporaryReducedCapacity: the request was not forwarded because the upstream is struggling
+// and the gateway sheds load (503). The client did nothing wrong: it is not a quota refusal.
+const TypeTemporaryReducedCapacity = "https://iana.org/assignments/http-problem-types#temporary-reduced-capacity"
+
+// ReducedCapacity is the 503 problem for a request the quotas let through but load shedding did
+// not forward: the upstream answers slower than its baseline, and the requests in flight are at
+// what the request's priority may fill. retryAfter is rounded up to whole seconds, at least 1.
+func ReducedCapacity(client string, retryAfter time.Duration) Problem {
+	p := Problem{
+		Type:       TypeTemporaryReducedCapacity,
+		Title:      "Temporary Reduced Capacity",
+		Status:     http.StatusServiceUnavailable,
+		Client:     client,
+		RetryAfter: max(1, Seconds(retryAfter)),
+	}
+	p.Detail = fmt.Sprintf("the API is slower than usual and this gateway limits the requests in flight to it; the request from %s was not forwarded (not a quota refusal: the client did nothing wrong); retry after %d s",
+		who(client), p.RetryAfter)
+	return p
+}
