@@ -63,19 +63,19 @@ load_shedding:
   window: 50ms
   baseline_window: 1h
   tolerance: 2
-  slack: 50ms
+  slack: 150ms
   priorities: {partner-a: high}
 `
 
 // TestShedSlowUpstream: on each engine, against a real upstream that slows down on command, with
 // 2 high-priority (partner-a) and 8 low-priority (anonymous) clients sending all the time:
-// healthy (5ms), nothing is shed and the limit stays at max_limit; slowed (250ms), the limit
+// healthy (5ms), nothing is shed and the limit stays near max_limit; slowed (500ms), the limit
 // falls to min_limit, the upstream never holds more than it, the anonymous requests are shed
 // (503 temporary-reduced-capacity) while partner-a's are all served; recovered, the limit climbs
 // back.
 func TestShedSlowUpstream(t *testing.T) {
 	forEachEngine(t, func(t *testing.T, engine string) {
-		up := newSwitchUpstream(t, 5*time.Millisecond, 250*time.Millisecond)
+		up := newSwitchUpstream(t, 5*time.Millisecond, 500*time.Millisecond)
 		gw, srv := start(t, engine, strings.ReplaceAll(shedYAML, "KEY_A", sum("key-a")), &upstream{Server: up.Server})
 		admin := httptest.NewServer(srv.Admin())
 		t.Cleanup(admin.Close)
@@ -141,7 +141,9 @@ func TestShedSlowUpstream(t *testing.T) {
 
 		// Healthy.
 		waitFor(t, "400 healthy requests", func() bool { return up.arrived.Load() >= 400 })
-		if s := shedState(); s.Limit != 64 || s.Shed["low"]+s.Shed["normal"]+s.Shed["high"] != 0 || total(1, 503) != 0 || total(0, 503) != 0 {
+		// (A machine stalled for more than the slack may halve the limit once: 32 still admits
+		// every one of the 10 clients.)
+		if s := shedState(); s.Limit < 32 || s.Shed["low"]+s.Shed["normal"]+s.Shed["high"] != 0 || total(1, 503) != 0 || total(0, 503) != 0 {
 			t.Fatalf("healthy upstream: %+v, %d and %d shed", s, total(0, 503), total(1, 503))
 		}
 
@@ -149,7 +151,7 @@ func TestShedSlowUpstream(t *testing.T) {
 		up.slow.Store(true)
 		waitFor(t, "the limit to fall to min_limit", func() bool { return shedState().Limit == 4 })
 		// The requests admitted above the limit as it fell are gone after 20 more arrivals (four
-		// at a time, each 250ms); from then on the upstream never holds more than the limit.
+		// at a time, each 500ms); from then on the upstream never holds more than the limit.
 		a := up.arrived.Load()
 		waitFor(t, "20 slow arrivals", func() bool { return up.arrived.Load() >= a+20 })
 		up.most.Store(up.cur.Load())

@@ -36,6 +36,36 @@
     }
   }
 
+  // Throttling by load (load_shedding), this instance's: the adaptive limit on the requests in
+  // flight to the upstream, against the latency that sets it, and what each priority got.
+  function renderShedding(s) {
+    $("shedding").hidden = !s;
+    if (!s) return;
+    const state = s.limit >= s.max_limit ? "its maximum" :
+      "lowered from " + s.max_limit + ": the upstream answers slower than its baseline";
+    const latency = s.latency_ms > 0 ? "upstream latency " + s.latency_ms.toFixed(1) + " ms, baseline " + s.baseline_ms.toFixed(1) + " ms" :
+      "no upstream latency measured yet";
+    $("shedding-summary").textContent = s.in_flight + " in flight of a limit of " + s.limit + " (" + state +
+      "; at least " + s.min_limit + "); " + latency;
+    const tbody = $("shedding-priorities").tBodies[0];
+    tbody.replaceChildren();
+    for (const p of ["high", "normal", "low"]) {
+      const tr = tbody.insertRow();
+      tr.dataset.priority = p;
+      const th = document.createElement("th");
+      th.scope = "row";
+      th.textContent = p;
+      tr.appendChild(th);
+      cell(tr, s.shares[p] + "%", "n");
+      cell(tr, String(s.admitted[p]), "n");
+      const shed = cell(tr, "", "n");
+      const span = document.createElement("span");
+      span.textContent = String(s.shed[p]);
+      if (s.shed[p] > 0) span.className = "badge limited";
+      shed.appendChild(span);
+    }
+  }
+
   function render(st) {
     $("config").textContent = st.config;
     const store = $("store");
@@ -60,6 +90,7 @@
       store.appendChild(div);
     }
     renderFleet(st.fleet);
+    renderShedding(st.load_shedding);
     $("rates-note").textContent = "rates per second over the last " + st.rate_s + " s; totals since the start";
 
     const limited = st.clients.filter((c) => c.limited);
