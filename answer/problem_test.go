@@ -207,6 +207,15 @@ func TestOtherProblems(t *testing.T) {
 			},
 		},
 		{
+			name: "temporary reduced capacity (load shedding)",
+			p:    ReducedCapacity("partner-a", 1500*time.Millisecond),
+			want: problemBody{
+				Type: TypeTemporaryReducedCapacity, Title: "Temporary Reduced Capacity", Status: 503,
+				Detail: `the API is slower than usual and this gateway limits the requests in flight to it; the request from client "partner-a" was not forwarded (not a quota refusal: the client did nothing wrong); retry after 2 s`,
+				Client: "partner-a", RetryAfter: 2,
+			},
+		},
+		{
 			name: "cost exceeds limit",
 			p:    CostExceedsLimit("partner-a", Applied{standard, sluice.Decision{Limit: 20, Remaining: 20, RetryAfter: sluice.Never}}, 25),
 			want: problemBody{

@@ -3,13 +3,19 @@ package gateway_test
 import (
 	"encoding/json"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice/config"
+	"github.com/sluicehq/sluice/gateway"
 )
 
 // switchUpstream is a real HTTP server whose work takes fast or, once slow is set, slowDelay; it
@@ -281,3 +287,52 @@ load_shedding: {min_limit: 1, max_limit: 1, retry_after: 2s}
 	})
 }
 
+// TestShedReload: a reload that keeps load_shedding's settings keeps the limiter (its requests in
+// flight and counts); one that changes them starts a new one; one without it has none, and
+// /v1/stats leaves load_shedding out.
+func TestShedReload(t *testing.T) {
+	up := newUpstream(t)
+	path := filepath.Join(t.TempDir(), "sluice.yaml")
+	write := func(s string) {
+		if err := os.WriteFile(path, []byte("upstream: "+up.URL+"\n"+s), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("load_shedding: {max_limit: 50}\n")
+	cfg, err := config.Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := gateway.NewTestServer(cfg, path, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	gw := httptest.NewServer(srv)
+	defer gw.Close()
+	admin := httptest.NewServer(srv.Admin())
+	defer admin.Close()
+	get(t, gw.URL+"/a")
+	reload := func(s string) {
+		t.Helper()
+		write(s)
+		if err := srv.Reload(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	reload("load_shedding: {max_limit: 50}\npolicies: [{name: p, algorithm: fixed-window, limit: 9, period: 1h}]\n")
+	if st := stats(t, admin.URL).LoadShedding; st == nil || st.Admitted["low"] != 1 || st.MaxLimit != 50 {
+		t.Fatalf("the same settings reloaded: %+v", st)
+	}
+	reload("load_shedding: {max_limit: 60}\n")
+	if st := stats(t, admin.URL).LoadShedding; st == nil || st.Admitted["low"] != 0 || st.MaxLimit != 60 || st.Limit != 60 {
+		t.Fatalf("max_limit changed: %+v", st)
+	}
+	reload("")
+	if st := stats(t, admin.URL); st.LoadShedding != nil {
+		t.Fatalf("without load_shedding: %+v", st.LoadShedding)
+	}
+	if code := get(t, gw.URL+"/b").StatusCode; code != 200 {
+		t.Fatalf("without load_shedding: %d", code)
+	}
+}
