@@ -78,24 +78,48 @@ func (d *Decider) Finish(ctx context.Context, req *Request, v *Verdict, resp Res
 		}
 	}
 	if actual >= 0 {
-		for i := range req.Limits {
-			l, dec := &req.Limits[i], v.Decisions[i].Decision
-			estimate := req.cost(i)
-			if !dec.Allowed || estimate == actual {
-				continue // charged nothing (a dry-run limit that refused), or charged right
-			}
-			key := l.Key
-			if key == "" {
-				key = req.Who.Key
-			}
-			if err := sluice.SettleDecision(ctx, d.Store, key, l.Policy, dec, estimate, actual); err != nil {
-				outcome = SettleFailed // (the other limits are settled still: each is its own step)
-			} else if outcome != SettleFailed {
-				outcome = Settled
-			}
-		}
+		outcome = d.settleAll(ctx, req, v, actual)
 	}
 	if o, ok := d.Observer.(SettleObserver); ok {
 		o.Settled(req, outcome)
 	}
+}
+
+// Refund gives back everything a request that passed charged, each limit settled at a real
+// cost of 0, and clears req.After so that Finish does not settle it again: for a request the
+// gateway did not forward after all, such as one shed for load (its client did nothing wrong).
+func (d *Decider) Refund(ctx context.Context, req *Request, v *Verdict) {
+	req.After = nil
+	if !v.Passes() || len(v.Decisions) != len(req.Limits) {
+		return
+	}
+	outcome := d.settleAll(ctx, req, v, 0)
+	if o, ok := d.Observer.(SettleObserver); ok && outcome != SettleKept {
+		o.Settled(req, outcome)
+	}
+}
+
+// settleAll settles every limit the request charged with the real cost actual: each on the
+// store (sluice.SettleDecision: where its decision charged, at the decision's instant) with its
+// own estimate, one atomic step per limit. Concurrency limits charged slots, not units: their
+// slots are given back by ReleaseSlots.
+func (d *Decider) settleAll(ctx context.Context, req *Request, v *Verdict, actual int64) SettleOutcome {
+	outcome := SettleKept
+	for i := range req.Limits {
+		l, dec := &req.Limits[i], v.Decisions[i].Decision
+		estimate := req.cost(i)
+		if !dec.Allowed || estimate == actual || l.Policy.Algorithm == sluice.Concurrency {
+			continue // charged nothing (a dry-run limit that refused), or charged right
+		}
+		key := l.Key
+		if key == "" {
+			key = req.Who.Key
+		}
+		if err := sluice.SettleDecision(ctx, d.Store, key, l.Policy, dec, estimate, actual); err != nil {
+			outcome = SettleFailed // (the other limits are settled still: each is its own step)
+		} else if outcome != SettleFailed {
+			outcome = Settled
+		}
+	}
+	return outcome
 }

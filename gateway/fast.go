@@ -70,7 +70,7 @@ func (g *Gateway) ServeFast(ctx *fasthttp.RequestCtx) {
 		p, ok := g.shed.admit(&req)
 		if !ok {
 			g.shedFast(ctx, p)
-			g.finishFast(dctx, &req, &v, ctx, 0, true)
+			g.decider.Refund(dctx, &req, &v) // shed, not served: the quota it took goes back
 			g.fields(&ctx.Response.Header, v.Decisions)
 			g.finish(ctx, start, span, &req, v.Outcome, ctx.Response.StatusCode(), 0)
 			return

@@ -137,7 +137,7 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		defer finish()
 	}
 	if g.access == nil && span == nil {
-		if !decision.Serve(w, r, &v, g.cfg.Limits.LegacyHeaders, g.shedHandler(&req, g.proxy)) {
+		if !decision.Serve(w, r, &v, g.cfg.Limits.LegacyHeaders, g.shedHandler(&req, &v, g.proxy)) {
 			g.metrics.abandon(req.Client)
 		}
 		return
@@ -148,7 +148,7 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		g.proxy.ServeHTTP(w, r)
 	})
 	e := entry{start: start, req: &req, outcome: v.Outcome, method: r.Method, path: r.URL.Path}
-	if !decision.Serve(rec, r, &v, g.cfg.Limits.LegacyHeaders, g.shedHandler(&req, next)) {
+	if !decision.Serve(rec, r, &v, g.cfg.Limits.LegacyHeaders, g.shedHandler(&req, &v, next)) {
 		g.metrics.abandon(req.Client)
 		e.status = 499 // the client left while held (nginx's code for it)
 	} else {

@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"net/http"
+	"slices"
 	"sync"
 	"time"
 
@@ -103,14 +104,17 @@ func noteShedSample(r *http.Request, took time.Duration) {
 }
 
 // shedHandler is next (the proxy) behind load shedding, for the net/http engine.
-func (g *Gateway) shedHandler(req *decision.Request, next http.Handler) http.Handler {
+func (g *Gateway) shedHandler(req *decision.Request, v *decision.Verdict, next http.Handler) http.Handler {
 	if g.shed == nil {
 		return next
 	}
+	// Serve releases the verdict before it calls the handler: keep what a refund needs.
+	kept := decision.Verdict{Outcome: v.Outcome, Decisions: slices.Clone(v.Decisions)}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		p, ok := g.shed.admit(req)
 		if !ok {
 			answer.WriteProblem(w, p)
+			g.decider.Refund(context.WithoutCancel(r.Context()), req, &kept) // shed, not served: the quota it took goes back
 			return
 		}
 		sample := &shedSample{}
