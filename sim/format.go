@@ -27,6 +27,9 @@ import (
 //	                CSV: two last columns, SettledCSVHeader, that `sluice simulate` adds for a
 //	                trace with an actual column): the request's real cost, and the remaining its
 //	                settlement left (never below 0); empty in CSV for a request without one
+//	fallback        in a Fleet's Outage only: open, local or closed, how the instance decided
+//	                without its store (JSON: left out when the store decided; CSV: a last
+//	                column that `sluice simulate --outage` adds, empty when the store decided)
 //
 // A summary (JSON object keys):
 //
@@ -38,6 +41,8 @@ import (
 //	total_delay_ms              Σ delay_ms (the mean delay is total_delay_ms / delayed)
 //	settled, settled_cost,      with real costs only: the approved requests settled, Σ their
 //	actual_cost                 estimates (cost) and Σ their real costs
+//	fallback                    only when some were: {"open","local","closed"}, the requests
+//	                            decided without the store in a Fleet's Outage, by failure mode
 
 // CSVHeader returns the CSV header of rows: t_ms,key,cost,allowed,remaining,retry_after_ms,delay_ms.
 func CSVHeader() []string {
@@ -86,8 +91,9 @@ func (r Row) MarshalJSON() ([]byte, error) {
 		Instance     int         `json:"instance,omitempty"`
 		Actual       *int64      `json:"actual,omitempty"`
 		Balance      *int64      `json:"balance,omitempty"`
+		Fallback     string      `json:"fallback,omitempty"`
 	}{json.Number(FormatMillis(r.TMicros)), r.Key, r.Cost, r.Allowed, r.Remaining,
-		json.Number(r.retryAfterMillis()), json.Number(FormatMillis(r.DelayMicros)), r.Instance, actual, balance})
+		json.Number(r.retryAfterMillis()), json.Number(FormatMillis(r.DelayMicros)), r.Instance, actual, balance, r.Fallback})
 }
 
 // MarshalJSON writes s as {"offered":..,"allowed":..,"refused":..,"delayed":..,"never":..,
@@ -96,6 +102,10 @@ func (s Summary) MarshalJSON() ([]byte, error) {
 	var settled, settledCost, actualCost *int64
 	if s.Settled > 0 {
 		settled, settledCost, actualCost = &s.Settled, &s.SettledCost, &s.ActualCost
+	}
+	var fb *fallbacks
+	if s.Open+s.Local+s.Closed > 0 {
+		fb = &fallbacks{s.Open, s.Local, s.Closed}
 	}
 	return json.Marshal(struct {
 		Offered      int64       `json:"offered"`
@@ -110,8 +120,16 @@ func (s Summary) MarshalJSON() ([]byte, error) {
 		Settled      *int64      `json:"settled,omitempty"`
 		SettledCost  *int64      `json:"settled_cost,omitempty"`
 		ActualCost   *int64      `json:"actual_cost,omitempty"`
+		Fallback     *fallbacks  `json:"fallback,omitempty"`
 	}{s.Offered, s.Allowed, s.Refused, s.Delayed, s.Never, s.OfferedCost, s.AllowedCost,
-		json.Number(FormatMillis(s.MaxDelayMicros)), json.Number(FormatMillis(s.TotalDelayMicros)), settled, settledCost, actualCost})
+		json.Number(FormatMillis(s.MaxDelayMicros)), json.Number(FormatMillis(s.TotalDelayMicros)), settled, settledCost, actualCost, fb})
+}
+
+// fallbacks is a summary's "fallback": its requests decided without the store, by failure mode.
+type fallbacks struct {
+	Open   int64 `json:"open"`
+	Local  int64 `json:"local"`
+	Closed int64 `json:"closed"`
 }
 
 // FormatMillis writes µs as milliseconds, exactly: up to 3 decimals, no trailing zeros
