@@ -120,6 +120,11 @@ type simulateOptions struct {
 	timeZone  string
 	start     string
 	actual    []int64 // read with --trace: its real costs (nil: none)
+	stores    string  // --store: separate or shared (see simulate_fleet.go)
+	balance   string
+	seed      uint64
+	outage    string
+	onError   string
 }
 
 func newSimulateCommand(stdin io.Reader) *cobra.Command {
@@ -153,6 +158,11 @@ func newSimulateCommand(stdin io.Reader) *cobra.Command {
 	f.Var(int64Value{&o.budget}, "local-budget", "spend local budgets of `N` units taken from the shared store, beside the exact run (see above)")
 	f.Var(int64Value{&o.instances}, "instances", "with --local-budget: `N` instances sharing the store, the requests dealt in turn (default 1)")
 	f.Var(&o.maxAge, "budget-max-age", "with --local-budget: how long a budget may be spent from, a Go duration `D` ≥ 1ms (default --period, or the calendar window)")
+	f.StringVar(&o.stores, "store", "", "run --instances instances behind a load balancer, each with its own memory store (`MODE` separate) or sharing one (shared)")
+	f.StringVar(&o.balance, "balance", "round-robin", "with --store: how the load balancer deals the requests, `HOW`: round-robin or random")
+	f.Uint64Var(&o.seed, "seed", 1, "with --balance random: the `N` its choices are drawn from")
+	f.StringVar(&o.outage, "outage", "", "with --store shared: the store fails from one virtual time to another, `FROM-TO` (Go durations: 1m-2m)")
+	f.StringVar(&o.onError, "on-error", "closed", "with --outage: what each instance does while the store is down, `MODE` open, closed or local")
 	f.StringVar(&o.format, "format", "table", "the output `FORMAT`: table, csv or json")
 	f.SortFlags = false
 	return cmd
@@ -182,7 +192,7 @@ func (o *simulateOptions) run(cmd *cobra.Command, stdin io.Reader) error {
 	if err != nil {
 		return err
 	}
-	out := &simulation{policies: policies, reqs: reqs, source: source, compare: o.compare, fleet: fleet, actual: o.actual,
+	out := &simulation{policies: policies, reqs: reqs, source: source, compare: o.compare, fleet: fleet, stores: flags.Changed("store"), actual: o.actual,
 		start: start, local: flags.Changed("start") || flags.Changed("calendar")}
 	if err := out.write(cmd.OutOrStdout(), o.format); err != nil {
 		return failure{err}
@@ -312,10 +322,24 @@ func (o *simulateOptions) startTime(changed func(string) bool) (time.Time, error
 // fleet returns the fleet of --local-budget, --instances and --budget-max-age (nil without
 // --local-budget), checked flag by flag.
 func (o *simulateOptions) fleet(changed func(string) bool, policies []sluice.Policy) (*sim.Fleet, error) {
+	if changed("store") {
+		return o.storeFleet(changed, policies)
+	}
+	for _, f := range []string{"balance", "seed", "outage", "on-error"} {
+		if changed(f) {
+			return nil, fmt.Errorf("--%s needs --store separate or shared: it is about a fleet of instances behind a load balancer", f)
+		}
+	}
+	return o.budgetFleet(changed, policies)
+}
+
+// budgetFleet returns the fleet of --local-budget, --instances and --budget-max-age (nil without
+// --local-budget), checked flag by flag.
+func (o *simulateOptions) budgetFleet(changed func(string) bool, policies []sluice.Policy) (*sim.Fleet, error) {
 	if !changed("local-budget") {
 		for _, f := range []string{"instances", "budget-max-age"} {
 			if changed(f) {
-				return nil, fmt.Errorf("--%s needs --local-budget: instances sharing one store without budgets decide exactly as one", f)
+				return nil, fmt.Errorf("--%s needs --local-budget (or --store): instances sharing one store without budgets decide exactly as one", f)
 			}
 		}
 		return nil, nil
@@ -359,7 +383,7 @@ func (o *simulateOptions) requests(changed func(string) bool, stdin io.Reader) (
 	case changed("traffic") && changed("trace"):
 		return nil, "", errors.New("--traffic and --trace exclude each other: give one")
 	case changed("traffic"):
-		reqs, err := sim.ParseTraffic(o.traffic)
+		reqs, err := sim.ParseClientTraffic(o.traffic)
 		if err != nil {
 			return nil, "", err
 		}
