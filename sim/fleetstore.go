@@ -102,12 +102,19 @@ func (s *Session) buildFleet(policy sluice.Policy, keys int, f Fleet) error {
 	newStore := func() *memory.Store {
 		return memory.New(memory.WithClock(s.clock), memory.WithMaxKeys(max(1, keys)*memory.DefaultShards))
 	}
+	if f.StoreLatency < 0 || f.StoreLatency%time.Microsecond != 0 || f.StoreLatency > time.Hour {
+		return fmt.Errorf("sim: store latency %v must be a whole number of µs from 0 to 1h", f.StoreLatency)
+	}
+	if f.StoreLatency > 0 && f.Stores == SeparateStores {
+		return fmt.Errorf("sim: store latency: separate stores are each in their own instance's memory, without a round trip (give the shared store a latency)")
+	}
 	var shared sluice.Store
 	if f.Stores == SharedStore {
-		shared = newStore()
+		st := &sharedStore{store: newStore(), clock: s.clock}
 		if s.outage != nil {
-			shared = &outageStore{store: shared, clock: s.clock, from: s.origin + s.outage.FromMicros, to: s.origin + s.outage.ToMicros}
+			st.from, st.to = s.origin+s.outage.FromMicros, s.origin+s.outage.ToMicros
 		}
+		shared, s.shared, s.latency = st, st, int64(f.StoreLatency/time.Microsecond)
 	}
 	for range f.Instances {
 		store := shared
@@ -147,30 +154,33 @@ func (s *Session) balance() int {
 	return i
 }
 
-// outageStore is the shared store of a Fleet with an Outage: the real memory store, which fails
-// in the outage's window of its clock as a Redis that cannot be reached does.
-type outageStore struct {
+// sharedStore is a Fleet's shared store: the real memory store, which counts the calls made to
+// it (each a round trip of Fleet.StoreLatency), and fails in the outage's window of its clock
+// as a Redis that cannot be reached does.
+type sharedStore struct {
 	store    sluice.Store
 	clock    *sluice.ManualClock
-	from, to int64 // µs since the Unix epoch
+	from, to int64 // the outage, µs since the Unix epoch; from = to: none
+	calls    int64 // calls made to it, failed ones too
 }
 
 // errOutage is what the store answers in its outage.
 var errOutage = fmt.Errorf("%w: the simulated store outage", sluice.ErrStoreUnavailable)
 
-func (o *outageStore) down() bool {
+func (o *sharedStore) down() bool {
+	o.calls++
 	t := o.clock.Now().UnixMicro()
 	return t >= o.from && t < o.to
 }
 
-func (o *outageStore) Decide(ctx context.Context, key string, p sluice.Policy, cost int64) (sluice.Decision, error) {
+func (o *sharedStore) Decide(ctx context.Context, key string, p sluice.Policy, cost int64) (sluice.Decision, error) {
 	if o.down() {
 		return sluice.Decision{}, errOutage
 	}
 	return o.store.Decide(ctx, key, p, cost)
 }
 
-func (o *outageStore) DecideAll(ctx context.Context, key string, limits []sluice.Limit, out []sluice.Decision) (bool, error) {
+func (o *sharedStore) DecideAll(ctx context.Context, key string, limits []sluice.Limit, out []sluice.Decision) (bool, error) {
 	if o.down() {
 		return false, errOutage
 	}

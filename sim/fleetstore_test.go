@@ -230,3 +230,44 @@ func TestParseClientTraffic(t *testing.T) {
 		}
 	}
 }
+
+// Each call to the shared store costs its latency: without budgets every request waits one
+// round trip; with budgets of 10, only the request of each instance that takes one.
+func TestFleetStoreLatency(t *testing.T) {
+	for _, tc := range []struct {
+		budget       sluice.LocalBudget
+		waited       int // rows that waited for the store
+		totalLatency int64
+	}{
+		{sluice.LocalBudget{}, 30, 30 * 2000},
+		{sluice.LocalBudget{Size: 10, MaxAge: time.Minute}, 3, 3 * 2000},
+	} {
+		f := Fleet{Instances: 3, Budget: tc.budget, StoreLatency: 2 * time.Millisecond}
+		reqs, _ := ParseClientTraffic("a: 30 at once")
+		waited := 0
+		sum, err := Options{Fleet: &f}.Simulate(perMinute, reqs, func(r Row) error {
+			if !r.HasLatency || r.LatencyMicros != 0 && r.LatencyMicros != 2000 {
+				t.Fatalf("budget %d: row %+v", tc.budget.Size, r)
+			}
+			if r.LatencyMicros > 0 {
+				waited++
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if waited != tc.waited || !sum.Latency || sum.TotalLatencyMicros != tc.totalLatency || sum.MaxLatencyMicros != 2000 || sum.Allowed != 30 {
+			t.Errorf("budget %d: %d waited, summary %+v; want %d, total %d µs", tc.budget.Size, waited, sum, tc.waited, tc.totalLatency)
+		}
+	}
+	for _, f := range []Fleet{
+		{Instances: 2, Stores: SeparateStores, StoreLatency: time.Millisecond},
+		{Instances: 2, StoreLatency: -time.Millisecond},
+		{Instances: 2, StoreLatency: time.Nanosecond},
+	} {
+		if _, err := (Options{Fleet: &f}).NewSession(perMinute, 1); err == nil || !strings.Contains(err.Error(), "store latency") {
+			t.Errorf("%+v: error %v; want one about the store latency", f, err)
+		}
+	}
+}

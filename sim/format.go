@@ -30,6 +30,9 @@ import (
 //	fallback        in a Fleet's Outage only: open, local or closed, how the instance decided
 //	                without its store (JSON: left out when the store decided; CSV: a last
 //	                column that `sluice simulate --outage` adds, empty when the store decided)
+//	latency_ms      with a Fleet's StoreLatency only: the request's wait for the shared store,
+//	                its instance's calls to it × the latency (0 for a budget's unit spent
+//	                locally); a last CSV column that `sluice simulate --store-latency` adds
 //
 // A summary (JSON object keys):
 //
@@ -43,6 +46,8 @@ import (
 //	actual_cost                 estimates (cost) and Σ their real costs
 //	fallback                    only when some were: {"open","local","closed"}, the requests
 //	                            decided without the store in a Fleet's Outage, by failure mode
+//	max_latency_ms,             with a Fleet's StoreLatency only: the longest and the Σ of
+//	total_latency_ms            the rows' latency_ms
 
 // CSVHeader returns the CSV header of rows: t_ms,key,cost,allowed,remaining,retry_after_ms,delay_ms.
 func CSVHeader() []string {
@@ -80,6 +85,10 @@ func (r Row) MarshalJSON() ([]byte, error) {
 	if r.Settles {
 		actual, balance = &r.Actual, &r.Balance
 	}
+	var latency json.Number
+	if r.HasLatency {
+		latency = json.Number(FormatMillis(r.LatencyMicros))
+	}
 	return json.Marshal(struct {
 		TMs          json.Number `json:"t_ms"`
 		Key          string      `json:"key"`
@@ -92,8 +101,9 @@ func (r Row) MarshalJSON() ([]byte, error) {
 		Actual       *int64      `json:"actual,omitempty"`
 		Balance      *int64      `json:"balance,omitempty"`
 		Fallback     string      `json:"fallback,omitempty"`
+		LatencyMs    json.Number `json:"latency_ms,omitempty"`
 	}{json.Number(FormatMillis(r.TMicros)), r.Key, r.Cost, r.Allowed, r.Remaining,
-		json.Number(r.retryAfterMillis()), json.Number(FormatMillis(r.DelayMicros)), r.Instance, actual, balance, r.Fallback})
+		json.Number(r.retryAfterMillis()), json.Number(FormatMillis(r.DelayMicros)), r.Instance, actual, balance, r.Fallback, latency})
 }
 
 // MarshalJSON writes s as {"offered":..,"allowed":..,"refused":..,"delayed":..,"never":..,
@@ -102,6 +112,10 @@ func (s Summary) MarshalJSON() ([]byte, error) {
 	var settled, settledCost, actualCost *int64
 	if s.Settled > 0 {
 		settled, settledCost, actualCost = &s.Settled, &s.SettledCost, &s.ActualCost
+	}
+	var maxLatency, totalLatency json.Number
+	if s.Latency {
+		maxLatency, totalLatency = json.Number(FormatMillis(s.MaxLatencyMicros)), json.Number(FormatMillis(s.TotalLatencyMicros))
 	}
 	var fb *fallbacks
 	if s.Open+s.Local+s.Closed > 0 {
@@ -121,8 +135,10 @@ func (s Summary) MarshalJSON() ([]byte, error) {
 		SettledCost  *int64      `json:"settled_cost,omitempty"`
 		ActualCost   *int64      `json:"actual_cost,omitempty"`
 		Fallback     *fallbacks  `json:"fallback,omitempty"`
+		MaxLatency   json.Number `json:"max_latency_ms,omitempty"`
+		TotalLatency json.Number `json:"total_latency_ms,omitempty"`
 	}{s.Offered, s.Allowed, s.Refused, s.Delayed, s.Never, s.OfferedCost, s.AllowedCost,
-		json.Number(FormatMillis(s.MaxDelayMicros)), json.Number(FormatMillis(s.TotalDelayMicros)), settled, settledCost, actualCost, fb})
+		json.Number(FormatMillis(s.MaxDelayMicros)), json.Number(FormatMillis(s.TotalDelayMicros)), settled, settledCost, actualCost, fb, maxLatency, totalLatency})
 }
 
 // fallbacks is a summary's "fallback": its requests decided without the store, by failure mode.

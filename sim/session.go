@@ -25,6 +25,8 @@ type Session struct {
 	next     int               // the instance the next request goes to (round robin)
 	rng      *rand.Rand        // Random balance: the balancer's choices; nil: round robin
 	outage   *Outage           // the shared store's outage, if any
+	shared   *sharedStore      // a Fleet's shared store; nil: none
+	latency  int64             // µs: a Fleet's StoreLatency
 	ctx      context.Context
 	n        int   // requests decided so far
 	last     int64 // µs: the latest instant decided or peeked at; times may not go below it
@@ -46,6 +48,11 @@ type Fleet struct {
 	Balance   Balance            // RoundRobin (the default) or Random
 	Seed      uint64             // with Random: the seed of the balancer's choices
 	Outage    *Outage            // the shared store's outage; nil: none
+	// StoreLatency is each call's round trip to the shared store (0..1h, whole µs): a request
+	// reaches the backend that much later for each call its instance made to the store to
+	// decide it (Row.LatencyMicros; none for a budget's unit spent locally). Decisions are the
+	// same: the store decides each call atomically, as Redis does.
+	StoreLatency time.Duration
 }
 
 // MaxInstances bounds Fleet.Instances.
@@ -126,6 +133,10 @@ func (s *Session) DecideSettled(rq Request, actual int64) (Row, error) {
 		i := s.balance()
 		lim, instance = s.limiters[i], i+1
 	}
+	var calls int64 // the shared store's calls before this decision
+	if s.shared != nil {
+		calls = s.shared.calls
+	}
 	var d sluice.Decision
 	var err error
 	var r *sluice.Reservation
@@ -149,12 +160,17 @@ func (s *Session) DecideSettled(rq Request, actual int64) (Row, error) {
 	case d.Allowed:
 		row.RetryAfterMicros = 0
 	}
+	if s.latency > 0 {
+		// The decision's calls only: a settlement comes after the request was served.
+		row.HasLatency, row.LatencyMicros = true, (s.shared.calls-calls)*s.latency
+	}
 	if actual != NoActual {
 		row.Settles, row.Actual = true, actual
 		if err := s.settle(lim, r, &row); err != nil {
 			return Row{}, fmt.Errorf("sim: request %d (t_ms %s, key %q): settling: %w", i, FormatMillis(rq.TMicros), rq.Key, err)
 		}
 	}
+
 	s.n++
 	return row, nil
 }

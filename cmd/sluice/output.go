@@ -139,6 +139,10 @@ func (s *simulation) writeCSV(w io.Writer) error {
 	if outage {
 		header = append(header, "fallback")
 	}
+	latency := s.fleet != nil && s.fleet.StoreLatency > 0
+	if latency {
+		header = append(header, "latency_ms")
+	}
 	if err := cw.Write(header); err != nil {
 		return err
 	}
@@ -158,6 +162,9 @@ func (s *simulation) writeCSV(w io.Writer) error {
 			}
 			if outage {
 				rec = append(rec, r.Fallback)
+			}
+			if latency {
+				rec = append(rec, sim.FormatMillis(r.LatencyMicros))
 			}
 			return cw.Write(rec)
 		})
@@ -197,6 +204,8 @@ type fleetJSON struct {
 	Balance string      `json:"balance,omitempty"` // --store: round-robin or random
 	Seed    *uint64     `json:"seed,omitempty"`    // --balance random
 	Outage  *outageJSON `json:"outage,omitempty"`
+	// --store-latency, if > 0
+	StoreLatencyMs json.Number `json:"store_latency_ms,omitempty"`
 }
 
 type outageJSON struct {
@@ -217,6 +226,9 @@ func newFleetJSON(f sim.Fleet, stores bool) fleetJSON {
 		j.Store, j.Balance = f.Stores.String(), f.Balance.String()
 		if f.Balance == sim.Random {
 			j.Seed = &f.Seed
+		}
+		if f.StoreLatency > 0 {
+			j.StoreLatencyMs = json.Number(sim.FormatMillis(f.StoreLatency.Microseconds()))
 		}
 		if o := f.Outage; o != nil {
 			j.Outage = &outageJSON{json.Number(sim.FormatMillis(o.FromMicros)), json.Number(sim.FormatMillis(o.ToMicros)), onErrorName(o.OnError)}

@@ -125,6 +125,7 @@ type simulateOptions struct {
 	seed      uint64
 	outage    string
 	onError   string
+	latency   durationValue
 }
 
 func newSimulateCommand(stdin io.Reader) *cobra.Command {
@@ -161,6 +162,7 @@ func newSimulateCommand(stdin io.Reader) *cobra.Command {
 	f.StringVar(&o.stores, "store", "", "run --instances instances behind a load balancer, each with its own memory store (`MODE` separate) or sharing one (shared)")
 	f.StringVar(&o.balance, "balance", "round-robin", "with --store: how the load balancer deals the requests, `HOW`: round-robin or random")
 	f.Uint64Var(&o.seed, "seed", 1, "with --balance random: the `N` its choices are drawn from")
+	f.Var(&o.latency, "store-latency", "with --store shared: each call's round trip to the store, a Go duration `D` (e.g. 2ms): how much later requests reach the backend")
 	f.StringVar(&o.outage, "outage", "", "with --store shared: the store fails from one virtual time to another, `FROM-TO` (Go durations: 1m-2m)")
 	f.StringVar(&o.onError, "on-error", "closed", "with --outage: what each instance does while the store is down, `MODE` open, closed or local")
 	f.StringVar(&o.format, "format", "table", "the output `FORMAT`: table, csv or json")
@@ -325,7 +327,7 @@ func (o *simulateOptions) fleet(changed func(string) bool, policies []sluice.Pol
 	if changed("store") {
 		return o.storeFleet(changed, policies)
 	}
-	for _, f := range []string{"balance", "seed", "outage", "on-error"} {
+	for _, f := range []string{"balance", "seed", "store-latency", "outage", "on-error"} {
 		if changed(f) {
 			return nil, fmt.Errorf("--%s needs --store separate or shared: it is about a fleet of instances behind a load balancer", f)
 		}

@@ -58,6 +58,17 @@ func (o *simulateOptions) storeFleet(changed func(string) bool, policies []sluic
 	default:
 		return nil, fmt.Errorf("--balance %s: want round-robin or random", o.balance)
 	}
+	if changed("store-latency") {
+		switch d := o.latency.d; {
+		case f.Stores == sim.SeparateStores:
+			return nil, fmt.Errorf("--store-latency %s needs --store shared: a separate memory store is in its instance's own process, without a round trip", o.latency.text)
+		case d < 0 || d > time.Hour:
+			return nil, fmt.Errorf("--store-latency %s: must be from 0 to 1h", o.latency.text)
+		case d%time.Microsecond != 0:
+			return nil, fmt.Errorf("--store-latency %s: must be a whole number of microseconds", o.latency.text)
+		}
+		f.StoreLatency = o.latency.d
+	}
 	if !changed("outage") {
 		if changed("on-error") {
 			return nil, errors.New("--on-error needs --outage: the store fails only in an outage")
@@ -184,6 +195,9 @@ func (s *simulation) describeFleet(w io.Writer) {
 		}
 	}
 	fmt.Fprintf(w, "fleet: %s behind a load balancer, requests %s, %s\n", plural(int64(f.Instances), "instance"), how, stores)
+	if f.StoreLatency > 0 {
+		fmt.Fprintf(w, "store latency: %s a call to the shared store: a request reaches the backend that much later for each call its instance makes to decide it\n", sim.FormatDuration(f.StoreLatency.Microseconds()))
+	}
 	if o := f.Outage; o != nil {
 		what := map[sluice.FailureMode]string{
 			sluice.FailOpen:   "fail open (admit every request unchecked)",
@@ -220,6 +234,15 @@ func (s *simulation) writeBreakdown(w io.Writer, runs []simRun, bds []*sim.Break
 		}
 	}
 	writeColumns(w, groups, 2)
+	if s.fleet.StoreLatency > 0 {
+		var total, worst int64
+		var n int64
+		for _, c := range fleet.Clients {
+			total, worst, n = total+c.Summary.TotalLatencyMicros, max(worst, c.Summary.MaxLatencyMicros), n+c.Summary.Offered
+		}
+		fmt.Fprintf(w, "\nwaiting for the store: %s in all, %s a request on average, at most %s\n",
+			sim.FormatDuration(total), sim.FormatDuration(total/max(1, n)), sim.FormatDuration(worst))
+	}
 	if o := s.fleet.Outage; o != nil {
 		sum := sim.Summary{}
 		for _, c := range fleet.Clients {

@@ -188,6 +188,10 @@ func TestSimulateStoreBadFlags(t *testing.T) {
 		{[]string{"--store", "separate", "--local-budget", "5"}, "--local-budget needs --store shared"},
 		{[]string{"--store", "shared", "--budget-max-age", "1s"}, "--budget-max-age needs --local-budget"},
 		{[]string{"--traffic", "a: 1 at once; a: 2 at once"}, `client "a" is named twice`},
+		{[]string{"--store-latency", "1ms"}, "--store-latency needs --store"},
+		{[]string{"--store", "separate", "--store-latency", "1ms"}, "--store-latency 1ms needs --store shared"},
+		{[]string{"--store", "shared", "--store-latency", "-1ms"}, "--store-latency -1ms: must be from 0 to 1h"},
+		{[]string{"--store", "shared", "--store-latency", "1500ns"}, "--store-latency 1500ns: must be a whole number of microseconds"},
 	} {
 		code, _, stderr := runCLI(t, "", append(append([]string{}, base...), tc.args...)...)
 		if code != 2 || !strings.Contains(stderr, tc.want) {
@@ -197,5 +201,48 @@ func TestSimulateStoreBadFlags(t *testing.T) {
 	code, _, stderr := runCLI(t, "", "simulate", "--compare", "--limit", "100", "--period", "1m", "--traffic", "1 at once", "--store", "shared")
 	if code != 2 || !strings.Contains(stderr, "--store and --compare exclude each other") {
 		t.Errorf("--compare --store: exit %d, %q", code, stderr)
+	}
+}
+
+// --store-latency: each request waits one round trip to the shared store; the CSV, JSON and
+// table say so.
+func TestSimulateStoreLatency(t *testing.T) {
+	args := []string{"simulate", "--algorithm", "fixed-window", "--limit", "100", "--period", "1m",
+		"--traffic", "a: 30 at once", "--instances", "3", "--store", "shared", "--store-latency", "2.5ms"}
+	var doc struct {
+		Fleet struct {
+			StoreLatencyMs float64 `json:"store_latency_ms"`
+		} `json:"fleet"`
+		Requests []struct {
+			LatencyMs *float64 `json:"latency_ms"`
+		} `json:"requests"`
+		Summary struct {
+			MaxLatencyMs   float64 `json:"max_latency_ms"`
+			TotalLatencyMs float64 `json:"total_latency_ms"`
+		} `json:"summary"`
+	}
+	if err := json.Unmarshal([]byte(ok(t, "", append(args, "--format", "json")...)), &doc); err != nil {
+		t.Fatal(err)
+	}
+	if doc.Fleet.StoreLatencyMs != 2.5 || len(doc.Requests) != 30 || doc.Summary.MaxLatencyMs != 2.5 || doc.Summary.TotalLatencyMs != 75 {
+		t.Errorf("JSON: %+v", doc)
+	}
+	for i, r := range doc.Requests {
+		if r.LatencyMs == nil || *r.LatencyMs != 2.5 {
+			t.Fatalf("request %d: latency %v; want 2.5 ms", i+1, r.LatencyMs)
+		}
+	}
+	recs, err := csv.NewReader(strings.NewReader(ok(t, "", append(args, "--format", "csv")...))).ReadAll()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h := strings.Join(recs[0], ","); h != "t_ms,key,cost,allowed,remaining,retry_after_ms,delay_ms,instance,latency_ms" || recs[1][8] != "2.5" {
+		t.Errorf("CSV %s / %v", h, recs[1])
+	}
+	out := ok(t, "", args...)
+	for _, want := range []string{"store latency: 2.5ms a call to the shared store", "waiting for the store: 75ms in all, 2.5ms a request on average, at most 2.5ms"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("the table does not say %q:\n%s", want, out)
+		}
 	}
 }
