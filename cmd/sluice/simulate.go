@@ -46,8 +46,11 @@ Traffic, exactly one of:
                        N in D      N requests evenly spaced over D (the i-th at floor(i·D/N))
                        N at once   N requests at the same instant
                        idle D      no requests for D
+                       R/min, R/h  R a minute or an hour (300/min for 5m)
                      D is a Go duration (10s, 1m30s, 250ms). Every request has key "k" and
                      cost 1; a simulation takes at most 1000000 requests.
+                     Several clients: a segment that starts with NAME: begins that client's own
+                     pattern at 0, its key NAME ("buggy: 600/min for 1m; normal: 20/min for 1m").
   --trace FILE       CSV with a header naming its columns: t_ms (required), key, cost, actual.
                      t_ms is milliseconds since the start with up to 3 decimals, in time order;
                      key defaults to "k", cost to 1 (0 peeks). actual, if given, is the
@@ -64,6 +67,24 @@ serve does with a policy's
 local_budget. The table shows it beside the exact run, the approvals per instance and the bound;
 CSV and JSON give the budgeted run with an instance column (a "fleet" object in JSON).
 fixed-window, sliding-window and token-bucket take budgets; sliding-log and leaky-bucket do not.
+
+A fleet, --instances N --store separate|shared: the policy also runs on N instances behind a
+load balancer, each with its own memory store (separate: each counts only the requests it sees,
+as store: memory on several instances) or all on one store (shared: as on Redis), beside one
+instance alone. --balance round-robin (default) deals the requests in turn, random to an
+instance drawn from --seed N (default 1). The table ends with what passed to the backend per
+instance and per client; JSON adds "per_instance":[{"instance":1,"summary":{...}},...] and
+"per_client":[{"key":"buggy","summary":{...}},...]. With --store shared only:
+  --store-latency D   each call to the store is a round trip of D: decisions are the same, and
+                      each row's latency_ms says how much later it reaches the backend (a
+                      --local-budget unit spent locally waits for none); the summary adds
+                      max_latency_ms and total_latency_ms
+  --outage FROM-TO    the store fails from one virtual time to the other (1m-2m), and each
+                      instance answers with --on-error: open admits, closed (default) refuses
+                      with no Retry-After, local decides on its own memory with 1/N of the
+                      policy; those rows have a fallback field (open, local, closed), the
+                      summary a "fallback" object counting them
+--local-budget with --store shared spends budgets from the shared store.
 
 Output, --format:
   table  (default) for people: the policy, a timeline of offered, allowed, refused and delayed
@@ -84,6 +105,9 @@ Fields (CSV columns and JSON keys alike; times in milliseconds, exact to the µs
   delay_ms        how long an allowed request is held before it is served (leaky bucket)
   time            with --start or --calendar: the request's local time (RFC 3339)
   window          with --calendar: the local start of the calendar window it counted in
+  instance        with --local-budget or --store: the instance that decided it, from 1
+  fallback        with --outage: open, local or closed when the store was down, else empty
+  latency_ms      with --store-latency: the request's wait for the shared store
   actual, balance with a trace's actual column: the real cost, and the remaining after the
                   settlement (never below 0: a client in debt is refused until it is paid off)
   policy          {"algorithm","limit","period_ms","burst"}, or with --calendar
@@ -102,7 +126,11 @@ const simulateExample = `  sluice simulate --compare --limit 5 --period 1s --bur
       --traffic "30 at once" --format csv
   sluice simulate --algorithm sliding-log --limit 100 --period 1m --trace requests.csv --format json
   sluice simulate --compare --limit 10 --calendar day --time-zone Europe/Berlin \
-      --start 2026-03-28T22:00:00+01:00 --traffic "12 in 1h; idle 1h; 12 in 1h"`
+      --start 2026-03-28T22:00:00+01:00 --traffic "12 in 1h; idle 1h; 12 in 1h"
+  sluice simulate --algorithm fixed-window --limit 100 --period 1m --instances 3 --store separate \
+      --traffic "buggy: 600/min for 1m; normal: 20/min for 1m"
+  sluice simulate --algorithm fixed-window --limit 100 --period 1m --instances 3 --store shared \
+      --outage 1m-2m --on-error local --traffic "buggy: 5/s for 3m; normal: 20/min for 3m"`
 
 type simulateOptions struct {
 	algorithm string
