@@ -98,7 +98,7 @@ func perInstanceAllowed(t *testing.T, p sluice.Policy, f Fleet, key string) []in
 	return per
 }
 
-// Random balance is drawn from the seed: the same seed deals the same way, another differently,
+// Random balance is drawn from Fleet.Seed: the same number deals the same way, another differently,
 // and round robin deals in turn.
 func TestFleetBalance(t *testing.T) {
 	deal := func(f Fleet) []int {
