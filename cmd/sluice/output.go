@@ -86,6 +86,13 @@ type simRun struct {
 // runs are the table's runs: each policy, or with a fleet the policy decided exactly beside the
 // same on the fleet.
 func (s *simulation) runs() []simRun {
+	if s.stores && s.compare { // each algorithm on the fleet
+		rs := make([]simRun, len(s.policies))
+		for i, p := range s.policies {
+			rs[i] = simRun{p.Algorithm.String(), p, s.fleet}
+		}
+		return rs
+	}
 	if s.stores {
 		return []simRun{{"one instance", s.policies[0], nil}, {fleetLabel(*s.fleet), s.policies[0], s.fleet}}
 	}

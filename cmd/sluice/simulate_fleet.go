@@ -14,9 +14,6 @@ import (
 // storeFleet returns the fleet of --store, --instances, --balance, --seed, --outage and
 // --on-error (with --local-budget, budgets on the shared store), checked flag by flag.
 func (o *simulateOptions) storeFleet(changed func(string) bool, policies []sluice.Policy) (*sim.Fleet, error) {
-	if o.compare {
-		return nil, errors.New("--store and --compare exclude each other: give one --algorithm")
-	}
 	var f sim.Fleet
 	switch o.stores {
 	case "shared":
@@ -212,11 +209,18 @@ func (s *simulation) describeFleet(w io.Writer) {
 // client, in each run.
 func (s *simulation) writeBreakdown(w io.Writer, runs []simRun, bds []*sim.Breakdown) {
 	fleet := bds[len(bds)-1]
-	fmt.Fprintf(w, "\npassed to the backend per instance (%s):", runs[len(runs)-1].label)
-	for i, sum := range fleet.Instances {
-		fmt.Fprintf(w, " %d: %d", i+1, sum.Allowed)
+	fmt.Fprintln(w)
+	for i, r := range runs {
+		if r.fleet == nil {
+			continue
+		}
+		fmt.Fprintf(w, "passed to the backend per instance (%s):", r.label)
+		for j, sum := range bds[i].Instances {
+			fmt.Fprintf(w, " %d: %d", j+1, sum.Allowed)
+		}
+		fmt.Fprintln(w)
 	}
-	fmt.Fprintf(w, "\n\nper client:\n")
+	fmt.Fprintf(w, "\nper client:\n")
 	groups := []*group{{}, {}}
 	key := groups[0].add("client", true)
 	offered := groups[1].add("offered", false)

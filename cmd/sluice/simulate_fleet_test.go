@@ -198,51 +198,33 @@ func TestSimulateStoreBadFlags(t *testing.T) {
 			t.Errorf("%q: exit %d, stderr %q; want 2 and %q", tc.args, code, stderr, tc.want)
 		}
 	}
-	code, _, stderr := runCLI(t, "", "simulate", "--compare", "--limit", "100", "--period", "1m", "--traffic", "1 at once", "--store", "shared")
-	if code != 2 || !strings.Contains(stderr, "--store and --compare exclude each other") {
-		t.Errorf("--compare --store: exit %d, %q", code, stderr)
-	}
 }
 
-// --store-latency: each request waits one round trip to the shared store; the CSV, JSON and
-// table say so.
-func TestSimulateStoreLatency(t *testing.T) {
-	args := []string{"simulate", "--algorithm", "fixed-window", "--limit", "100", "--period", "1m",
-		"--traffic", "a: 30 at once", "--instances", "3", "--store", "shared", "--store-latency", "2.5ms"}
+// --compare with --store runs every algorithm on the fleet: each run has its per_instance and
+// per_client totals, as the browser page shows them.
+func TestSimulateStoreCompare(t *testing.T) {
 	var doc struct {
-		Fleet struct {
-			StoreLatencyMs float64 `json:"store_latency_ms"`
-		} `json:"fleet"`
-		Requests []struct {
-			LatencyMs *float64 `json:"latency_ms"`
-		} `json:"requests"`
-		Summary struct {
-			MaxLatencyMs   float64 `json:"max_latency_ms"`
-			TotalLatencyMs float64 `json:"total_latency_ms"`
-		} `json:"summary"`
+		Runs []fleetDoc `json:"runs"`
 	}
-	if err := json.Unmarshal([]byte(ok(t, "", append(args, "--format", "json")...)), &doc); err != nil {
+	out := ok(t, "", "simulate", "--compare", "--limit", "100", "--period", "1m", "--traffic", "buggy: 600/min for 1m; normal: 20/min for 1m",
+		"--instances", "3", "--store", "separate", "--format", "json")
+	if err := json.Unmarshal([]byte(out), &doc); err != nil {
 		t.Fatal(err)
 	}
-	if doc.Fleet.StoreLatencyMs != 2.5 || len(doc.Requests) != 30 || doc.Summary.MaxLatencyMs != 2.5 || doc.Summary.TotalLatencyMs != 75 {
-		t.Errorf("JSON: %+v", doc)
+	if len(doc.Runs) != 5 {
+		t.Fatalf("%d runs", len(doc.Runs))
 	}
-	for i, r := range doc.Requests {
-		if r.LatencyMs == nil || *r.LatencyMs != 2.5 {
-			t.Fatalf("request %d: latency %v; want 2.5 ms", i+1, r.LatencyMs)
+	for _, r := range doc.Runs {
+		if r.Fleet.Store != "separate" || len(r.PerInstance) != 3 || len(r.PerClient) != 2 || r.PerClient[1].Summary.Allowed != 20 {
+			t.Errorf("run %+v", r.Fleet)
 		}
 	}
-	recs, err := csv.NewReader(strings.NewReader(ok(t, "", append(args, "--format", "csv")...))).ReadAll()
-	if err != nil {
-		t.Fatal(err)
+	if doc.Runs[0].PerClient[0].Summary.Allowed != 300 { // fixed-window: 100 on each instance
+		t.Errorf("fixed-window: buggy allowed %d; want 300", doc.Runs[0].PerClient[0].Summary.Allowed)
 	}
-	if h := strings.Join(recs[0], ","); h != "t_ms,key,cost,allowed,remaining,retry_after_ms,delay_ms,instance,latency_ms" || recs[1][8] != "2.5" {
-		t.Errorf("CSV %s / %v", h, recs[1])
-	}
-	out := ok(t, "", args...)
-	for _, want := range []string{"store latency: 2.5ms a call to the shared store", "waiting for the store: 75ms in all, 2.5ms a request on average, at most 2.5ms"} {
-		if !strings.Contains(out, want) {
-			t.Errorf("the table does not say %q:\n%s", want, out)
-		}
+	table := ok(t, "", "simulate", "--compare", "--limit", "100", "--period", "1m", "--traffic", "buggy: 600/min for 1m; normal: 20/min for 1m",
+		"--instances", "3", "--store", "separate")
+	if !regexp.MustCompile(`(?m)^passed to the backend per instance \(fixed-window\): 1: 106 2: 107 3: 107$`).MatchString(table) {
+		t.Errorf("the table:\n%s", table)
 	}
 }
