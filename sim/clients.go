@@ -2,13 +2,27 @@ package sim
 
 import (
 	"fmt"
-	"regexp"
 	"sort"
 	"strings"
 )
 
-// clientForm is a segment that starts a client's own pattern: "NAME: segment".
-var clientForm = regexp.MustCompile(`^([A-Za-z0-9_.-]+)\s*:\s*(.*)$`)
+// clientName splits a segment that starts a client's own pattern, "NAME: segment", into the
+// name (letters, digits, _ . -) and the rest; ok is false for any other segment. (By hand, not a
+// package-level regexp: the browser simulation, which never parses clients, then links none.)
+func clientName(text string) (name, rest string, ok bool) {
+	name, rest, ok = strings.Cut(text, ":")
+	name = strings.TrimSpace(name)
+	if !ok || name == "" {
+		return "", "", false
+	}
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '_' || c == '.' || c == '-') {
+			return "", "", false
+		}
+	}
+	return name, strings.TrimSpace(rest), true
+}
 
 // ParseClientTraffic returns the requests of a traffic pattern from several clients, merged in
 // time order:
@@ -34,13 +48,13 @@ func ParseClientTraffic(pattern string) ([]Request, error) {
 		if text == "" {
 			continue
 		}
-		if m := clientForm.FindStringSubmatch(text); m != nil {
-			if seen[m[1]] {
-				return nil, fmt.Errorf("traffic: client %q is named twice: give each client's segments after its one name", m[1])
+		if name, rest, ok := clientName(text); ok {
+			if seen[name] {
+				return nil, fmt.Errorf("traffic: client %q is named twice: give each client's segments after its one name", name)
 			}
-			seen[m[1]] = true
-			clients = append(clients, &client{name: m[1]})
-			text = m[2]
+			seen[name] = true
+			clients = append(clients, &client{name: name})
+			text = rest
 		} else if len(clients) == 0 {
 			seen[DefaultKey] = true
 			clients = append(clients, &client{name: DefaultKey})

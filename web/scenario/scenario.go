@@ -466,7 +466,7 @@ func (sc *Scenario) Commands() []string {
 		clock += " --start " + formatStart(sc.Start)
 	}
 	if sc.Instances > 1 {
-		clock += fmt.Sprintf(" --instances %d --store %v", sc.Instances, sc.Stores)
+		clock += " --instances " + strconv.Itoa(sc.Instances) + " --store " + sc.Stores.String()
 	}
 	if sc.IsCompare() {
 		if sc.Calendar != sluice.NoCalendar {
