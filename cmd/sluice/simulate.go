@@ -84,7 +84,8 @@ instance and per client; JSON adds "per_instance":[{"instance":1,"summary":{...}
                       with no Retry-After, local decides on its own memory with 1/N of the
                       policy; those rows have a fallback field (open, local, closed), the
                       summary a "fallback" object counting them
---local-budget with --store shared spends budgets from the shared store.
+--local-budget with --store shared spends budgets from the shared store. --compare with --store
+runs every algorithm on the fleet (as the browser page's Instances and Store fields do).
 
 Output, --format:
   table  (default) for people: the policy, a timeline of offered, allowed, refused and delayed
