@@ -27,6 +27,12 @@ import (
 //	                CSV: two last columns, SettledCSVHeader, that `sluice simulate` adds for a
 //	                trace with an actual column): the request's real cost, and the remaining its
 //	                settlement left (never below 0); empty in CSV for a request without one
+//	fallback        in a Fleet's Outage only: open, local or closed, how the instance decided
+//	                without its store (JSON: left out when the store decided; CSV: a last
+//	                column that `sluice simulate --outage` adds, empty when the store decided)
+//	latency_ms      with a Fleet's StoreLatency only: the request's wait for the shared store,
+//	                its instance's calls to it × the latency (0 for a budget's unit spent
+//	                locally); a last CSV column that `sluice simulate --store-latency` adds
 //
 // A summary (JSON object keys):
 //
@@ -38,6 +44,10 @@ import (
 //	total_delay_ms              Σ delay_ms (the mean delay is total_delay_ms / delayed)
 //	settled, settled_cost,      with real costs only: the approved requests settled, Σ their
 //	actual_cost                 estimates (cost) and Σ their real costs
+//	fallback                    only when some were: {"open","local","closed"}, the requests
+//	                            decided without the store in a Fleet's Outage, by failure mode
+//	max_latency_ms,             with a Fleet's StoreLatency only: the longest and the Σ of
+//	total_latency_ms            the rows' latency_ms
 
 // CSVHeader returns the CSV header of rows: t_ms,key,cost,allowed,remaining,retry_after_ms,delay_ms.
 func CSVHeader() []string {
@@ -75,6 +85,10 @@ func (r Row) MarshalJSON() ([]byte, error) {
 	if r.Settles {
 		actual, balance = &r.Actual, &r.Balance
 	}
+	var latency json.Number
+	if r.HasLatency {
+		latency = json.Number(FormatMillis(r.LatencyMicros))
+	}
 	return json.Marshal(struct {
 		TMs          json.Number `json:"t_ms"`
 		Key          string      `json:"key"`
@@ -86,8 +100,10 @@ func (r Row) MarshalJSON() ([]byte, error) {
 		Instance     int         `json:"instance,omitempty"`
 		Actual       *int64      `json:"actual,omitempty"`
 		Balance      *int64      `json:"balance,omitempty"`
+		Fallback     string      `json:"fallback,omitempty"`
+		LatencyMs    json.Number `json:"latency_ms,omitempty"`
 	}{json.Number(FormatMillis(r.TMicros)), r.Key, r.Cost, r.Allowed, r.Remaining,
-		json.Number(r.retryAfterMillis()), json.Number(FormatMillis(r.DelayMicros)), r.Instance, actual, balance})
+		json.Number(r.retryAfterMillis()), json.Number(FormatMillis(r.DelayMicros)), r.Instance, actual, balance, r.Fallback, latency})
 }
 
 // MarshalJSON writes s as {"offered":..,"allowed":..,"refused":..,"delayed":..,"never":..,
@@ -96,6 +112,14 @@ func (s Summary) MarshalJSON() ([]byte, error) {
 	var settled, settledCost, actualCost *int64
 	if s.Settled > 0 {
 		settled, settledCost, actualCost = &s.Settled, &s.SettledCost, &s.ActualCost
+	}
+	var maxLatency, totalLatency json.Number
+	if s.Latency {
+		maxLatency, totalLatency = json.Number(FormatMillis(s.MaxLatencyMicros)), json.Number(FormatMillis(s.TotalLatencyMicros))
+	}
+	var fb *fallbacks
+	if s.Open+s.Local+s.Closed > 0 {
+		fb = &fallbacks{s.Open, s.Local, s.Closed}
 	}
 	return json.Marshal(struct {
 		Offered      int64       `json:"offered"`
@@ -110,8 +134,18 @@ func (s Summary) MarshalJSON() ([]byte, error) {
 		Settled      *int64      `json:"settled,omitempty"`
 		SettledCost  *int64      `json:"settled_cost,omitempty"`
 		ActualCost   *int64      `json:"actual_cost,omitempty"`
+		Fallback     *fallbacks  `json:"fallback,omitempty"`
+		MaxLatency   json.Number `json:"max_latency_ms,omitempty"`
+		TotalLatency json.Number `json:"total_latency_ms,omitempty"`
 	}{s.Offered, s.Allowed, s.Refused, s.Delayed, s.Never, s.OfferedCost, s.AllowedCost,
-		json.Number(FormatMillis(s.MaxDelayMicros)), json.Number(FormatMillis(s.TotalDelayMicros)), settled, settledCost, actualCost})
+		json.Number(FormatMillis(s.MaxDelayMicros)), json.Number(FormatMillis(s.TotalDelayMicros)), settled, settledCost, actualCost, fb, maxLatency, totalLatency})
+}
+
+// fallbacks is a summary's "fallback": its requests decided without the store, by failure mode.
+type fallbacks struct {
+	Open   int64 `json:"open"`
+	Local  int64 `json:"local"`
+	Closed int64 `json:"closed"`
 }
 
 // FormatMillis writes µs as milliseconds, exactly: up to 3 decimals, no trailing zeros

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"time"
 
 	"github.com/sluicehq/sluice"
@@ -22,6 +23,10 @@ type Session struct {
 	limiter  *sluice.Limiter   // the first instance's
 	limiters []*sluice.Limiter // a Fleet's instances, each with its own budgets; nil: one instance
 	next     int               // the instance the next request goes to (round robin)
+	rng      *rand.Rand        // Random balance: the balancer's choices; nil: round robin
+	outage   *Outage           // the shared store's outage, if any
+	shared   *sharedStore      // a Fleet's shared store; nil: none
+	latency  int64             // µs: a Fleet's StoreLatency
 	ctx      context.Context
 	n        int   // requests decided so far
 	last     int64 // µs: the latest instant decided or peeked at; times may not go below it
@@ -32,9 +37,22 @@ type Session struct {
 // policy (sluice.Budgeted over the shared store, on the session's clock), with the requests
 // dealt to them in turn (round robin, as a load balancer would). It shows what local budgets
 // admit beyond an exact decision: see sluice.LocalBudget for the bound.
+//
+// Its other fields make it the fleet of `sluice simulate --store`: instances with their own
+// stores or one shared store, without budgets, balanced in turn or at random, and the shared
+// store's outage (see fleetstore.go).
 type Fleet struct {
 	Instances int                // ≥ 1
-	Budget    sluice.LocalBudget // each instance's budget of the policy
+	Budget    sluice.LocalBudget // each instance's budget of the policy; Size 0: none
+	Stores    StoreMode          // SharedStore (the default) or SeparateStores
+	Balance   Balance            // RoundRobin (the default) or Random
+	Seed      uint64             // with Random: the number the balancer's choices are drawn from
+	Outage    *Outage            // the shared store's outage; nil: none
+	// StoreLatency is each call's round trip to the shared store (0..1h, whole µs): a request
+	// reaches the backend that much later for each call its instance made to the store to
+	// decide it (Row.LatencyMicros; none for a budget's unit spent locally). Decisions are the
+	// same: the store decides each call atomically, as Redis does.
+	StoreLatency time.Duration
 }
 
 // MaxInstances bounds Fleet.Instances.
@@ -54,19 +72,15 @@ func newFleetSession(policy sluice.Policy, keys int, f Fleet, origin int64) (*Se
 	if err := policy.Validate(); err != nil {
 		return nil, err
 	}
-	if err := f.Budget.Validate(policy); err != nil {
-		return nil, err
-	}
-	clock := sluice.NewManualClock(time.UnixMicro(origin))
-	store := memory.New(memory.WithClock(clock), memory.WithMaxKeys(max(1, keys)*memory.DefaultShards))
-	s := &Session{clock: clock, ctx: context.Background(), origin: origin}
-	budget := func(sluice.Policy) sluice.LocalBudget { return f.Budget }
-	for range f.Instances {
-		lim, err := sluice.NewLimiter(sluice.Budgeted(store, budget, sluice.WithBudgetClock(clock), sluice.WithMaxBudgets(max(1, keys))), policy)
-		if err != nil {
+	if f.Budget != (sluice.LocalBudget{}) { // the zero budget is none
+		if err := f.Budget.Validate(policy); err != nil {
 			return nil, err
 		}
-		s.limiters = append(s.limiters, lim)
+	}
+	clock := sluice.NewManualClock(time.UnixMicro(origin))
+	s := &Session{clock: clock, ctx: context.Background(), origin: origin}
+	if err := s.buildFleet(policy, keys, f); err != nil {
+		return nil, err
 	}
 	s.limiter = s.limiters[0]
 	return s, nil
@@ -116,8 +130,12 @@ func (s *Session) DecideSettled(rq Request, actual int64) (Row, error) {
 	s.clock.Set(time.UnixMicro(s.origin + rq.TMicros))
 	lim, instance := s.limiter, 0
 	if s.limiters != nil {
-		lim, instance = s.limiters[s.next], s.next+1
-		s.next = (s.next + 1) % len(s.limiters)
+		i := s.balance()
+		lim, instance = s.limiters[i], i+1
+	}
+	var calls int64 // the shared store's calls before this decision
+	if s.shared != nil {
+		calls = s.shared.calls
 	}
 	var d sluice.Decision
 	var err error
@@ -129,8 +147,12 @@ func (s *Session) DecideSettled(rq Request, actual int64) (Row, error) {
 		d, err = lim.AllowN(s.ctx, rq.Key, rq.Cost)
 	}
 	row := Row{Request: rq, Allowed: d.Allowed, Remaining: d.Remaining,
-		RetryAfterMicros: micros(d.RetryAfter), DelayMicros: micros(d.Delay), Instance: instance}
+		RetryAfterMicros: micros(d.RetryAfter), DelayMicros: micros(d.Delay), Instance: instance, Fallback: fallbackName(d.Fallback)}
 	switch {
+	case s.outage != nil && errors.Is(err, sluice.ErrStoreUnavailable):
+		// The shared store is down and the instance fails closed: refused, not for its quota
+		// (no Retry-After: the client did nothing wrong), as the gateway answers 503.
+		row.Allowed, row.Remaining, row.RetryAfterMicros, row.DelayMicros, row.Fallback = false, 0, 0, 0, FallbackClosed
 	case errors.Is(err, sluice.ErrCostExceedsLimit):
 		row.Allowed, row.RetryAfterMicros, row.DelayMicros = false, NeverMicros, 0
 	case err != nil:
@@ -138,12 +160,17 @@ func (s *Session) DecideSettled(rq Request, actual int64) (Row, error) {
 	case d.Allowed:
 		row.RetryAfterMicros = 0
 	}
+	if s.latency > 0 {
+		// The decision's calls only: a settlement comes after the request was served.
+		row.HasLatency, row.LatencyMicros = true, (s.shared.calls-calls)*s.latency
+	}
 	if actual != NoActual {
 		row.Settles, row.Actual = true, actual
 		if err := s.settle(lim, r, &row); err != nil {
 			return Row{}, fmt.Errorf("sim: request %d (t_ms %s, key %q): settling: %w", i, FormatMillis(rq.TMicros), rq.Key, err)
 		}
 	}
+
 	s.n++
 	return row, nil
 }

@@ -62,6 +62,13 @@ type Row struct {
 	RetryAfterMicros int64 // 0 when allowed; when refused, the exact wait; NeverMicros if the cost can never fit
 	DelayMicros      int64 // leaky bucket: how long an allowed request is held before it is served
 	Instance         int   // a Fleet's instance that decided it, 1..Instances; 0 without a Fleet
+	// Fallback, during a Fleet's Outage: how the instance decided without its store
+	// (FallbackOpen, FallbackLocal, FallbackClosed); "" when the store decided.
+	Fallback string
+	// HasLatency: the Fleet has a StoreLatency, and LatencyMicros is this request's wait for the
+	// store: its instance's calls to it × the latency.
+	HasLatency    bool
+	LatencyMicros int64
 	// Settles: the request had a real cost, Actual (Options.Actual), with which it was settled if
 	// approved; Balance is then the Remaining its settlement left (a refused one's own
 	// Remaining), never below 0: a key in debt shows 0, and how long the debt lasts is the next
@@ -92,12 +99,30 @@ type Summary struct {
 	Settled          int64 // approved requests settled with a real cost (Options.Actual)
 	SettledCost      int64 // Σ estimate (cost) of the settled requests
 	ActualCost       int64 // Σ real cost of the settled requests
+	// In a Fleet's Outage: the requests decided without the store, by Row.Fallback.
+	Open, Local, Closed int64
+	// With a Fleet's StoreLatency (Latency): Σ and the longest of the rows' LatencyMicros.
+	Latency                              bool
+	TotalLatencyMicros, MaxLatencyMicros int64
 }
 
 // Add counts one row into s.
 func (s *Summary) Add(r Row) {
 	s.Offered++
 	s.OfferedCost += r.Cost
+	if r.HasLatency {
+		s.Latency = true
+		s.TotalLatencyMicros += r.LatencyMicros
+		s.MaxLatencyMicros = max(s.MaxLatencyMicros, r.LatencyMicros)
+	}
+	switch r.Fallback {
+	case FallbackOpen:
+		s.Open++
+	case FallbackLocal:
+		s.Local++
+	case FallbackClosed:
+		s.Closed++
+	}
 	if !r.Allowed {
 		s.Refused++
 		if r.Never() {

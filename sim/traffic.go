@@ -27,6 +27,8 @@ func NormalizePattern(p string) string {
 //	R/s for D   R requests a second for D, evenly spaced, the first at the segment's start:
 //	            the i-th at start + floor(i·1e6/R) µs, while that is before start + D.
 //	            R is a positive decimal with up to 3 decimals (5/s, 0.5/s, 12.125/s).
+//	            R/min and R/h are R a minute and an hour (300/min for 5m: the i-th at
+//	            floor(i·60e6/R) µs), for rates that are not a whole number of thousandths a second.
 //	N in D      N requests evenly spaced over D: the i-th (from 0) at start + floor(i·D/N).
 //	N at once   N requests at the segment's start; the segment lasts no time.
 //	idle D      no requests for D (a pause between bursts).
@@ -79,41 +81,45 @@ type segment struct {
 }
 
 var (
-	rateForm = regexp.MustCompile(`^([^\s/]+)\s*/\s*s\s+for\s+(\S+)$`)
+	rateForm = regexp.MustCompile(`^([^\s/]+)\s*/\s*(s|min|h)\s+for\s+(\S+)$`)
 	inForm   = regexp.MustCompile(`^(\S+)\s+in\s+(\S+)$`)
 	onceForm = regexp.MustCompile(`^(\S+)\s+at\s+once$`)
 	idleForm = regexp.MustCompile(`^idle\s+(\S+)$`)
 )
 
-const segmentForms = `want "R/s for D", "N in D", "N at once" or "idle D" (e.g. "5/s for 10s", "40 in 1s", "20 at once", "idle 5s")`
+const segmentForms = `want "R/s for D", "N in D", "N at once" or "idle D" (e.g. "5/s for 10s", "40 in 1s", "20 at once", "idle 5s"; a rate may be per minute or hour: "300/min for 5m")`
+
+// rateUnits are the µs of a rate's unit: R/s, R/min, R/h.
+var rateUnits = map[string]uint64{"s": 1e6, "min": 60e6, "h": 3600e6}
 
 func parseSegment(text string) (segment, error) {
 	if m := rateForm.FindStringSubmatch(text); m != nil {
-		// R = milli/1000 a second: the i-th request at floor(i·1e9/milli) µs, while < D, so
-		// count = ceil(D·milli/1e9).
+		// R = milli/1000 a unit of u µs: the i-th request at floor(i·u·1000/milli) µs, while
+		// < D, so count = ceil(D·milli/(u·1000)).
 		milli, err := parseThousandths(m[1], 1<<62)
 		if err != nil {
 			return segment{}, fmt.Errorf("rate %q %v", m[1], err)
 		}
 		if milli == 0 {
-			return segment{}, fmt.Errorf("rate %s/s must be > 0", m[1])
+			return segment{}, fmt.Errorf("rate %s/%s must be > 0", m[1], m[2])
 		}
-		d, err := parseSegmentDuration(m[2])
+		d, err := parseSegmentDuration(m[3])
 		if err != nil {
 			return segment{}, err
 		}
+		per := rateUnits[m[2]] * 1000 // ≤ 3.6e12, so per·k fits for k < MaxRequests
 		hi, lo := bits.Mul64(uint64(d), uint64(milli))
-		if hi >= 1e9 {
+		if hi >= per {
 			return segment{}, fmt.Errorf("the traffic would have more than %d requests (the most one simulation takes)", MaxRequests)
 		}
-		q, r := bits.Div64(hi, lo, 1e9)
+		q, r := bits.Div64(hi, lo, per)
 		if r > 0 {
 			q++
 		}
 		if q > MaxRequests {
 			return segment{}, fmt.Errorf("%d requests is more than the %d one simulation takes", q, MaxRequests)
 		}
-		return segment{count: int64(q), length: d, offset: func(k int64) int64 { return k * 1e9 / milli }}, nil
+		return segment{count: int64(q), length: d, offset: func(k int64) int64 { return k * int64(per) / milli }}, nil
 	}
 	if m := inForm.FindStringSubmatch(text); m != nil {
 		n, err := parseCount(m[1])

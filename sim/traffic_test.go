@@ -47,6 +47,10 @@ func TestParseTrafficTimes(t *testing.T) {
 		{"3 at once", []int64{0, 0, 0}},
 		{"5/s for 10s; 40 in 1s; 5/s for 10s", concat(evenly(50, 0, 200*ms), evenly(40, 10*sec, 25*ms), evenly(50, 11*sec, 200*ms))},
 		{"0.5/s for 5s", []int64{0, 2 * sec, 4 * sec}},
+		{"20/min for 10s", []int64{0, 3 * sec, 6 * sec, 9 * sec}},
+		{"7/min for 20s", []int64{0, 8571428, 17142857}}, // 60/7 s, exactly: no float
+		{"2/h for 1h", []int64{0, 1800 * sec}},
+		{"300 / min for 1s", evenly(5, 0, 200*ms)},
 		{"0.5/s for 4s", []int64{0, 2 * sec}}, // 4s is the segment's end, not in it
 		{"3/s for 1s", []int64{0, 333333, 666666}},
 		{"1.5/s for 2s", []int64{0, 666666, 1333333}},

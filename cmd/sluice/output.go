@@ -26,6 +26,7 @@ type simulation struct {
 	source   string // where reqs came from, for people: a pattern or "trace FILE"
 	compare  bool
 	fleet    *sim.Fleet // --local-budget: the one policy on a fleet of instances spending budgets
+	stores   bool       // --store: the fleet is of separate or shared stores, totalled per instance and client
 	start    time.Time  // --start: the instant the virtual clock's 0 stands for (zero: Unix time 0)
 	local    bool       // --start or --calendar: show each row's local time (and calendar window)
 	actual   []int64    // the trace's real costs (its actual column); nil: none
@@ -85,6 +86,16 @@ type simRun struct {
 // runs are the table's runs: each policy, or with a fleet the policy decided exactly beside the
 // same on the fleet.
 func (s *simulation) runs() []simRun {
+	if s.stores && s.compare { // each algorithm on the fleet
+		rs := make([]simRun, len(s.policies))
+		for i, p := range s.policies {
+			rs[i] = simRun{p.Algorithm.String(), p, s.fleet}
+		}
+		return rs
+	}
+	if s.stores {
+		return []simRun{{"one instance", s.policies[0], nil}, {fleetLabel(*s.fleet), s.policies[0], s.fleet}}
+	}
 	if s.fleet != nil {
 		p := s.policies[0]
 		return []simRun{{"exact", p, nil}, {fmt.Sprintf("%d × budget %d", s.fleet.Instances, s.fleet.Budget.Size), p, s.fleet}}
@@ -131,6 +142,14 @@ func (s *simulation) writeCSV(w io.Writer) error {
 	if s.actual != nil {
 		header = append(header, sim.SettledCSVHeader()...)
 	}
+	outage := s.fleet != nil && s.fleet.Outage != nil
+	if outage {
+		header = append(header, "fallback")
+	}
+	latency := s.fleet != nil && s.fleet.StoreLatency > 0
+	if latency {
+		header = append(header, "latency_ms")
+	}
 	if err := cw.Write(header); err != nil {
 		return err
 	}
@@ -147,6 +166,12 @@ func (s *simulation) writeCSV(w io.Writer) error {
 			rec = append(rec, s.localValues(r)...)
 			if s.actual != nil {
 				rec = append(rec, r.SettledCSVRecord()...)
+			}
+			if outage {
+				rec = append(rec, r.Fallback)
+			}
+			if latency {
+				rec = append(rec, sim.FormatMillis(r.LatencyMicros))
 			}
 			return cw.Write(rec)
 		})
@@ -178,15 +203,44 @@ func newPolicyJSON(p sluice.Policy) policyJSON {
 // fleetJSON is how JSON output names a fleet.
 type fleetJSON struct {
 	Instances   int `json:"instances"`
-	LocalBudget struct {
+	LocalBudget *struct {
 		Size     int64       `json:"size"`
 		MaxAgeMs json.Number `json:"max_age_ms"`
-	} `json:"local_budget"`
+	} `json:"local_budget,omitempty"` // none with --store and no --local-budget
+	Store   string      `json:"store,omitempty"`   // --store: separate or shared
+	Balance string      `json:"balance,omitempty"` // --store: round-robin or random
+	Seed    *uint64     `json:"seed,omitempty"`    // --balance random
+	Outage  *outageJSON `json:"outage,omitempty"`
+	// --store-latency, if > 0
+	StoreLatencyMs json.Number `json:"store_latency_ms,omitempty"`
 }
 
-func newFleetJSON(f sim.Fleet) fleetJSON {
+type outageJSON struct {
+	FromMs  json.Number `json:"from_ms"`
+	ToMs    json.Number `json:"to_ms"`
+	OnError string      `json:"on_error"` // open, closed or local
+}
+
+func newFleetJSON(f sim.Fleet, stores bool) fleetJSON {
 	j := fleetJSON{Instances: f.Instances}
-	j.LocalBudget.Size, j.LocalBudget.MaxAgeMs = f.Budget.Size, json.Number(sim.FormatMillis(f.Budget.MaxAge.Microseconds()))
+	if f.Budget != (sluice.LocalBudget{}) {
+		j.LocalBudget = &struct {
+			Size     int64       `json:"size"`
+			MaxAgeMs json.Number `json:"max_age_ms"`
+		}{f.Budget.Size, json.Number(sim.FormatMillis(f.Budget.MaxAge.Microseconds()))}
+	}
+	if stores {
+		j.Store, j.Balance = f.Stores.String(), f.Balance.String()
+		if f.Balance == sim.Random {
+			j.Seed = &f.Seed
+		}
+		if f.StoreLatency > 0 {
+			j.StoreLatencyMs = json.Number(sim.FormatMillis(f.StoreLatency.Microseconds()))
+		}
+		if o := f.Outage; o != nil {
+			j.Outage = &outageJSON{json.Number(sim.FormatMillis(o.FromMicros)), json.Number(sim.FormatMillis(o.ToMicros)), onErrorName(o.OnError)}
+		}
+	}
 	return j
 }
 
@@ -195,6 +249,8 @@ func newFleetJSON(f sim.Fleet) fleetJSON {
 //	{"policy":{...},"requests":[{...},...],"summary":{...}}
 //	{"policy":{...},"fleet":{...},"requests":[{...,"instance":1},...],"summary":{...}}  (--local-budget)
 //	{"runs":[{"algorithm":"...","policy":{...},"requests":[...],"summary":{...}},...]}  (--compare)
+//	{"policy":{...},"fleet":{...,"store":"separate"},"requests":[...],"summary":{...},
+//	 "per_instance":[{"instance":1,"summary":{...}},...],"per_client":[{"key":"buggy","summary":{...}},...]}  (--store)
 func (s *simulation) writeJSON(w *bufio.Writer) error {
 	put := func(v any) error {
 		b, err := json.Marshal(v)
@@ -220,12 +276,19 @@ func (s *simulation) writeJSON(w *bufio.Writer) error {
 		put(newPolicyJSON(p))
 		if s.fleet != nil {
 			w.WriteString(`,"fleet":`)
-			put(newFleetJSON(*s.fleet))
+			put(newFleetJSON(*s.fleet, s.stores))
+		}
+		var bd *sim.Breakdown
+		if s.stores {
+			bd = sim.NewBreakdown(s.fleet.Instances)
 		}
 		w.WriteString(`,"requests":[`)
 		sep := "\n"
 		fields := s.localFields()
 		sum, err := s.simulate(p, s.fleet, func(r sim.Row) error {
+			if bd != nil {
+				bd.Add(r)
+			}
 			w.WriteString(sep)
 			sep = ",\n"
 			if fields == nil {
@@ -249,6 +312,14 @@ func (s *simulation) writeJSON(w *bufio.Writer) error {
 		w.WriteString("\n],\"summary\":")
 		if err := put(sum); err != nil {
 			return err
+		}
+		if bd != nil {
+			w.WriteString(`,"per_instance":`)
+			put(perInstanceJSON(bd))
+			w.WriteString(`,"per_client":`)
+			if err := put(perClientJSON(bd)); err != nil {
+				return err
+			}
 		}
 		_, err = w.WriteString("}")
 		return err
@@ -286,10 +357,17 @@ func (s *simulation) writeTable(w io.Writer) error {
 	timelines := make([]*sim.Timeline, len(runs))
 	sums := make([]sim.Summary, len(runs))
 	var perInstance []int64 // the fleet's approvals per instance
+	breakdowns := make([]*sim.Breakdown, len(runs))
 	for i, r := range runs {
 		tl := sim.NewTimeline(s.reqs, timelineRows)
+		bd := sim.NewBreakdown(0)
+		if r.fleet != nil {
+			bd = sim.NewBreakdown(r.fleet.Instances)
+		}
+		breakdowns[i] = bd
 		sum, err := s.simulate(r.policy, r.fleet, func(row sim.Row) error {
 			tl.Add(row)
+			bd.Add(row)
 			if r.fleet != nil && row.Allowed {
 				if perInstance == nil {
 					perInstance = make([]int64, r.fleet.Instances)
@@ -325,7 +403,9 @@ func (s *simulation) writeTable(w io.Writer) error {
 	if s.local {
 		fmt.Fprintf(w, "start: t=0 is %s\n", s.options(nil).Instant(&p, 0).Format("Mon 2006-01-02 15:04:05.999999 -07:00 (MST)"))
 	}
-	if f := s.fleet; f != nil {
+	if s.stores {
+		s.describeFleet(w)
+	} else if f := s.fleet; f != nil {
 		fmt.Fprintf(w, "fleet: %d instances sharing one store, requests dealt in turn; each takes budgets of %d from the store, spent for at most %s%s\n",
 			f.Instances, f.Budget.Size, sim.FormatDuration(f.Budget.MaxAge.Microseconds()), windowEnd(p))
 	}
@@ -413,7 +493,9 @@ func (s *simulation) writeTable(w io.Writer) error {
 		}
 	}
 	writeColumns(w, sg, 2)
-	if s.fleet != nil {
+	if s.stores {
+		s.writeBreakdown(w, runs, breakdowns)
+	} else if s.fleet != nil {
 		fmt.Fprintf(w, "\nallowed per instance:")
 		for i, n := range perInstance {
 			fmt.Fprintf(w, " %d: %d", i+1, n)

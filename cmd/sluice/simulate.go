@@ -46,8 +46,11 @@ Traffic, exactly one of:
                        N in D      N requests evenly spaced over D (the i-th at floor(i·D/N))
                        N at once   N requests at the same instant
                        idle D      no requests for D
+                       R/min, R/h  R a minute or an hour (300/min for 5m)
                      D is a Go duration (10s, 1m30s, 250ms). Every request has key "k" and
                      cost 1; a simulation takes at most 1000000 requests.
+                     Several clients: a segment that starts with NAME: begins that client's own
+                     pattern at 0, its key NAME ("buggy: 600/min for 1m; normal: 20/min for 1m").
   --trace FILE       CSV with a header naming its columns: t_ms (required), key, cost, actual.
                      t_ms is milliseconds since the start with up to 3 decimals, in time order;
                      key defaults to "k", cost to 1 (0 peeks). actual, if given, is the
@@ -64,6 +67,25 @@ serve does with a policy's
 local_budget. The table shows it beside the exact run, the approvals per instance and the bound;
 CSV and JSON give the budgeted run with an instance column (a "fleet" object in JSON).
 fixed-window, sliding-window and token-bucket take budgets; sliding-log and leaky-bucket do not.
+
+A fleet, --instances N --store separate|shared: the policy also runs on N instances behind a
+load balancer, each with its own memory store (separate: each counts only the requests it sees,
+as store: memory on several instances) or all on one store (shared: as on Redis), beside one
+instance alone. --balance round-robin (default) deals the requests in turn, random to an
+instance drawn from --seed N (default 1). The table ends with what passed to the backend per
+instance and per client; JSON adds "per_instance":[{"instance":1,"summary":{...}},...] and
+"per_client":[{"key":"buggy","summary":{...}},...]. With --store shared only:
+  --store-latency D   each call to the store is a round trip of D: decisions are the same, and
+                      each row's latency_ms says how much later it reaches the backend (a
+                      --local-budget unit spent locally waits for none); the summary adds
+                      max_latency_ms and total_latency_ms
+  --outage FROM-TO    the store fails from one virtual time to the other (1m-2m), and each
+                      instance answers with --on-error: open admits, closed (default) refuses
+                      with no Retry-After, local decides on its own memory with 1/N of the
+                      policy; those rows have a fallback field (open, local, closed), the
+                      summary a "fallback" object counting them
+--local-budget with --store shared spends budgets from the shared store. --compare with --store
+runs every algorithm on the fleet (as the browser page's Instances and Store fields do).
 
 Output, --format:
   table  (default) for people: the policy, a timeline of offered, allowed, refused and delayed
@@ -84,6 +106,9 @@ Fields (CSV columns and JSON keys alike; times in milliseconds, exact to the µs
   delay_ms        how long an allowed request is held before it is served (leaky bucket)
   time            with --start or --calendar: the request's local time (RFC 3339)
   window          with --calendar: the local start of the calendar window it counted in
+  instance        with --local-budget or --store: the instance that decided it, from 1
+  fallback        with --outage: open, local or closed when the store was down, else empty
+  latency_ms      with --store-latency: the request's wait for the shared store
   actual, balance with a trace's actual column: the real cost, and the remaining after the
                   settlement (never below 0: a client in debt is refused until it is paid off)
   policy          {"algorithm","limit","period_ms","burst"}, or with --calendar
@@ -102,7 +127,11 @@ const simulateExample = `  sluice simulate --compare --limit 5 --period 1s --bur
       --traffic "30 at once" --format csv
   sluice simulate --algorithm sliding-log --limit 100 --period 1m --trace requests.csv --format json
   sluice simulate --compare --limit 10 --calendar day --time-zone Europe/Berlin \
-      --start 2026-03-28T22:00:00+01:00 --traffic "12 in 1h; idle 1h; 12 in 1h"`
+      --start 2026-03-28T22:00:00+01:00 --traffic "12 in 1h; idle 1h; 12 in 1h"
+  sluice simulate --algorithm fixed-window --limit 100 --period 1m --instances 3 --store separate \
+      --traffic "buggy: 600/min for 1m; normal: 20/min for 1m"
+  sluice simulate --algorithm fixed-window --limit 100 --period 1m --instances 3 --store shared \
+      --outage 1m-2m --on-error local --traffic "buggy: 5/s for 3m; normal: 20/min for 3m"`
 
 type simulateOptions struct {
 	algorithm string
@@ -120,6 +149,12 @@ type simulateOptions struct {
 	timeZone  string
 	start     string
 	actual    []int64 // read with --trace: its real costs (nil: none)
+	stores    string  // --store: separate or shared (see simulate_fleet.go)
+	balance   string
+	seed      uint64
+	outage    string
+	onError   string
+	latency   durationValue
 }
 
 func newSimulateCommand(stdin io.Reader) *cobra.Command {
@@ -153,6 +188,12 @@ func newSimulateCommand(stdin io.Reader) *cobra.Command {
 	f.Var(int64Value{&o.budget}, "local-budget", "spend local budgets of `N` units taken from the shared store, beside the exact run (see above)")
 	f.Var(int64Value{&o.instances}, "instances", "with --local-budget: `N` instances sharing the store, the requests dealt in turn (default 1)")
 	f.Var(&o.maxAge, "budget-max-age", "with --local-budget: how long a budget may be spent from, a Go duration `D` ≥ 1ms (default --period, or the calendar window)")
+	f.StringVar(&o.stores, "store", "", "run --instances instances behind a load balancer, each with its own memory store (`MODE` separate) or sharing one (shared)")
+	f.StringVar(&o.balance, "balance", "round-robin", "with --store: how the load balancer deals the requests, `HOW`: round-robin or random")
+	f.Uint64Var(&o.seed, "seed", 1, "with --balance random: the `N` its choices are drawn from")
+	f.Var(&o.latency, "store-latency", "with --store shared: each call's round trip to the store, a Go duration `D` (e.g. 2ms): how much later requests reach the backend")
+	f.StringVar(&o.outage, "outage", "", "with --store shared: the store fails from one virtual time to another, `FROM-TO` (Go durations: 1m-2m)")
+	f.StringVar(&o.onError, "on-error", "closed", "with --outage: what each instance does while the store is down, `MODE` open, closed or local")
 	f.StringVar(&o.format, "format", "table", "the output `FORMAT`: table, csv or json")
 	f.SortFlags = false
 	return cmd
@@ -182,7 +223,7 @@ func (o *simulateOptions) run(cmd *cobra.Command, stdin io.Reader) error {
 	if err != nil {
 		return err
 	}
-	out := &simulation{policies: policies, reqs: reqs, source: source, compare: o.compare, fleet: fleet, actual: o.actual,
+	out := &simulation{policies: policies, reqs: reqs, source: source, compare: o.compare, fleet: fleet, stores: flags.Changed("store"), actual: o.actual,
 		start: start, local: flags.Changed("start") || flags.Changed("calendar")}
 	if err := out.write(cmd.OutOrStdout(), o.format); err != nil {
 		return failure{err}
@@ -312,10 +353,24 @@ func (o *simulateOptions) startTime(changed func(string) bool) (time.Time, error
 // fleet returns the fleet of --local-budget, --instances and --budget-max-age (nil without
 // --local-budget), checked flag by flag.
 func (o *simulateOptions) fleet(changed func(string) bool, policies []sluice.Policy) (*sim.Fleet, error) {
+	if changed("store") {
+		return o.storeFleet(changed, policies)
+	}
+	for _, f := range []string{"balance", "seed", "store-latency", "outage", "on-error"} {
+		if changed(f) {
+			return nil, fmt.Errorf("--%s needs --store separate or shared: it is about a fleet of instances behind a load balancer", f)
+		}
+	}
+	return o.budgetFleet(changed, policies)
+}
+
+// budgetFleet returns the fleet of --local-budget, --instances and --budget-max-age (nil without
+// --local-budget), checked flag by flag.
+func (o *simulateOptions) budgetFleet(changed func(string) bool, policies []sluice.Policy) (*sim.Fleet, error) {
 	if !changed("local-budget") {
 		for _, f := range []string{"instances", "budget-max-age"} {
 			if changed(f) {
-				return nil, fmt.Errorf("--%s needs --local-budget: instances sharing one store without budgets decide exactly as one", f)
+				return nil, fmt.Errorf("--%s needs --local-budget (or --store): instances sharing one store without budgets decide exactly as one", f)
 			}
 		}
 		return nil, nil
@@ -359,7 +414,7 @@ func (o *simulateOptions) requests(changed func(string) bool, stdin io.Reader) (
 	case changed("traffic") && changed("trace"):
 		return nil, "", errors.New("--traffic and --trace exclude each other: give one")
 	case changed("traffic"):
-		reqs, err := sim.ParseTraffic(o.traffic)
+		reqs, err := sim.ParseClientTraffic(o.traffic)
 		if err != nil {
 			return nil, "", err
 		}

@@ -6,7 +6,7 @@
 (() => {
   const ALGORITHMS = ["fixed-window", "sliding-log", "sliding-window", "token-bucket", "leaky-bucket"];
   const TAKES_BURST = new Set(["token-bucket", "leaky-bucket"]);
-  const SHARED_KEYS = ["traffic", "jitter", "seed", "actual", "limit", "period", "burst", "calendar", "time-zone", "start"];
+  const SHARED_KEYS = ["traffic", "jitter", "seed", "actual", "limit", "period", "burst", "calendar", "time-zone", "start", "instances", "store"];
   // The algorithms that count by the calendar (sim.CalendarAlgorithms): with a calendar, only they run.
   const CALENDAR = new Set(["fixed-window", "sliding-window"]);
   const OWN_KEYS = ["limit", "period", "burst"];
@@ -123,6 +123,7 @@
     for (const el of scenarioInputs()) {
       el.value = params.get(el.name) ?? "";
     }
+    if (!$("store").value) $("store").value = "shared"; // a select has no empty choice
     syncCalendar();
   }
 
@@ -546,9 +547,14 @@
         if (SETTLED_FIELDS.has(f)) td.classList.add("settled-col");
         tr.append(td);
       }
+      // What each instance of a fleet let through (not a summary field: data-instances, not data-field).
+      const fleet = document.createElement("td");
+      fleet.className = "fleet-col";
+      tr.append(fleet);
       body.append(tr);
     }
     $("summary").classList.toggle("settled", !!r.actual);
+    $("summary").classList.toggle("fleet", !!r.instances);
   }
 
   function updateSummary(k) {
@@ -557,12 +563,17 @@
     // their numbers are written back as JSON wrote them, so the text is the command's. A field the
     // JSON leaves out (the settled totals, before anything was settled) shows as "–".
     const sums = JSON.parse(globalThis.sluice.summaries(k));
+    const perInstance = r.instances ? JSON.parse(globalThis.sluice.instances(k)) : [];
     const rows = $("summary").tBodies[0].rows;
     r.runs.forEach((run, i) => {
       const s = sums[i];
       for (const td of rows[i].cells) {
         if (td.tagName !== "TD") continue;
-        if (td.classList.contains("derived")) {
+        if (td.classList.contains("fleet-col")) {
+          const counts = perInstance[i] || [];
+          td.dataset.instances = counts.join(",");
+          td.textContent = counts.length ? counts.map((n, j) => `${j + 1}: ${n}`).join(" · ") : "–";
+        } else if (td.classList.contains("derived")) {
           td.textContent = s.offered ? (100 * s.allowed / s.offered).toFixed(1) + "%" : "–";
         } else if (td.dataset.col in s) {
           td.dataset.field = td.dataset.col;
@@ -580,7 +591,8 @@
     $("summary-caption").textContent = (complete
       ? `Totals of the whole run: ${r.requests.toLocaleString("en")} requests`
       : `Totals of the requests before ${duration(k * r.width_us)} (the clock's end: ${duration(r.end_us)})`) +
-      (r.actual ? `; settled: the approved requests, each charged 1 up front (estimated) and settled at its real cost, ${r.actual} (actual)` : "");
+      (r.actual ? `; settled: the approved requests, each charged 1 up front (estimated) and settled at its real cost, ${r.actual} (actual)` : "") +
+      (r.instances ? `; ${r.instances} instances, ${r.store === "separate" ? "each with its own store" : "sharing one store"}: allowed is what all of them passed to the backend` : "");
   }
 
   function updateCommands() {

@@ -184,8 +184,14 @@ func hasCalendar(a sluice.Algorithm) bool {
 	return false
 }
 
-// Options are the sim.Options of the scenario's runs (Start; the real costs are per run).
-func (sc *Scenario) Options() sim.Options { return sim.Options{Start: sc.Start} }
+// Options are the sim.Options of the scenario's runs (Start, the fleet; the real costs are per run).
+func (sc *Scenario) Options() sim.Options {
+	o := sim.Options{Start: sc.Start}
+	if sc.Instances > 1 {
+		o.Fleet = &sim.Fleet{Instances: sc.Instances, Stores: sc.Stores}
+	}
+	return o
+}
 
 // Window is one calendar window on the timeline, in virtual µs: [StartMicros, EndMicros).
 type Window struct {

@@ -87,6 +87,13 @@ func (r *Result) JSON() []byte {
 		b = append(b, `,"actual":`...)
 		b = appendString(b, sc.Actual.String())
 	}
+	if sc.Instances > 1 {
+		b = append(b, `,"instances":`...)
+		b = strconv.AppendInt(b, int64(sc.Instances), 10)
+		b = append(b, `,"store":"`...)
+		b = append(b, sc.Stores.String()...)
+		b = append(b, '"')
+	}
 	b = append(b, `,"runs":[`...)
 	for i, run := range r.Runs {
 		if i > 0 {

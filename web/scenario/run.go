@@ -60,6 +60,10 @@ type Run struct {
 	// Cumulative[i] totals the requests before the end of bucket i; the last one is Summary.
 	Cumulative []sim.Summary
 	Summary    sim.Summary
+	// InstanceAllowed[i][j], with a fleet (Scenario.Instances): the requests instance j+1 let
+	// through before the end of bucket i; nil with one instance. With separate stores, Level
+	// and DrainMicros are instance 1's state.
+	InstanceAllowed [][]int64
 }
 
 // Run runs the scenario: its requests through a sim.Session per algorithm, peeking at every
@@ -142,6 +146,17 @@ func runOne(o sim.Options, p sluice.Policy, reqs []sim.Request, actual []int64, 
 		Cumulative: make([]sim.Summary, buckets),
 	}
 	var sum sim.Summary
+	var perInstance []int64 // with a fleet: each instance's approvals so far
+	if o.Fleet != nil {
+		perInstance = make([]int64, o.Fleet.Instances)
+		run.InstanceAllowed = make([][]int64, buckets)
+	}
+	closeBucket := func(i int) {
+		run.Cumulative[i] = sum
+		if perInstance != nil {
+			run.InstanceAllowed[i] = append([]int64(nil), perInstance...)
+		}
+	}
 	closed := 0   // buckets whose Cumulative is set: those that end at or before the request at hand
 	boundary := 0 // the next boundary to peek at
 	// peekBefore peeks at every boundary before t (µs), after the requests at that very boundary.
@@ -158,7 +173,7 @@ func runOne(o sim.Options, p sluice.Policy, reqs []sim.Request, actual []int64, 
 	}
 	for n, rq := range reqs {
 		for ; closed < buckets && int64(closed+1)*width <= rq.TMicros; closed++ {
-			run.Cumulative[closed] = sum
+			closeBucket(closed)
 		}
 		if err := peekBefore(rq.TMicros); err != nil {
 			return Run{}, err
@@ -172,6 +187,9 @@ func runOne(o sim.Options, p sluice.Policy, reqs []sim.Request, actual []int64, 
 			return Run{}, err
 		}
 		sum.Add(row)
+		if perInstance != nil && row.Allowed {
+			perInstance[row.Instance-1]++
+		}
 		i := rq.TMicros / width
 		run.Offered[i]++
 		switch {
@@ -186,7 +204,7 @@ func runOne(o sim.Options, p sluice.Policy, reqs []sim.Request, actual []int64, 
 		}
 	}
 	for ; closed < buckets; closed++ {
-		run.Cumulative[closed] = sum
+		closeBucket(closed)
 	}
 	if err := peekBefore(int64(buckets)*width + 1); err != nil {
 		return Run{}, err

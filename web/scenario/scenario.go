@@ -59,6 +59,12 @@ type Scenario struct {
 
 	// Actual, if set, gives every request a real cost, settled after its decision.
 	Actual Actual
+
+	// Instances, if > 1, runs every algorithm on that many instances behind a round-robin load
+	// balancer, each with its own memory store (Stores SeparateStores) or all on one
+	// (SharedStore), as `sluice simulate --instances --store` does (fleet.go). 0: one instance.
+	Instances int
+	Stores    sim.StoreMode
 }
 
 // Override changes some numbers of the shared policy for one algorithm.
@@ -135,7 +141,7 @@ const (
 	KeyLimit   = "limit"
 	KeyPeriod  = "period"
 	KeyBurst   = "burst"
-	// and KeyCalendar, KeyTimeZone, KeyStart, KeyActual (calendar.go)
+	// and KeyCalendar, KeyTimeZone, KeyStart, KeyActual (calendar.go), KeyInstances, KeyStore (fleet.go)
 )
 
 // Parse reads a scenario from a URL query string (with or without its leading "?"). A query that
@@ -269,6 +275,7 @@ func Parse(query string) (Scenario, Errors) {
 			}
 		}
 	}
+	parseFleetKeys(&sc, get, fail)
 	if errs != nil {
 		return sc, errs
 	}
@@ -291,7 +298,7 @@ func Parse(query string) (Scenario, Errors) {
 func mentionsScenario(values url.Values) bool {
 	for k := range values {
 		switch k {
-		case KeyTraffic, KeyJitter, KeySeed, KeyLimit, KeyPeriod, KeyBurst, KeyCalendar, KeyTimeZone, KeyStart, KeyActual:
+		case KeyTraffic, KeyJitter, KeySeed, KeyLimit, KeyPeriod, KeyBurst, KeyCalendar, KeyTimeZone, KeyStart, KeyActual, KeyInstances, KeyStore:
 			return true
 		}
 		if name, _, ok := strings.Cut(k, "."); ok {
@@ -374,6 +381,10 @@ func (sc *Scenario) Encode() string {
 	if sc.Jitter > 0 || sc.Actual.Min != sc.Actual.Max {
 		put(KeySeed, strconv.FormatUint(sc.Seed, 10))
 	}
+	if sc.Instances > 1 {
+		put(KeyInstances, strconv.Itoa(sc.Instances))
+		put(KeyStore, sc.Stores.String())
+	}
 	for i, a := range algorithm.Algorithms {
 		o := sc.Own[i]
 		if o.Limit != 0 {
@@ -453,6 +464,9 @@ func (sc *Scenario) Commands() []string {
 	}
 	if !sc.Start.IsZero() {
 		clock += " --start " + formatStart(sc.Start)
+	}
+	if sc.Instances > 1 {
+		clock += " --instances " + strconv.Itoa(sc.Instances) + " --store " + sc.Stores.String()
 	}
 	if sc.IsCompare() {
 		if sc.Calendar != sluice.NoCalendar {

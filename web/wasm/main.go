@@ -11,6 +11,9 @@
 //	                    scenario.Result.JSON, or {"errors": [...]} naming the fields at fault
 //	summaries(k)        the JSON array of each algorithm's summary of the first k buckets of the
 //	                    last successful run (scenario.Result.SummariesJSON)
+//	instances(k)        with a fleet (instances=3&store=separate): the JSON array, per run, of
+//	                    what each instance let through in the first k buckets
+//	                    (scenario.Result.InstancesJSON); empty arrays for one instance
 //	trace()             the last successful run's requests as a CSV trace for `sluice simulate --trace`
 //	generate(query)     {"pattern": "..."} from the traffic generator's fields, or {"errors": [...]}
 //	presets()           the JSON array of scenario.Presets
@@ -58,6 +61,16 @@ func main() {
 			k = args[0].Int()
 		}
 		return string(last.SummariesJSON(k))
+	}))
+	api.Set("instances", fn(func(args []js.Value) string {
+		if last == nil {
+			return "[]"
+		}
+		k := 0
+		if len(args) > 0 && args[0].Type() == js.TypeNumber {
+			k = args[0].Int()
+		}
+		return string(last.InstancesJSON(k))
 	}))
 	api.Set("trace", fn(func([]js.Value) string {
 		if last == nil {
