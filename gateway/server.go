@@ -521,6 +521,8 @@ type Stats struct {
 	AdminListen string `json:"admin_listen"`
 	// Fleet is the instance registry, if the store runs one (on_error: local, local_share: fleet).
 	Fleet *FleetStats `json:"fleet,omitempty"`
+	// Diagnosis is the usual mistakes found in the traffic, each with what to do (diagnosis.go).
+	Diagnosis Diagnosis `json:"diagnosis"`
 }
 
 // StoreStats is the store's health as the gateway sees it.
@@ -557,6 +559,7 @@ func (s *Server) stats(w http.ResponseWriter, r *http.Request) {
 		f := s.fleet()
 		st.Fleet = &f
 	}
+	st.Diagnosis = s.metrics.diag.snapshot(now, cfg, st.Fleet)
 	ctx, cancel := context.WithTimeout(r.Context(), time.Second)
 	defer cancel()
 	if err := s.ping(ctx); err != nil {
