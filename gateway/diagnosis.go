@@ -4,6 +4,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"net/netip"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -27,7 +28,7 @@ const (
 	sharedMaxAddrs = 4096
 	sharedMaxNames = 8
 	sharedTTL      = 10 * time.Minute // an address's clients are forgotten this long after its last request
-	usageWindows   = 8                // the windows of each policy a suggested limit looks back over
+	usageWindows   = 60               // the windows of each policy a suggested limit looks back over
 	findingsShown  = 20
 )
 
@@ -223,11 +224,14 @@ type LowLimit struct {
 	// Over the last Windows windows of the policy's period: what it was refused, the most it
 	// was allowed in one window (at its limit), and the most it asked for in one (allowed and
 	// refused; a refused request it sent again later counts again, so this is an upper estimate).
-	Windows        int   `json:"windows"`
-	Refused        int64 `json:"refused"`
-	PeakAllowed    int64 `json:"peak_allowed"`
-	PeakDemand     int64 `json:"peak_demand"`
-	SuggestedLimit int64 `json:"suggested_limit"` // PeakDemand rounded up to two significant digits
+	Windows     int   `json:"windows"`
+	Active      int   `json:"active_windows"` // those it sent requests in
+	Refused     int64 `json:"refused"`
+	PeakAllowed int64 `json:"peak_allowed"`
+	PeakDemand  int64 `json:"peak_demand"`
+	P95Demand   int64 `json:"p95_demand"` // over the active windows
+	// SuggestedLimit is P95Demand (at least the limit + 1) rounded up to two significant digits.
+	SuggestedLimit int64 `json:"suggested_limit"`
 }
 
 // low returns the ring's finding at now, if it has one: refused within the windows, no early
@@ -242,19 +246,25 @@ func (u *usageRing) low(client, policy string, now time.Time) (LowLimit, bool) {
 	cur := now.UnixMicro() / p.Period.Microseconds()
 	l := LowLimit{Client: client, Policy: policy, Limit: p.Limit, Period: p.Period.String(), Windows: usageWindows}
 	var early int64
+	var demand [usageWindows]int64
 	for _, w := range u.win {
-		if w.n == 0 || w.n <= cur-usageWindows || w.n > cur {
+		if w.n == 0 || w.n <= cur-usageWindows || w.n > cur || w.allowed+w.refused == 0 {
 			continue
 		}
 		l.Refused += w.refused
 		early += w.early
 		l.PeakAllowed = max(l.PeakAllowed, w.allowed)
-		l.PeakDemand = max(l.PeakDemand, w.allowed+w.refused)
+		demand[l.Active] = w.allowed + w.refused
+		l.Active++
 	}
 	if l.Refused == 0 || early > 0 || l.PeakAllowed*10 < p.Limit*9 {
 		return LowLimit{}, false
 	}
-	l.SuggestedLimit = roundUp2(max(l.PeakDemand, p.Limit+1))
+	d := demand[:l.Active]
+	slices.Sort(d)
+	l.PeakDemand = d[len(d)-1]
+	l.P95Demand = d[(len(d)*95+99)/100-1] // the nearest rank
+	l.SuggestedLimit = roundUp2(max(l.P95Demand, p.Limit+1))
 	return l, true
 }
 
@@ -371,8 +381,8 @@ func (d *diagnosis) snapshot(now time.Time, cfg *config.Config, fleet *FleetStat
 	})
 	for _, l := range out.LimitTooLow {
 		add(Finding{Kind: "limit_too_low", Subject: l.Client,
-			Summary: fmt.Sprintf("%s is refused by %s (%d per %s) though it waits its Retry-After: %d refused in the last %d windows, at most %d allowed and %d asked for in one",
-				l.Client, l.Policy, l.Limit, l.Period, l.Refused, l.Windows, l.PeakAllowed, l.PeakDemand),
+			Summary: fmt.Sprintf("%s is refused by %s (%d per %s) though it waits its Retry-After: %d refused in the last %d windows, at most %d allowed in one, and %d asked for in 95%% of the %d it was active in (%d at most)",
+				l.Client, l.Policy, l.Limit, l.Period, l.Refused, l.Windows, l.PeakAllowed, l.P95Demand, l.Active, l.PeakDemand),
 			Do: fmt.Sprintf("if this is its normal work, raise its limit to about %d per %s (a policy of its own, or an override); if not, ask it to spread its requests", l.SuggestedLimit, l.Period)})
 	}
 	for _, h := range out.Addresses.Refusals {
