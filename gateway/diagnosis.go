@@ -412,7 +412,7 @@ func (d *diagnosis) snapshot(now time.Time, cfg *config.Config, fleet *FleetStat
 	}
 	for _, r := range out.EarlyRetriers[:min(3, len(out.EarlyRetriers))] {
 		add(Finding{Kind: "early_retries", Subject: r.Key,
-			Summary: fmt.Sprintf("%s came back %d times before its Retry-After ran out: on average %.0f ms after its refusal, when told to wait %.0f ms", r.Key, r.Count, r.AfterMs, r.RetryAfterMs),
+			Summary: fmt.Sprintf("%s came back %d times before its Retry-After ran out: on average %v after its refusal, when told to wait %v", r.Key, r.Count, msDuration(r.AfterMs), msDuration(r.RetryAfterMs)),
 			Do:      "ask its owner to wait the Retry-After (or the RateLimit reset) before retrying, with backoff and jitter; its early retries are refused and only add load"})
 	}
 	return out
@@ -423,4 +423,13 @@ func refusedNote(refused []string) string {
 		return ""
 	}
 	return "; refused lately: " + strings.Join(refused, ", ")
+}
+
+// msDuration is ms milliseconds as a duration to read: to the millisecond, or the 0.1 ms below one.
+func msDuration(ms float64) time.Duration {
+	d := time.Duration(ms * float64(time.Millisecond))
+	if d < time.Millisecond {
+		return d.Round(100 * time.Microsecond)
+	}
+	return d.Round(time.Millisecond)
 }

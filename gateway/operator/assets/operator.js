@@ -91,8 +91,9 @@
     rows("diag-shared", d.shared_addresses, (x) => x.address, (x) => [[x.clients.join(", ") + (x.more ? ", …" : "")], [x.refused.join(", ") || "—"]]);
     rows("diag-low", d.limit_too_low, (x) => x.client, (x) => [[x.policy], [x.limit + " / " + x.period, "n"], [String(x.refused), "n"],
       [String(x.p95_demand), "n"], [String(x.suggested_limit), "n suggested"]]);
-    rows("diag-retries", d.early_retriers, (x) => x.key, (x) => [[String(x.early_retries), "n"], [x.mean_retry_after_refusal_ms.toFixed(0), "n"],
-      [x.mean_retry_after_given_ms.toFixed(0), "n"]]);
+    const ms = (x) => (x >= 100 ? x.toFixed(0) : x.toFixed(1));
+    rows("diag-retries", d.early_retriers, (x) => x.key, (x) => [[String(x.early_retries), "n"], [ms(x.mean_retry_after_refusal_ms), "n"],
+      [ms(x.mean_retry_after_given_ms), "n"]]);
   }
 
   function render(st) {
