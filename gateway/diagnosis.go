@@ -3,6 +3,7 @@ package gateway
 import (
 	"encoding/hex"
 	"fmt"
+	"hash/maphash"
 	"net/netip"
 	"slices"
 	"sort"
@@ -22,7 +23,7 @@ import (
 // table sharedMaxAddrs addresses of sharedMaxNames clients, and the usage rings one per
 // configured client and policy.
 const (
-	hitterCounters = 64          // Space-Saving counters per sketch and window
+	hitterCounters = 64          // Space-Saving counters per sketch, shard and window (topKShards shards)
 	hitterWindow   = time.Minute // a sketch's window; a report covers the last one to two
 	hittersShown   = 10
 	sharedMaxAddrs = 4096
@@ -38,14 +39,14 @@ type diagnosis struct {
 	addrRequests, addrRefusals, keyRequests, keyRefusals *topK
 	// Early retries by rate-limit key; sums: µs since the refusal, µs of its Retry-After.
 	retriers *topK
-	shared   sharedAddrs
+	shared   *sharedAddrs
 	usage    cowMap[[2]string, *usageRing] // configured client, policy
 }
 
 func newDiagnosis() *diagnosis {
 	t := func() *topK { return newTopK(hitterCounters, hitterWindow) }
 	return &diagnosis{addrRequests: t(), addrRefusals: t(), keyRequests: t(), keyRefusals: t(), retriers: t(),
-		shared: sharedAddrs{m: map[netip.Addr]*addrClients{}}}
+		shared: newSharedAddrs()}
 }
 
 // decided notes one decided request at now; early is the refusal it came back early from, if it
@@ -92,11 +93,56 @@ func windowed(p sluice.Policy) bool {
 	return p.Algorithm != algorithm.Concurrency && p.Calendar == algorithm.NoCalendar && p.Period > 0
 }
 
-// sharedAddrs is, per network address, the configured clients seen from it lately.
+// sharedAddrs is, per network address, the configured clients seen from it lately: sharded by
+// address (so that identified requests seldom wait on one lock), sharedMaxAddrs in all.
 type sharedAddrs struct {
+	seed   maphash.Seed
+	shards [sharedShards]addrShard
+}
+
+const sharedShards = 16
+
+type addrShard struct {
 	mu        sync.Mutex
-	m         map[netip.Addr]*addrClients // guarded by mu; at most sharedMaxAddrs
+	m         map[netip.Addr]*addrClients // guarded by mu; at most sharedMaxAddrs/sharedShards
 	lastSweep time.Time
+}
+
+func newSharedAddrs() *sharedAddrs {
+	s := &sharedAddrs{seed: maphash.MakeSeed()}
+	for i := range s.shards {
+		s.shards[i].m = map[netip.Addr]*addrClients{}
+	}
+	return s
+}
+
+func (s *sharedAddrs) record(addr netip.Addr, client string, refused bool, now time.Time) {
+	s.shards[maphash.Comparable(s.seed, addr)%sharedShards].record(addr, client, refused, now)
+}
+
+func (s *sharedAddrs) shared(now time.Time) []SharedAddress {
+	var out []SharedAddress
+	for i := range s.shards {
+		out = append(out, s.shards[i].shared(now)...)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if len(out[i].Clients) != len(out[j].Clients) {
+			return len(out[i].Clients) > len(out[j].Clients)
+		}
+		return out[i].Address < out[j].Address
+	})
+	return out
+}
+
+// size is the addresses held, for the test of the bound.
+func (s *sharedAddrs) size() int {
+	n := 0
+	for i := range s.shards {
+		s.shards[i].mu.Lock()
+		n += len(s.shards[i].m)
+		s.shards[i].mu.Unlock()
+	}
+	return n
 }
 
 type addrClients struct {
@@ -107,12 +153,12 @@ type addrClients struct {
 	more    bool // more clients than sharedMaxNames were seen
 }
 
-func (s *sharedAddrs) record(addr netip.Addr, client string, refused bool, now time.Time) {
+func (s *addrShard) record(addr netip.Addr, client string, refused bool, now time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	a := s.m[addr]
 	if a == nil {
-		if len(s.m) >= sharedMaxAddrs {
+		if len(s.m) >= sharedMaxAddrs/sharedShards {
 			if now.Sub(s.lastSweep) < time.Second { // a full table is swept at most once a second
 				return
 			}
@@ -122,7 +168,7 @@ func (s *sharedAddrs) record(addr netip.Addr, client string, refused bool, now t
 					delete(s.m, k)
 				}
 			}
-			if len(s.m) >= sharedMaxAddrs {
+			if len(s.m) >= sharedMaxAddrs/sharedShards {
 				return
 			}
 		}
@@ -152,7 +198,7 @@ type SharedAddress struct {
 	More    bool     `json:"more,omitempty"`
 }
 
-func (s *sharedAddrs) shared(now time.Time) []SharedAddress {
+func (s *addrShard) shared(now time.Time) []SharedAddress {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var out []SharedAddress
@@ -170,12 +216,6 @@ func (s *sharedAddrs) shared(now time.Time) []SharedAddress {
 		sort.Strings(sa.Refused)
 		out = append(out, sa)
 	}
-	sort.Slice(out, func(i, j int) bool {
-		if len(out[i].Clients) != len(out[j].Clients) {
-			return len(out[i].Clients) > len(out[j].Clients)
-		}
-		return out[i].Address < out[j].Address
-	})
 	return out
 }
 
@@ -292,9 +332,10 @@ type Retrier struct {
 type Diagnosis struct {
 	Findings []Finding `json:"findings"` // each with what to do, at most findingsShown
 	// The sketches' window and counters: each count over-estimates by at most its error, which
-	// is at most the sketch's total over its counters; every key over that is listed.
-	WindowSeconds int `json:"window_s"`
-	Counters      int `json:"counters"`
+	// is at most the sketch's total over CountersPerShard; every key over that is held.
+	WindowSeconds    int `json:"window_s"`
+	Counters         int `json:"counters"` // per sketch: shards × counters per shard
+	CountersPerShard int `json:"counters_per_shard"`
 	// Anonymous clients (all labelled "anonymous" in the metrics): by address, and by the
 	// SHA-256 of an API key that matched no client; each by requests and by refusals.
 	Addresses     Hitters         `json:"addresses"`
@@ -341,7 +382,7 @@ func hitters(req, ref *topK, now time.Time) Hitters {
 
 // snapshot returns the diagnosis at now; fleet is the instance registry's (nil: none).
 func (d *diagnosis) snapshot(now time.Time, cfg *config.Config, fleet *FleetStats) Diagnosis {
-	out := Diagnosis{WindowSeconds: int(hitterWindow / time.Second), Counters: hitterCounters,
+	out := Diagnosis{WindowSeconds: int(hitterWindow / time.Second), Counters: hitterCounters * topKShards, CountersPerShard: hitterCounters,
 		Addresses: hitters(d.addrRequests, d.addrRefusals, now), UnknownKeys: hitters(d.keyRequests, d.keyRefusals, now),
 		SharedAddress: d.shared.shared(now), LimitTooLow: []LowLimit{}, EarlyRetriers: []Retrier{}, Findings: []Finding{}}
 	if out.SharedAddress == nil {

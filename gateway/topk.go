@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"hash/maphash"
 	"sort"
 	"strings"
 	"sync"
@@ -8,7 +9,8 @@ import (
 )
 
 // topK finds the heaviest keys of a stream fed by clients (addresses, API-key hashes) in bounded
-// memory: the Space-Saving algorithm (Metwally, Agrawal, El Abbadi 2005) with k counters, kept
+// memory: the Space-Saving algorithm (Metwally, Agrawal, El Abbadi 2005) with k counters (per
+// shard, below), kept
 // per window of time and reported over the current window and the one before it (so a report
 // covers between one and two windows).
 //
@@ -16,7 +18,18 @@ import (
 // ones; each key's count over-estimates its true count by at most its Error, which is at most
 // N/k; and every key whose true count is over N/k is in the table. Two tables reported
 // together keep the bounds with N their sum (a key over (N1+N2)/k is over N1/k or N2/k).
+//
+// It is sharded by key, so that requests of different keys seldom wait on one lock: each shard
+// is a sketch of its own over its keys, with the bounds above for its own N, and every key is in
+// one shard only, so a report is the shards' lists together.
 type topK struct {
+	seed   maphash.Seed
+	shards [topKShards]topKShard
+}
+
+const topKShards = 8
+
+type topKShard struct {
 	mu     sync.Mutex
 	k      int
 	window time.Duration
@@ -41,18 +54,26 @@ type ssItem struct {
 	sums  [2]int64 // per-use sums of what the caller adds (e.g. µs), over seen
 }
 
-func newTopK(k int, window time.Duration) *topK { return &topK{k: k, window: window} }
+// newTopK returns a sketch of k counters per shard and window.
+func newTopK(k int, window time.Duration) *topK {
+	t := &topK{seed: maphash.MakeSeed()}
+	for i := range t.shards {
+		t.shards[i].k, t.shards[i].window = k, window
+	}
+	return t
+}
 
 // add counts key once at now, with aux added to its sums.
 func (t *topK) add(key string, now time.Time, aux [2]int64) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.rotate(now)
-	t.cur.add(t.k, key, aux)
+	sh := &t.shards[maphash.String(t.seed, key)%topKShards]
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	sh.rotate(now)
+	sh.cur.add(sh.k, key, aux)
 }
 
 // rotate starts a new window if now is past the current one.
-func (t *topK) rotate(now time.Time) {
+func (t *topKShard) rotate(now time.Time) {
 	w := now.UnixNano() / int64(t.window)
 	if w == t.w {
 		return
@@ -122,6 +143,27 @@ type Hitter struct {
 // top returns the n heaviest keys at now, heaviest first (then by key), and N, the total
 // counted over the windows reported.
 func (t *topK) top(now time.Time, n int) ([]Hitter, uint64) {
+	var out []Hitter
+	var total uint64
+	for i := range t.shards {
+		o, n := t.shards[i].top(now)
+		out = append(out, o...)
+		total += n
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Count != out[j].Count {
+			return out[i].Count > out[j].Count
+		}
+		return out[i].Key < out[j].Key
+	})
+	if len(out) > n {
+		out = out[:n]
+	}
+	return out, total
+}
+
+// top returns the shard's keys at now, and its N.
+func (t *topKShard) top(now time.Time) ([]Hitter, uint64) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.rotate(now)
@@ -155,21 +197,18 @@ func (t *topK) top(now time.Time, n int) ([]Hitter, uint64) {
 	for _, h := range byKey {
 		out = append(out, *h)
 	}
-	sort.Slice(out, func(i, j int) bool {
-		if out[i].Count != out[j].Count {
-			return out[i].Count > out[j].Count
-		}
-		return out[i].Key < out[j].Key
-	})
-	if len(out) > n {
-		out = out[:n]
-	}
 	return out, t.prev.total + t.cur.total
 }
 
-// size is the number of keys held (both tables), for the tests of the bound.
+// size is the number of entries held (items and index, both tables, every shard), for the tests
+// of the bound: at most 4 k per shard.
 func (t *topK) size() int {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return len(t.cur.items) + len(t.prev.items) + len(t.cur.idx) + len(t.prev.idx)
+	n := 0
+	for i := range t.shards {
+		sh := &t.shards[i]
+		sh.mu.Lock()
+		n += len(sh.cur.items) + len(sh.prev.items) + len(sh.cur.idx) + len(sh.prev.idx)
+		sh.mu.Unlock()
+	}
+	return n
 }

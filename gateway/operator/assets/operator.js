@@ -58,7 +58,7 @@
   function renderDiagnosis(d) {
     if (!d) return;
     $("diag-note").textContent = "the usual mistakes found in the traffic, each with what to do; addresses and keys over the last " +
-      d.window_s + "–" + 2 * d.window_s + " s, in " + d.counters + " counters (a count is at most its ± over the truth)";
+      d.window_s + "–" + 2 * d.window_s + " s, in " + d.counters + " counters (a count is at most its ± over the truth, ± at most 1/" + d.counters_per_shard + " of the total)";
     const ul = $("findings");
     ul.replaceChildren();
     if (d.findings.length === 0) {
