@@ -49,11 +49,11 @@ func newDiagnosis() *diagnosis {
 		shared: newSharedAddrs()}
 }
 
-// decided notes one decided request at now; early is the refusal it came back early from, if it
-// did (earlyRetries.earlyBy).
-func (d *diagnosis) decided(req *decision.Request, v *decision.Verdict, now time.Time, early *refusal) {
+// decided notes one decided request at now; if wasEarly, it came back early from the refusal
+// early (earlyRetries.earlyBy).
+func (d *diagnosis) decided(req *decision.Request, v *decision.Verdict, now time.Time, early refusal, wasEarly bool) {
 	refused := v.Outcome == decision.Refused
-	if early != nil {
+	if wasEarly {
 		d.retriers.add(req.Who.Key, now, [2]int64{now.Sub(early.at).Microseconds(), early.until.Sub(early.at).Microseconds()})
 	}
 	if req.Who.Client == "" {
@@ -83,7 +83,7 @@ func (d *diagnosis) decided(req *decision.Request, v *decision.Verdict, now time
 			cost = req.Costs[i]
 		}
 		u := d.usage.get([2]string{req.Who.Client, req.Limits[i].PolicyName}, func() *usageRing { return &usageRing{} })
-		u.record(a.Policy, now, cost, passed && a.Decision.Allowed, !a.Decision.Allowed, early != nil)
+		u.record(a.Policy, now, cost, passed && a.Decision.Allowed, !a.Decision.Allowed, wasEarly)
 	}
 }
 

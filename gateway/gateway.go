@@ -231,11 +231,10 @@ func (o observer) Decided(req *decision.Request, v *decision.Verdict, took time.
 	}
 	m.latency.Observe(took.Seconds())
 	now := time.Now()
-	var early *refusal
-	if r, ok := o.g.retries.earlyBy(req.Who.Key, now); ok {
+	early, wasEarly := o.g.retries.earlyBy(req.Who.Key, now)
+	if wasEarly {
 		m.earlyRetries.WithLabelValues(req.Client).Inc()
 		m.activity.client(req.Client).early.Add(1)
-		early = &r
 	}
 	var retryAt time.Time
 	outcome := outcomeAllowed
@@ -250,7 +249,7 @@ func (o observer) Decided(req *decision.Request, v *decision.Verdict, took time.
 		m.holds.Observe(v.Hold.Seconds())
 	}
 	m.activity.record(req.Client, outcome, now, retryAt)
-	m.diag.decided(req, v, now, early)
+	m.diag.decided(req, v, now, early, wasEarly)
 }
 
 // timedTransport counts the upstream's answers (their status class and time to the header) for
