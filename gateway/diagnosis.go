@@ -75,8 +75,8 @@ func (d *diagnosis) decided(req *decision.Request, v *decision.Verdict, now time
 	}
 	passed := v.Passes()
 	for i, a := range v.Decisions {
-		if i >= len(req.Limits) || req.Limits[i].DryRun || !windowed(a.Policy) {
-			continue
+		if i >= len(req.Limits) || req.Limits[i].DryRun || req.Limits[i].KeyBy != nil || !windowed(a.Policy) {
+			continue // (a policy with key_by counts per tuple, not per client: its usage is not the client's)
 		}
 		cost := req.Cost
 		if req.Costs != nil {
