@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/config"
 )
 
 // A million distinct keys (an address flood with a spoofed source each) keep the sketch at its
@@ -145,5 +146,20 @@ func TestUsageRingSuggestsLimit(t *testing.T) {
 	}
 	if _, ok := u.low("steady", "tight", now.Add(usageWindows*time.Second+time.Second)); ok {
 		t.Fatal("long after: a finding, want none")
+	}
+}
+
+// Separate counters: the memory store is warned of (it cannot see the other instances); Redis
+// shares the counters, and the registry's live count is shown.
+func TestDiagnosisCounting(t *testing.T) {
+	d := newDiagnosis()
+	now := time.Unix(1_700_000_000, 0)
+	mem := d.snapshot(now, &config.Config{Store: config.Store{Type: config.StoreMemory}}, nil)
+	if mem.Counting.Shared || len(mem.Findings) != 1 || mem.Findings[0].Kind != "separate_counters" || mem.Findings[0].Do == "" {
+		t.Fatalf("memory: %+v %+v", mem.Counting, mem.Findings)
+	}
+	red := d.snapshot(now, &config.Config{Store: config.Store{Type: config.StoreRedis}}, &FleetStats{Instances: 3})
+	if !red.Counting.Shared || red.Counting.Instances != 3 || len(red.Findings) != 0 {
+		t.Fatalf("redis: %+v %+v", red.Counting, red.Findings)
 	}
 }
