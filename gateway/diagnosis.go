@@ -30,7 +30,11 @@ const (
 	sharedMaxNames = 8
 	sharedTTL      = 10 * time.Minute // an address's clients are forgotten this long after its last request
 	usageWindows   = 60               // the windows of each policy a suggested limit looks back over
-	findingsShown  = 20
+	sharedShown    = 20               // addresses shared by clients, listed
+	perKindShown   = 5                // findings of one kind
+	heavyRefusals  = 10               // an anonymous address refused fewer times in the window is no finding
+	earlyShown     = 3                // early retriers with a finding (of at least earlyAtLeast early retries)
+	earlyAtLeast   = 3
 )
 
 type diagnosis struct {
@@ -330,7 +334,7 @@ type Retrier struct {
 
 // Diagnosis is GET /v1/stats "diagnosis": what looks wrong, and the evidence.
 type Diagnosis struct {
-	Findings []Finding `json:"findings"` // each with what to do, at most findingsShown
+	Findings []Finding `json:"findings"` // each with what to do, at most perKindShown of a kind
 	// The sketches' window and counters: each count over-estimates by at most its error, which
 	// is at most the sketch's total over CountersPerShard; every key over that is held.
 	WindowSeconds    int `json:"window_s"`
@@ -340,7 +344,7 @@ type Diagnosis struct {
 	// SHA-256 of an API key that matched no client; each by requests and by refusals.
 	Addresses     Hitters         `json:"addresses"`
 	UnknownKeys   Hitters         `json:"unknown_api_keys"`
-	SharedAddress []SharedAddress `json:"shared_addresses"`
+	SharedAddress []SharedAddress `json:"shared_addresses"` // the most shared, at most sharedShown
 	LimitTooLow   []LowLimit      `json:"limit_too_low"`
 	EarlyRetriers []Retrier       `json:"early_retriers"`
 	Counting      Counting        `json:"counting"`
@@ -388,8 +392,11 @@ func (d *diagnosis) snapshot(now time.Time, cfg *config.Config, fleet *FleetStat
 	if out.SharedAddress == nil {
 		out.SharedAddress = []SharedAddress{}
 	}
+	out.SharedAddress = out.SharedAddress[:min(sharedShown, len(out.SharedAddress))]
+	kinds := map[string]int{}
 	add := func(f Finding) {
-		if len(out.Findings) < findingsShown {
+		if kinds[f.Kind] < perKindShown {
+			kinds[f.Kind]++
 			out.Findings = append(out.Findings, f)
 		}
 	}
@@ -427,7 +434,7 @@ func (d *diagnosis) snapshot(now time.Time, cfg *config.Config, fleet *FleetStat
 			Do: fmt.Sprintf("if this is its normal work, raise its limit to about %d per %s (a policy of its own, or an override); if not, ask it to spread its requests", l.SuggestedLimit, l.Period)})
 	}
 	for _, h := range out.Addresses.Refusals {
-		if len(out.Findings) >= findingsShown/2 {
+		if h.Count < heavyRefusals {
 			break
 		}
 		add(Finding{Kind: "heavy_hitter", Subject: h.Key,
@@ -435,9 +442,6 @@ func (d *diagnosis) snapshot(now time.Time, cfg *config.Config, fleet *FleetStat
 			Do:      "if it is abuse, block the address before sluice; if it is a partner, give it an API key, so that it has a limit of its own and a name in the metrics"})
 	}
 	for _, h := range out.UnknownKeys.Refusals {
-		if len(out.Findings) >= findingsShown-2 {
-			break
-		}
 		add(Finding{Kind: "unknown_api_key", Subject: h.Key,
 			Summary: fmt.Sprintf("an API key of SHA-256 %s… matches no client and was refused %d times (±%d)", h.Key[:16], h.Count, h.Error),
 			Do:      "if a partner's key: add this api_key_sha256 to its client (a rotated key?); if not, the key is guessed or stolen"})
@@ -451,7 +455,10 @@ func (d *diagnosis) snapshot(now time.Time, cfg *config.Config, fleet *FleetStat
 		}
 		out.EarlyRetriers = append(out.EarlyRetriers, r)
 	}
-	for _, r := range out.EarlyRetriers[:min(3, len(out.EarlyRetriers))] {
+	for _, r := range out.EarlyRetriers[:min(earlyShown, len(out.EarlyRetriers))] {
+		if r.Count < earlyAtLeast {
+			break
+		}
 		add(Finding{Kind: "early_retries", Subject: r.Key,
 			Summary: fmt.Sprintf("%s came back %d times before its Retry-After ran out: on average %v after its refusal, when told to wait %v", r.Key, r.Count, msDuration(r.AfterMs), msDuration(r.RetryAfterMs)),
 			Do:      "ask its owner to wait the Retry-After (or the RateLimit reset) before retrying, with backoff and jitter; its early retries are refused and only add load"})
