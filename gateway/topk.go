@@ -143,7 +143,7 @@ type Hitter struct {
 // top returns the n heaviest keys at now, heaviest first (then by key), and N, the total
 // counted over the windows reported.
 func (t *topK) top(now time.Time, n int) ([]Hitter, uint64) {
-	var out []Hitter
+	out := []Hitter{} // [] in JSON, not null
 	var total uint64
 	for i := range t.shards {
 		o, n := t.shards[i].top(now)

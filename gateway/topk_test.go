@@ -1,9 +1,11 @@
 package gateway
 
 import (
+	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"net/netip"
+	"strings"
 	"testing"
 	"time"
 
@@ -157,6 +159,10 @@ func TestDiagnosisCounting(t *testing.T) {
 	mem := d.snapshot(now, &config.Config{Store: config.Store{Type: config.StoreMemory}}, nil)
 	if mem.Counting.Shared || len(mem.Findings) != 1 || mem.Findings[0].Kind != "separate_counters" || mem.Findings[0].Do == "" {
 		t.Fatalf("memory: %+v %+v", mem.Counting, mem.Findings)
+	}
+	// With no traffic every list is [] (the page maps over them), never null.
+	if b, err := json.Marshal(mem); err != nil || strings.Contains(string(b), "null") {
+		t.Fatalf("an empty diagnosis in JSON: %s %v", b, err)
 	}
 	red := d.snapshot(now, &config.Config{Store: config.Store{Type: config.StoreRedis}}, &FleetStats{Instances: 3})
 	if !red.Counting.Shared || red.Counting.Instances != 3 || len(red.Findings) != 0 {

@@ -38,6 +38,7 @@
 
   // The diagnosis (GET /v1/stats "diagnosis"): findings with what to do, and their evidence.
   function rows(id, list, key, cells) {
+    list = list || [];
     const tbody = $(id).tBodies[0];
     tbody.replaceChildren();
     if (list.length === 0) {
@@ -82,7 +83,7 @@
       ul.appendChild(li);
     }
     const refusedOf = (h) => {
-      const m = new Map(h.by_refusals.map((x) => [x.key, x.count]));
+      const m = new Map((h.by_refusals || []).map((x) => [x.key, x.count]));
       return (x) => String(m.get(x.key) ?? 0);
     };
     const ra = refusedOf(d.addresses), rk = refusedOf(d.unknown_api_keys);
@@ -120,7 +121,6 @@
       store.appendChild(div);
     }
     renderFleet(st.fleet);
-    renderDiagnosis(st.diagnosis);
     $("rates-note").textContent = "rates per second over the last " + st.rate_s + " s; totals since the start";
 
     const limited = st.clients.filter((c) => c.limited);
@@ -168,6 +168,7 @@
       cell(tr, String(c.abandoned), "n");
       cell(tr, when(c.retry_after_ends));
     }
+    renderDiagnosis(st.diagnosis); // last: the sections above do not wait on it
     document.body.dataset.updated = st.time;
   }
 
