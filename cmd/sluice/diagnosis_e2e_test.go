@@ -47,7 +47,9 @@ clients:
   - {name: steady, api_key_sha256: %s, policy: tight}
 `, listen, admin, up.URL, hash(keyA), hash(keyB), hash(keySteady))
 	})
-	from := func(addr string, headers ...string) []string { return append([]string{"X-Forwarded-For", addr}, headers...) }
+	from := func(addr string, headers ...string) []string {
+		return append([]string{"X-Forwarded-For", addr}, headers...)
+	}
 
 	// The flood: 60, 40 and 30 requests from three addresses (5 pass each), one from each of 20
 	// others, and 12 with a key no client has, from one more.
