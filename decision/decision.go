@@ -48,6 +48,8 @@ type Request struct {
 	// Releases: the front end calls ReleaseSlots when the response ends, so the slots of
 	// concurrency policies are renewed until then (slots.go); else they last one lease time.
 	Releases bool
+	// Seen is what the diagnosis notes of the request (seen.go): filled by Resolve.
+	Seen Seen
 }
 
 // cost returns limit i's cost.

@@ -62,11 +62,15 @@ func (p *Policies) Chain() identity.Chain { return p.chain }
 // route's cost and the policies of the client on that route, each limit's Key made from r's
 // attributes if its policy has a key_by.
 func (p *Policies) Resolve(r identity.Request, method, path string) Request {
+	var req Request
 	if p.claimNames == nil {
-		return p.resolve(p.chain.Identify(r), r, nil, method, path)
+		req = p.resolve(p.chain.Identify(r), r, nil, method, path)
+	} else {
+		who, claims := p.chain.IdentifyClaims(r, p.claimNames)
+		req = p.resolve(who, r, claims, method, path)
 	}
-	who, claims := p.chain.IdentifyClaims(r, p.claimNames)
-	return p.resolve(who, r, claims, method, path)
+	p.seen(r, &req)
+	return req
 }
 
 // For is Resolve for a client already identified, without the request: a key_by's header,

@@ -233,7 +233,8 @@ func (o observer) Decided(req *decision.Request, v *decision.Verdict, took time.
 	}
 	m.latency.Observe(took.Seconds())
 	now := time.Now()
-	if o.g.retries.early(req.Who.Key, now) {
+	early, wasEarly := o.g.retries.earlyBy(req.Who.Key, now)
+	if wasEarly {
 		m.earlyRetries.WithLabelValues(req.Client).Inc()
 		m.activity.client(req.Client).early.Add(1)
 	}
@@ -243,13 +244,14 @@ func (o observer) Decided(req *decision.Request, v *decision.Verdict, took time.
 	case decision.Refused:
 		outcome, retryAt = outcomeRefused, now.Add(v.RetryAfter(req))
 		if exactRefusal(req, v) { // (slots.go)
-			o.g.retries.refused(req.Who.Key, retryAt)
+			o.g.retries.refusedAt(req.Who.Key, now, retryAt)
 		}
 	case decision.Held:
 		outcome = outcomeDelayed
 		m.holds.Observe(v.Hold.Seconds())
 	}
 	m.activity.record(req.Client, outcome, now, retryAt)
+	m.diag.decided(req, v, now, early, wasEarly)
 }
 
 // timedTransport counts the upstream's answers (their status class and time to the header) for

@@ -36,6 +36,7 @@ type Metrics struct {
 	byPolicy cowMap[[2]string, *resultCounters]
 
 	activity  *activity     // per client, for the operator page
+	diag      *diagnosis    // the operator page's diagnosis (diagnosis.go)
 	fallbacks atomic.Uint64 // decisions made by a failure mode (fail-open, local), not the store
 	malformed *rateLog      // requests that could not be read; nil: not logged
 }
@@ -115,6 +116,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Help:    "The upstream's answers to forwarded requests, by status class (1xx..5xx), and how long each took to its header.",
 		Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30}}, []string{"class"})
 	m.activity = newActivity()
+	m.diag = newDiagnosis()
 	m.settlements = newSettlements(reg)
 	m.shedding = newShedMetrics(reg)
 	reg.MustRegister(m.decisions, m.earlyRetries, m.abandoned, m.latency, m.storeErrors, m.upstreamErrors, m.reloads,

@@ -14,15 +14,18 @@ type earlyRetries struct {
 	hasher keyhash.Hasher // picks a key's shard, with a key random per process
 	shards [32]struct {
 		mu sync.Mutex
-		m  map[string]time.Time // guarded by mu
+		m  map[string]refusal // guarded by mu
 	}
 	max int // per shard
 }
 
+// refusal is a key's last refusal: when, and until when its Retry-After held.
+type refusal struct{ at, until time.Time }
+
 func newEarlyRetries(size int) *earlyRetries {
 	e := &earlyRetries{max: max(1, size/32), hasher: keyhash.New()}
 	for i := range e.shards {
-		e.shards[i].m = map[string]time.Time{}
+		e.shards[i].m = map[string]refusal{}
 	}
 	return e
 }
@@ -34,29 +37,39 @@ func (e *earlyRetries) hash(key string) uint64 {
 
 // early reports whether key comes back before its last refusal's Retry-After ran out.
 func (e *earlyRetries) early(key string, now time.Time) bool {
+	_, ok := e.earlyBy(key, now)
+	return ok
+}
+
+// earlyBy is early, with the refusal it came back early from (the diagnosis shows how soon
+// after their refusal the worst offenders retry, and what Retry-After they were given).
+func (e *earlyRetries) earlyBy(key string, now time.Time) (refusal, bool) {
 	sh := &e.shards[e.hash(key)%32]
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	until, ok := sh.m[key]
+	r, ok := sh.m[key]
 	if !ok {
-		return false
+		return r, false
 	}
-	if !now.Before(until) {
+	if !now.Before(r.until) {
 		delete(sh.m, key)
-		return false
+		return r, false
 	}
-	return true
+	return r, true
 }
 
 // refused records that key is refused until until.
-func (e *earlyRetries) refused(key string, until time.Time) {
+func (e *earlyRetries) refused(key string, until time.Time) { e.refusedAt(key, time.Now(), until) }
+
+// refusedAt records that key is refused at at until until.
+func (e *earlyRetries) refusedAt(key string, at, until time.Time) {
 	sh := &e.shards[e.hash(key)%32]
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	if _, ok := sh.m[key]; !ok && len(sh.m) >= e.max {
 		n := 0
 		for k, u := range sh.m { // drop the expired among a sample
-			if !time.Now().Before(u) {
+			if !time.Now().Before(u.until) {
 				delete(sh.m, k)
 			}
 			if n++; n == 16 {
@@ -67,5 +80,5 @@ func (e *earlyRetries) refused(key string, until time.Time) {
 			return
 		}
 	}
-	sh.m[key] = until
+	sh.m[key] = refusal{at, until}
 }

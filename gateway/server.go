@@ -524,6 +524,8 @@ type Stats struct {
 	Fleet *FleetStats `json:"fleet,omitempty"`
 	// LoadShedding is this instance's throttling by load, if configured (load_shedding; shed.go).
 	LoadShedding *ShedStats `json:"load_shedding,omitempty"`
+	// Diagnosis is the usual mistakes found in the traffic, each with what to do (diagnosis.go).
+	Diagnosis Diagnosis `json:"diagnosis"`
 }
 
 // StoreStats is the store's health as the gateway sees it.
@@ -561,6 +563,7 @@ func (s *Server) stats(w http.ResponseWriter, r *http.Request) {
 		st.Fleet = &f
 	}
 	st.LoadShedding = s.current.Load().shedStats()
+	st.Diagnosis = s.metrics.diag.snapshot(now, cfg, st.Fleet)
 	ctx, cancel := context.WithTimeout(r.Context(), time.Second)
 	defer cancel()
 	if err := s.ping(ctx); err != nil {

@@ -35,6 +35,14 @@ func (a APIKey) Validate() error {
 	return nil
 }
 
+// HeaderName is the header the key is read from.
+func (a APIKey) HeaderName() string {
+	if a.Header == "" {
+		return canonicalAPIKeyHeader
+	}
+	return a.Header
+}
+
 // Identify names the client whose key is in the header. An absent or empty header, or a key that
 // no client has, yields nothing.
 func (a APIKey) Identify(r Request) (Identity, bool) {

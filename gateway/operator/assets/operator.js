@@ -66,6 +66,67 @@
     }
   }
 
+  // The diagnosis (GET /v1/stats "diagnosis"): findings with what to do, and their evidence.
+  function rows(id, list, key, cells) {
+    list = list || [];
+    const tbody = $(id).tBodies[0];
+    tbody.replaceChildren();
+    if (list.length === 0) {
+      const td = cell(tbody.insertRow(), "none", "muted");
+      td.colSpan = $(id).tHead.rows[0].cells.length;
+    }
+    for (const x of list) {
+      const tr = tbody.insertRow();
+      tr.dataset.key = key(x);
+      const th = document.createElement("th");
+      th.scope = "row";
+      th.textContent = key(x);
+      tr.appendChild(th);
+      for (const [text, cls] of cells(x)) cell(tr, text, cls);
+    }
+  }
+
+  function renderDiagnosis(d) {
+    if (!d) return;
+    $("diag-note").textContent = "the usual mistakes found in the traffic, each with what to do; addresses and keys over the last " +
+      d.window_s + "–" + 2 * d.window_s + " s, in " + d.counters + " counters (a count is at most its ± over the truth, ± at most 1/" + d.counters_per_shard + " of the total)";
+    const ul = $("findings");
+    ul.replaceChildren();
+    if (d.findings.length === 0) {
+      const li = document.createElement("li");
+      li.className = "muted";
+      li.textContent = "nothing found";
+      ul.appendChild(li);
+    }
+    for (const f of d.findings) {
+      const li = document.createElement("li");
+      li.dataset.kind = f.kind;
+      li.dataset.subject = f.subject;
+      const b = document.createElement("strong");
+      b.textContent = f.kind.replaceAll("_", " ") + ": ";
+      const what = document.createElement("span");
+      what.textContent = f.summary + ". ";
+      const todo = document.createElement("span");
+      todo.className = "todo";
+      todo.textContent = "What to do: " + f.do + ".";
+      li.append(b, what, todo);
+      ul.appendChild(li);
+    }
+    const refusedOf = (h) => {
+      const m = new Map((h.by_refusals || []).map((x) => [x.key, x.count]));
+      return (x) => String(m.get(x.key) ?? 0);
+    };
+    const ra = refusedOf(d.addresses), rk = refusedOf(d.unknown_api_keys);
+    rows("diag-addresses", d.addresses.by_requests, (x) => x.key, (x) => [[String(x.count), "n"], [String(x.error), "n"], [ra(x), "n"]]);
+    rows("diag-keys", d.unknown_api_keys.by_requests, (x) => x.key, (x) => [[String(x.count), "n"], [String(x.error), "n"], [rk(x), "n"]]);
+    rows("diag-shared", d.shared_addresses, (x) => x.address, (x) => [[x.clients.join(", ") + (x.more ? ", …" : "")], [x.refused.join(", ") || "—"]]);
+    rows("diag-low", d.limit_too_low, (x) => x.client, (x) => [[x.policy], [x.limit + " / " + x.period, "n"], [String(x.refused), "n"],
+      [String(x.p95_demand), "n"], [String(x.suggested_limit), "n suggested"]]);
+    const ms = (x) => (x >= 100 ? x.toFixed(0) : x.toFixed(1));
+    rows("diag-retries", d.early_retriers, (x) => x.key, (x) => [[String(x.early_retries), "n"], [ms(x.mean_retry_after_refusal_ms), "n"],
+      [ms(x.mean_retry_after_given_ms), "n"]]);
+  }
+
   function render(st) {
     $("config").textContent = st.config;
     const store = $("store");
@@ -138,6 +199,7 @@
       cell(tr, String(c.abandoned), "n");
       cell(tr, when(c.retry_after_ends));
     }
+    renderDiagnosis(st.diagnosis); // last: the sections above do not wait on it
     document.body.dataset.updated = st.time;
   }
 
