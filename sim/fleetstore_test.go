@@ -121,7 +121,7 @@ func TestFleetBalance(t *testing.T) {
 		same = same && a[i] == c[i]
 	}
 	if same {
-		t.Error("seeds 1 and 2 dealt every request alike")
+		t.Error("--seed 1 and --seed 2 dealt every request alike")
 	}
 	for i, n := range deal(Fleet{Instances: 3, Stores: SeparateStores}) {
 		turn = turn && n == i%3+1
