@@ -206,6 +206,11 @@ func FuzzPolicy(f *testing.F) {
 				if c.cost <= p.Capacity() && p.Algorithm != LeakyBucket && withinClock(now, p) {
 					t.Fatalf("%+v: cost %d ≤ capacity at %d: %v", p, c.cost, now, c.err)
 				}
+			case errors.Is(c.err, ErrNoLease):
+				// A concurrency policy takes slots only under a lease (Acquire), never by Decide.
+				if p.Algorithm != Concurrency || c.cost <= 0 || c.d.Allowed {
+					t.Fatalf("%+v: cost %d: %+v with %v", p, c.cost, c.d, c.err)
+				}
 			default:
 				t.Fatalf("%+v: cost %d: unexpected error %v", p, c.cost, c.err)
 			}
