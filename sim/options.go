@@ -133,3 +133,20 @@ func CalendarPolicies(limit int64, c sluice.Calendar, loc *time.Location) []slui
 	}
 	return ps
 }
+
+// WindowName names the calendar window of c that starts at local time t, as the simulation's
+// outputs (the table, the page) show it: a day by its date in dayLayout (a time layout:
+// "2006-01-02", "Mon 2006-01-02"), a week by its Monday and ISO week number ("2026-12-28 (ISO
+// week 53)"), a month as 2028-02, a year as 2027.
+func WindowName(c sluice.Calendar, t time.Time, dayLayout string) string {
+	switch c {
+	case sluice.Week:
+		_, wk := t.ISOWeek()
+		return fmt.Sprintf("%s (ISO week %d)", t.Format("2006-01-02"), wk)
+	case sluice.Month:
+		return t.Format("2006-01")
+	case sluice.Year:
+		return t.Format("2006")
+	}
+	return t.Format(dayLayout)
+}

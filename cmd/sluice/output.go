@@ -536,18 +536,7 @@ func (s *simulation) windowsBegun(from, to int64, first bool) string {
 
 // windowName names the calendar window starting at local time t: 2026-03-29, the week of
 // 2026-12-28 (ISO week 53), 2028-02, 2027.
-func windowName(c sluice.Calendar, t time.Time) string {
-	switch c {
-	case sluice.Week:
-		_, wk := t.ISOWeek()
-		return fmt.Sprintf("%s (ISO week %d)", t.Format("2006-01-02"), wk)
-	case sluice.Month:
-		return t.Format("2006-01")
-	case sluice.Year:
-		return t.Format("2006")
-	}
-	return t.Format("2006-01-02")
-}
+func windowName(c sluice.Calendar, t time.Time) string { return sim.WindowName(c, t, "2006-01-02") }
 
 // windowEnd says, for the window algorithms, that a budget also ends with its window.
 func windowEnd(p sluice.Policy) string {

@@ -227,16 +227,7 @@ func windows(sc *Scenario, p sluice.Policy, end int64) []Window {
 // windowLabel names the calendar window starting at local time t: Sun 2026-03-29, the week of
 // 2026-12-28 (ISO week 53), 2028-02, 2027.
 func windowLabel(c sluice.Calendar, t time.Time) string {
-	switch c {
-	case sluice.Week:
-		_, wk := t.ISOWeek()
-		return fmt.Sprintf("%s (ISO week %d)", t.Format("2006-01-02"), wk)
-	case sluice.Month:
-		return t.Format("2006-01")
-	case sluice.Year:
-		return t.Format("2006")
-	}
-	return t.Format("Mon 2006-01-02")
+	return sim.WindowName(c, t, "Mon 2006-01-02")
 }
 
 // windowShort is windowLabel in a few characters.
