@@ -3,7 +3,6 @@ package gateway
 import (
 	"encoding/hex"
 	"fmt"
-	"hash/maphash"
 	"net/netip"
 	"slices"
 	"sort"
@@ -15,6 +14,7 @@ import (
 	"github.com/sluicehq/sluice/algorithm"
 	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/decision"
+	"github.com/sluicehq/sluice/internal/keyhash"
 )
 
 // The diagnosis (GET /v1/stats "diagnosis", the operator page): the usual mistakes of rate
@@ -100,7 +100,7 @@ func windowed(p sluice.Policy) bool {
 // sharedAddrs is, per network address, the configured clients seen from it lately: sharded by
 // address (so that identified requests seldom wait on one lock), sharedMaxAddrs in all.
 type sharedAddrs struct {
-	seed   maphash.Seed
+	hash   keyhash.Hasher
 	shards [sharedShards]addrShard
 }
 
@@ -113,7 +113,7 @@ type addrShard struct {
 }
 
 func newSharedAddrs() *sharedAddrs {
-	s := &sharedAddrs{seed: maphash.MakeSeed()}
+	s := &sharedAddrs{hash: keyhash.New()}
 	for i := range s.shards {
 		s.shards[i].m = map[netip.Addr]*addrClients{}
 	}
@@ -121,7 +121,8 @@ func newSharedAddrs() *sharedAddrs {
 }
 
 func (s *sharedAddrs) record(addr netip.Addr, client string, refused bool, now time.Time) {
-	s.shards[maphash.Comparable(s.seed, addr)%sharedShards].record(addr, client, refused, now)
+	a := addr.As16()
+	s.shards[s.hash.Bytes(a[:])%sharedShards].record(addr, client, refused, now)
 }
 
 func (s *sharedAddrs) shared(now time.Time) []SharedAddress {

@@ -1,11 +1,12 @@
 package gateway
 
 import (
-	"hash/maphash"
 	"sort"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/keyhash"
 )
 
 // topK finds the heaviest keys of a stream fed by clients (addresses, API-key hashes) in bounded
@@ -23,7 +24,7 @@ import (
 // is a sketch of its own over its keys, with the bounds above for its own N, and every key is in
 // one shard only, so a report is the shards' lists together.
 type topK struct {
-	seed   maphash.Seed
+	hash   keyhash.Hasher
 	shards [topKShards]topKShard
 }
 
@@ -56,7 +57,7 @@ type ssItem struct {
 
 // newTopK returns a sketch of k counters per shard and window.
 func newTopK(k int, window time.Duration) *topK {
-	t := &topK{seed: maphash.MakeSeed()}
+	t := &topK{hash: keyhash.New()}
 	for i := range t.shards {
 		t.shards[i].k, t.shards[i].window = k, window
 	}
@@ -65,7 +66,7 @@ func newTopK(k int, window time.Duration) *topK {
 
 // add counts key once at now, with aux added to its sums.
 func (t *topK) add(key string, now time.Time, aux [2]int64) {
-	sh := &t.shards[maphash.String(t.seed, key)%topKShards]
+	sh := &t.shards[t.hash.String(key)%topKShards]
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	sh.rotate(now)

@@ -33,3 +33,10 @@ func (k *Hasher) Strings(a, b string) uint64 {
 	h.WriteString(b)
 	return h.Sum64()
 }
+
+// Bytes returns the hash of b (a network address's 16 bytes, say).
+func (k *Hasher) Bytes(b []byte) uint64 {
+	h := k.h
+	h.Write(b)
+	return h.Sum64()
+}

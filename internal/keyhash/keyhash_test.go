@@ -19,6 +19,9 @@ func TestHasher(t *testing.T) {
 	if same == 5 {
 		t.Error("two Hashers hash alike: the key is not random")
 	}
+	if a.Bytes([]byte("customer-42")) != c.Bytes([]byte("customer-42")) || a.Bytes([]byte{192, 0, 2, 1}) == a.Bytes([]byte{192, 0, 2, 2}) {
+		t.Error("Bytes: a copy hashes differently, or two addresses alike")
+	}
 	if a.Strings("ab", "c") == a.Strings("a", "bc") {
 		t.Error(`Strings("ab", "c") == Strings("a", "bc")`)
 	}
