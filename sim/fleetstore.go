@@ -36,7 +36,7 @@ type Balance uint8
 
 const (
 	RoundRobin Balance = iota // in turn: 1, 2, …, N, 1, …
-	Random                    // each to an instance drawn at random (Fleet.Seed), uniformly
+	Random                    // each to an instance drawn at random (Fleet.Draw), uniformly
 )
 
 func (b Balance) String() string {
@@ -97,7 +97,7 @@ func (s *Session) buildFleet(policy sluice.Policy, keys int, f Fleet) error {
 		return fmt.Errorf("sim: unknown balance %d", uint8(f.Balance))
 	}
 	if f.Balance == Random {
-		s.rng = rand.New(rand.NewPCG(f.Seed, 0x5106ce))
+		s.rng = rand.New(rand.NewPCG(f.Draw, 0x5106ce))
 	}
 	newStore := func() *memory.Store {
 		return memory.New(memory.WithClock(s.clock), memory.WithMaxKeys(max(1, keys)*memory.DefaultShards))

@@ -48,7 +48,7 @@ func TestFleetSeparateVersusShared(t *testing.T) {
 			{SeparateStores, 300, 100},
 			{SharedStore, 100, -1},
 		} {
-			f := Fleet{Instances: 3, Stores: tc.stores, Balance: bal, Seed: 7}
+			f := Fleet{Instances: 3, Stores: tc.stores, Balance: bal, Draw: 7}
 			sum, b := runFleet(t, perMinute, f, partnersTraffic)
 			got := clientAllowed(b)
 			if got["buggy"] != tc.buggy || got["normal"] != 20 {
@@ -98,7 +98,7 @@ func perInstanceAllowed(t *testing.T, p sluice.Policy, f Fleet, key string) []in
 	return per
 }
 
-// Random balance is drawn from Fleet.Seed: the same number deals the same way, another differently,
+// Random balance is drawn from Fleet.Draw: the same number deals the same way, another differently,
 // and round robin deals in turn.
 func TestFleetBalance(t *testing.T) {
 	deal := func(f Fleet) []int {
@@ -109,19 +109,19 @@ func TestFleetBalance(t *testing.T) {
 		}
 		return got
 	}
-	a, b, c := deal(Fleet{Instances: 3, Balance: Random, Seed: 1}), deal(Fleet{Instances: 3, Balance: Random, Seed: 1}), deal(Fleet{Instances: 3, Balance: Random, Seed: 2})
+	a, b, c := deal(Fleet{Instances: 3, Balance: Random, Draw: 1}), deal(Fleet{Instances: 3, Balance: Random, Draw: 1}), deal(Fleet{Instances: 3, Balance: Random, Draw: 2})
 	if len(a) != 620 {
 		t.Fatalf("%d rows", len(a))
 	}
 	same, turn := true, true
 	for i := range a {
 		if a[i] != b[i] {
-			t.Fatalf("seed 1 dealt request %d to %d, then to %d", i+1, a[i], b[i])
+			t.Fatalf("draw 1 dealt request %d to %d, then to %d", i+1, a[i], b[i])
 		}
 		same = same && a[i] == c[i]
 	}
 	if same {
-		t.Error("--seed 1 and --seed 2 dealt every request alike")
+		t.Error("--draw 1 and --draw 2 dealt every request alike")
 	}
 	for i, n := range deal(Fleet{Instances: 3, Stores: SeparateStores}) {
 		turn = turn && n == i%3+1

@@ -46,7 +46,7 @@ type Fleet struct {
 	Budget    sluice.LocalBudget // each instance's budget of the policy; Size 0: none
 	Stores    StoreMode          // SharedStore (the default) or SeparateStores
 	Balance   Balance            // RoundRobin (the default) or Random
-	Seed      uint64             // with Random: the number the balancer's choices are drawn from
+	Draw      uint64             // with Random: the number the balancer's choices are drawn from
 	Outage    *Outage            // the shared store's outage; nil: none
 	// StoreLatency is each call's round trip to the shared store (0..1h, whole µs): a request
 	// reaches the backend that much later for each call its instance made to the store to

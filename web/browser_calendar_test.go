@@ -25,7 +25,7 @@ import (
 const calendarQuery = "traffic=72+in+72h&limit=10&calendar=day&time-zone=Europe/Berlin&start=2026-03-28T00:00:00%2B01:00"
 
 // 2 requests a second for 30 s, each charged 1 and settled at 1 to 20; 100 per 10 s.
-const settledQuery = "traffic=2/s+for+30s&limit=100&period=10s&burst=100&actual=1-20&seed=1"
+const settledQuery = "traffic=2/s+for+30s&limit=100&period=10s&burst=100&actual=1-20&draw=1"
 
 // setValue sets an input's or a select's value as a person choosing it does: an input event.
 func setValue(page browsertest.Simulation, id, value string) {
@@ -181,9 +181,9 @@ func TestBrowserSettledCosts(t *testing.T) {
 	}
 	page.Screenshot("web-simulation-settled")
 
-	// A fixed real cost needs no seed; a mistake is marked at its field.
+	// A fixed real cost needs no draw; a mistake is marked at its field.
 	page.Type("actual", "5")
-	fixed := strings.Replace(settledQuery, "actual=1-20&seed=1", "actual=5", 1)
+	fixed := strings.Replace(settledQuery, "actual=1-20&draw=1", "actual=5", 1)
 	page.WaitComplete(fixed)
 	page.Type("actual", "20-1")
 	page.Wait("the mistake marked", `document.getElementById('actual').getAttribute('aria-invalid') === 'true'`)
@@ -194,7 +194,7 @@ func TestBrowserSettledCosts(t *testing.T) {
 	// Real costs under a calendar: the two window algorithms settle on local days.
 	page.Type("actual", "1-20")
 	setValue(page, "calendar", "day")
-	daily := canonical(t, "traffic=2/s+for+30s&limit=100&calendar=day&actual=1-20&seed=1")
+	daily := canonical(t, "traffic=2/s+for+30s&limit=100&calendar=day&actual=1-20&draw=1")
 	page.Wait("the daily run", `document.getElementById('summary').dataset.query === `+browsertest.JSString(daily))
 	page.Click("#end")
 	got = page.WaitComplete(daily)

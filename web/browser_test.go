@@ -21,7 +21,7 @@ import (
 )
 
 // The first preset: 5/s for 10s, 40 in a second, 5/s for 10s; 5 a second, burst 40.
-const seedQuery = "traffic=5/s+for+10s%3B+40+in+1s%3B+5/s+for+10s&limit=5&period=1s&burst=40"
+const burstQuery = "traffic=5/s+for+10s%3B+40+in+1s%3B+5/s+for+10s&limit=5&period=1s&burst=40"
 
 // compareSummaries is what `sluice simulate --compare --format json` writes as each run's
 // summary, made by the code it makes it with: sim.Compare, and sim.Summary's JSON.
@@ -74,7 +74,7 @@ func TestBrowserLiveChange(t *testing.T) {
 	srv := httptest.NewServer(web.Handler())
 	defer srv.Close()
 	page := browsertest.Simulation{Tab: browsertest.NewTab(t, 1366, 900)}
-	page.Open(srv.URL + "/?" + seedQuery)
+	page.Open(srv.URL + "/?" + burstQuery)
 	if got := page.Value("traffic"); got != "5/s for 10s; 40 in 1s; 5/s for 10s" {
 		t.Fatalf("the pattern is %q", got)
 	}
@@ -84,7 +84,7 @@ func TestBrowserLiveChange(t *testing.T) {
 	}
 
 	page.Type("burst", "20")
-	final := canonical(t, strings.Replace(seedQuery, "burst=40", "burst=20", 1))
+	final := canonical(t, strings.Replace(burstQuery, "burst=40", "burst=20", 1))
 	page.Wait("the page to run the new burst", `document.getElementById('summary').dataset.query === `+browsertest.JSString(final))
 	if !page.Running() {
 		t.Error("changing a number stopped the clock")
@@ -132,7 +132,7 @@ func TestBrowserRestoresTheAddress(t *testing.T) {
 	defer srv.Close()
 	page := browsertest.Simulation{Tab: browsertest.NewTab(t, 1280, 900)}
 
-	query := "traffic=10/s+for+3s%3B+30+at+once%3B+2/s+for+5s&limit=4&period=500ms&burst=7&jitter=40ms&seed=9" +
+	query := "traffic=10/s+for+3s%3B+30+at+once%3B+2/s+for+5s&limit=4&period=500ms&burst=7&jitter=40ms&draw=9" +
 		"&fixed-window.period=1s&token-bucket.burst=12"
 	if canonical(t, query) != query {
 		t.Fatalf("the test's query is not canonical: %s", canonical(t, query))
@@ -140,7 +140,7 @@ func TestBrowserRestoresTheAddress(t *testing.T) {
 	page.Open(srv.URL + "/?" + query)
 	for id, want := range map[string]string{
 		"traffic": "10/s for 3s; 30 at once; 2/s for 5s", "limit": "4", "period": "500ms", "burst": "7",
-		"jitter": "40ms", "seed": "9", "fixed-window.period": "1s", "token-bucket.burst": "12",
+		"jitter": "40ms", "draw": "9", "fixed-window.period": "1s", "token-bucket.burst": "12",
 		"fixed-window.limit": "", "leaky-bucket.burst": "", "sliding-log.period": "",
 	} {
 		if got := page.Value(id); got != want {
@@ -230,9 +230,9 @@ func TestBrowserExportedFolder(t *testing.T) {
 			srv := httptest.NewServer(h)
 			defer srv.Close()
 			page := browsertest.Simulation{Tab: browsertest.NewTab(t, 1280, 900)}
-			page.Open(srv.URL + "/index.html?" + seedQuery)
+			page.Open(srv.URL + "/index.html?" + burstQuery)
 			page.Click("#end")
-			got := page.WaitComplete(seedQuery)
+			got := page.WaitComplete(burstQuery)
 			if d := compareSummaries(t, "5/s for 10s; 40 in 1s; 5/s for 10s", 5, time.Second, 40).Diff(got); d != "" {
 				t.Errorf("the exported page's summary differs from sluice simulate --compare's:\n%s", d)
 			}

@@ -209,7 +209,7 @@ type fleetJSON struct {
 	} `json:"local_budget,omitempty"` // none with --store and no --local-budget
 	Store   string      `json:"store,omitempty"`   // --store: separate or shared
 	Balance string      `json:"balance,omitempty"` // --store: round-robin or random
-	Seed    *uint64     `json:"seed,omitempty"`    // --balance random
+	Draw    *uint64     `json:"draw,omitempty"`    // --balance random
 	Outage  *outageJSON `json:"outage,omitempty"`
 	// --store-latency, if > 0
 	StoreLatencyMs json.Number `json:"store_latency_ms,omitempty"`
@@ -232,7 +232,7 @@ func newFleetJSON(f sim.Fleet, stores bool) fleetJSON {
 	if stores {
 		j.Store, j.Balance = f.Stores.String(), f.Balance.String()
 		if f.Balance == sim.Random {
-			j.Seed = &f.Seed
+			j.Draw = &f.Draw
 		}
 		if f.StoreLatency > 0 {
 			j.StoreLatencyMs = json.Number(sim.FormatMillis(f.StoreLatency.Microseconds()))

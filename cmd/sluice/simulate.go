@@ -72,7 +72,7 @@ A fleet, --instances N --store separate|shared: the policy also runs on N instan
 load balancer, each with its own memory store (separate: each counts only the requests it sees,
 as store: memory on several instances) or all on one store (shared: as on Redis), beside one
 instance alone. --balance round-robin (default) deals the requests in turn, random to an
-instance drawn from --seed N (default 1). The table ends with what passed to the backend per
+instance drawn from --draw N (default 1). The table ends with what passed to the backend per
 instance and per client; JSON adds "per_instance":[{"instance":1,"summary":{...}},...] and
 "per_client":[{"key":"buggy","summary":{...}},...]. With --store shared only:
   --store-latency D   each call to the store is a round trip of D: decisions are the same, and
@@ -151,7 +151,7 @@ type simulateOptions struct {
 	actual    []int64 // read with --trace: its real costs (nil: none)
 	stores    string  // --store: separate or shared (see simulate_fleet.go)
 	balance   string
-	seed      uint64
+	draw      uint64
 	outage    string
 	onError   string
 	latency   durationValue
@@ -190,7 +190,7 @@ func newSimulateCommand(stdin io.Reader) *cobra.Command {
 	f.Var(&o.maxAge, "budget-max-age", "with --local-budget: how long a budget may be spent from, a Go duration `D` ≥ 1ms (default --period, or the calendar window)")
 	f.StringVar(&o.stores, "store", "", "run --instances instances behind a load balancer, each with its own memory store (`MODE` separate) or sharing one (shared)")
 	f.StringVar(&o.balance, "balance", "round-robin", "with --store: how the load balancer deals the requests, `HOW`: round-robin or random")
-	f.Uint64Var(&o.seed, "seed", 1, "with --balance random: the `N` its choices are drawn from")
+	f.Uint64Var(&o.draw, "draw", 1, "with --balance random: the `N` its choices are drawn from")
 	f.Var(&o.latency, "store-latency", "with --store shared: each call's round trip to the store, a Go duration `D` (e.g. 2ms): how much later requests reach the backend")
 	f.StringVar(&o.outage, "outage", "", "with --store shared: the store fails from one virtual time to another, `FROM-TO` (Go durations: 1m-2m)")
 	f.StringVar(&o.onError, "on-error", "closed", "with --outage: what each instance does while the store is down, `MODE` open, closed or local")
@@ -356,7 +356,7 @@ func (o *simulateOptions) fleet(changed func(string) bool, policies []sluice.Pol
 	if changed("store") {
 		return o.storeFleet(changed, policies)
 	}
-	for _, f := range []string{"balance", "seed", "store-latency", "outage", "on-error"} {
+	for _, f := range []string{"balance", "draw", "store-latency", "outage", "on-error"} {
 		if changed(f) {
 			return nil, fmt.Errorf("--%s needs --store separate or shared: it is about a fleet of instances behind a load balancer", f)
 		}

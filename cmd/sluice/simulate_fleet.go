@@ -11,7 +11,7 @@ import (
 	"github.com/sluicehq/sluice/sim"
 )
 
-// storeFleet returns the fleet of --store, --instances, --balance, --seed, --outage and
+// storeFleet returns the fleet of --store, --instances, --balance, --draw, --outage and
 // --on-error (with --local-budget, budgets on the shared store), checked flag by flag.
 func (o *simulateOptions) storeFleet(changed func(string) bool, policies []sluice.Policy) (*sim.Fleet, error) {
 	var f sim.Fleet
@@ -47,11 +47,11 @@ func (o *simulateOptions) storeFleet(changed func(string) bool, policies []sluic
 	switch o.balance {
 	case "round-robin":
 		f.Balance = sim.RoundRobin
-		if changed("seed") {
-			return nil, errors.New("--seed needs --balance random: round robin deals in turn")
+		if changed("draw") {
+			return nil, errors.New("--draw needs --balance random: round robin deals in turn")
 		}
 	case "random":
-		f.Balance, f.Seed = sim.Random, o.seed
+		f.Balance, f.Draw = sim.Random, o.draw
 	default:
 		return nil, fmt.Errorf("--balance %s: want round-robin or random", o.balance)
 	}
@@ -182,7 +182,7 @@ func (s *simulation) describeFleet(w io.Writer) {
 	f := s.fleet
 	how := "dealt in turn (round robin)"
 	if f.Balance == sim.Random {
-		how = fmt.Sprintf("each to an instance drawn at random (seed %d)", f.Seed)
+		how = fmt.Sprintf("each to an instance drawn at random (draw %d)", f.Draw)
 	}
 	stores := "each with its own memory store: each counts only the requests it sees"
 	if f.Stores == sim.SharedStore {

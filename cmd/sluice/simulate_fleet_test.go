@@ -29,7 +29,7 @@ type fleetDoc struct {
 		Instances   int             `json:"instances"`
 		Store       string          `json:"store"`
 		Balance     string          `json:"balance"`
-		Seed        *uint64         `json:"seed"`
+		Draw        *uint64         `json:"draw"`
 		LocalBudget json.RawMessage `json:"local_budget"`
 		Outage      *struct {
 			FromMs  float64 `json:"from_ms"`
@@ -73,7 +73,7 @@ func TestSimulateStoreSeparateVersusShared(t *testing.T) {
 		buggy int64
 	}{{"separate", 300}, {"shared", 100}} {
 		doc := fleetJSONOf(t, fleetArgs("--store", tc.store)...)
-		if doc.Fleet.Instances != 3 || doc.Fleet.Store != tc.store || doc.Fleet.Balance != "round-robin" || doc.Fleet.Seed != nil ||
+		if doc.Fleet.Instances != 3 || doc.Fleet.Store != tc.store || doc.Fleet.Balance != "round-robin" || doc.Fleet.Draw != nil ||
 			doc.Fleet.LocalBudget != nil || doc.Fleet.Outage != nil {
 			t.Errorf("--store %s: fleet %+v", tc.store, doc.Fleet)
 		}
@@ -122,8 +122,8 @@ func TestSimulateStoreSeparateVersusShared(t *testing.T) {
 		}
 	}
 	// Random balance: the same numbers (each instance still sees over 100 of the buggy partner's).
-	doc := fleetJSONOf(t, fleetArgs("--store", "separate", "--balance", "random", "--seed", "42")...)
-	if doc.Fleet.Balance != "random" || doc.Fleet.Seed == nil || *doc.Fleet.Seed != 42 || doc.PerClient[0].Summary.Allowed != 300 {
+	doc := fleetJSONOf(t, fleetArgs("--store", "separate", "--balance", "random", "--draw", "42")...)
+	if doc.Fleet.Balance != "random" || doc.Fleet.Draw == nil || *doc.Fleet.Draw != 42 || doc.PerClient[0].Summary.Allowed != 300 {
 		t.Errorf("random: fleet %+v, buggy %+v", doc.Fleet, doc.PerClient[0].Summary)
 	}
 }
@@ -176,7 +176,7 @@ func TestSimulateStoreBadFlags(t *testing.T) {
 		{[]string{"--store", "both"}, "--store both: want separate"},
 		{[]string{"--store", "shared", "--instances", "0"}, "--instances 0: must be from 1 to 64"},
 		{[]string{"--store", "shared", "--balance", "least-conn"}, "--balance least-conn: want round-robin or random"},
-		{[]string{"--store", "shared", "--seed", "3"}, "--seed needs --balance random"},
+		{[]string{"--store", "shared", "--draw", "3"}, "--draw needs --balance random"},
 		{[]string{"--balance", "random"}, "--balance needs --store"},
 		{[]string{"--outage", "1m-2m"}, "--outage needs --store"},
 		{[]string{"--store", "separate", "--outage", "1m-2m"}, "--outage 1m-2m needs --store shared"},

@@ -6,7 +6,7 @@
 (() => {
   const ALGORITHMS = ["fixed-window", "sliding-log", "sliding-window", "token-bucket", "leaky-bucket"];
   const TAKES_BURST = new Set(["token-bucket", "leaky-bucket"]);
-  const SHARED_KEYS = ["traffic", "jitter", "seed", "actual", "limit", "period", "burst", "calendar", "time-zone", "start", "instances", "store"];
+  const SHARED_KEYS = ["traffic", "jitter", "draw", "actual", "limit", "period", "burst", "calendar", "time-zone", "start", "instances", "store"];
   // The algorithms that count by the calendar (sim.CalendarAlgorithms): with a calendar, only they run.
   const CALENDAR = new Set(["fixed-window", "sliding-window"]);
   const OWN_KEYS = ["limit", "period", "burst"];
@@ -693,8 +693,8 @@
       }
     });
     $("generate").addEventListener("click", generate);
-    $("new-seed").addEventListener("click", () => {
-      $("seed").value = String(Math.floor(Math.random() * 1e9));
+    $("new-draw").addEventListener("click", () => {
+      $("draw").value = String(Math.floor(Math.random() * 1e9));
       if (!$("jitter").value.trim() || $("jitter").value.trim() === "0") $("jitter").value = "50ms";
       run();
     });

@@ -10,7 +10,7 @@ import (
 // JSON, beside its baseline, sim.Compare on the same requests (the decisions alone).
 func BenchmarkRun(b *testing.B) {
 	for _, tc := range []struct{ name, query string }{
-		{"burst-140", seedQuery},
+		{"burst-140", burstQuery},
 		{"steady-36000", "traffic=100/s+for+6m&limit=90&period=1s&burst=40"},
 	} {
 		sc, errs := Parse(tc.query)

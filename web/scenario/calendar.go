@@ -19,7 +19,7 @@ const (
 	KeyCalendar = "calendar"  // none, day, week, month or year
 	KeyTimeZone = "time-zone" // an IANA zone; with a calendar only; default UTC
 	KeyStart    = "start"     // RFC 3339: the instant the virtual clock's 0 stands for
-	KeyActual   = "actual"    // each request's real cost: "7", or a range "1-20" drawn from the scenario's random stream (Scenario.Seed)
+	KeyActual   = "actual"    // each request's real cost: "7", or a range "1-20" drawn from the scenario's random stream (Scenario.Draw)
 )
 
 // DefaultStart is the start of a calendar scenario that gives none: local midnight of this day
@@ -70,13 +70,13 @@ func parseActual(text string) (Actual, string) {
 	return Actual{Min: a, Max: b, Set: true}, ""
 }
 
-// actualStream is the PCG stream of the real costs (the text "actual" as a number): with Seed,
+// actualStream is the PCG stream of the real costs (the text "actual" as a number): with Draw,
 // it fixes every draw, and it is not the jitter's, so that changing one does not move the other.
 const actualStream = 0x61637475616c
 
 // Actuals returns the real cost of each of n requests in time order (sim.Options.Actual), nil
 // without Actual. With a range, the i-th is Min + floor(x_i · (Max-Min+1) / 2^64) for the i-th
-// output x_i of math/rand/v2's PCG seeded (Seed, 0x61637475616c).
+// output x_i of math/rand/v2's PCG started from (Draw, 0x61637475616c).
 func (sc *Scenario) Actuals(n int) []int64 {
 	a := sc.Actual
 	if !a.Set {
@@ -90,7 +90,7 @@ func (sc *Scenario) Actuals(n int) []int64 {
 		return out
 	}
 	span := uint64(a.Max-a.Min) + 1 // ≤ 2^53 + 1
-	rng := rand.NewPCG(sc.Seed, actualStream)
+	rng := rand.NewPCG(sc.Draw, actualStream)
 	for i := range out {
 		x, _ := bits.Mul64(rng.Uint64(), span)
 		out[i] = a.Min + int64(x)

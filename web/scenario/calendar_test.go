@@ -23,7 +23,7 @@ import (
 const calendarQuery = "traffic=72+in+72h&limit=10&calendar=day&time-zone=Europe/Berlin&start=2026-03-28T00:00:00%2B01:00"
 
 // Tokens: 2 requests a second for 30 s, each charged 1 and settled at 1 to 20; 100 per 10 s.
-const settledQuery = "traffic=2/s+for+30s&limit=100&period=10s&burst=100&actual=1-20&seed=1"
+const settledQuery = "traffic=2/s+for+30s&limit=100&period=10s&burst=100&actual=1-20&draw=1"
 
 func berlin(t *testing.T) *time.Location {
 	t.Helper()
@@ -69,8 +69,8 @@ func TestParseCalendar(t *testing.T) {
 		// A start without a calendar moves the clock's 0 (a period's windows stay on Unix time's).
 		{"traffic=1+at+once&limit=5&period=7s&start=2026-03-28T12:00:00.5%2B05:30", "traffic=1+at+once&limit=5&period=7s&burst=0&start=2026-03-28T12:00:00.5%2B05:30"},
 		{"traffic=1+at+once&limit=5&period=1s&actual=7", "traffic=1+at+once&limit=5&period=1s&burst=0&actual=7"},
-		{"traffic=1+at+once&limit=5&period=1s&actual=+3+-+30+&seed=9", "traffic=1+at+once&limit=5&period=1s&burst=0&actual=3-30&seed=9"},
-		{"traffic=1+at+once&limit=5&period=1s&actual=4-4&seed=9", "traffic=1+at+once&limit=5&period=1s&burst=0&actual=4"},
+		{"traffic=1+at+once&limit=5&period=1s&actual=+3+-+30+&draw=9", "traffic=1+at+once&limit=5&period=1s&burst=0&actual=3-30&draw=9"},
+		{"traffic=1+at+once&limit=5&period=1s&actual=4-4&draw=9", "traffic=1+at+once&limit=5&period=1s&burst=0&actual=4"},
 	} {
 		sc := mustParse(t, tc.query)
 		if got := sc.Encode(); got != tc.encoded {
@@ -82,9 +82,9 @@ func TestParseCalendar(t *testing.T) {
 // Every calendar and settled scenario's address reads back as the same scenario.
 func TestEncodeRoundTripCalendarAndActual(t *testing.T) {
 	for _, q := range []string{calendarQuery, settledQuery,
-		"traffic=1+at+once&limit=5&calendar=week&time-zone=Australia/Lord_Howe&sliding-window.limit=2&seed=3&jitter=1s",
-		"traffic=1+at+once&limit=5&period=1s&actual=0-9007199254740992&seed=3",
-		"traffic=1+at+once&limit=5&calendar=month&time-zone=Asia/Tokyo&actual=0-9007199254740992&seed=3",
+		"traffic=1+at+once&limit=5&calendar=week&time-zone=Australia/Lord_Howe&sliding-window.limit=2&draw=3&jitter=1s",
+		"traffic=1+at+once&limit=5&period=1s&actual=0-9007199254740992&draw=3",
+		"traffic=1+at+once&limit=5&calendar=month&time-zone=Asia/Tokyo&actual=0-9007199254740992&draw=3",
 		"traffic=1+at+once&limit=5&calendar=year",
 		"traffic=1+at+once&limit=5&period=1s&start=1969-12-31T23:59:59.999999Z&actual=0",
 	} {
@@ -255,9 +255,9 @@ func TestSettledRunMatchesCompare(t *testing.T) {
 	if len(res.Actual) != 60 || !slices.Equal(res.Actual, sc.Actuals(60)) {
 		t.Fatalf("%d real costs", len(res.Actual))
 	}
-	// Golden: the same seed must give the same costs in every Go version (links stay valid).
+	// Golden: the same draw must give the same costs in every Go version (links stay valid).
 	if got := res.Actual[:5]; !slices.Equal(got, []int64{8, 13, 10, 19, 17}) {
-		t.Errorf("seed 1's first real costs are %v: the generator changed, and old links with it", got)
+		t.Errorf("draw 1's first real costs are %v: the generator changed, and old links with it", got)
 	}
 	for _, a := range res.Actual {
 		if a < 1 || a > 20 {
@@ -265,15 +265,15 @@ func TestSettledRunMatchesCompare(t *testing.T) {
 		}
 	}
 	other := sc
-	other.Seed = 2
+	other.Draw = 2
 	if slices.Equal(other.Actuals(60), res.Actual) {
-		t.Error("Seed 1 and Seed 2 gave the same real costs")
+		t.Error("Draw 1 and Draw 2 gave the same real costs")
 	}
 	// The real costs do not move a jittered scenario's requests (their own stream).
-	jit := mustParse(t, "traffic=10/s+for+2s&limit=5&period=1s&jitter=300ms&seed=42&actual=1-20")
+	jit := mustParse(t, "traffic=10/s+for+2s&limit=5&period=1s&jitter=300ms&draw=42&actual=1-20")
 	jr, _ := jit.Requests()
 	if got := []int64{jr[0].TMicros, jr[1].TMicros, jr[19].TMicros}; !slices.Equal(got, []int64{85818, 201120, 2059711}) {
-		t.Errorf("with real costs, seed 42's first times are %v", got)
+		t.Errorf("with real costs, draw 42's first times are %v", got)
 	}
 
 	// The trace the page offers reads back as the requests and their real costs.
@@ -302,7 +302,7 @@ func TestSettledRunMatchesCompare(t *testing.T) {
 		}
 	}
 	// Settling at the real costs lets fewer through than charging 1 each would.
-	plain := mustRun(t, mustParse(t, strings.Replace(settledQuery, "&actual=1-20&seed=1", "", 1)))
+	plain := mustRun(t, mustParse(t, strings.Replace(settledQuery, "&actual=1-20&draw=1", "", 1)))
 	if plain.Runs[0].Summary.Allowed != 60 || res.Runs[0].Summary.Allowed >= 60 {
 		t.Errorf("fixed-window allows %d settled, %d unsettled", res.Runs[0].Summary.Allowed, plain.Runs[0].Summary.Allowed)
 	}
@@ -406,10 +406,10 @@ func TestCommandsReproduceTheCLI(t *testing.T) {
 	bin := sluiceBinary(t)
 	defer os.RemoveAll(filepath.Dir(bin))
 	for _, q := range []string{calendarQuery, settledQuery,
-		"traffic=5/s+for+30s&limit=40&calendar=week&time-zone=Europe/Berlin&start=2026-12-31T23:59:50%2B01:00&sliding-window.limit=60&seed=5&jitter=100ms",
-		"traffic=5/s+for+30s&limit=40&period=7s&burst=50&start=2026-12-31T23:59:50%2B01:00&token-bucket.limit=60&actual=0-3&seed=5&jitter=100ms",
+		"traffic=5/s+for+30s&limit=40&calendar=week&time-zone=Europe/Berlin&start=2026-12-31T23:59:50%2B01:00&sliding-window.limit=60&draw=5&jitter=100ms",
+		"traffic=5/s+for+30s&limit=40&period=7s&burst=50&start=2026-12-31T23:59:50%2B01:00&token-bucket.limit=60&actual=0-3&draw=5&jitter=100ms",
 		// Model tokens by the day across Berlin's short one: settled on calendar windows.
-		"traffic=1+in+26h%3B+20+in+1h%3B+5+in+20h&limit=100&calendar=day&time-zone=Europe/Berlin&start=2026-03-28T00:00:00%2B01:00&actual=0-12&seed=3",
+		"traffic=1+in+26h%3B+20+in+1h%3B+5+in+20h&limit=100&calendar=day&time-zone=Europe/Berlin&start=2026-03-28T00:00:00%2B01:00&actual=0-12&draw=3",
 	} {
 		res := mustRun(t, mustParse(t, q))
 		dir := t.TempDir()

@@ -8,11 +8,11 @@ import (
 // Any address parses without a panic, and a scenario's address is canonical: the scenario it
 // reads back as has the same address.
 func FuzzParseEncode(f *testing.F) {
-	f.Add(seedQuery)
+	f.Add(burstQuery)
 	for _, p := range Presets {
 		f.Add(p.Query)
 	}
-	f.Add("traffic=1+at+once&limit=1&period=1ms&burst=0&jitter=1us&seed=18446744073709551615&sliding-log.limit=3&token-bucket.burst=2")
+	f.Add("traffic=1+at+once&limit=1&period=1ms&burst=0&jitter=1us&draw=18446744073709551615&sliding-log.limit=3&token-bucket.burst=2")
 	f.Add("traffic=5/s for 1s;;&limit=9007199254740992&period=1h0m0.5s&leaky-bucket.period=90s")
 	f.Add("?traffic=%zz&limit=&fixed-window.burst=1")
 	f.Fuzz(func(t *testing.T, query string) {

@@ -49,6 +49,6 @@ var Presets = []Preset{
 		Description: "2 requests a second for 30 s; each is charged 1 token up front and settled at its real cost, 1 to 20 " +
 			"tokens, once served. The limit is 100 tokens per 10 s: charged 1 each, all 60 would pass; settled at their " +
 			"real costs, about half do — a larger cost takes the balance below zero, and the next requests wait.",
-		Query: "traffic=2/s+for+30s&limit=100&period=10s&burst=100&actual=1-20&seed=1",
+		Query: "traffic=2/s+for+30s&limit=100&period=10s&burst=100&actual=1-20&draw=1",
 	},
 }

@@ -36,7 +36,7 @@ const MaxRequests = 200_000
 type Scenario struct {
 	Traffic string        // a sim.ParseTraffic pattern, normalised: "5/s for 10s; 40 in 1s"
 	Jitter  time.Duration // each request arrives up to Jitter later than the pattern says; 0: none
-	Seed    uint64        // the jitter's random seed, so that a jittered scenario is reproducible
+	Draw    uint64        // the number the jitter (and real costs) are drawn from, so that a run is reproducible
 
 	// The shared policy, as `sluice simulate --compare` takes it: Burst goes to the token bucket
 	// (its capacity; 0 means Limit) and the leaky bucket (its queue room) only.
@@ -137,7 +137,7 @@ func (e Errors) Error() string {
 const (
 	KeyTraffic = "traffic"
 	KeyJitter  = "jitter"
-	KeySeed    = "seed"
+	KeyDraw    = "draw"
 	KeyLimit   = "limit"
 	KeyPeriod  = "period"
 	KeyBurst   = "burst"
@@ -188,13 +188,13 @@ func Parse(query string) (Scenario, Errors) {
 		}
 		sc.Jitter = d
 	}
-	sc.Seed = 1
-	if text, ok := get(KeySeed); ok && text != "" {
+	sc.Draw = 1
+	if text, ok := get(KeyDraw); ok && text != "" {
 		n, err := strconv.ParseUint(text, 10, 64)
 		if err != nil {
-			fail(KeySeed, "%q is not a whole number from 0 to 18446744073709551615", text)
+			fail(KeyDraw, "%q is not a whole number from 0 to 18446744073709551615", text)
 		}
-		sc.Seed = n
+		sc.Draw = n
 	}
 
 	// The shared policy: each number is required, as the command line requires it.
@@ -298,7 +298,7 @@ func Parse(query string) (Scenario, Errors) {
 func mentionsScenario(values url.Values) bool {
 	for k := range values {
 		switch k {
-		case KeyTraffic, KeyJitter, KeySeed, KeyLimit, KeyPeriod, KeyBurst, KeyCalendar, KeyTimeZone, KeyStart, KeyActual, KeyInstances, KeyStore:
+		case KeyTraffic, KeyJitter, KeyDraw, KeyLimit, KeyPeriod, KeyBurst, KeyCalendar, KeyTimeZone, KeyStart, KeyActual, KeyInstances, KeyStore:
 			return true
 		}
 		if name, _, ok := strings.Cut(k, "."); ok {
@@ -379,7 +379,7 @@ func (sc *Scenario) Encode() string {
 		put(KeyJitter, formatDuration(sc.Jitter))
 	}
 	if sc.Jitter > 0 || sc.Actual.Min != sc.Actual.Max {
-		put(KeySeed, strconv.FormatUint(sc.Seed, 10))
+		put(KeyDraw, strconv.FormatUint(sc.Draw, 10))
 	}
 	if sc.Instances > 1 {
 		put(KeyInstances, strconv.Itoa(sc.Instances))
@@ -402,14 +402,14 @@ func (sc *Scenario) Encode() string {
 
 func formatDuration(d time.Duration) string { return sim.FormatDuration(int64(d / time.Microsecond)) }
 
-// jitterStream is the PCG stream of the jitter (the text "sluice" as a number): with Seed,
+// jitterStream is the PCG stream of the jitter (the text "sluice" as a number): with Draw,
 // it fixes every offset.
 const jitterStream = 0x736c75696365
 
 // Requests returns the scenario's requests: the pattern's, each moved later by its jitter if
 // any. The i-th request's offset is floor(x_i · Jitter / 2^64) µs for the i-th output x_i of
-// math/rand/v2's PCG seeded (Seed, 0x736c75696365); the requests are then put back in time order
-// (a stable sort, so the same seed always gives the same order). Errors name the field at fault.
+// math/rand/v2's PCG started from (Draw, 0x736c75696365); the requests are then put back in time order
+// (a stable sort, so the same draw always gives the same order). Errors name the field at fault.
 func (sc *Scenario) Requests() ([]sim.Request, Errors) {
 	reqs, err := sim.ParseTraffic(sc.Traffic)
 	switch {
@@ -424,7 +424,7 @@ func (sc *Scenario) Requests() ([]sim.Request, Errors) {
 		return reqs, nil
 	}
 	jitter := uint64(sc.Jitter / time.Microsecond)
-	rng := rand.NewPCG(sc.Seed, jitterStream)
+	rng := rand.NewPCG(sc.Draw, jitterStream)
 	for i := range reqs {
 		offset, _ := bits.Mul64(rng.Uint64(), jitter)
 		reqs[i].TMicros += int64(offset)

@@ -14,7 +14,7 @@ import (
 	"github.com/sluicehq/sluice/sim"
 )
 
-const seedQuery = "traffic=5/s+for+10s%3B+40+in+1s%3B+5/s+for+10s&limit=5&period=1s&burst=40"
+const burstQuery = "traffic=5/s+for+10s%3B+40+in+1s%3B+5/s+for+10s&limit=5&period=1s&burst=40"
 
 func mustParse(t *testing.T, query string) Scenario {
 	t.Helper()
@@ -35,9 +35,9 @@ func mustRun(t *testing.T, sc Scenario) *Result {
 }
 
 func TestParse(t *testing.T) {
-	sc := mustParse(t, "?traffic=+5/s+for+10s;40  in 1s%3B&limit=5&period=1000ms&burst=40&jitter=20ms&seed=7"+
+	sc := mustParse(t, "?traffic=+5/s+for+10s;40  in 1s%3B&limit=5&period=1000ms&burst=40&jitter=20ms&draw=7"+
 		"&token-bucket.burst=0&leaky-bucket.limit=10&fixed-window.period=2s&utm_source=x")
-	want := Scenario{Traffic: "5/s for 10s; 40 in 1s", Jitter: 20 * time.Millisecond, Seed: 7,
+	want := Scenario{Traffic: "5/s for 10s; 40 in 1s", Jitter: 20 * time.Millisecond, Draw: 7,
 		Limit: 5, Period: time.Second, Burst: 40}
 	want.Own[0] = Override{Period: 2 * time.Second}
 	want.Own[3] = Override{OwnBurst: true}
@@ -45,7 +45,7 @@ func TestParse(t *testing.T) {
 	if !reflect.DeepEqual(sc, want) {
 		t.Errorf("Parse:\n got %+v\nwant %+v", sc, want)
 	}
-	if got := sc.Encode(); got != "traffic=5/s+for+10s%3B+40+in+1s&limit=5&period=1s&burst=40&jitter=20ms&seed=7"+
+	if got := sc.Encode(); got != "traffic=5/s+for+10s%3B+40+in+1s&limit=5&period=1s&burst=40&jitter=20ms&draw=7"+
 		"&fixed-window.period=2s&token-bucket.burst=0&leaky-bucket.limit=10" {
 		t.Errorf("Encode: %s", got)
 	}
@@ -68,7 +68,7 @@ func TestParse(t *testing.T) {
 
 // Every scenario's address reads back as the same scenario.
 func TestEncodeRoundTrip(t *testing.T) {
-	queries := []string{seedQuery, "traffic=1+at+once&limit=1&period=1ms&burst=0&jitter=1us&seed=18446744073709551615" +
+	queries := []string{burstQuery, "traffic=1+at+once&limit=1&period=1ms&burst=0&jitter=1us&draw=18446744073709551615" +
 		"&sliding-log.limit=3&sliding-window.period=1h&leaky-bucket.burst=1000&token-bucket.limit=2"}
 	for _, p := range Presets {
 		queries = append(queries, p.Query)
@@ -104,7 +104,7 @@ func TestPresets(t *testing.T) {
 			t.Errorf("Parse(%q) = %q, want the first preset", q, sc.Encode())
 		}
 	}
-	if Presets[0].Query != seedQuery {
+	if Presets[0].Query != burstQuery {
 		t.Errorf("the first preset is %q, want 5/s, then 40 in a second", Presets[0].Query)
 	}
 }
@@ -123,7 +123,7 @@ func TestParseErrors(t *testing.T) {
 		{"traffic=1+at+once&limit=5&period=1000001ns", []string{"period: 1000001ns must be a whole number of microseconds"}},
 		{"traffic=1+at+once&limit=5&period=1s&burst=-1", []string{"burst: -1 must be ≥ 0"}},
 		{"traffic=1+at+once&limit=5&period=1s&jitter=-1s", []string{"jitter: -1s must be ≥ 0"}},
-		{"traffic=1+at+once&limit=5&period=1s&seed=x", []string{`seed: "x" is not a whole number`}},
+		{"traffic=1+at+once&limit=5&period=1s&draw=x", []string{`draw: "x" is not a whole number`}},
 		{"traffic=1+at+once&limit=5&period=1s&fixed-window.burst=3", []string{"fixed-window.burst: fixed-window takes no burst"}},
 		{"traffic=1+at+once&limit=5&period=1s&token-bucket.limit=0&sliding-log.period=0s", []string{
 			"sliding-log.period: 0s must be ≥ 1ms", "token-bucket.limit: 0 must be ≥ 1"}},
@@ -165,7 +165,7 @@ func TestRunErrors(t *testing.T) {
 // The page's summaries are those of `sluice simulate --compare` (sim.Compare), and its buckets add
 // up to them; the state it plots is the limiter's.
 func TestRunMatchesCompare(t *testing.T) {
-	for _, q := range append([]string{seedQuery}, Presets[1].Query, Presets[2].Query) {
+	for _, q := range append([]string{burstQuery}, Presets[1].Query, Presets[2].Query) {
 		sc := mustParse(t, q)
 		res := mustRun(t, sc)
 		reqs, _ := sim.ParseTraffic(sc.Traffic)
@@ -222,7 +222,7 @@ func TestRunMatchesCompare(t *testing.T) {
 // The state the first preset plots, at a few instants: requests at a boundary count before the
 // peek there.
 func TestRunLevels(t *testing.T) {
-	res := mustRun(t, mustParse(t, seedQuery))
+	res := mustRun(t, mustParse(t, burstQuery))
 	if res.WidthMicros != 200_000 || res.Buckets != 145 {
 		t.Fatalf("timeline of %d buckets of %d µs, want 145 of 200 ms (20.8 s of traffic, then 8.2 s for the leaky bucket to drain)", res.Buckets, res.WidthMicros)
 	}
@@ -273,16 +273,16 @@ func TestTimeline(t *testing.T) {
 	}
 }
 
-// Jitter is reproducible from its seed, keeps requests in order, and moves each by less than it.
+// Jitter is reproducible from its draw, keeps requests in order, and moves each by less than it.
 func TestJitter(t *testing.T) {
-	sc := mustParse(t, "traffic=10/s+for+2s&limit=5&period=1s&jitter=300ms&seed=42")
+	sc := mustParse(t, "traffic=10/s+for+2s&limit=5&period=1s&jitter=300ms&draw=42")
 	a, errs := sc.Requests()
 	if errs != nil {
 		t.Fatal(errs)
 	}
 	b, _ := sc.Requests()
 	if !reflect.DeepEqual(a, b) {
-		t.Fatal("the same seed gave different requests")
+		t.Fatal("the same draw gave different requests")
 	}
 	plain, _ := sim.ParseTraffic(sc.Traffic)
 	if !slices.IsSortedFunc(a, func(x, y sim.Request) int { return int(x.TMicros - y.TMicros) }) {
@@ -294,14 +294,14 @@ func TestJitter(t *testing.T) {
 			t.Errorf("request %d at %d µs, want within 300 ms after %d", k, a[k].TMicros, plain[k].TMicros)
 		}
 	}
-	// Golden: the same seed must give the same times in every Go version (links stay valid).
+	// Golden: the same draw must give the same times in every Go version (links stay valid).
 	if got := []int64{a[0].TMicros, a[1].TMicros, a[19].TMicros}; !slices.Equal(got, []int64{85818, 201120, 2059711}) {
-		t.Errorf("seed 42's first times are %v: the jitter's generator changed, and old links with it", got)
+		t.Errorf("draw 42's first times are %v: the jitter's generator changed, and old links with it", got)
 	}
-	sc.Seed = 43
+	sc.Draw = 43
 	c, _ := sc.Requests()
 	if reflect.DeepEqual(a, c) {
-		t.Error("Seed 42 and Seed 43 gave the same requests")
+		t.Error("Draw 42 and Draw 43 gave the same requests")
 	}
 
 	// The trace the page offers is what `sluice simulate --trace` reads back.
@@ -317,7 +317,7 @@ func TestCommands(t *testing.T) {
 		query string
 		want  []string
 	}{
-		{seedQuery, []string{"sluice simulate --compare --limit 5 --period 1s --burst 40 --traffic '5/s for 10s; 40 in 1s; 5/s for 10s'"}},
+		{burstQuery, []string{"sluice simulate --compare --limit 5 --period 1s --burst 40 --traffic '5/s for 10s; 40 in 1s; 5/s for 10s'"}},
 		{"traffic=1+at+once&limit=5&period=1s&jitter=1ms", []string{"sluice simulate --compare --limit 5 --period 1s --burst 0 --trace trace.csv"}},
 		{"traffic=1+at+once&limit=5&period=1m30s&token-bucket.burst=3", []string{
 			"sluice simulate --algorithm fixed-window --limit 5 --period 1m30s --traffic '1 at once'",
@@ -338,7 +338,7 @@ func TestCommands(t *testing.T) {
 }
 
 func TestJSON(t *testing.T) {
-	res := mustRun(t, mustParse(t, seedQuery))
+	res := mustRun(t, mustParse(t, burstQuery))
 	var doc struct {
 		Query    string   `json:"query"`
 		Commands []string `json:"commands"`
@@ -359,7 +359,7 @@ func TestJSON(t *testing.T) {
 	if err := json.Unmarshal(res.JSON(), &doc); err != nil {
 		t.Fatalf("the result is not JSON: %v", err)
 	}
-	if doc.Query != seedQuery || doc.Requests != 140 || doc.Buckets != res.Buckets || doc.EndUs != res.EndMicros() || len(doc.Runs) != 5 {
+	if doc.Query != burstQuery || doc.Requests != 140 || doc.Buckets != res.Buckets || doc.EndUs != res.EndMicros() || len(doc.Runs) != 5 {
 		t.Errorf("result: %+v", doc)
 	}
 	for i, r := range doc.Runs {
