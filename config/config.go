@@ -25,6 +25,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/shed"
 )
 
 // Defaults of the fields that have one.
@@ -231,7 +232,10 @@ type Route struct {
 	Policy     []string // if set, replaces the client's policies on this route
 	Scope      string   // if set, the route's requests count under this name instead of the policy's
 	After      *After   // if set, the cost is settled once the upstream's response is known (after.go)
-	Line       int
+	// Priority, if set, is load shedding's priority of every request on this route, whoever sends
+	// it, over its client's (config/shed.go); it needs load_shedding.
+	Priority *shed.Priority
+	Line     int
 
 	own    *resolution  // Policy resolved, scope applied; nil if Policy is empty
 	scoped []resolution // Scope without Policy: per client index, the default last

@@ -17,6 +17,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/algorithm"
+	"github.com/sluicehq/sluice/shed"
 )
 
 // refs remembers what the file refers to, checked once every policy is known.
@@ -25,6 +26,7 @@ type refs struct {
 	scope map[*Route]*yaml.Node // where each route's scope is written
 	cost  map[*Route]*yaml.Node // where each route's cost is written (absent: the default)
 	route map[*Route]string     // each route's path, for errors
+	prio  map[*Route]*yaml.Node // where each route's priority is written
 }
 
 // refList is one list of policy names and where its resolution goes.
@@ -458,6 +460,16 @@ func (p *parser) routes(n *yaml.Node, c *Config, r *refs) {
 			}
 		}
 		rt.After = p.after(m, path, rt)
+		if n := p.get(m, "priority"); n != nil {
+			r.prio[rt] = n
+			if s, ok := p.str(n, path, "priority"); ok {
+				if pr, ok := shed.ParsePriority(s); ok {
+					rt.Priority = &pr
+				} else {
+					p.errorf(n, path, nil, "priority %q must be low, normal or high (load shedding's order)", s)
+				}
+			}
+		}
 		c.Routes = append(c.Routes, rt)
 	})
 }

@@ -76,7 +76,7 @@ var (
 	ipFields       = []string{"trusted_proxies", "ipv4_prefix", "ipv6_prefix", "forwarded_header"}
 	policyFields   = []string{"name", "algorithm", "limit", "period", "burst", "dry_run", "key_by", "local_budget", "calendar", "time_zone", "lease"}
 	clientFields   = []string{"name", "api_key_sha256", "jwt_subject", "policy"}
-	routeFields    = []string{"method", "path_prefix", "cost", "policy", "scope", "cost_from", "count_only", "refund_on"}
+	routeFields    = []string{"method", "path_prefix", "cost", "policy", "scope", "cost_from", "count_only", "refund_on", "priority"}
 	limitsFields   = []string{"max_delay", "legacy_headers"}
 	serverFields   = []string{"body_timeout", "body_min_rate", "drain_timeout"}
 	rlsFields      = []string{"listen", "envoy_config"}
@@ -157,7 +157,7 @@ func (p *parser) config(root *yaml.Node) *Config {
 	}
 	c.Identity = p.identity(m)
 
-	r := refs{scope: map[*Route]*yaml.Node{}, cost: map[*Route]*yaml.Node{}, route: map[*Route]string{}}
+	r := refs{scope: map[*Route]*yaml.Node{}, cost: map[*Route]*yaml.Node{}, route: map[*Route]string{}, prio: map[*Route]*yaml.Node{}}
 	c.policies = map[string]*Policy{}
 	if n := p.get(m, "policies"); n != nil {
 		p.policies(n, c)
@@ -174,6 +174,7 @@ func (p *parser) config(root *yaml.Node) *Config {
 	if n := p.get(m, "load_shedding"); n != nil {
 		c.LoadShedding = p.loadShedding(n, c) // (config/shed.go)
 	}
+	p.routePriorities(c, &r)
 	if n := p.get(m, "limits"); n != nil {
 		p.limits(n, &c.Limits)
 	}

@@ -36,8 +36,12 @@ const (
 
 var loadSheddingFields = []string{"min_limit", "max_limit", "window", "baseline_window", "tolerance", "slack", "retry_after", "default_priority", "priorities"}
 
-// Priority returns the priority of a request of client (its configured name, or "anonymous").
-func (l *LoadShedding) Priority(client string) shed.Priority {
+// Priority returns the priority of a request of client (its configured name, or "anonymous")
+// on route (nil: none): the route's, if it has one, whoever sends it; else the client's.
+func (l *LoadShedding) Priority(client string, route *Route) shed.Priority {
+	if route != nil && route.Priority != nil {
+		return *route.Priority
+	}
 	if client == reservedClientName {
 		return l.Anonymous
 	}
@@ -162,6 +166,18 @@ func (p *parser) loadShedding(n *yaml.Node, c *Config) *LoadShedding {
 		}
 	}
 	return l
+}
+
+// routePriorities refuses a route's priority without load_shedding: it would order nothing.
+func (p *parser) routePriorities(c *Config, r *refs) {
+	if c.LoadShedding != nil {
+		return
+	}
+	for _, rt := range c.Routes {
+		if n := r.prio[rt]; n != nil {
+			p.errorf(n, r.route[rt], nil, "priority orders what load shedding sheds first, and there is no load_shedding section")
+		}
+	}
 }
 
 // clientNames lists the configured clients for an error.

@@ -23,7 +23,7 @@ func TestLoadShedding(t *testing.T) {
 	}
 	l := cfg.LoadShedding
 	want := shed.Params{MinLimit: 4, MaxLimit: 1000, Window: time.Second, BaselineWindow: time.Minute, Tolerance: 2, Slack: 5 * time.Millisecond}
-	if l == nil || l.Params != want || l.RetryAfter != time.Second || l.Priority("anonymous") != shed.Low || l.Priority("partner-a") != shed.Normal {
+	if l == nil || l.Params != want || l.RetryAfter != time.Second || l.Priority("anonymous", nil) != shed.Low || l.Priority("partner-a", nil) != shed.Normal {
 		t.Fatalf("defaults: %+v", l)
 	}
 	if cfg, _ := parseTest(t, up); cfg.LoadShedding != nil {
@@ -49,7 +49,7 @@ func TestLoadShedding(t *testing.T) {
 		t.Fatalf("%+v", l)
 	}
 	for client, p := range map[string]shed.Priority{"partner-a": shed.High, "partner-b": shed.Low, "anonymous": shed.Normal} {
-		if got := l.Priority(client); got != p {
+		if got := l.Priority(client, nil); got != p {
 			t.Errorf("%s: %v, want %v", client, got, p)
 		}
 	}
@@ -97,5 +97,68 @@ func TestLoadSheddingErrors(t *testing.T) {
 	}
 	if _, err := parseTest(t, "listen: \"\"\n"+shedClients+"load_shedding: {}\n"); err == nil || !strings.Contains(err.Error(), "no proxy listener") {
 		t.Errorf("load_shedding without a proxy: %v", err)
+	}
+}
+
+// TestRoutePriority: a route's priority is every request's on it, whoever sends it (it lowers a
+// high client and raises anonymous); without one the client's stands. A bad one, and one without
+// load_shedding, are errors at their line.
+func TestRoutePriority(t *testing.T) {
+	cfg, err := parseTest(t, up+shedClients+`routes:
+  - {path_prefix: /reports, priority: low}
+  - {path_prefix: /checkout, method: POST, priority: high}
+  - {path_prefix: /other}
+load_shedding:
+  priorities: {partner-a: high}
+`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := cfg.LoadShedding
+	route := func(method, path string) *Route {
+		rt, _ := cfg.Route(method, path)
+		return rt
+	}
+	for _, c := range []struct {
+		client, method, path string
+		want                 shed.Priority
+	}{
+		{"partner-a", "GET", "/reports/2026", shed.Low},
+		{"anonymous", "POST", "/checkout", shed.High},
+		{"anonymous", "GET", "/checkout", shed.Low}, // the route is POST's only
+		{"partner-a", "GET", "/other", shed.High},
+		{"partner-b", "GET", "/other", shed.Normal},
+		{"partner-b", "GET", "/elsewhere", shed.Normal},
+	} {
+		if got := l.Priority(c.client, route(c.method, c.path)); got != c.want {
+			t.Errorf("%s %s %s: %v, want %v", c.client, c.method, c.path, got, c.want)
+		}
+	}
+	for _, c := range []struct {
+		name, yaml string
+		line       int
+		words      []string
+	}{
+		{"unknown priority", "routes:\n  - {path_prefix: /a, priority: urgent}\nload_shedding: {}\n", 7,
+			[]string{`routes[0] "/a"`, `priority "urgent" must be low, normal or high`}},
+		{"not a string", "routes:\n  - path_prefix: /a\n    priority: [low]\nload_shedding: {}\n", 8, []string{"priority"}},
+		{"without load_shedding", "routes:\n  - {path_prefix: /a}\n  - {path_prefix: /b, priority: low}\n", 8,
+			[]string{`routes[1] "/b"`, "priority orders what load shedding sheds first, and there is no load_shedding section"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			cfg, err := parseTest(t, up+shedClients+c.yaml)
+			var errs Errors
+			if !errors.As(err, &errs) || cfg != nil || len(errs) != 1 {
+				t.Fatalf("got %v, %v; want one error", cfg, err)
+			}
+			if errs[0].Line != c.line {
+				t.Errorf("at line %d, want %d: %v", errs[0].Line, c.line, errs[0])
+			}
+			for _, w := range c.words {
+				if !strings.Contains(errs[0].Error(), w) {
+					t.Errorf("%q does not say %q", errs[0].Error(), w)
+				}
+			}
+		})
 	}
 }

@@ -45,6 +45,8 @@ type Request struct {
 	// After, if not nil, settles the cost once the upstream's response is known (Finish): the
 	// route's cost_from, count_only and refund_on.
 	After *config.After
+	// Route is the request's route (nil: none): load shedding reads its priority.
+	Route *config.Route
 	// Releases: the front end calls ReleaseSlots when the response ends, so the slots of
 	// concurrency policies are renewed until then (slots.go); else they last one lease time.
 	Releases bool

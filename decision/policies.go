@@ -103,7 +103,7 @@ func (p *Policies) resolve(who identity.Identity, r identity.Request, claims []s
 	}
 	req := Request{Who: who, Client: name, Limits: limits, Cost: cost}
 	if route != nil {
-		req.After = route.After
+		req.After, req.Route = route.After, route
 	}
 	return req
 }

@@ -74,7 +74,7 @@ func newShedder(cfg *config.Config, metrics *Metrics) *shedder {
 
 // admit takes a slot for req, or counts it shed and returns the answer to send.
 func (s *shedder) admit(req *decision.Request) (answer.Problem, bool) {
-	p := s.cfg.Priority(req.Client)
+	p := s.cfg.Priority(req.Client, req.Route)
 	if s.lim.Acquire(p, time.Now()) {
 		return answer.Problem{}, true
 	}

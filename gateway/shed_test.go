@@ -339,3 +339,88 @@ func TestShedReload(t *testing.T) {
 		t.Fatalf("without load_shedding: %d", code)
 	}
 }
+
+// TestShedRoutePriority: on each engine, a route's priority is what load shedding orders by,
+// over the client's. With the limit fixed at 4 (low may fill 2, high 4) and two anonymous
+// requests held on a high route, an anonymous request elsewhere (low) and partner-a's (a high
+// client) on a low route are shed, while partner-a's elsewhere is admitted.
+func TestShedRoutePriority(t *testing.T) {
+	forEachEngine(t, func(t *testing.T, engine string) {
+		arrived, gate := make(chan struct{}, 8), make(chan struct{})
+		var once sync.Once
+		open := func() { once.Do(func() { close(gate) }) }
+		up := &upstream{count: map[string]int{}}
+		up.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Query().Get("hold") != "" {
+				arrived <- struct{}{}
+				select {
+				case <-gate:
+				case <-r.Context().Done():
+				}
+			}
+			io.WriteString(w, "ok")
+		}))
+		t.Cleanup(func() { open(); up.Close() })
+		gw, srv := start(t, engine, strings.ReplaceAll(`upstream: UPSTREAM
+identity: [api_key: {header: X-API-Key}]
+clients:
+  - {name: partner-a, api_key_sha256: KEY_A}
+routes:
+  - {path_prefix: /checkout, priority: high}
+  - {path_prefix: /reports, priority: low}
+load_shedding: {min_limit: 4, max_limit: 4, priorities: {partner-a: high}}
+`, "KEY_A", sum("key-a")), up)
+		t.Cleanup(open) // (before the server's Close, which waits for the held requests)
+		admin := httptest.NewServer(srv.Admin())
+		t.Cleanup(admin.Close)
+		done := make(chan int, 3)
+		hold := func(path string) {
+			go func() {
+				resp, err := http.Get(gw.URL + path)
+				if err != nil {
+					done <- -1
+					return
+				}
+				io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				done <- resp.StatusCode
+			}()
+			select {
+			case <-arrived:
+			case <-time.After(10 * time.Second):
+				t.Fatalf("%s did not reach the upstream", path)
+			}
+		}
+		hold("/checkout?hold=1")
+		hold("/checkout?hold=2") // anonymous, but on a high route: admitted with 1 in flight of low's 2
+		for _, c := range []struct {
+			path, key string
+			want      int
+		}{
+			{"/other", "", 503},           // anonymous (low) with 2 in flight: shed
+			{"/reports/q3", "key-a", 503}, // partner-a is high, but the route is low: shed
+			{"/other", "key-a", 200},      // partner-a elsewhere: high, admitted (3 of 4)
+			{"/checkout", "", 200},        // anonymous on the high route: admitted
+			{"/reports/q3?x=1", "", 503},  // and on the low route: shed
+			{"/reports/q4", "key-a", 503}, // (a second, to count)
+		} {
+			var headers []string
+			if c.key != "" {
+				headers = []string{"X-API-Key", c.key}
+			}
+			if resp := get(t, gw.URL+c.path, headers...); resp.StatusCode != c.want {
+				t.Fatalf("%s as %q: %d, want %d", c.path, c.key, resp.StatusCode, c.want)
+			}
+		}
+		st := stats(t, admin.URL).LoadShedding
+		if st == nil || st.InFlight != 2 || st.Shed["low"] != 4 || st.Shed["high"] != 0 || st.Admitted["high"] != 4 || st.Admitted["low"] != 0 {
+			t.Fatalf("/v1/stats load_shedding: %+v", st)
+		}
+		open()
+		for range 2 {
+			if code := <-done; code != 200 {
+				t.Fatalf("a held request: %d", code)
+			}
+		}
+	})
+}
