@@ -249,8 +249,8 @@ func TestFleetKeys(t *testing.T) {
 	// The defaults are left out of the address; with one instance the balance is dropped too.
 	for in, out := range map[string]string{
 		traffic + "&instances=3&store=shared&balance=round-robin&store-latency=0s&on-error=": traffic + "&instances=3&store=shared",
-		traffic + "&instances=3&store=shared&outage=+1m+-+2m+":                              traffic + "&instances=3&store=shared&outage=1m-2m&on-error=closed",
-		traffic + "&instances=1&balance=random":                                             traffic,
+		traffic + "&instances=3&store=shared&outage=+1m+-+2m+":                               traffic + "&instances=3&store=shared&outage=1m-2m&on-error=closed",
+		traffic + "&instances=1&balance=random":                                              traffic,
 	} {
 		sc, errs := Parse(in)
 		if errs != nil || sc.Encode() != out {
