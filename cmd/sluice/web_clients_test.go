@@ -188,6 +188,9 @@ func TestWebPageClientsMatchSimulate(t *testing.T) {
 		if line := pageText(page, "#card-fixed-window .clients"); line != "Let through: buggy "+tc.buggy+" of 600 · normal 20 of 20" {
 			t.Errorf("%s: fixed-window's card says %q", tc.store, line)
 		}
+		if title := pageText(page, "#card-fixed-window .level-title"); title != "Count in the current window — client buggy" {
+			t.Errorf("%s: fixed-window's state plot is titled %q", tc.store, title)
+		}
 		if cmds := pageText(page, "#commands"); cmds != "sluice simulate --compare --limit 100 --period 1m --burst 0 --instances 3 --store "+
 			tc.store+" --traffic '"+pattern+"' --format json" {
 			t.Errorf("%s: the page's command line: %q", tc.store, cmds)

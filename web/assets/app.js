@@ -475,7 +475,9 @@
       note.textContent = off ? `${card.alg} has no calendar: it counts by a period only. With a calendar, ` +
         "fixed-window and sliding-window run, as sluice simulate --compare --calendar does." : "";
       card.el.querySelector(".balance").hidden = off || !r.actual;
-      card.el.querySelector(".level-title").textContent = LEVEL[card.alg].title + (r.actual ? " (after each settlement)" : "");
+      // With several clients, each has its own state: the plot is the first one's.
+      card.el.querySelector(".level-title").textContent = LEVEL[card.alg].title + (r.actual ? " (after each settlement)" : "") +
+        (r.clients ? ` — client ${r.clients[0]}` : "");
       if (off) {
         card.raw = null;
         card.el.querySelector(".description").textContent = "";
