@@ -1,14 +1,15 @@
 package sim
 
 import (
+	"cmp"
 	"fmt"
-	"sort"
+	"slices"
 	"strings"
 )
 
 // clientName splits a segment that starts a client's own pattern, "NAME: segment", into the
 // name (letters, digits, _ . -) and the rest; ok is false for any other segment. (By hand, not a
-// package-level regexp: the browser simulation, which never parses clients, then links none.)
+// package-level regexp, which the browser simulation, parsing clients too, would then link.)
 func clientName(text string) (name, rest string, ok bool) {
 	name, rest, ok = strings.Cut(text, ":")
 	name = strings.TrimSpace(name)
@@ -83,6 +84,7 @@ func ParseClientTraffic(pattern string) ([]Request, error) {
 		all = append(all, reqs...)
 	}
 	// Stable: requests at one instant keep their clients' order, each client's in its own order.
-	sort.SliceStable(all, func(i, j int) bool { return all[i].TMicros < all[j].TMicros })
+	// (slices, not sort.SliceStable: it keeps the browser simulation's WebAssembly smaller.)
+	slices.SortStableFunc(all, func(a, b Request) int { return cmp.Compare(a.TMicros, b.TMicros) })
 	return all, nil
 }

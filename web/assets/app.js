@@ -6,10 +6,13 @@
 (() => {
   const ALGORITHMS = ["fixed-window", "sliding-log", "sliding-window", "token-bucket", "leaky-bucket"];
   const TAKES_BURST = new Set(["token-bucket", "leaky-bucket"]);
-  const SHARED_KEYS = ["traffic", "jitter", "draw", "actual", "limit", "period", "burst", "calendar", "time-zone", "start", "instances", "store"];
+  const SHARED_KEYS = ["traffic", "jitter", "draw", "actual", "limit", "period", "burst", "calendar", "time-zone", "start", "instances", "store",
+    "balance", "store-latency", "outage", "on-error"];
   // The algorithms that count by the calendar (sim.CalendarAlgorithms): with a calendar, only they run.
   const CALENDAR = new Set(["fixed-window", "sliding-window"]);
   const OWN_KEYS = ["limit", "period", "burst"];
+  // Run.Level and Run.DrainMicros where the shared store was down (scenario.NoLevel).
+  const NO_LEVEL = -1;
 
   // What each algorithm's state plot shows (see scenario.Run.Level).
   const LEVEL = {
@@ -123,8 +126,18 @@
     for (const el of scenarioInputs()) {
       el.value = params.get(el.name) ?? "";
     }
-    if (!$("store").value) $("store").value = "shared"; // a select has no empty choice
+    // A select has no empty choice: an address without the key means the default.
+    if (!$("store").value) $("store").value = "shared";
+    if (!$("balance").value) $("balance").value = "round-robin";
+    if (!$("on-error").value) $("on-error").value = "closed";
     syncCalendar();
+    syncOutage();
+  }
+
+  // syncOutage enables On error only with an outage: without one the store never fails, and
+  // the scenario takes no failure mode.
+  function syncOutage() {
+    $("on-error").disabled = $("outage").value.trim() === "";
   }
 
   // syncCalendar enables the inputs that the calendar choice leaves meaningful: with a calendar,
@@ -462,7 +475,9 @@
       note.textContent = off ? `${card.alg} has no calendar: it counts by a period only. With a calendar, ` +
         "fixed-window and sliding-window run, as sluice simulate --compare --calendar does." : "";
       card.el.querySelector(".balance").hidden = off || !r.actual;
-      card.el.querySelector(".level-title").textContent = LEVEL[card.alg].title + (r.actual ? " (after each settlement)" : "");
+      // With several clients, each has its own state: the plot is the first one's.
+      card.el.querySelector(".level-title").textContent = LEVEL[card.alg].title + (r.actual ? " (after each settlement)" : "") +
+        (r.clients ? ` — client ${r.clients[0]}` : "");
       if (off) {
         card.raw = null;
         card.el.querySelector(".description").textContent = "";
@@ -480,9 +495,9 @@
       card.ymax.traffic = Math.max(1, ...run.offered);
       card.ymax.level = Math.max(run.capacity, ...run.level);
       if (card.delay) {
-        card.delayMs = run.drain_us.map((us) => us / 1000);
+        card.delayMs = run.drain_us.map((us) => (us === NO_LEVEL ? null : us / 1000));
         card.maxDelayMs = run.max_delay_us.map((us, i) => (run.delayed[i] ? us / 1000 : null));
-        card.ymax.delay = Math.max(1, ...card.delayMs, ...card.maxDelayMs.filter((v) => v != null));
+        card.ymax.delay = Math.max(1, ...card.delayMs.filter((v) => v != null), ...card.maxDelayMs.filter((v) => v != null));
       }
     });
   }
@@ -499,7 +514,8 @@
     if (!run) return;
     const n = card.x.length; // buckets + 1: the series per bucket have a null at the end
     card.traffic.setData([card.x, reveal(run.offered, k, n), reveal(run.allowed, k, n), reveal(run.delayed, k, n)]);
-    card.level.setData([card.x, reveal(run.level, k + 1, n), card.x.map(() => run.capacity)]);
+    // A gap where the shared store was down (scenario.NoLevel): there was no state to read.
+    card.level.setData([card.x, reveal(run.level, k + 1, n).map((v) => (v === NO_LEVEL ? null : v)), card.x.map(() => run.capacity)]);
     if (state.result.actual) {
       // The balance the settlements leave: what could still pass now (the token bucket's tokens,
       // else the room under the ceiling); 0 while the client is in debt.
@@ -525,8 +541,17 @@
   // ---- Summary, commands, presets -------------------------------------------------------------
 
   const FIELDS = ["offered", "allowed", "percent", "refused", "delayed", "never", "offered_cost", "allowed_cost", "max_delay_ms", "total_delay_ms",
-    "settled", "settled_cost", "actual_cost"];
+    "settled", "settled_cost", "actual_cost", "fallback.open", "fallback.local", "fallback.closed", "max_latency_ms", "total_latency_ms"];
   const SETTLED_FIELDS = new Set(["settled", "settled_cost", "actual_cost"]);
+  const OUTAGE_FIELDS = new Set(["fallback.open", "fallback.local", "fallback.closed"]);
+  const LATENCY_FIELDS = new Set(["max_latency_ms", "total_latency_ms"]);
+
+  // field reads a summary's field: "fallback.open" is s.fallback.open (the JSON leaves the
+  // object out until a request was decided without the store). undefined if the JSON has none.
+  function field(s, f) {
+    const [a, b] = f.split(".");
+    return b ? (s[a] ? s[a][b] : undefined) : s[a];
+  }
 
   // buildSummary makes a row for each algorithm that ran, in the run's order.
   function buildSummary() {
@@ -545,6 +570,8 @@
         if (f === "percent") td.className = "derived";
         else td.dataset.col = f;
         if (SETTLED_FIELDS.has(f)) td.classList.add("settled-col");
+        if (OUTAGE_FIELDS.has(f)) td.classList.add("outage-col");
+        if (LATENCY_FIELDS.has(f)) td.classList.add("latency-col");
         tr.append(td);
       }
       // What each instance of a fleet let through (not a summary field: data-instances, not data-field).
@@ -555,6 +582,75 @@
     }
     $("summary").classList.toggle("settled", !!r.actual);
     $("summary").classList.toggle("fleet", !!r.instances);
+    $("summary").classList.toggle("outage", !!r.outage);
+    $("summary").classList.toggle("latency", !!r.store_latency_us);
+    buildClients();
+  }
+
+  // buildClients makes, when the traffic names clients, a row per algorithm and client.
+  function buildClients() {
+    const r = state.result;
+    const body = $("clients").tBodies[0];
+    body.replaceChildren();
+    $("clients-box").hidden = !r.clients;
+    $("clients").classList.toggle("fleet", !!r.instances);
+    for (const card of state.cards.values()) card.el.querySelector(".clients").hidden = !r.clients;
+    if (!r.clients) return;
+    for (const run of r.runs) {
+      for (const key of r.clients) {
+        const tr = document.createElement("tr");
+        tr.dataset.algorithm = run.algorithm;
+        tr.dataset.client = key;
+        for (const text of [run.algorithm, key]) {
+          const th = document.createElement("th");
+          th.scope = "row";
+          th.textContent = text;
+          tr.append(th);
+        }
+        for (const f of ["offered", "allowed", "percent", "refused", "instances"]) {
+          const td = document.createElement("td");
+          if (f === "percent") td.className = "derived";
+          else if (f === "instances") td.className = "fleet-col";
+          else td.dataset.field = f;
+          tr.append(td);
+        }
+        body.append(tr);
+      }
+    }
+  }
+
+  // updateClients fills the per-client table and each card's line with the first k buckets'
+  // counts: what each client got, in all and per instance.
+  function updateClients(k) {
+    const r = state.result;
+    if (!r.clients) return;
+    const all = JSON.parse(globalThis.sluice.clients(k));
+    const rows = $("clients").tBodies[0].rows;
+    let i = 0;
+    r.runs.forEach((run, j) => {
+      for (const c of all[j]) {
+        for (const td of rows[i].cells) {
+          if (td.tagName !== "TD") continue;
+          if (td.dataset.field) td.textContent = String(c[td.dataset.field]);
+          else if (td.classList.contains("derived")) td.textContent = c.offered ? (100 * c.allowed / c.offered).toFixed(1) + "%" : "–";
+          else {
+            td.dataset.instances = c.instances.join(",");
+            td.textContent = c.instances.length ? c.instances.map((n, m) => `${m + 1}: ${n}`).join(" · ") : "–";
+          }
+        }
+        i++;
+      }
+      const card = state.cards.get(run.algorithm);
+      if (card) {
+        card.el.querySelector(".clients").textContent = "Let through: " +
+          all[j].map((c) => `${c.key} ${c.allowed.toLocaleString("en")} of ${c.offered.toLocaleString("en")}`).join(" · ");
+      }
+    });
+    const table = $("clients");
+    table.dataset.complete = String(k === r.buckets);
+    table.dataset.query = r.query;
+    $("clients-caption").textContent = "Per client: what each one got — each client has its own quota" +
+      (r.instances ? "; allowed per instance is what each instance passed to the backend for it" : "");
   }
 
   function updateSummary(k) {
@@ -575,9 +671,9 @@
           td.textContent = counts.length ? counts.map((n, j) => `${j + 1}: ${n}`).join(" · ") : "–";
         } else if (td.classList.contains("derived")) {
           td.textContent = s.offered ? (100 * s.allowed / s.offered).toFixed(1) + "%" : "–";
-        } else if (td.dataset.col in s) {
+        } else if (field(s, td.dataset.col) !== undefined) {
           td.dataset.field = td.dataset.col;
-          td.textContent = String(s[td.dataset.col]);
+          td.textContent = String(field(s, td.dataset.col));
         } else {
           delete td.dataset.field;
           td.textContent = "–";
@@ -592,7 +688,11 @@
       ? `Totals of the whole run: ${r.requests.toLocaleString("en")} requests`
       : `Totals of the requests before ${duration(k * r.width_us)} (the clock's end: ${duration(r.end_us)})`) +
       (r.actual ? `; settled: the approved requests, each charged 1 up front (estimated) and settled at its real cost, ${r.actual} (actual)` : "") +
-      (r.instances ? `; ${r.instances} instances, ${r.store === "separate" ? "each with its own store" : "sharing one store"}: allowed is what all of them passed to the backend` : "");
+      (r.instances ? `; ${r.instances} instances${r.balance === "random" ? " (balanced at random, draw " + r.draw + ")" : ""}, ` +
+        `${r.store === "separate" ? "each with its own store" : "sharing one store"}: allowed is what all of them passed to the backend` : "") +
+      (r.store_latency_us ? `; each call to the store takes ${duration(r.store_latency_us)} (wait: how much later the requests reach the backend)` : "") +
+      (r.outage ? `; the store is down from ${duration(r.outage.from_us)} to ${duration(r.outage.to_us)}, the instances failing ${r.outage.on_error} (store down: the requests decided so)` : "");
+    updateClients(k);
   }
 
   function updateCommands() {
@@ -678,6 +778,7 @@
     document.addEventListener("input", (e) => {
       if (names.has(e.target.name) && e.target.form && e.target.form.id === "scenario") {
         if (e.target.id === "calendar") syncCalendar();
+        if (e.target.id === "outage") syncOutage();
         scheduleRun();
       }
     });

@@ -186,11 +186,7 @@ func hasCalendar(a sluice.Algorithm) bool {
 
 // Options are the sim.Options of the scenario's runs (Start, the fleet; the real costs are per run).
 func (sc *Scenario) Options() sim.Options {
-	o := sim.Options{Start: sc.Start}
-	if sc.Instances > 1 {
-		o.Fleet = &sim.Fleet{Instances: sc.Instances, Stores: sc.Stores}
-	}
-	return o
+	return sim.Options{Start: sc.Start, Fleet: sc.fleet()}
 }
 
 // Window is one calendar window on the timeline, in virtual µs: [StartMicros, EndMicros).

@@ -15,6 +15,7 @@ func FuzzParseEncode(f *testing.F) {
 	f.Add("traffic=1+at+once&limit=1&period=1ms&burst=0&jitter=1us&draw=18446744073709551615&sliding-log.limit=3&token-bucket.burst=2")
 	f.Add("traffic=5/s for 1s;;&limit=9007199254740992&period=1h0m0.5s&leaky-bucket.period=90s")
 	f.Add("?traffic=%zz&limit=&fixed-window.burst=1")
+	f.Add("traffic=a:+1+at+once%3Bb:+2/s+for+1s&limit=1&period=1s&instances=2&store=shared&balance=random&store-latency=1ms&outage=0s-1s&on-error=open")
 	f.Fuzz(func(t *testing.T, query string) {
 		sc, errs := Parse(query)
 		for _, e := range errs {

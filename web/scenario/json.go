@@ -22,6 +22,10 @@ import (
 //	 "windows": [{"start_us": 0, "end_us": 86400000000, "label": "Sat 2026-03-28, 24h",
 //	              "short": "Sat 28", "length": "24h"}, ...],
 //	 "actual": "1-20",                       with real costs only
+//	 "instances": 3, "store": "shared",      with a fleet only, and of its options those set:
+//	 "balance": "random", "draw": 7, "store_latency_us": 2000,
+//	 "outage": {"from_us": 20000000, "to_us": 40000000, "on_error": "local"},
+//	 "clients": ["buggy", "normal"],         when the traffic names clients (ClientsJSON)
 //	 "runs": [{"algorithm": "fixed-window",   (with a calendar: fixed-window and sliding-window only)
 //	           "policy": {"algorithm": ..., "limit": ..., "period_ms": ..., "burst": ...},
 //	                     (with a calendar: "calendar" and "time_zone" instead of "period_ms")
@@ -93,6 +97,33 @@ func (r *Result) JSON() []byte {
 		b = append(b, `,"store":"`...)
 		b = append(b, sc.Stores.String()...)
 		b = append(b, '"')
+		if sc.Balance == sim.Random {
+			b = append(b, `,"balance":"random","draw":`...)
+			b = strconv.AppendUint(b, sc.Draw, 10)
+		}
+		if sc.StoreLatency > 0 {
+			b = append(b, `,"store_latency_us":`...)
+			b = strconv.AppendInt(b, sc.StoreLatency.Microseconds(), 10)
+		}
+		if o := sc.Outage; o != nil {
+			b = append(b, `,"outage":{"from_us":`...)
+			b = strconv.AppendInt(b, o.FromMicros, 10)
+			b = append(b, `,"to_us":`...)
+			b = strconv.AppendInt(b, o.ToMicros, 10)
+			b = append(b, `,"on_error":"`...)
+			b = append(b, onErrorName(o.OnError)...)
+			b = append(b, `"}`...)
+		}
+	}
+	if r.Clients != nil {
+		b = append(b, `,"clients":[`...)
+		for i, key := range r.Clients {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = appendString(b, key)
+		}
+		b = append(b, ']')
 	}
 	b = append(b, `,"runs":[`...)
 	for i, run := range r.Runs {
@@ -173,7 +204,7 @@ func (r *Result) Trace() []byte {
 	for i, rq := range r.Requests {
 		b.WriteString(sim.FormatMillis(rq.TMicros))
 		b.WriteByte(',')
-		b.WriteString(rq.Key) // a pattern's key, sim.DefaultKey: no quoting needed
+		b.WriteString(rq.Key) // a pattern's key, sim.DefaultKey or a client's name (letters, digits, _ . -): no quoting needed
 		b.WriteByte(',')
 		b.WriteString(strconv.FormatInt(rq.Cost, 10))
 		if r.Actual != nil {

@@ -51,4 +51,13 @@ var Presets = []Preset{
 			"real costs, about half do — a larger cost takes the balance below zero, and the next requests wait.",
 		Query: "traffic=2/s+for+30s&limit=100&period=10s&burst=100&actual=1-20&draw=1",
 	},
+	{
+		Name:  "partners",
+		Title: "A buggy partner and a normal one, 3 instances",
+		Description: "A buggy partner sends 600 requests a minute, a normal one 20; the limit is 100 a minute for each, on " +
+			"three instances behind a round-robin load balancer. With separate stores each instance counts alone, and " +
+			"the fixed window lets 300 of the buggy partner's through, where 100 were meant; choose the shared store " +
+			"and it is 100. The normal partner gets all 20 either way.",
+		Query: "traffic=buggy:+600/min+for+1m%3B+normal:+20/min+for+1m&limit=100&period=1m&burst=0&instances=3&store=separate",
+	},
 }

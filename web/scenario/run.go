@@ -33,6 +33,9 @@ type Result struct {
 	Runs        []Run         // one per algorithm that runs (Scenario.Policies), in the order of algorithm.Algorithms
 	Actual      []int64       // each request's real cost (Scenario.Actuals); nil without
 	Windows     []Window      // with a calendar: its windows up to the timeline's end (at most MaxWindows, else none)
+	// Clients are the clients the traffic names ("buggy: ...; normal: ..."), in the order of each
+	// one's first request, as `sluice simulate` lists its per_client; nil when it names none.
+	Clients []string
 }
 
 // EndMicros is where the timeline ends: after the last request, by the time the slowest policy
@@ -52,9 +55,11 @@ type Run struct {
 	// Level is the limiter's state at each boundary, in requests of cost 1, read with a peek
 	// (sim.Session.Peek): the windows' count (Limit - Remaining), the token bucket's tokens
 	// (Remaining), the leaky bucket's queue (Capacity - Remaining: those waiting or draining).
+	// With several clients it is the first client's state (Result.Clients[0]). NoLevel where
+	// the shared store is down (Scenario.Outage): there is no state to read.
 	Level []int64
 	// DrainMicros is the peek's ResetAfter at each boundary: for the leaky bucket, how long a
-	// request arriving then would be held (its queue delay).
+	// request arriving then would be held (its queue delay); NoLevel where the store is down.
 	DrainMicros []int64
 
 	// Cumulative[i] totals the requests before the end of bucket i; the last one is Summary.
@@ -64,7 +69,13 @@ type Run struct {
 	// through before the end of bucket i; nil with one instance. With separate stores, Level
 	// and DrainMicros are instance 1's state.
 	InstanceAllowed [][]int64
+	// ClientCounts[i][j], when the traffic names clients (Result.Clients): what client j got
+	// before the end of bucket i; nil otherwise.
+	ClientCounts [][]ClientCount
 }
+
+// NoLevel is Run.Level and Run.DrainMicros at a boundary where the shared store is down.
+const NoLevel = -1
 
 // Run runs the scenario: its requests through a sim.Session per algorithm, peeking at every
 // bucket boundary. A scenario from Parse can still fail here on its traffic (the pattern, too
@@ -78,8 +89,12 @@ func (sc *Scenario) Run() (*Result, Errors) {
 	res := &Result{Scenario: *sc, Requests: reqs, Actual: sc.Actuals(len(reqs))}
 	res.WidthMicros, res.Buckets = timeline(reqs[len(reqs)-1].TMicros, policies, sc.Options())
 	res.Windows = windows(sc, policies[0], res.EndMicros())
+	clients := clientsOf(reqs)
+	if len(clients) > 1 || clients[0] != sim.DefaultKey {
+		res.Clients = clients
+	}
 	for _, p := range policies {
-		run, err := runOne(sc.Options(), p, reqs, res.Actual, res.WidthMicros, res.Buckets)
+		run, err := runOne(sc.Options(), p, reqs, res.Actual, res.WidthMicros, res.Buckets, clients, res.Clients != nil)
 		switch {
 		case err != nil && sc.Actual.Set && errors.Is(err, sluice.ErrCostExceedsLimit):
 			// A real cost so large that charging it would put the key beyond any clock.
@@ -131,9 +146,10 @@ func ceilDiv(a, b, c int64) int64 {
 }
 
 // runOne runs reqs under p and o, each settled at its real cost in actual (if not nil), counting
-// per bucket and peeking at each boundary: the state it plots is the one settlements leave.
-func runOne(o sim.Options, p sluice.Policy, reqs []sim.Request, actual []int64, width int64, buckets int) (Run, error) {
-	s, err := o.NewSession(p, 1)
+// per bucket and peeking at each boundary at the first of clients (clientsOf(reqs)): the state
+// it plots is the one settlements leave. perClient counts what each client gets.
+func runOne(o sim.Options, p sluice.Policy, reqs []sim.Request, actual []int64, width int64, buckets int, clients []string, perClient bool) (Run, error) {
+	s, err := o.NewSession(p, len(clients)) // room for every client: none is evicted
 	if err != nil {
 		return Run{}, err
 	}
@@ -151,10 +167,32 @@ func runOne(o sim.Options, p sluice.Policy, reqs []sim.Request, actual []int64, 
 		perInstance = make([]int64, o.Fleet.Instances)
 		run.InstanceAllowed = make([][]int64, buckets)
 	}
+	var byClient []ClientCount // when the traffic names clients: each one's counts so far
+	index := map[string]int{}
+	if perClient {
+		byClient = make([]ClientCount, len(clients))
+		for j, key := range clients {
+			index[key] = j
+			if perInstance != nil {
+				byClient[j].Instances = make([]int64, len(perInstance))
+			}
+		}
+		run.ClientCounts = make([][]ClientCount, buckets)
+	}
 	closeBucket := func(i int) {
 		run.Cumulative[i] = sum
 		if perInstance != nil {
 			run.InstanceAllowed[i] = append([]int64(nil), perInstance...)
+		}
+		if byClient != nil {
+			snap := make([]ClientCount, len(byClient))
+			for j, c := range byClient {
+				snap[j] = c
+				if c.Instances != nil {
+					snap[j].Instances = append([]int64(nil), c.Instances...)
+				}
+			}
+			run.ClientCounts[i] = snap
 		}
 	}
 	closed := 0   // buckets whose Cumulative is set: those that end at or before the request at hand
@@ -162,7 +200,13 @@ func runOne(o sim.Options, p sluice.Policy, reqs []sim.Request, actual []int64, 
 	// peekBefore peeks at every boundary before t (µs), after the requests at that very boundary.
 	peekBefore := func(t int64) error {
 		for ; boundary <= buckets && int64(boundary)*width < t; boundary++ {
-			d, err := s.Peek(int64(boundary)*width, sim.DefaultKey)
+			d, err := s.Peek(int64(boundary)*width, clients[0])
+			if o.Fleet != nil && o.Fleet.Outage != nil && (errors.Is(err, sluice.ErrStoreUnavailable) || err == nil && d.Fallback != sluice.NoFallback) {
+				// The shared store is down: what the peek reads (nothing, or an instance's
+				// fallback) is not the store's state.
+				run.Level[boundary], run.DrainMicros[boundary] = NoLevel, NoLevel
+				continue
+			}
 			if err != nil {
 				return err
 			}
@@ -189,6 +233,18 @@ func runOne(o sim.Options, p sluice.Policy, reqs []sim.Request, actual []int64, 
 		sum.Add(row)
 		if perInstance != nil && row.Allowed {
 			perInstance[row.Instance-1]++
+		}
+		if byClient != nil {
+			c := &byClient[index[row.Key]]
+			c.Offered++
+			if row.Allowed {
+				c.Allowed++
+				if c.Instances != nil {
+					c.Instances[row.Instance-1]++
+				}
+			} else {
+				c.Refused++
+			}
 		}
 		i := rq.TMicros / width
 		run.Offered[i]++

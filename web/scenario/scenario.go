@@ -34,9 +34,9 @@ const MaxRequests = 200_000
 // Scenario is what the page simulates: one traffic, and the policy each algorithm applies to it.
 // The zero value is not a valid scenario; Parse returns valid ones.
 type Scenario struct {
-	Traffic string        // a sim.ParseTraffic pattern, normalised: "5/s for 10s; 40 in 1s"
+	Traffic string        // a sim.ParseClientTraffic pattern, normalised: "5/s for 10s; 40 in 1s", "buggy: 600/min for 1m; normal: 20/min for 1m"
 	Jitter  time.Duration // each request arrives up to Jitter later than the pattern says; 0: none
-	Draw    uint64        // the number the jitter (and real costs) are drawn from, so that a run is reproducible
+	Draw    uint64        // the number the jitter, real costs and a random balancer are drawn from, so that a run is reproducible
 
 	// The shared policy, as `sluice simulate --compare` takes it: Burst goes to the token bucket
 	// (its capacity; 0 means Limit) and the leaky bucket (its queue room) only.
@@ -60,11 +60,17 @@ type Scenario struct {
 	// Actual, if set, gives every request a real cost, settled after its decision.
 	Actual Actual
 
-	// Instances, if > 1, runs every algorithm on that many instances behind a round-robin load
-	// balancer, each with its own memory store (Stores SeparateStores) or all on one
-	// (SharedStore), as `sluice simulate --instances --store` does (fleet.go). 0: one instance.
-	Instances int
-	Stores    sim.StoreMode
+	// Instances, if > 1, runs every algorithm on that many instances behind a load balancer
+	// (Balance: round robin, or at random from Draw), each with its own memory store (Stores
+	// SeparateStores) or all on one (SharedStore), as `sluice simulate --instances --store` does
+	// (fleet.go). 0: one instance. With a shared store, StoreLatency is each call's round trip to
+	// it, and Outage (nil: none) a window in which it fails, each instance then answering with
+	// Outage.OnError.
+	Instances    int
+	Stores       sim.StoreMode
+	Balance      sim.Balance
+	StoreLatency time.Duration
+	Outage       *sim.Outage
 }
 
 // Override changes some numbers of the shared policy for one algorithm.
@@ -141,7 +147,8 @@ const (
 	KeyLimit   = "limit"
 	KeyPeriod  = "period"
 	KeyBurst   = "burst"
-	// and KeyCalendar, KeyTimeZone, KeyStart, KeyActual (calendar.go), KeyInstances, KeyStore (fleet.go)
+	// and KeyCalendar, KeyTimeZone, KeyStart, KeyActual (calendar.go), KeyInstances, KeyStore,
+	// KeyBalance, KeyStoreLatency, KeyOutage, KeyOnError (fleet.go)
 )
 
 // Parse reads a scenario from a URL query string (with or without its leading "?"). A query that
@@ -298,7 +305,8 @@ func Parse(query string) (Scenario, Errors) {
 func mentionsScenario(values url.Values) bool {
 	for k := range values {
 		switch k {
-		case KeyTraffic, KeyJitter, KeyDraw, KeyLimit, KeyPeriod, KeyBurst, KeyCalendar, KeyTimeZone, KeyStart, KeyActual, KeyInstances, KeyStore:
+		case KeyTraffic, KeyJitter, KeyDraw, KeyLimit, KeyPeriod, KeyBurst, KeyCalendar, KeyTimeZone, KeyStart, KeyActual, KeyInstances, KeyStore,
+			KeyBalance, KeyStoreLatency, KeyOutage, KeyOnError:
 			return true
 		}
 		if name, _, ok := strings.Cut(k, "."); ok {
@@ -378,12 +386,13 @@ func (sc *Scenario) Encode() string {
 	if sc.Jitter > 0 {
 		put(KeyJitter, formatDuration(sc.Jitter))
 	}
-	if sc.Jitter > 0 || sc.Actual.Min != sc.Actual.Max {
+	if sc.Jitter > 0 || sc.Actual.Min != sc.Actual.Max || sc.Balance == sim.Random {
 		put(KeyDraw, strconv.FormatUint(sc.Draw, 10))
 	}
 	if sc.Instances > 1 {
 		put(KeyInstances, strconv.Itoa(sc.Instances))
 		put(KeyStore, sc.Stores.String())
+		encodeFleet(sc, put)
 	}
 	for i, a := range algorithm.Algorithms {
 		o := sc.Own[i]
@@ -411,10 +420,12 @@ const jitterStream = 0x736c75696365
 // math/rand/v2's PCG started from (Draw, 0x736c75696365); the requests are then put back in time order
 // (a stable sort, so the same draw always gives the same order). Errors name the field at fault.
 func (sc *Scenario) Requests() ([]sim.Request, Errors) {
-	reqs, err := sim.ParseTraffic(sc.Traffic)
+	reqs, err := sim.ParseClientTraffic(sc.Traffic)
 	switch {
 	case err != nil:
 		return nil, Errors{{KeyTraffic, err.Error()}}
+	case len(clientsOf(reqs)) > MaxClients:
+		return nil, Errors{{KeyTraffic, fmt.Sprintf("names %d clients; the page shows at most %d (use sluice simulate, which takes any number)", len(clientsOf(reqs)), MaxClients)}}
 	case len(reqs) == 0:
 		return nil, Errors{{KeyTraffic, fmt.Sprintf("%q makes no requests", sc.Traffic)}}
 	case len(reqs) > MaxRequests:
@@ -466,7 +477,7 @@ func (sc *Scenario) Commands() []string {
 		clock += " --start " + formatStart(sc.Start)
 	}
 	if sc.Instances > 1 {
-		clock += " --instances " + strconv.Itoa(sc.Instances) + " --store " + sc.Stores.String()
+		clock += " --instances " + strconv.Itoa(sc.Instances) + " --store " + sc.Stores.String() + fleetFlags(sc)
 	}
 	if sc.IsCompare() {
 		if sc.Calendar != sluice.NoCalendar {

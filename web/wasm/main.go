@@ -14,6 +14,9 @@
 //	instances(k)        with a fleet (instances=3&store=separate): the JSON array, per run, of
 //	                    what each instance let through in the first k buckets
 //	                    (scenario.Result.InstancesJSON); empty arrays for one instance
+//	clients(k)          when the traffic names clients ("buggy: ...; normal: ..."): the JSON
+//	                    array, per run, of what each client got in the first k buckets, in all
+//	                    and per instance (scenario.Result.ClientsJSON)
 //	trace()             the last successful run's requests as a CSV trace for `sluice simulate --trace`
 //	generate(query)     {"pattern": "..."} from the traffic generator's fields, or {"errors": [...]}
 //	presets()           the JSON array of scenario.Presets
@@ -71,6 +74,16 @@ func main() {
 			k = args[0].Int()
 		}
 		return string(last.InstancesJSON(k))
+	}))
+	api.Set("clients", fn(func(args []js.Value) string {
+		if last == nil {
+			return "[]"
+		}
+		k := 0
+		if len(args) > 0 && args[0].Type() == js.TypeNumber {
+			k = args[0].Int()
+		}
+		return string(last.ClientsJSON(k))
 	}))
 	api.Set("trace", fn(func([]js.Value) string {
 		if last == nil {
