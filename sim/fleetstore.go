@@ -2,9 +2,12 @@ package sim
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/sluicehq/sluice"
@@ -185,4 +188,45 @@ func (o *sharedStore) DecideAll(ctx context.Context, key string, limits []sluice
 		return false, errOutage
 	}
 	return o.store.DecideAll(ctx, key, limits, out)
+}
+
+// ParseOutage parses an outage FROM-TO, two Go durations of virtual time (0s-30s, 1m-2m30s), as
+// `sluice simulate --outage` and the page's outage field take it; the error says what is wrong
+// without naming the field (each front end names its own). OnError is left FailClosed.
+func ParseOutage(s string) (Outage, error) {
+	from, to, ok := strings.Cut(s, "-")
+	if !ok {
+		return Outage{}, errors.New("want FROM-TO, two durations of virtual time such as 1m-2m")
+	}
+	var t [2]int64
+	for i, d := range []string{from, to} {
+		d = strings.TrimSpace(d)
+		v, err := time.ParseDuration(d)
+		switch {
+		case err != nil:
+			return Outage{}, errors.New(strconv.Quote(d) + " is not a Go duration (want e.g. 30s, 1m, 1m30s)")
+		case v < 0:
+			return Outage{}, errors.New(d + " must be ≥ 0")
+		case v%time.Microsecond != 0:
+			return Outage{}, errors.New(d + " must be a whole number of microseconds")
+		case v/time.Microsecond > MaxTimeMicros:
+			return Outage{}, errors.New(d + " is past 2^53 µs")
+		}
+		t[i] = int64(v / time.Microsecond)
+	}
+	if t[1] <= t[0] {
+		return Outage{}, errors.New("the outage must end after it begins")
+	}
+	return Outage{FromMicros: t[0], ToMicros: t[1]}, nil
+}
+
+// FailureModeName is a failure mode as `sluice simulate --on-error` and the page name it.
+func FailureModeName(m sluice.FailureMode) string {
+	switch m {
+	case sluice.FailOpen:
+		return "open"
+	case sluice.FailLocal:
+		return "local"
+	}
+	return "closed"
 }

@@ -238,7 +238,7 @@ func newFleetJSON(f sim.Fleet, stores bool) fleetJSON {
 			j.StoreLatencyMs = json.Number(sim.FormatMillis(f.StoreLatency.Microseconds()))
 		}
 		if o := f.Outage; o != nil {
-			j.Outage = &outageJSON{json.Number(sim.FormatMillis(o.FromMicros)), json.Number(sim.FormatMillis(o.ToMicros)), onErrorName(o.OnError)}
+			j.Outage = &outageJSON{json.Number(sim.FormatMillis(o.FromMicros)), json.Number(sim.FormatMillis(o.ToMicros)), sim.FailureModeName(o.OnError)}
 		}
 	}
 	return j

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"strings"
 	"time"
 
 	"github.com/sluicehq/sluice"
@@ -98,32 +97,11 @@ func (o *simulateOptions) storeFleet(changed func(string) bool, policies []sluic
 
 // parseOutage parses --outage FROM-TO, two Go durations of virtual time (0s-30s, 1m-2m30s).
 func parseOutage(s string) (sim.Outage, error) {
-	from, to, ok := strings.Cut(s, "-")
-	bad := func(why string) (sim.Outage, error) {
-		return sim.Outage{}, fmt.Errorf("--outage %s: %s", s, why)
+	o, err := sim.ParseOutage(s)
+	if err != nil {
+		return o, fmt.Errorf("--outage %s: %w", s, err)
 	}
-	if !ok {
-		return bad("want FROM-TO, two durations of virtual time such as 1m-2m")
-	}
-	var t [2]int64
-	for i, d := range []string{from, to} {
-		v, err := time.ParseDuration(strings.TrimSpace(d))
-		switch {
-		case err != nil:
-			return bad(fmt.Sprintf("%q is not a Go duration (want e.g. 30s, 1m, 1m30s)", d))
-		case v < 0:
-			return bad(fmt.Sprintf("%s must be ≥ 0", d))
-		case v%time.Microsecond != 0:
-			return bad(fmt.Sprintf("%s must be a whole number of microseconds", d))
-		case v/time.Microsecond > sim.MaxTimeMicros:
-			return bad(fmt.Sprintf("%s is past 2^53 µs", d))
-		}
-		t[i] = int64(v / time.Microsecond)
-	}
-	if t[1] <= t[0] {
-		return bad("the outage must end after it begins")
-	}
-	return sim.Outage{FromMicros: t[0], ToMicros: t[1]}, nil
+	return o, nil
 }
 
 // fleetLabel names a --store fleet's run in the table: "3 × separate stores", "3 × shared store".
@@ -136,17 +114,6 @@ func fleetLabel(f sim.Fleet) string {
 		l += fmt.Sprintf(", budget %d", f.Budget.Size)
 	}
 	return l
-}
-
-// onErrorName is a failure mode as --on-error names it.
-func onErrorName(m sluice.FailureMode) string {
-	switch m {
-	case sluice.FailOpen:
-		return "open"
-	case sluice.FailLocal:
-		return "local"
-	}
-	return "closed"
 }
 
 type instanceSummaryJSON struct {

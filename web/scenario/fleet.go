@@ -82,10 +82,10 @@ func parseFleetKeys(sc *Scenario, get func(string) (string, bool), fail func(fie
 	}
 	onError, hasOnError := get(KeyOnError)
 	if text, ok := get(KeyOutage); ok && text != "" {
-		o, msg := parseOutage(text)
+		o, err := sim.ParseOutage(text)
 		switch {
-		case msg != "":
-			fail(KeyOutage, "%s", msg)
+		case err != nil:
+			fail(KeyOutage, "%s", err.Error())
 		case !fleet:
 			fail(KeyOutage, "%s: the outage is the shared store's", needsFleet)
 		case sc.Stores == sim.SeparateStores:
@@ -103,7 +103,7 @@ func parseFleetKeys(sc *Scenario, get func(string) (string, bool), fail func(fie
 		default:
 			fail(KeyOnError, "%q: want open, closed or local", onError)
 		}
-		if msg == "" && fleet && sc.Stores == sim.SharedStore && !sc.Actual.Set {
+		if err == nil && fleet && sc.Stores == sim.SharedStore && !sc.Actual.Set {
 			sc.Outage = &o
 		}
 	} else if hasOnError && onError != "" {
@@ -112,46 +112,6 @@ func parseFleetKeys(sc *Scenario, get func(string) (string, bool), fail func(fie
 	if sc.Instances <= 1 {
 		sc.Instances, sc.Stores, sc.Balance = 0, sim.SharedStore, sim.RoundRobin
 	}
-}
-
-// parseOutage parses an outage FROM-TO, two Go durations of virtual time (0s-30s, 1m-2m30s), as
-// `sluice simulate --outage` does; the message is "" if it is one.
-func parseOutage(s string) (sim.Outage, string) {
-	from, to, ok := strings.Cut(s, "-")
-	if !ok {
-		return sim.Outage{}, "want FROM-TO, two durations of virtual time such as 1m-2m"
-	}
-	var t [2]int64
-	for i, d := range []string{from, to} {
-		d = strings.TrimSpace(d)
-		v, err := time.ParseDuration(d)
-		switch {
-		case err != nil:
-			return sim.Outage{}, strconv.Quote(d) + " is not a Go duration (want e.g. 30s, 1m, 1m30s)"
-		case v < 0:
-			return sim.Outage{}, d + " must be ≥ 0"
-		case v%time.Microsecond != 0:
-			return sim.Outage{}, d + " must be a whole number of microseconds"
-		case v/time.Microsecond > sim.MaxTimeMicros:
-			return sim.Outage{}, d + " is past 2^53 µs"
-		}
-		t[i] = int64(v / time.Microsecond)
-	}
-	if t[1] <= t[0] {
-		return sim.Outage{}, "the outage must end after it begins"
-	}
-	return sim.Outage{FromMicros: t[0], ToMicros: t[1]}, ""
-}
-
-// onErrorName is a failure mode as on-error (and `sluice simulate --on-error`) names it.
-func onErrorName(m sluice.FailureMode) string {
-	switch m {
-	case sluice.FailOpen:
-		return "open"
-	case sluice.FailLocal:
-		return "local"
-	}
-	return "closed"
 }
 
 // outageText writes an outage as the outage key takes it: 20s-40s.
@@ -170,7 +130,7 @@ func encodeFleet(sc *Scenario, put func(key, value string)) {
 	}
 	if o := sc.Outage; o != nil {
 		put(KeyOutage, outageText(o))
-		put(KeyOnError, onErrorName(o.OnError))
+		put(KeyOnError, sim.FailureModeName(o.OnError))
 	}
 }
 
@@ -184,7 +144,7 @@ func fleetFlags(sc *Scenario) string {
 		b.WriteString(" --store-latency " + formatDuration(sc.StoreLatency))
 	}
 	if o := sc.Outage; o != nil {
-		b.WriteString(" --outage " + outageText(o) + " --on-error " + onErrorName(o.OnError))
+		b.WriteString(" --outage " + outageText(o) + " --on-error " + sim.FailureModeName(o.OnError))
 	}
 	return b.String()
 }

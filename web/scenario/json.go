@@ -111,7 +111,7 @@ func (r *Result) JSON() []byte {
 			b = append(b, `,"to_us":`...)
 			b = strconv.AppendInt(b, o.ToMicros, 10)
 			b = append(b, `,"on_error":"`...)
-			b = append(b, onErrorName(o.OnError)...)
+			b = append(b, sim.FailureModeName(o.OnError)...)
 			b = append(b, `"}`...)
 		}
 	}
