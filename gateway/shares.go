@@ -157,7 +157,9 @@ func (s *Shares) Counts(now time.Time) []ShareCount {
 			out = append(out, c)
 		}
 	}
-	slices.SortFunc(out, func(a, b ShareCount) int { return cmp.Or(cmp.Compare(a.Client, b.Client), cmp.Compare(a.Policy, b.Policy)) })
+	slices.SortFunc(out, func(a, b ShareCount) int {
+		return cmp.Or(cmp.Compare(a.Client, b.Client), cmp.Compare(a.Policy, b.Policy))
+	})
 	return out
 }
 
