@@ -44,7 +44,8 @@ func openStore(cfg config.Store, log *slog.Logger, budgets func(sluice.Policy) s
 			st.Store = sluice.Budgeted(rs, budgets)
 		}
 		shares := gateway.NewShares()
-		if fleet, err = rs.Fleet(redisstore.FleetOptions{Counts: fleetCounts(shares)}); err != nil {
+		fleetShare := cfg.OnError == sluice.FailLocal && cfg.LocalShare == config.LocalShareFleet
+		if fleet, err = rs.Fleet(redisstore.FleetOptions{Counts: fleetCounts(shares), LogShare: fleetShare}); err != nil {
 			rs.Close()
 			return st, err
 		}
@@ -58,7 +59,7 @@ func openStore(cfg config.Store, log *slog.Logger, budgets func(sluice.Policy) s
 	}
 	opts := []sluice.Option{sluice.WithFailureMode(cfg.OnError)}
 	switch {
-	case fleet != nil && cfg.OnError == sluice.FailLocal && cfg.LocalShare == config.LocalShareFleet:
+	case fleet != nil && cfg.OnError == sluice.FailLocal && cfg.LocalShare == config.LocalShareFleet: // (only when configured)
 		opts = []sluice.Option{sluice.WithFleetFallback(memory.New(memoryOptions(cfg)...), fleet.Size)}
 	case cfg.OnError == sluice.FailLocal:
 		opts = []sluice.Option{sluice.WithLocalFallback(memory.New(memoryOptions(cfg)...), cfg.LocalShare)}

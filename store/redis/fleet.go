@@ -63,6 +63,9 @@ type FleetOptions struct {
 	// and must be quick. Never put a secret in a name: every instance, and anyone reading Redis,
 	// sees them.
 	Counts func() []FleetCount
+	// LogShare: the count is the local fallback's share (sluice.WithFleetFallback), which the
+	// log then says, 1/n, with each new count.
+	LogShare bool
 }
 
 // FleetCount is one instance's approvals of one client under one policy, in the policy's
@@ -107,6 +110,7 @@ type Fleet struct {
 	interval, ttl time.Duration
 	script        *rueidis.Lua
 	counts        func() []FleetCount
+	logShare      bool
 
 	count atomic.Int64 // the last live count seen; 0: none yet
 	view  atomic.Pointer[FleetView]
@@ -136,7 +140,7 @@ func (s *Store) Fleet(opts FleetOptions) (*Fleet, error) {
 		return nil, err
 	}
 	f := &Fleet{s: s, id: opts.ID, key: s.prefix + "instances", interval: opts.Interval, ttl: opts.TTL,
-		script: rueidis.NewLuaScript(fleetLua), stop: make(chan struct{}), counts: opts.Counts}
+		script: rueidis.NewLuaScript(fleetLua), stop: make(chan struct{}), counts: opts.Counts, logShare: opts.LogShare}
 	f.shares = sharesKey(s.prefix, f.key)
 	f.view.Store(&FleetView{Self: f.id})
 	return f, nil
@@ -223,11 +227,15 @@ func (f *Fleet) run() {
 		cancel()
 		switch {
 		case err != nil && !failing:
-			f.s.log.Warn("fleet: a heartbeat failed (Redis down, or an ACL without the registry's commands); the local fallback keeps the last count seen",
+			f.s.log.Warn("fleet: a heartbeat failed (Redis down, or an ACL without the registry's commands); no decision depends on it, and the last count seen stays",
 				"instance", f.id, "instances", f.Size(), "error", err.Error())
 		case err == nil && (failing || f.count.Load() != last):
 			n := f.count.Load()
-			f.s.log.Info("fleet: live instances on this Redis", "instance", f.id, "instances", n, "local_share", "1/"+strconv.FormatInt(n, 10))
+			args := []any{"instance", f.id, "instances", n}
+			if f.logShare {
+				args = append(args, "local_share", "1/"+strconv.FormatInt(n, 10))
+			}
+			f.s.log.Info("fleet: live instances on this Redis", args...)
 		}
 		failing = err != nil
 		select {
