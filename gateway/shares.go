@@ -114,7 +114,7 @@ func (s *Shares) record(req *decision.Request, v *decision.Verdict, now time.Tim
 			if len(s.m.all()) >= maxShareEntries {
 				continue
 			}
-			w = s.m.get(k, func() *shareWindows { return &shareWindows{} })
+			w = s.m.get(k, func() *shareWindows { return &shareWindows{policy: a.Policy} }) // (never a zero period)
 		}
 		w.add(a.Policy, now, cost)
 	}
@@ -144,6 +144,10 @@ func (s *Shares) Counts(now time.Time) []ShareCount {
 	for k, w := range s.m.all() {
 		w.mu.Lock()
 		p := w.policy
+		if p.Period.Microseconds() <= 0 { // (none is made so; a division by zero must not stop the heartbeats)
+			w.mu.Unlock()
+			continue
+		}
 		n := now.UnixMicro() / p.Period.Microseconds()
 		c := ShareCount{Client: k[0], Policy: k[1], Period: p.Period, Window: n, Allowed: allowedPerWindow(p)}
 		switch w.n {

@@ -216,3 +216,31 @@ func TestDiagnosisShares(t *testing.T) {
 		t.Fatalf("memory: shares %+v, findings %+v", mem.Shares, mem.Findings)
 	}
 }
+
+// TestSharesCountsWhileRecording: the heartbeat's Counts runs while requests record new entries
+// (real goroutines, -race): an entry made but not yet counted in is skipped, never divided by its
+// zero period.
+func TestSharesCountsWhileRecording(t *testing.T) {
+	s := NewShares()
+	now := time.Unix(1_800_000_000, 0)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := range 3000 {
+			p := sluice.Policy{Name: fmt.Sprintf("p%d", i), Algorithm: sluice.FixedWindow, Limit: 10, Period: time.Minute}
+			req, v := sharesRequest("partner", p, 1, true)
+			s.record(req, v, now)
+		}
+	}()
+	for {
+		select {
+		case <-done:
+			if n := len(s.Counts(now)); n != 3000 {
+				t.Fatalf("%d entries counted; want 3000", n)
+			}
+			return
+		default:
+			s.Counts(now)
+		}
+	}
+}
