@@ -248,7 +248,7 @@ func TestFleetACL(t *testing.T) {
 	}
 	st := openStore(t, srv, redis.Options{Username: "sluice", Password: "s3cret"})
 	var h heldCounts
-	h.set(partner(3, 1, 3, 0))
+	h.set(partner(1, 3, 0))
 	f := countsFleet(t, st, "gw-acl", &h)
 	beat(t, f)
 	if f.Size() != 1 {
@@ -259,7 +259,7 @@ func TestFleetACL(t *testing.T) {
 	}
 	h.set()
 	beat(t, f) // (HDEL)
-	h.set(partner(3, 1, 3, 0))
+	h.set(partner(1, 3, 0))
 	beat(t, f)
 	f.Close()
 	if n := mustInt(t, srv, "EXISTS", "rate-limit:instances", redis.SharesKey(redis.DefaultPrefix)); n != 0 {
