@@ -45,6 +45,7 @@ type diagnosis struct {
 	retriers *topK
 	shared   *sharedAddrs
 	usage    cowMap[[2]string, *usageRing] // configured client, policy
+	shares   *Shares                       // this instance's approvals for the instance registry (shares.go); nil: none
 }
 
 func newDiagnosis() *diagnosis {
@@ -57,6 +58,7 @@ func newDiagnosis() *diagnosis {
 // early (earlyRetries.earlyBy).
 func (d *diagnosis) decided(req *decision.Request, v *decision.Verdict, now time.Time, early refusal, wasEarly bool) {
 	refused := v.Outcome == decision.Refused
+	d.shares.record(req, v, now)
 	if wasEarly {
 		d.retriers.add(req.Who.Key, now, [2]int64{now.Sub(early.at).Microseconds(), early.until.Sub(early.at).Microseconds()})
 	}
@@ -349,6 +351,9 @@ type Diagnosis struct {
 	LimitTooLow   []LowLimit      `json:"limit_too_low"`
 	EarlyRetriers []Retrier       `json:"early_retriers"`
 	Counting      Counting        `json:"counting"`
+	// Shares is each live instance's approvals of each client, from the instance registry
+	// (shares.go); absent with the memory store.
+	Shares *SharesStats `json:"shares,omitempty"`
 }
 
 // Hitters are the heaviest keys of two sketches, and the totals they counted.
@@ -365,8 +370,8 @@ type Counting struct {
 	// Shared: the counters are in a store every instance reaches (Redis); with the memory store
 	// each instance counts alone.
 	Shared bool `json:"shared"`
-	// Instances is the live count in the instance registry (Redis with on_error: local,
-	// local_share: fleet), 0 if none is run. The memory store cannot see other instances.
+	// Instances is the live count in the instance registry (every Redis store runs one), 0
+	// before a heartbeat reached Redis. The memory store cannot see other instances.
 	Instances int `json:"instances"`
 }
 
@@ -405,6 +410,11 @@ func (d *diagnosis) snapshot(now time.Time, cfg *config.Config, fleet *FleetStat
 	out.Counting = Counting{Store: cfg.Store.Type, Shared: cfg.Store.Type == config.StoreRedis}
 	if fleet != nil {
 		out.Counting.Instances = fleet.Instances
+		var found []Finding
+		out.Shares, found = fleetShares(fleet, fleetMaxCounts)
+		for _, f := range found {
+			add(f)
+		}
 	}
 	if !out.Counting.Shared {
 		add(Finding{Kind: "separate_counters", Subject: "store: memory",

@@ -55,31 +55,52 @@ func OpenStore(cfg config.Store, log *slog.Logger) (Store, error) {
 			return st, err
 		}
 		st = Store{Store: rs, Ping: rs.Ping, Close: rs.Close}
-		if cfg.OnError == sluice.FailLocal && cfg.LocalShare == config.LocalShareFleet {
-			if fleet, err = rs.Fleet(redisstore.FleetOptions{}); err != nil {
-				rs.Close()
-				return st, err
+		// Every Redis store runs the registry, its heartbeats carrying the approvals (Shares).
+		shares := NewShares()
+		counts := func() []redisstore.FleetCount {
+			var out []redisstore.FleetCount
+			for _, c := range shares.Counts(time.Now()) {
+				out = append(out, redisstore.FleetCount{Client: c.Client, Policy: c.Policy, Period: c.Period, Window: c.Window,
+					Current: c.Current, Previous: c.Previous, Allowed: c.Allowed})
 			}
-			fleet.Start()
-			st.Close = func() { fleet.Close(); rs.Close() }
-			st.Fleet = func() FleetStats {
-				v := fleet.View()
-				f := FleetStats{Self: v.Self, Instances: v.Count, FallbackShare: 1 / float64(fleet.Size()), Error: v.Err, Members: []FleetInstance{}}
-				for _, in := range v.Instances {
-					f.Members = append(f.Members, FleetInstance{ID: in.ID, LastSeen: in.LastSeen})
-				}
-				if !v.At.IsZero() {
-					f.SeenAt = &v.At
-				}
-				return f
+			return out
+		}
+		if fleet, err = rs.Fleet(redisstore.FleetOptions{Counts: counts}); err != nil {
+			rs.Close()
+			return st, err
+		}
+		fleet.Start()
+		st.Close = func() { fleet.Close(); rs.Close() }
+		st.Shares = shares
+		st.Fleet = func() FleetStats {
+			v := fleet.View()
+			share := 0.0
+			switch {
+			case cfg.OnError == sluice.FailLocal && cfg.LocalShare == config.LocalShareFleet:
+				share = 1 / float64(fleet.Size())
+			case cfg.OnError == sluice.FailLocal:
+				share = cfg.LocalShare
 			}
+			f := FleetStats{Self: v.Self, Instances: v.Count, FallbackShare: share, Error: v.Err, Members: []FleetInstance{}}
+			for _, in := range v.Instances {
+				m := FleetInstance{ID: in.ID, LastSeen: in.LastSeen, Dropped: in.Dropped}
+				for _, c := range in.Counts {
+					m.Counts = append(m.Counts, ShareCount{Client: c.Client, Policy: c.Policy, Period: c.Period, Window: c.Window,
+						Current: c.Current, Previous: c.Previous, Allowed: c.Allowed})
+				}
+				f.Members = append(f.Members, m)
+			}
+			if !v.At.IsZero() {
+				f.SeenAt = &v.At
+			}
+			return f
 		}
 	default:
 		st.Store = memory.New(mopts...)
 	}
 	opts := []sluice.Option{sluice.WithFailureMode(cfg.OnError)}
 	switch {
-	case fleet != nil:
+	case fleet != nil && cfg.OnError == sluice.FailLocal && cfg.LocalShare == config.LocalShareFleet:
 		opts = []sluice.Option{sluice.WithFleetFallback(memory.New(mopts...), fleet.Size)}
 	case cfg.OnError == sluice.FailLocal:
 		opts = []sluice.Option{sluice.WithLocalFallback(memory.New(mopts...), cfg.LocalShare)}

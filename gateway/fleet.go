@@ -7,14 +7,17 @@ import (
 )
 
 // FleetStats is the instance registry as this instance last read it from Redis (GET /v1/stats
-// "fleet", the operator page): the gateway instances sharing the Redis, and so the share of each
-// policy this one decides on alone while Redis is down (on_error: local, local_share: fleet).
+// "fleet", the operator page): the gateway instances sharing the Redis (every Redis store runs
+// it), each one's approvals (the diagnosis's shares), and the share of each policy this one
+// decides on alone while Redis is down.
 type FleetStats struct {
 	Self string `json:"self"` // this instance's id
 	// Instances is the live count at the last heartbeat that reached Redis; 0 if none has.
 	Instances int `json:"instances"`
-	// FallbackShare is the share of each policy the local fallback decides on: 1/Instances (1
-	// before any heartbeat reached Redis), the limit and burst divided by that count, rounded down.
+	// FallbackShare is the share of each policy the local fallback decides on: with
+	// local_share: fleet 1/Instances (1 before any heartbeat reached Redis), the limit and burst
+	// divided by that count, rounded down; with a fixed local_share that share; 0 without a local
+	// fallback (on_error fail-closed or fail-open).
 	FallbackShare float64         `json:"fallback_share"`
 	Members       []FleetInstance `json:"members"`           // the live instances (up to 64), the most recently heard from first
 	SeenAt        *time.Time      `json:"seen_at,omitempty"` // when that heartbeat was answered (Redis's clock)
@@ -25,6 +28,10 @@ type FleetStats struct {
 type FleetInstance struct {
 	ID       string    `json:"id"`
 	LastSeen time.Time `json:"last_seen"` // its last heartbeat, by Redis's clock
+	// Counts is its approvals as its last heartbeat carried them (Shares.Counts; at most 64,
+	// Dropped the others), none if it approved nothing lately or runs a version that sends none.
+	Counts  []ShareCount `json:"counts,omitempty"`
+	Dropped int          `json:"dropped,omitempty"`
 }
 
 // registerFleet adds the registry's gauges: the live instances and the fallback's share (no

@@ -15,8 +15,8 @@ import (
 // TestFleetStats: two gateways on one Redis with on_error: local (local_share: fleet, the
 // default) register in its instance registry; /v1/stats and the metrics of each show both
 // instances and the fallback's share, 1/2; with Redis killed they keep that count and each
-// admits exactly half of a fixed window of 11 (5) locally. With a fixed local_share there is no
-// registry: no fleet in the stats, no gauge.
+// admits exactly half of a fixed window of 11 (5) locally. With a fixed local_share the registry
+// runs too (every Redis store runs it), and the stats say the fixed share.
 func TestFleetStats(t *testing.T) {
 	rs := redistest.Start(t)
 	up := newUpstream(t)
@@ -97,15 +97,24 @@ default_policy: anonymous
 		t.Errorf("with Redis down, the stats' fleet %+v; want the last count, 2", f)
 	}
 
-	// A fixed share runs no registry.
+	// A fixed share runs the registry too (every Redis store does), and says its own share.
+	rs.Restart()
 	fixed := strings.Replace(yaml, "on_error: local,", "on_error: local, local_share: 0.5,", 1)
 	_, srv := start(t, "fasthttp", fixed, up)
 	admin := httptestServer(t, srv)
-	if f := stats(t, admin).Fleet; f != nil {
-		t.Errorf("local_share 0.5: fleet %+v in the stats; want none", f)
+	deadline = time.Now().Add(15 * time.Second)
+	f := stats(t, admin).Fleet
+	for ; f == nil || f.Instances == 0; f = stats(t, admin).Fleet {
+		if time.Now().After(deadline) {
+			t.Fatalf("local_share 0.5: no registry in the stats within 15 s: %+v", f)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
-	if metricSum(t, admin, "sluice_fleet_instances") != 0 || strings.Contains(metricsText(t, admin), "sluice_fleet_instances") {
-		t.Errorf("local_share 0.5: sluice_fleet_instances is exported")
+	if f.FallbackShare != 0.5 {
+		t.Errorf("local_share 0.5: fleet %+v; want the fixed share, 0.5", f)
+	}
+	if v := metricValue(t, admin, "sluice_fallback_share"); v != "0.5" {
+		t.Errorf("local_share 0.5: sluice_fallback_share %s; want 0.5", v)
 	}
 }
 

@@ -55,9 +55,12 @@ type Store struct {
 	sluice.Store                             // guarded
 	Ping         func(context.Context) error // whether it answers (readiness, /v1/stats); nil: always
 	Close        func()                      // nil: nothing to close
-	// Fleet, if set, is the instance registry the store runs (on_error: local with
-	// local_share: fleet), for /v1/stats, the operator page and the metrics.
+	// Fleet, if set, is the instance registry the store runs (a Redis store), for /v1/stats,
+	// the operator page and the metrics.
 	Fleet func() FleetStats
+	// Shares, if set, counts this instance's approvals for the registry's heartbeats (which
+	// read it with Shares.Counts); the Server records every decision in it.
+	Shares *Shares
 }
 
 // NewServer returns a Server running cfg on st; path is the file Reload reads. The Server
@@ -72,6 +75,7 @@ func NewServer(cfg *config.Config, path string, st Store, log *slog.Logger) (*Se
 	}
 	s.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	s.metrics = NewMetrics(s.registry)
+	s.metrics.diag.shares = st.Shares
 	s.metrics.malformed = newRateLog(log, malformedPerSecond)
 	s.store = st.Store
 	if a, ok := st.Store.(sluice.Available); ok {
@@ -520,7 +524,7 @@ type Stats struct {
 	// listener this Server does not serve (see Proxy.Serve, AdminServer).
 	Listen      string `json:"listen"`
 	AdminListen string `json:"admin_listen"`
-	// Fleet is the instance registry, if the store runs one (on_error: local, local_share: fleet).
+	// Fleet is the instance registry, if the store runs one (a Redis store).
 	Fleet *FleetStats `json:"fleet,omitempty"`
 	// LoadShedding is this instance's throttling by load, if configured (load_shedding; shed.go).
 	LoadShedding *ShedStats `json:"load_shedding,omitempty"`

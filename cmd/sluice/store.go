@@ -3,6 +3,7 @@ package main
 import (
 	"log/slog"
 	"sync/atomic"
+	"time"
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/config"
@@ -23,6 +24,12 @@ import (
 // Policies with a local_budget are served from budgets taken from Redis (sluice.Budgeted, under
 // the guard, so that a failed take meets the failure mode); budgets says which, at every
 // decision, following reloads. The memory store is one process: nothing to take budgets from.
+//
+// Every Redis store runs the instance registry (store/redis Fleet): its heartbeats carry this
+// instance's approvals per client (gateway.Shares, which the Server fills) and read every
+// instance's, for the diagnosis; and with local_share: fleet its count is the local fallback's
+// share. A heartbeat that fails harms no decision: the registry logs it once and keeps the last
+// count seen.
 func openStore(cfg config.Store, log *slog.Logger, budgets func(sluice.Policy) sluice.LocalBudget) (gateway.Store, error) {
 	var st gateway.Store
 	var fleet *redisstore.Fleet
@@ -36,22 +43,23 @@ func openStore(cfg config.Store, log *slog.Logger, budgets func(sluice.Policy) s
 		if budgets != nil {
 			st.Store = sluice.Budgeted(rs, budgets)
 		}
-		if cfg.OnError == sluice.FailLocal && cfg.LocalShare == config.LocalShareFleet {
-			// The instance registry: only where its count is used, the local fallback's share.
-			if fleet, err = rs.Fleet(redisstore.FleetOptions{}); err != nil {
-				rs.Close()
-				return st, err
-			}
-			fleet.Start()
-			st.Close = func() { fleet.Close(); rs.Close() } // leave the registry first: the others count one fewer at once
-			st.Fleet = func() gateway.FleetStats { return fleetStats(fleet) }
+		shares := gateway.NewShares()
+		fleetShare := cfg.OnError == sluice.FailLocal && cfg.LocalShare == config.LocalShareFleet
+		if fleet, err = rs.Fleet(redisstore.FleetOptions{Counts: fleetCounts(shares), LogShare: fleetShare}); err != nil {
+			rs.Close()
+			return st, err
 		}
+		fleet.Start()
+		st.Close = func() { fleet.Close(); rs.Close() } // leave the registry first: the others count one fewer at once
+		share := fallbackShare(cfg)
+		st.Fleet = func() gateway.FleetStats { return fleetStats(fleet, share) }
+		st.Shares = shares
 	default:
 		st.Store = memory.New(memoryOptions(cfg)...)
 	}
 	opts := []sluice.Option{sluice.WithFailureMode(cfg.OnError)}
 	switch {
-	case fleet != nil:
+	case fleet != nil && cfg.OnError == sluice.FailLocal && cfg.LocalShare == config.LocalShareFleet: // (only when configured)
 		opts = []sluice.Option{sluice.WithFleetFallback(memory.New(memoryOptions(cfg)...), fleet.Size)}
 	case cfg.OnError == sluice.FailLocal:
 		opts = []sluice.Option{sluice.WithLocalFallback(memory.New(memoryOptions(cfg)...), cfg.LocalShare)}
@@ -67,13 +75,46 @@ func openStore(cfg config.Store, log *slog.Logger, budgets func(sluice.Policy) s
 	return st, nil
 }
 
-// fleetStats is the registry as f last read it, as /v1/stats shows it.
-func fleetStats(f *redisstore.Fleet) gateway.FleetStats {
+// fallbackShare is the local fallback's share of each policy of cfg: -1 for local_share: fleet
+// (1/instances, read at each call), 0 without a local fallback.
+func fallbackShare(cfg config.Store) float64 {
+	switch {
+	case cfg.OnError != sluice.FailLocal:
+		return 0
+	case cfg.LocalShare == config.LocalShareFleet:
+		return -1
+	}
+	return cfg.LocalShare
+}
+
+// fleetCounts is what the registry's heartbeats carry: this instance's approvals, as counted now.
+func fleetCounts(s *gateway.Shares) func() []redisstore.FleetCount {
+	return func() []redisstore.FleetCount {
+		cs := s.Counts(time.Now())
+		out := make([]redisstore.FleetCount, len(cs))
+		for i, c := range cs {
+			out[i] = redisstore.FleetCount{Client: c.Client, Policy: c.Policy, Period: c.Period, Window: c.Window,
+				Current: c.Current, Previous: c.Previous, Allowed: c.Allowed}
+		}
+		return out
+	}
+}
+
+// fleetStats is the registry as f last read it, as /v1/stats shows it; share is fallbackShare's.
+func fleetStats(f *redisstore.Fleet, share float64) gateway.FleetStats {
 	v := f.View()
-	st := gateway.FleetStats{Self: v.Self, Instances: v.Count, FallbackShare: 1 / float64(f.Size()), Error: v.Err,
+	if share < 0 {
+		share = 1 / float64(f.Size())
+	}
+	st := gateway.FleetStats{Self: v.Self, Instances: v.Count, FallbackShare: share, Error: v.Err,
 		Members: make([]gateway.FleetInstance, len(v.Instances))}
 	for i, in := range v.Instances {
-		st.Members[i] = gateway.FleetInstance{ID: in.ID, LastSeen: in.LastSeen}
+		m := gateway.FleetInstance{ID: in.ID, LastSeen: in.LastSeen, Dropped: in.Dropped}
+		for _, c := range in.Counts {
+			m.Counts = append(m.Counts, gateway.ShareCount{Client: c.Client, Policy: c.Policy, Period: c.Period, Window: c.Window,
+				Current: c.Current, Previous: c.Previous, Allowed: c.Allowed})
+		}
+		st.Members[i] = m
 	}
 	if !v.At.IsZero() {
 		st.SeenAt = &v.At

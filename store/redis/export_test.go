@@ -19,3 +19,9 @@ func ScriptsOnly(opts Options) Options {
 
 // LibraryName is the name of the store's function library.
 var LibraryName = library.name
+
+// SharesKey is the name of the hash of the instances' counts beside the registry of prefix.
+func SharesKey(prefix string) string { return sharesKey(prefix, prefix+"instances") }
+
+// Slot is Redis Cluster's hash slot of key.
+func Slot(key string) uint16 { return slot(key) }

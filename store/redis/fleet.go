@@ -3,9 +3,13 @@ package redis
 // The instance registry: each gateway instance on one Redis heartbeats into one sorted set
 // (prefix + "instances"), so that every instance knows how many share the Redis — and so, while
 // Redis is down, which share of each policy it may decide on alone (sluice.WithFleetFallback:
-// 1/n of the limit, n the last live count seen).
+// 1/n of the limit, n the last live count seen). Each heartbeat also carries the instance's
+// approvals per client (FleetOptions.Counts) into a hash beside the set, and reads every listed
+// instance's back: each instance's share of a client's approvals, which shows instances that do
+// not count together (the diagnosis's separate_counters).
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	_ "embed"
@@ -13,7 +17,9 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -33,6 +39,9 @@ const (
 	FleetListed = 64
 	// MaxFleetID bounds an instance id's length.
 	MaxFleetID = 128
+	// MaxFleetCounts is how many counts (client and policy) one heartbeat carries at most: those
+	// with the most approvals (then by name); the others are dropped and counted as dropped.
+	MaxFleetCounts = 64
 )
 
 // FleetOptions configures an instance's entry in the registry.
@@ -48,12 +57,39 @@ type FleetOptions struct {
 	// instance). Every instance removes the members it finds expired by its own TTL, so a fleet's
 	// instances should share one TTL.
 	TTL time.Duration
+	// Counts, if set, is called at every heartbeat for what it carries: this instance's
+	// approvals (MaxFleetCounts at most; a count whose client or policy is not 1 to MaxFleetID
+	// printable ASCII characters without spaces is dropped). It runs on the heartbeat's goroutine
+	// and must be quick. Never put a secret in a name: every instance, and anyone reading Redis,
+	// sees them.
+	Counts func() []FleetCount
+	// LogShare: the count is the local fallback's share (sluice.WithFleetFallback), which the
+	// log then says, 1/n, with each new count.
+	LogShare bool
+}
+
+// FleetCount is one instance's approvals of one client under one policy, in the policy's
+// windows (epoch-aligned, of its period, by the instance's clock), as of a heartbeat.
+type FleetCount struct {
+	Client, Policy string
+	Period         time.Duration // the policy's period (≥ 1 µs)
+	// Window is the number of the window the heartbeat fell in: unix µs / period.
+	Window int64
+	// Current and Previous are the cost approved in Window and in Window-1.
+	Current, Previous int64
+	// Allowed is the most one shared counter approves in one window of this policy, as the
+	// instance's configuration has it (0: not known).
+	Allowed int64
 }
 
 // FleetInstance is one live instance as the registry lists it.
 type FleetInstance struct {
 	ID       string
 	LastSeen time.Time // its last heartbeat, by Redis's clock (the store's Clock if set)
+	// Counts is what its last heartbeat carried (FleetOptions.Counts; none if it sent none, or
+	// runs a version that sends none), and Dropped how many counts it left out over the cap.
+	Counts  []FleetCount
+	Dropped int
 }
 
 // FleetView is the registry as this instance last read it.
@@ -70,8 +106,11 @@ type FleetView struct {
 type Fleet struct {
 	s             *Store
 	id, key       string
+	shares        string // the hash of the instances' counts; "" if none can share the registry's slot
 	interval, ttl time.Duration
 	script        *rueidis.Lua
+	counts        func() []FleetCount
+	logShare      bool
 
 	count atomic.Int64 // the last live count seen; 0: none yet
 	view  atomic.Pointer[FleetView]
@@ -101,9 +140,25 @@ func (s *Store) Fleet(opts FleetOptions) (*Fleet, error) {
 		return nil, err
 	}
 	f := &Fleet{s: s, id: opts.ID, key: s.prefix + "instances", interval: opts.Interval, ttl: opts.TTL,
-		script: rueidis.NewLuaScript(fleetLua), stop: make(chan struct{})}
+		script: rueidis.NewLuaScript(fleetLua), stop: make(chan struct{}), counts: opts.Counts, logShare: opts.LogShare}
+	f.shares = sharesKey(s.prefix, f.key)
 	f.view.Store(&FleetView{Self: f.id})
 	return f, nil
+}
+
+// sharesKey is the name of the hash of the instances' counts: under the prefix (so that the
+// ACL's key pattern grants it), in the registry's slot (one script touches both, on a Redis
+// Cluster too) — the registry's own hash tag if its name has one, else the registry's whole name
+// as the tag: rate-limit:{rate-limit:instances}:shares. ("" for a prefix with a '}' and no hash
+// tag, whose registry no such name shares a slot with: the heartbeats then carry no counts.)
+// State keys end in :v2, :log or :slots, so no client's key is this name.
+func sharesKey(prefix, registry string) string {
+	for _, k := range []string{registry + ":shares", prefix + "{" + registry + "}:shares"} {
+		if slot(k) == slot(registry) {
+			return k
+		}
+	}
+	return ""
 }
 
 // checkFleetID refuses an id that is empty, too long, or not printable ASCII without spaces.
@@ -172,11 +227,15 @@ func (f *Fleet) run() {
 		cancel()
 		switch {
 		case err != nil && !failing:
-			f.s.log.Warn("fleet: a heartbeat failed (Redis down, or an ACL without the registry's commands); the local fallback keeps the last count seen",
+			f.s.log.Warn("fleet: a heartbeat failed (Redis down, or an ACL without the registry's commands); no decision depends on it, and the last count seen stays",
 				"instance", f.id, "instances", f.Size(), "error", err.Error())
 		case err == nil && (failing || f.count.Load() != last):
 			n := f.count.Load()
-			f.s.log.Info("fleet: live instances on this Redis", "instance", f.id, "instances", n, "local_share", "1/"+strconv.FormatInt(n, 10))
+			args := []any{"instance", f.id, "instances", n}
+			if f.logShare {
+				args = append(args, "local_share", "1/"+strconv.FormatInt(n, 10))
+			}
+			f.s.log.Info("fleet: live instances on this Redis", args...)
 		}
 		failing = err != nil
 		select {
@@ -191,9 +250,9 @@ func (f *Fleet) run() {
 // nothing), but within the interval.
 func (f *Fleet) beatTimeout() time.Duration { return min(f.interval, max(f.s.timeout, time.Second)) }
 
-// Beat sends one heartbeat: it registers (or refreshes) this instance, removes the instances not
-// heard from for a TTL, and reads the live count and instances. A failure (Redis down) leaves
-// the last count seen, and says why in View.
+// Beat sends one heartbeat: it registers (or refreshes) this instance with its counts, removes
+// the instances not heard from for a TTL (and their counts), and reads the live count and
+// instances with theirs. A failure (Redis down) leaves the last count seen, and says why in View.
 func (f *Fleet) Beat(ctx context.Context) error { return f.call(ctx, "beat") }
 
 // Close stops the heartbeats and removes this instance from the registry (if Redis answers
@@ -226,15 +285,24 @@ func (f *Fleet) exec(ctx context.Context, op string) error {
 	if err != nil {
 		return err
 	}
+	report := ""
+	if op == "beat" && f.counts != nil {
+		report = encodeCounts(f.counts())
+	}
 	args := []string{f.id, strconv.FormatInt(int64(f.ttl/time.Microsecond), 10), f.s.now(), op,
-		strconv.Itoa(FleetListed), f.s.slack}
-	reply, err := f.script.Exec(ctx, c.client, []string{f.key}, args).ToArray()
+		strconv.Itoa(FleetListed), f.s.slack, report}
+	keys := []string{f.key}
+	if f.shares != "" {
+		keys = append(keys, f.shares)
+	}
+	reply, err := f.script.Exec(ctx, c.client, keys, args).ToArray()
 	if err != nil {
 		return unavailable(err)
 	}
-	if len(reply) != 3 {
-		return fmt.Errorf("redis store: fleet script replied %d values, want 3", len(reply))
+	if len(reply) != 4 {
+		return fmt.Errorf("redis store: fleet script replied %d values, want 4", len(reply))
 	}
+	reports, _ := reply[3].ToArray() // (an empty array without counts)
 	nowStr, err1 := reply[0].ToString()
 	n, err2 := reply[1].AsInt64()
 	listed, err3 := reply[2].AsStrSlice()
@@ -248,11 +316,88 @@ func (f *Fleet) exec(ctx context.Context, op string) error {
 		if err != nil {
 			return fmt.Errorf("redis store: fleet: score %q: %v", listed[i+1], err)
 		}
-		v.Instances = append(v.Instances, FleetInstance{ID: listed[i], LastSeen: time.UnixMicro(int64(us)).UTC()})
+		in := FleetInstance{ID: listed[i], LastSeen: time.UnixMicro(int64(us)).UTC()}
+		if j := i / 2; j < len(reports) {
+			if r, err := reports[j].ToString(); err == nil { // (nil: it sent none)
+				in.Counts, in.Dropped = decodeCounts(r)
+			}
+		}
+		v.Instances = append(v.Instances, in)
 	}
 	if op == "beat" { // (a leave's count no longer includes this instance, which still serves)
 		f.count.Store(n)
 	}
 	f.view.Store(v)
 	return nil
+}
+
+// A report is "v1 <dropped>" and then one line per count: "<client> <policy> <period µs>
+// <window> <current> <previous> <allowed>". Names are printable ASCII without spaces.
+const countsVersion = "v1"
+
+// encodeCounts is the report of counts: the MaxFleetCounts with the most approvals (then by
+// client and policy), those with a name that cannot be written or with nothing approved left
+// out; "" if nothing is left to say.
+func encodeCounts(counts []FleetCount) string {
+	kept := make([]FleetCount, 0, len(counts))
+	dropped := 0
+	for _, c := range counts {
+		switch {
+		case c.Current <= 0 && c.Previous <= 0:
+		case checkFleetID(c.Client) != nil || checkFleetID(c.Policy) != nil || c.Client == "" || c.Policy == "" ||
+			c.Period < time.Microsecond || c.Current < 0 || c.Previous < 0 || c.Allowed < 0:
+			dropped++
+		default:
+			kept = append(kept, c)
+		}
+	}
+	slices.SortFunc(kept, func(a, b FleetCount) int {
+		if d := cmp.Compare(b.Current+b.Previous, a.Current+a.Previous); d != 0 {
+			return d
+		}
+		return cmp.Or(cmp.Compare(a.Client, b.Client), cmp.Compare(a.Policy, b.Policy))
+	})
+	if len(kept) > MaxFleetCounts {
+		dropped += len(kept) - MaxFleetCounts
+		kept = kept[:MaxFleetCounts]
+	}
+	if len(kept) == 0 && dropped == 0 {
+		return "" // (nothing to carry: the instance's field goes)
+	}
+	var b strings.Builder
+	b.WriteString(countsVersion + " " + strconv.Itoa(dropped))
+	for _, c := range kept {
+		fmt.Fprintf(&b, "\n%s %s %d %d %d %d %d", c.Client, c.Policy, c.Period.Microseconds(), c.Window, c.Current, c.Previous, c.Allowed)
+	}
+	return b.String()
+}
+
+// decodeCounts reads a report; what it cannot read (another version's) it leaves out.
+func decodeCounts(r string) ([]FleetCount, int) {
+	lines := strings.Split(r, "\n")
+	head := strings.Fields(lines[0])
+	if len(head) != 2 || head[0] != countsVersion {
+		return nil, 0
+	}
+	dropped, _ := strconv.Atoi(head[1])
+	var out []FleetCount
+	for _, l := range lines[1:min(len(lines), MaxFleetCounts+1)] {
+		f := strings.Fields(l)
+		if len(f) != 7 {
+			continue
+		}
+		var n [5]int64
+		ok := true
+		for i := range n {
+			var err error
+			n[i], err = strconv.ParseInt(f[2+i], 10, 64)
+			ok = ok && err == nil && (i == 1 || n[i] >= 0)
+		}
+		if !ok || n[0] <= 0 {
+			continue
+		}
+		out = append(out, FleetCount{Client: f[0], Policy: f[1], Period: time.Duration(n[0]) * time.Microsecond, Window: n[1],
+			Current: n[2], Previous: n[3], Allowed: n[4]})
+	}
+	return out, dropped
 }

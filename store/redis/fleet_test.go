@@ -239,22 +239,31 @@ func TestFleetGuardShare(t *testing.T) {
 	}
 }
 
-// TestFleetACL: the ACL user of ACLRules can heartbeat and leave (the script's sorted-set
-// commands are granted), under the default prefix only.
+// TestFleetACL: the ACL user of ACLRules can heartbeat with counts and leave (the script's
+// sorted-set and hash commands are granted), under the default prefix only.
 func TestFleetACL(t *testing.T) {
 	srv := redistest.Start(t)
 	if out, err := srv.Do(append([]string{"ACL", "SETUSER", "sluice", "on", ">s3cret"}, strings.Fields(redis.ACLRules)...)...); err != nil {
 		t.Fatalf("ACL SETUSER: %v %s", err, out)
 	}
 	st := openStore(t, srv, redis.Options{Username: "sluice", Password: "s3cret"})
-	f := openFleet(t, st, "gw-acl")
+	var h heldCounts
+	h.set(partner(1, 3, 0))
+	f := countsFleet(t, st, "gw-acl", &h)
 	beat(t, f)
 	if f.Size() != 1 {
 		t.Fatalf("Size %d as the ACL user; want 1", f.Size())
 	}
+	if c := countsOf(f.View()); len(c["gw-acl"]) != 1 || c["gw-acl"][0].Current != 3 {
+		t.Fatalf("the ACL user's counts read back: %+v; want its 3", c)
+	}
+	h.set()
+	beat(t, f) // (HDEL)
+	h.set(partner(1, 3, 0))
+	beat(t, f)
 	f.Close()
-	if n := mustInt(t, srv, "EXISTS", "rate-limit:instances"); n != 0 {
-		t.Errorf("the ACL user's leave did not remove the registry")
+	if n := mustInt(t, srv, "EXISTS", "rate-limit:instances", redis.SharesKey(redis.DefaultPrefix)); n != 0 {
+		t.Errorf("the ACL user's leave did not remove the registry and its counts")
 	}
 	other := openFleet(t, openStore(t, srv, redis.Options{Username: "sluice", Password: "s3cret", Prefix: "elsewhere:"}), "gw-acl")
 	if err := other.Beat(bg); err == nil || !strings.Contains(err.Error(), "NOPERM") {

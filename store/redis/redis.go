@@ -56,11 +56,11 @@ import (
 // reads Redis's clock (deadlines); and, on a Redis Cluster, the slot map (CLUSTER SLOTS, or
 // SHARDS from Redis 8) and ASKING for redirections while slots move; the sorted-set commands
 // of the instance registry's script (fleet.lua) and of concurrency limits (concurrency.go,
-// ZSCORE too); WAIT, for replicas_ack; and ROLE, with which the
+// ZSCORE too), and the registry's hash of the instances' counts (HSET, HDEL, HMGET); WAIT, for replicas_ack; and ROLE, with which the
 // client checks that the server Sentinel names is the primary (and the store counts the replicas
 // replicas_ack waits for). Nothing else: no other keys, no channels, no FLUSHALL, no CONFIG.
 const ACLRules = "resetkeys ~rate-limit:* resetchannels -@all +select +ping +time " +
-	"+fcall +function|load +evalsha +eval +get +set +exists +hmget +del +pexpire +rpush +lrange +lset +ltrim +llen +zadd +zrem +zremrangebyscore +zcard +zrange +zscore +cluster|slots +cluster|shards +asking" +
+	"+fcall +function|load +evalsha +eval +get +set +exists +hmget +del +pexpire +rpush +lrange +lset +ltrim +llen +zadd +zrem +zremrangebyscore +zcard +zrange +zscore +hset +hdel +cluster|slots +cluster|shards +asking" +
 	" +wait +role"
 
 // Defaults.

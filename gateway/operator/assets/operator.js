@@ -14,14 +14,15 @@
     return td;
   }
 
-  // The instance registry (on_error: local, local_share: fleet): how many instances share the
-  // Redis, so which share of each policy this one decides on alone while Redis is down.
+  // The instance registry (every Redis store): how many instances share the Redis, and so, with
+  // on_error: local, which share of each policy this one decides on alone while Redis is down.
   function renderFleet(f) {
     $("fleet").hidden = !f;
     if (!f) return;
-    const share = f.instances > 0 ? "1/" + f.instances : "1 (no heartbeat has reached Redis yet)";
-    $("fleet-summary").textContent = f.instances + " live; this instance, " + f.self + ", decides on " + share +
-      " of each policy while Redis is down" + (f.error ? "; last heartbeat failed: " + f.error : "") +
+    const share = f.fallback_share === 0 ? "" : f.instances > 0 && Math.abs(f.fallback_share * f.instances - 1) < 1e-9 ? "1/" + f.instances :
+      f.instances === 0 && f.fallback_share === 1 ? "1 (no heartbeat has reached Redis yet)" : String(f.fallback_share);
+    $("fleet-summary").textContent = f.instances + " live; this instance, " + f.self + (share ? ", decides on " + share +
+      " of each policy while Redis is down" : ", has no local fallback (it decides nothing alone while Redis is down)") + (f.error ? "; last heartbeat failed: " + f.error : "") +
       (f.seen_at ? "; counted at " + when(f.seen_at) : "");
     const tbody = $("fleet-members").tBodies[0];
     tbody.replaceChildren();
@@ -86,6 +87,35 @@
     }
   }
 
+  // Each instance's share of a client's approvals (diagnosis.shares, a Redis store): a row per
+  // client and policy, a column per live instance, then the total and what one shared counter
+  // allows in a window (the total over it is flagged).
+  function renderShares(sh) {
+    const table = $("diag-shares");
+    const head = table.tHead.rows[0];
+    const ids = sh ? (sh.clients[0] || { instances: [] }).instances.map((x) => x.id) : [];
+    head.replaceChildren();
+    for (const [text, cls] of [["client"], ["policy"], ...ids.map((id) => [id, "n"]), ["total", "n"], ["allowed per window", "n"]]) {
+      const th = document.createElement("th");
+      th.scope = "col";
+      th.textContent = text;
+      if (cls) th.className = cls;
+      if (ids.includes(text)) th.dataset.instance = text;
+      head.appendChild(th);
+    }
+    $("diag-shares-note").textContent = !sh ? "with a Redis store: what each live instance approved in the policy's latest window, from the instance registry" :
+      sh.instances + " live instance" + (sh.instances === 1 ? "" : "s") + (sh.listed < sh.instances ? " (" + sh.listed + " listed)" : "") +
+      "; each one's approvals in the policy's latest window, as of its last heartbeat, and its share of the total" +
+      (sh.dropped > 0 ? "; " + sh.dropped + " counts over the cap of " + sh.max_counts_per_instance + " an instance not shown" : "");
+    rows("diag-shares", sh ? sh.clients : [], (x) => x.client, (x) => [[x.policy],
+      ...x.instances.map((in_) => [in_.approved + " (" + in_.share_pct.toFixed(1) + "%)", "n"]),
+      [String(x.total), "n total" + (x.allowed > 0 && x.total > x.allowed ? " over" : "")], [String(x.allowed || "—"), "n"]]);
+    for (const tr of table.tBodies[0].rows) {
+      const c = (sh ? sh.clients : []).find((x) => x.client === tr.dataset.key && x.policy === tr.cells[1]?.textContent);
+      if (c) tr.dataset.policy = c.policy;
+    }
+  }
+
   function renderDiagnosis(d) {
     if (!d) return;
     $("diag-note").textContent = "the usual mistakes found in the traffic, each with what to do; addresses and keys over the last " +
@@ -122,6 +152,7 @@
     rows("diag-shared", d.shared_addresses, (x) => x.address, (x) => [[x.clients.join(", ") + (x.more ? ", …" : "")], [x.refused.join(", ") || "—"]]);
     rows("diag-low", d.limit_too_low, (x) => x.client, (x) => [[x.policy], [x.limit + " / " + x.period, "n"], [String(x.refused), "n"],
       [String(x.p95_demand), "n"], [String(x.suggested_limit), "n suggested"]]);
+    renderShares(d.shares);
     const ms = (x) => (x >= 100 ? x.toFixed(0) : x.toFixed(1));
     rows("diag-retries", d.early_retriers, (x) => x.key, (x) => [[String(x.early_retries), "n"], [ms(x.mean_retry_after_refusal_ms), "n"],
       [ms(x.mean_retry_after_given_ms), "n"]]);
