@@ -230,3 +230,16 @@ func FailureModeName(m sluice.FailureMode) string {
 	}
 	return "closed"
 }
+
+// ParseFailureMode reads a failure mode as FailureModeName writes it: open, closed or local.
+func ParseFailureMode(s string) (sluice.FailureMode, bool) {
+	switch s {
+	case "open":
+		return sluice.FailOpen, true
+	case "closed":
+		return sluice.FailClosed, true
+	case "local":
+		return sluice.FailLocal, true
+	}
+	return sluice.FailClosed, false
+}

@@ -81,14 +81,8 @@ func (o *simulateOptions) storeFleet(changed func(string) bool, policies []sluic
 	if err != nil {
 		return nil, err
 	}
-	switch o.onError {
-	case "open":
-		out.OnError = sluice.FailOpen
-	case "closed":
-		out.OnError = sluice.FailClosed
-	case "local":
-		out.OnError = sluice.FailLocal
-	default:
+	var ok bool
+	if out.OnError, ok = sim.ParseFailureMode(o.onError); !ok {
 		return nil, fmt.Errorf("--on-error %s: want open, closed or local", o.onError)
 	}
 	f.Outage = &out

@@ -93,14 +93,11 @@ func parseFleetKeys(sc *Scenario, get func(string) (string, bool), fail func(fie
 		case sc.Actual.Set:
 			fail(KeyOutage, "and real costs exclude each other: a settlement needs the store")
 		}
-		switch onError {
-		case "", "closed":
+		if onError == "" {
 			o.OnError = sluice.FailClosed
-		case "open":
-			o.OnError = sluice.FailOpen
-		case "local":
-			o.OnError = sluice.FailLocal
-		default:
+		} else if mode, ok := sim.ParseFailureMode(onError); ok {
+			o.OnError = mode
+		} else {
 			fail(KeyOnError, "%q: want open, closed or local", onError)
 		}
 		if err == nil && fleet && sc.Stores == sim.SharedStore && !sc.Actual.Set {
