@@ -29,11 +29,15 @@ type Renewer struct {
 	held    map[*heldSlots]struct{} // guarded by mu
 	running bool                    // guarded by mu: the goroutine runs
 	every   time.Duration           // guarded by mu: a third of the shortest lease held since it started
+	// wake (guarded by mu; made once) cuts the goroutine's wait short when a request brings a
+	// shorter lease than the one the wait was drawn for: that lease would expire first.
+	wake chan struct{}
 
 	// Timeout bounds each round of renewals (default: a third of the shortest lease).
 	Timeout time.Duration
 
-	manual bool // tests: no goroutine; they call RenewNow
+	manual bool                                 // tests: no goroutine; they call RenewNow
+	after  func(time.Duration) <-chan time.Time // tests: the goroutine's waits; nil: time.After
 }
 
 // heldSlots are the slots a Verdict took.
@@ -118,14 +122,25 @@ func (r *Renewer) add(h *heldSlots) {
 		r.held = map[*heldSlots]struct{}{}
 	}
 	r.held[h] = struct{}{}
+	shorter := false
 	for _, l := range h.leases {
 		if every := l.policy.Period / 3; r.every == 0 || every < r.every {
-			r.every = every
+			r.every, shorter = every, true
 		}
 	}
-	if !r.running && !r.manual {
+	if r.wake == nil {
+		r.wake = make(chan struct{}, 1)
+	}
+	switch {
+	case r.manual:
+	case !r.running:
 		r.running = true
 		go r.run()
+	case shorter: // the goroutine waits a third of a longer lease: renew now, then every r.every
+		select {
+		case r.wake <- struct{}{}:
+		default: // (already woken)
+		}
 	}
 }
 
@@ -142,13 +157,20 @@ func (r *Renewer) InFlight() int {
 	return len(r.held)
 }
 
-// run renews every r.every until no slots are held.
+// run renews every r.every until no slots are held, and at once when woken.
 func (r *Renewer) run() {
+	after := r.after
+	if after == nil {
+		after = time.After
+	}
 	for {
 		r.mu.Lock()
-		every := r.every
+		every, wake := r.every, r.wake
 		r.mu.Unlock()
-		time.Sleep(every) // a period to wait, not synchronisation
+		select {
+		case <-after(every): // a period to wait, not synchronisation
+		case <-wake:
+		}
 		r.mu.Lock()
 		if len(r.held) == 0 {
 			r.running, r.every = false, 0

@@ -91,3 +91,56 @@ func TestSlots(t *testing.T) {
 		t.Fatalf("peek: %v, slots %v", v5.Outcome, v5.slots)
 	}
 }
+
+// TestRenewerShorterLease: a request whose lease is shorter than the one the Renewer's goroutine
+// waits a third of wakes it: the leases are renewed at once, then every third of the shorter
+// lease. Else a 300ms lease taken during the wait for a 30s one's renewal (10s) expires while
+// its request is in flight, and its slot is handed to another. The store on a virtual clock, the
+// goroutine's waits on channels of the test.
+func TestRenewerShorterLease(t *testing.T) {
+	clock := sluice.NewManualClock(time.UnixMicro(1_700_000_000_000_000))
+	st := memory.New(memory.WithClock(clock))
+	long := config.AppliedPolicy{Policy: sluice.Policy{Name: "long", Algorithm: sluice.Concurrency, Limit: 1, Period: 30 * time.Second}, PolicyName: "long"}
+	short := config.AppliedPolicy{Policy: sluice.Policy{Name: "short", Algorithm: sluice.Concurrency, Limit: 1, Period: 300 * time.Millisecond}, PolicyName: "short"}
+	waits, never := make(chan time.Duration, 8), make(chan time.Time)
+	r := &Renewer{after: func(d time.Duration) <-chan time.Time {
+		select {
+		case waits <- d:
+		default:
+		}
+		return never // the waits end only by a wake, or the close below
+	}}
+	d := &Decider{Store: st, Renewer: r}
+	ctx := context.Background()
+	decide := func(l Limit) (*Request, Verdict) {
+		req := &Request{Who: identity.Identity{Key: "c"}, Client: "c", Limits: []Limit{l}, Cost: 1, Releases: true}
+		v := d.Decide(ctx, req)
+		if v.Outcome != Allowed || v.slots == nil {
+			t.Fatalf("%s: %v, slots %v", l.PolicyName, v.Outcome, v.slots)
+		}
+		return req, v
+	}
+	wait := func(want time.Duration) {
+		t.Helper()
+		select {
+		case got := <-waits:
+			if got != want {
+				t.Fatalf("the goroutine waits %v, want %v", got, want)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("the goroutine did not come to wait %v", want)
+		}
+	}
+	reqL, vL := decide(long)
+	wait(10 * time.Second)
+	clock.Advance(20 * time.Second)
+	reqS, vS := decide(short)
+	wait(100 * time.Millisecond)    // woken: renewed (both), then a third of the short lease
+	clock.Advance(15 * time.Second) // 35s after the long lease was taken, 15s after its renewal
+	if dec, err := st.Decide(ctx, "c", long.Policy, 0); err != nil || dec.Remaining != 0 {
+		t.Fatalf("the long lease 35s on: %d free (%v), want 0: it was not renewed when woken", dec.Remaining, err)
+	}
+	d.ReleaseSlots(ctx, reqL, &vL)
+	d.ReleaseSlots(ctx, reqS, &vS)
+	close(never) // the goroutine finds nothing held, and ends
+}
