@@ -99,7 +99,7 @@ func (d *Decider) holdSlots(req *Request, v *Verdict, limits []sluice.Limit, out
 // proxy calls it when the upstream's response is written or the client left (before
 // v.Release). It is a no-op for a Verdict without slots, and after the first call. A slot the
 // store cannot give back now (it is unreachable) expires after its lease.
-func (d *Decider) ReleaseSlots(ctx context.Context, req *Request, v *Verdict) {
+func (d *Decider) ReleaseSlots(ctx context.Context, v *Verdict) {
 	h := v.slots
 	if h == nil {
 		return

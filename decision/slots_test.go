@@ -35,7 +35,7 @@ func TestSlots(t *testing.T) {
 		}
 		return dec.Remaining
 	}
-	req1, v1 := decide(true, 5) // a route's cost of 5 is rate units: one slot all the same
+	_, v1 := decide(true, 5) // a route's cost of 5 is rate units: one slot all the same
 	_, v2 := decide(true, 5)
 	if v1.Outcome != Allowed || v2.Outcome != Allowed {
 		t.Fatalf("outcomes %v %v: %v %v", v1.Outcome, v2.Outcome, v1.Err, v2.Err)
@@ -57,8 +57,8 @@ func TestSlots(t *testing.T) {
 	if n := free(); n != 0 {
 		t.Fatalf("%d slots free after a renewal, want 0", n)
 	}
-	d.ReleaseSlots(ctx, req1, &v1)
-	d.ReleaseSlots(ctx, req1, &v1) // twice: nothing more
+	d.ReleaseSlots(ctx, &v1)
+	d.ReleaseSlots(ctx, &v1) // twice: nothing more
 	if n := free(); n != 1 {
 		t.Fatalf("%d slots free after a release, want 1", n)
 	}
@@ -68,7 +68,7 @@ func TestSlots(t *testing.T) {
 	// Not renewed any more, v2's lease expires 3s after its renewal.
 	clock.Advance(time.Second)
 	r.RenewNow(ctx)
-	d.ReleaseSlots(ctx, req1, &v2)
+	d.ReleaseSlots(ctx, &v2)
 	if n := free(); n != 2 {
 		t.Fatalf("%d slots free, want 2", n)
 	}
@@ -112,13 +112,13 @@ func TestRenewerShorterLease(t *testing.T) {
 	}}
 	d := &Decider{Store: st, Renewer: r}
 	ctx := context.Background()
-	decide := func(l Limit) (*Request, Verdict) {
+	decide := func(l Limit) Verdict {
 		req := &Request{Who: identity.Identity{Key: "c"}, Client: "c", Limits: []Limit{l}, Cost: 1, Releases: true}
 		v := d.Decide(ctx, req)
 		if v.Outcome != Allowed || v.slots == nil {
 			t.Fatalf("%s: %v, slots %v", l.PolicyName, v.Outcome, v.slots)
 		}
-		return req, v
+		return v
 	}
 	wait := func(want time.Duration) {
 		t.Helper()
@@ -131,16 +131,16 @@ func TestRenewerShorterLease(t *testing.T) {
 			t.Fatalf("the goroutine did not come to wait %v", want)
 		}
 	}
-	reqL, vL := decide(long)
+	vL := decide(long)
 	wait(10 * time.Second)
 	clock.Advance(20 * time.Second)
-	reqS, vS := decide(short)
+	vS := decide(short)
 	wait(100 * time.Millisecond)    // woken: renewed (both), then a third of the short lease
 	clock.Advance(15 * time.Second) // 35s after the long lease was taken, 15s after its renewal
 	if dec, err := st.Decide(ctx, "c", long.Policy, 0); err != nil || dec.Remaining != 0 {
 		t.Fatalf("the long lease 35s on: %d free (%v), want 0: it was not renewed when woken", dec.Remaining, err)
 	}
-	d.ReleaseSlots(ctx, reqL, &vL)
-	d.ReleaseSlots(ctx, reqS, &vS)
+	d.ReleaseSlots(ctx, &vL)
+	d.ReleaseSlots(ctx, &vS)
 	close(never) // the goroutine finds nothing held, and ends
 }

@@ -46,7 +46,7 @@ func (g *Gateway) ServeFast(ctx *fasthttp.RequestCtx) {
 	req.Releases = true // (the deferred ReleaseSlots)
 	v := g.decider.Decide(dctx, &req)
 	defer v.Release()
-	defer g.decider.ReleaseSlots(dctx, &req, &v) // the upstream's response is in, or the client left: before v.Release
+	defer g.decider.ReleaseSlots(dctx, &v) // the upstream's response is in, or the client left: before v.Release
 	if !v.Passes() {
 		writeProblem(ctx, v.Problem)
 		g.fields(&ctx.Response.Header, v.Decisions)

@@ -129,7 +129,7 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	req := g.policies.Resolve(identity.HTTP(r), r.Method, path)
 	req.Releases = true // (the deferred ReleaseSlots)
 	v := g.decider.Decide(r.Context(), &req)
-	defer g.decider.ReleaseSlots(r.Context(), &req, &v) // Serve has written the response, or the client left
+	defer g.decider.ReleaseSlots(r.Context(), &v) // Serve has written the response, or the client left
 	// The cost is settled once the response is known.
 	if req.After != nil {
 		var finish func()
