@@ -89,9 +89,9 @@ func noteAborted(w http.ResponseWriter) {
 }
 
 // response is what the net/http engine saw of the response a recorded.
-func (a *afterRecorder) response(served bool) decision.Response {
+func (a *afterRecorder) response() decision.Response {
 	h := a.ResponseWriter.Header()
-	resp := decision.Response{Status: a.status, Aborted: a.aborted || !served || a.status == 0, Header: h.Get}
+	resp := decision.Response{Status: a.status, Aborted: a.aborted || a.status == 0, Header: h.Get}
 	if resp.Aborted {
 		resp.Status = 0
 	}
@@ -111,5 +111,5 @@ func (g *Gateway) afterHTTP(w http.ResponseWriter, r *http.Request, req *decisio
 	rec := &afterRecorder{ResponseWriter: w}
 	kept := decision.Verdict{Outcome: v.Outcome, Decisions: slices.Clone(v.Decisions)}
 	ctx := context.WithoutCancel(r.Context())
-	return rec, func() { g.decider.Finish(ctx, req, &kept, rec.response(true)) }
+	return rec, func() { g.decider.Finish(ctx, req, &kept, rec.response()) }
 }
