@@ -69,7 +69,7 @@ func (g *Gateway) ServeFast(ctx *fasthttp.RequestCtx) {
 	if g.shed != nil { // after the quotas: a refused request never takes a slot (shed.go)
 		p, ok := g.shed.admit(&req)
 		if !ok {
-			g.shedFast(ctx, p)
+			writeProblem(ctx, p)
 			g.decider.Refund(dctx, &req, &v) // shed, not served: the quota it took goes back
 			g.fields(&ctx.Response.Header, v.Decisions)
 			g.finish(ctx, start, span, &req, v.Outcome, ctx.Response.StatusCode(), 0)

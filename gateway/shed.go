@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/valyala/fasthttp"
 
 	"github.com/sluicehq/sluice/answer"
 	"github.com/sluicehq/sluice/config"
@@ -66,9 +65,6 @@ func newShedder(cfg *config.Config, metrics *Metrics) *shedder {
 	if ls == nil || cfg.Upstream == nil {
 		return nil
 	}
-	if metrics.shedding == nil { // a Metrics not made by NewMetrics
-		metrics.shedding = newShedMetrics(prometheus.NewRegistry())
-	}
 	return &shedder{lim: metrics.shedding.limiter(ls.Params), cfg: ls, m: metrics.shedding}
 }
 
@@ -84,11 +80,6 @@ func (s *shedder) admit(req *decision.Request) (answer.Problem, bool) {
 
 // release gives the slot back; took is how long the upstream took to answer (0: it did not).
 func (s *shedder) release(took time.Duration) { s.lim.Release(took, took > 0, time.Now()) }
-
-// shedFast answers a request of the fasthttp engine that load shedding did not admit.
-func (g *Gateway) shedFast(ctx *fasthttp.RequestCtx, p answer.Problem) {
-	writeProblem(ctx, p)
-}
 
 // shedSample carries, for the net/http engine, how long the upstream took to answer a request
 // (set by timedTransport) to the handler that gives its slot back.
