@@ -35,14 +35,9 @@ func (e *earlyRetries) hash(key string) uint64 {
 	return e.hasher.String(key)
 }
 
-// early reports whether key comes back before its last refusal's Retry-After ran out.
-func (e *earlyRetries) early(key string, now time.Time) bool {
-	_, ok := e.earlyBy(key, now)
-	return ok
-}
-
-// earlyBy is early, with the refusal it came back early from (the diagnosis shows how soon
-// after their refusal the worst offenders retry, and what Retry-After they were given).
+// earlyBy reports whether key comes back before its last refusal's Retry-After ran out, and that
+// refusal (the diagnosis shows how soon after their refusal the worst offenders retry, and what
+// Retry-After they were given).
 func (e *earlyRetries) earlyBy(key string, now time.Time) (refusal, bool) {
 	sh := &e.shards[e.hash(key)%32]
 	sh.mu.Lock()
@@ -57,9 +52,6 @@ func (e *earlyRetries) earlyBy(key string, now time.Time) (refusal, bool) {
 	}
 	return r, true
 }
-
-// refused records that key is refused until until.
-func (e *earlyRetries) refused(key string, until time.Time) { e.refusedAt(key, time.Now(), until) }
 
 // refusedAt records that key is refused at at until until.
 func (e *earlyRetries) refusedAt(key string, at, until time.Time) {

@@ -11,10 +11,10 @@ func TestEarlyRetriesFindTheirKey(t *testing.T) {
 	e := newEarlyRetries(1 << 10)
 	now := time.Now()
 	for i := range 200 {
-		e.refused(string(rune('a'+i%26))+time.Duration(i).String(), now.Add(time.Minute))
+		e.refusedAt(string(rune('a'+i%26))+time.Duration(i).String(), now, now.Add(time.Minute))
 	}
 	for i := range 200 {
-		if !e.early(string(rune('a'+i%26))+time.Duration(i).String(), now) {
+		if _, ok := e.earlyBy(string(rune('a'+i%26))+time.Duration(i).String(), now); !ok {
 			t.Fatalf("key %d: its refusal is lost", i)
 		}
 	}
