@@ -107,7 +107,7 @@ func (d *Decider) settleAll(ctx context.Context, req *Request, v *Verdict, actua
 	outcome := SettleKept
 	for i := range req.Limits {
 		l, dec := &req.Limits[i], v.Decisions[i].Decision
-		estimate := req.cost(i)
+		estimate := req.LimitCost(i)
 		if !dec.Allowed || estimate == actual || l.Policy.Algorithm == sluice.Concurrency {
 			continue // charged nothing (a dry-run limit that refused), or charged right
 		}

@@ -54,8 +54,8 @@ type Request struct {
 	Seen Seen
 }
 
-// cost returns limit i's cost.
-func (r *Request) cost(i int) int64 {
+// LimitCost returns limit i's cost: Costs[i], else Cost.
+func (r *Request) LimitCost(i int) int64 {
 	if r.Costs != nil {
 		return r.Costs[i]
 	}
@@ -185,7 +185,7 @@ func (d *Decider) Decide(ctx context.Context, req *Request) Verdict {
 	}
 	for i := range req.Limits {
 		l := &req.Limits[i]
-		limits[i] = sluice.Limit{Key: l.Key, Policy: l.Policy, Cost: req.cost(i), MaxDelay: hold, DryRun: l.DryRun}
+		limits[i] = sluice.Limit{Key: l.Key, Policy: l.Policy, Cost: req.LimitCost(i), MaxDelay: hold, DryRun: l.DryRun}
 	}
 	slots := takeSlots(limits)
 	start := time.Now()
@@ -235,7 +235,7 @@ func failure(req *Request, err error) answer.Problem {
 	switch {
 	case errors.Is(err, sluice.ErrInvalidCost):
 		for i := range req.Limits {
-			if c := req.cost(i); c < 0 {
+			if c := req.LimitCost(i); c < 0 {
 				return answer.InvalidCost(c)
 			}
 		}
@@ -243,7 +243,7 @@ func failure(req *Request, err error) answer.Problem {
 	case errors.Is(err, sluice.ErrCostExceedsLimit):
 		for i, l := range req.Limits {
 			var d sluice.Decision
-			c := req.cost(i)
+			c := req.LimitCost(i)
 			if l.Policy.Algorithm == sluice.Concurrency {
 				c = min(c, 1) // one slot (slots.go)
 			}

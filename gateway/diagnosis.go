@@ -84,10 +84,7 @@ func (d *diagnosis) decided(req *decision.Request, v *decision.Verdict, now time
 		if i >= len(req.Limits) || req.Limits[i].DryRun || req.Limits[i].KeyBy != nil || !windowed(a.Policy) {
 			continue // (a policy with key_by counts per tuple, not per client: its usage is not the client's)
 		}
-		cost := req.Cost
-		if req.Costs != nil {
-			cost = req.Costs[i]
-		}
+		cost := req.LimitCost(i)
 		u := d.usage.get([2]string{req.Who.Client, req.Limits[i].PolicyName}, func() *usageRing { return &usageRing{} })
 		u.record(a.Policy, now, cost, passed && a.Decision.Allowed, !a.Decision.Allowed, wasEarly)
 	}

@@ -101,10 +101,7 @@ func (s *Shares) record(req *decision.Request, v *decision.Verdict, now time.Tim
 			!a.Decision.Allowed || !windowed(a.Policy) {
 			continue
 		}
-		cost := req.Cost
-		if req.Costs != nil {
-			cost = req.Costs[i]
-		}
+		cost := req.LimitCost(i)
 		if cost <= 0 {
 			continue
 		}
