@@ -106,7 +106,7 @@
     $("diag-shares-note").textContent = !sh ? "with a Redis store: what each live instance approved in the policy's latest window, from the instance registry" :
       sh.instances + " live instance" + (sh.instances === 1 ? "" : "s") + (sh.listed < sh.instances ? " (" + sh.listed + " listed)" : "") +
       "; each one's approvals in the policy's latest window, as of its last heartbeat, and its share of the total" +
-      (sh.dropped > 0 ? "; " + sh.dropped + " counts over the cap of " + sh.max_counts_per_instance + " an instance not shown" : "");
+      (sh.dropped > 0 ? "; " + sh.dropped + " counts over the cap of " + sh.max_counts_per_instance + " per instance not shown" : "");
     rows("diag-shares", sh ? sh.clients : [], (x) => x.client, (x) => [[x.policy],
       ...x.instances.map((in_) => [in_.approved + " (" + in_.share_pct.toFixed(1) + "%)", "n"]),
       [String(x.total), "n total" + (x.allowed > 0 && x.total > x.allowed ? " over" : "")], [String(x.allowed || "—"), "n"]]);
