@@ -9,6 +9,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/algorithm"
 )
 
 // Problem types.
@@ -105,7 +106,7 @@ func QuotaExceeded(client string, decisions []Applied) Problem {
 // concurrency policy's.
 func exact(refused []*Applied) bool {
 	for _, a := range refused {
-		if a.Policy.Algorithm == sluice.Concurrency {
+		if !algorithm.IsExact(&a.Policy) {
 			return false
 		}
 	}
