@@ -35,8 +35,8 @@ const fleetMaxCounts = 64
 // sharesShown is how many client and policy rows the diagnosis lists, the most approved first.
 const sharesShown = 50
 
-// Shares counts this instance's approvals for the instance registry. The zero value is not
-// usable: NewShares.
+// Shares counts this instance's approvals for the instance registry. The zero value is an
+// empty count (NewShares); a nil *Shares records nothing (no registry).
 type Shares struct {
 	m cowMap[[2]string, *shareWindows] // client, policy state name
 }
