@@ -107,6 +107,9 @@ func (g *guard) Settle(ctx context.Context, key string, p Policy, at, reserved, 
 // ErrStoreUnavailable; with FailLocal it is not applied to the local share (see Reservation for
 // what a reservation of the local fallback does).
 func (l *Limiter) Settle(ctx context.Context, key string, reserved, actual int64) error {
+	if l.policy.Algorithm == 0 {
+		return ErrNoPolicy
+	}
 	return settleOn(ctx, l.store, key, l.policy, SettleNow, reserved, actual) // (the guard, if l has one)
 }
 
@@ -121,7 +124,7 @@ func (l *Limiter) Settle(ctx context.Context, key string, reserved, actual int64
 // The error is AllowN's; a Reservation is returned with it when there is a decision (a cost that
 // never fits).
 func (l *Limiter) Reserve(ctx context.Context, key string, estimate int64) (*Reservation, error) {
-	d, err := l.store.Decide(ctx, key, l.policy, estimate)
+	d, err := l.fixed.Decide(ctx, key, l.policy, estimate)
 	return &Reservation{lim: l, key: key, cost: estimate, d: d}, err
 }
 
