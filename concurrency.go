@@ -65,28 +65,21 @@ func CheckConcurrency(store Store) error {
 // too (a slot taken while the store was down was taken there; releasing one not held does
 // nothing).
 func (g *guard) Release(ctx context.Context, key string, p Policy, id uint64) error {
-	var errLocal error
-	if g.mode == FailLocal {
-		if l, ok := g.local.(Leaser); ok {
-			errLocal = l.Release(ctx, key, g.localPolicy(p), id)
-		}
-	}
-	l, ok := g.store.(Leaser)
-	if !ok {
-		return errors.Join(CheckConcurrency(g.store), errLocal)
-	}
-	if g.breaker.open() { // (no probe: a release or renewal says nothing of the store's health)
-		return errors.Join(errBreakerOpen, errLocal)
-	}
-	return errors.Join(l.Release(ctx, key, p, id), errLocal)
+	return g.lease(p, func(l Leaser, p Policy) error { return l.Release(ctx, key, p, id) })
 }
 
 // Renew implements Leaser as Release does.
 func (g *guard) Renew(ctx context.Context, key string, p Policy, ids ...uint64) error {
+	return g.lease(p, func(l Leaser, p Policy) error { return l.Renew(ctx, key, p, ids...) })
+}
+
+// lease is Release and Renew: do on the local store under its share of p if the guard fails to
+// local, then on the store unless the breaker is open; the errors of both, joined.
+func (g *guard) lease(p Policy, do func(l Leaser, p Policy) error) error {
 	var errLocal error
 	if g.mode == FailLocal {
 		if l, ok := g.local.(Leaser); ok {
-			errLocal = l.Renew(ctx, key, g.localPolicy(p), ids...)
+			errLocal = do(l, g.localPolicy(p))
 		}
 	}
 	l, ok := g.store.(Leaser)
@@ -96,7 +89,7 @@ func (g *guard) Renew(ctx context.Context, key string, p Policy, ids ...uint64) 
 	if g.breaker.open() { // (no probe: a release or renewal says nothing of the store's health)
 		return errors.Join(errBreakerOpen, errLocal)
 	}
-	return errors.Join(l.Renew(ctx, key, p, ids...), errLocal)
+	return errors.Join(do(l, p), errLocal)
 }
 
 // Release implements Leaser: concurrency policies take no budget (LocalBudget.Validate), so

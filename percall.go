@@ -16,13 +16,13 @@ import (
 // Limiter serves every tenant's contract, whatever it is, without a Limiter per policy. Both ways
 // go through the same guarded store: the failure mode, the breaker and the local fallback apply.
 
-// ErrNoPolicy is the error of Allow, AllowN, AllowNWithin, Wait and WaitN on a Limiter made by New,
-// which has no policy of its own.
+// ErrNoPolicy is the error of Allow, AllowN, AllowNWithin, Wait, WaitN, Reserve and Settle on a
+// Limiter made by New, which has no policy of its own.
 var ErrNoPolicy = errors.New("sluice: this Limiter has no policy of its own (it was made by sluice.New): pass the policy with each call (AllowPolicy, WaitPolicy, AllowAll), or make it with NewLimiter")
 
 // New returns a Limiter on store without a policy of its own: every call names its policy
-// (AllowPolicy, WaitPolicy, AllowAll, DecideAll); Allow, AllowN, AllowNWithin, Wait and WaitN
-// return ErrNoPolicy. The options are NewLimiter's.
+// (AllowPolicy, WaitPolicy, AllowAll, DecideAll); Allow, AllowN, AllowNWithin, Wait, WaitN,
+// Reserve and Settle return ErrNoPolicy. The options are NewLimiter's.
 func New(store Store, opts ...Option) (*Limiter, error) {
 	if store == nil {
 		return nil, errors.New("sluice: New: store is nil (use memory.New() for an in-process store)")

@@ -97,8 +97,8 @@ func TestAllowPolicyPerCall(t *testing.T) {
 	})
 }
 
-// A Limiter made by New has no policy of its own: Allow, AllowN, AllowNWithin, Wait and WaitN say
-// so (ErrNoPolicy) and decide nothing; Policy is the zero Policy.
+// A Limiter made by New has no policy of its own: Allow, AllowN, AllowNWithin, Wait, WaitN,
+// Reserve and Settle say so (ErrNoPolicy) and decide nothing; Policy is the zero Policy.
 func TestNewHasNoPolicy(t *testing.T) {
 	ctx := context.Background()
 	lim, err := sluice.New(memory.New())
@@ -116,6 +116,12 @@ func TestNewHasNoPolicy(t *testing.T) {
 	}
 	if err := lim.Wait(ctx, "a"); !errors.Is(err, sluice.ErrNoPolicy) {
 		t.Errorf("Wait: %v, want ErrNoPolicy", err)
+	}
+	if r, err := lim.Reserve(ctx, "a", 3); !errors.Is(err, sluice.ErrNoPolicy) || r.OK() {
+		t.Errorf("Reserve: ok %v, %v, want ErrNoPolicy", r.OK(), err)
+	}
+	if err := lim.Settle(ctx, "a", 3, 1); !errors.Is(err, sluice.ErrNoPolicy) {
+		t.Errorf("Settle: %v, want ErrNoPolicy", err)
 	}
 	if !strings.Contains(sluice.ErrNoPolicy.Error(), "AllowPolicy") {
 		t.Errorf("ErrNoPolicy does not say what to do instead: %v", sluice.ErrNoPolicy)

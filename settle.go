@@ -54,7 +54,7 @@ func SettleDecision(ctx context.Context, store Store, key string, p Policy, d De
 			if d.Fallback == FallbackLocal {
 				return settleOn(ctx, g.local, key, g.localPolicy(p), d.At, reserved, actual)
 			}
-			return g.settle(ctx, key, p, d.At, reserved, actual)
+			return g.Settle(ctx, key, p, d.At, reserved, actual)
 		}
 		u, ok := store.(interface{ Unwrap() Store })
 		if !ok {
@@ -76,9 +76,11 @@ func settleOn(ctx context.Context, store Store, key string, p Policy, at, reserv
 	return s.Settle(ctx, key, p, at, reserved, actual)
 }
 
-// settle is Settle through the breaker: while it keeps decisions off the store, the settlement is
-// dropped; a store failure feeds it as a decision's would.
-func (g *guard) settle(ctx context.Context, key string, p Policy, at, reserved, actual int64) error {
+// Settle implements Settler for a guarded store (Guard): through the breaker, on the store. While
+// the breaker keeps decisions off the store, the settlement is dropped; a store failure feeds it
+// as a decision's would. A decision that the local fallback made is settled there by
+// SettleDecision, which knows it.
+func (g *guard) Settle(ctx context.Context, key string, p Policy, at, reserved, actual int64) error {
 	s, ok := g.store.(Settler)
 	if !ok {
 		return ErrCannotSettle
@@ -95,12 +97,6 @@ func (g *guard) settle(ctx context.Context, key string, p Policy, at, reserved, 
 	return err
 }
 
-// Settle implements Settler for a guarded store (Guard): through the breaker, on the store. A
-// decision that the local fallback made is settled there by SettleDecision, which knows it.
-func (g *guard) Settle(ctx context.Context, key string, p Policy, at, reserved, actual int64) error {
-	return g.settle(ctx, key, p, at, reserved, actual)
-}
-
 // Settle settles a charge of reserved on key with the real cost actual, as if the charge had
 // been made at the settlement's instant (SettleNow): a refund is given if the key's current
 // window still counts it (a bucket: up to the whole of it), which is right for a charge made
@@ -111,10 +107,10 @@ func (g *guard) Settle(ctx context.Context, key string, p Policy, at, reserved, 
 // ErrStoreUnavailable; with FailLocal it is not applied to the local share (see Reservation for
 // what a reservation of the local fallback does).
 func (l *Limiter) Settle(ctx context.Context, key string, reserved, actual int64) error {
-	if l.guard != nil {
-		return l.guard.settle(ctx, key, l.policy, SettleNow, reserved, actual)
+	if l.policy.Algorithm == 0 {
+		return ErrNoPolicy
 	}
-	return settleOn(ctx, l.store, key, l.policy, SettleNow, reserved, actual)
+	return settleOn(ctx, l.store, key, l.policy, SettleNow, reserved, actual) // (the guard, if l has one)
 }
 
 // Reserve decides a request of an estimated cost on key now, charging the estimate if it is
@@ -128,7 +124,7 @@ func (l *Limiter) Settle(ctx context.Context, key string, reserved, actual int64
 // The error is AllowN's; a Reservation is returned with it when there is a decision (a cost that
 // never fits).
 func (l *Limiter) Reserve(ctx context.Context, key string, estimate int64) (*Reservation, error) {
-	d, err := l.store.Decide(ctx, key, l.policy, estimate)
+	d, err := l.fixed.Decide(ctx, key, l.policy, estimate)
 	return &Reservation{lim: l, key: key, cost: estimate, d: d}, err
 }
 

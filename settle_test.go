@@ -99,3 +99,19 @@ func TestReservationConcurrent(t *testing.T) {
 		t.Fatalf("remaining %d, want 90 (one settlement of 50 to 10)", d.Remaining)
 	}
 }
+
+// TestSettleConcurrencyRefused: a concurrency limit holds slots, not units: settling one is
+// refused (ErrInvalidPolicy), and the store keeps no state for it (a later peek sees the key as
+// never seen).
+func TestSettleConcurrencyRefused(t *testing.T) {
+	ctx := context.Background()
+	lim, _ := newLimiter(t, sluice.Policy{Name: "conc", Algorithm: sluice.Concurrency, Limit: 2, Period: time.Minute})
+	for _, c := range []struct{ reserved, actual int64 }{{1, 2}, {2, 1}} {
+		if err := lim.Settle(ctx, "c", c.reserved, c.actual); !errors.Is(err, sluice.ErrInvalidPolicy) {
+			t.Errorf("Settle(reserved %d, actual %d) of a concurrency limit: %v, want ErrInvalidPolicy", c.reserved, c.actual, err)
+		}
+	}
+	if d, err := lim.AllowN(ctx, "c", 0); err != nil || d.Remaining != 2 || d.ResetAfter != 0 {
+		t.Fatalf("peek after the refused settlements: %+v %v, want the key as never seen", d, err)
+	}
+}

@@ -34,15 +34,8 @@ import "fmt"
 // Like Decide it is pure, exact and allocates nothing (the sliding log aside, which may append an
 // entry for an extra charge).
 func Settle(p *Policy, s *State, at, now, reserved, actual int64) (bool, error) {
-	var d Decision
-	if err := CheckCost(p, 0, &d); err != nil {
-		return false, err // an invalid policy
-	}
-	if reserved < 0 || reserved > MaxLimit {
-		return false, fmt.Errorf("%w: reserved %d must be in 0..2^53", ErrInvalidCost, reserved)
-	}
-	if actual < 0 || actual > MaxLimit {
-		return false, fmt.Errorf("%w: actual cost %d must be in 0..2^53", ErrInvalidCost, actual)
+	if err := CheckSettle(p, reserved, actual); err != nil {
+		return false, err
 	}
 	delta := actual - reserved
 	if delta == 0 {
@@ -65,6 +58,26 @@ func Settle(p *Policy, s *State, at, now, reserved, actual int64) (bool, error) 
 		return false, nil // the charge was forgotten (idle, or a policy of other numbers since)
 	}
 	return refund(p, s, at, now, reserved, -delta), nil
+}
+
+// CheckSettle reports what Settle would refuse, changing nothing: an invalid policy, a
+// concurrency one (its slots are given back by Release, not settled: a settlement of one would
+// change nothing), or reserved or actual outside 0..MaxLimit.
+func CheckSettle(p *Policy, reserved, actual int64) error {
+	var d Decision
+	if err := CheckCost(p, 0, &d); err != nil {
+		return err // an invalid policy
+	}
+	if p.Algorithm == Concurrency {
+		return fmt.Errorf("%w: concurrency limits requests in flight, not units: it has no charge to settle (its slots are given back by Release)", ErrInvalidPolicy)
+	}
+	if reserved < 0 || reserved > MaxLimit {
+		return fmt.Errorf("%w: reserved %d must be in 0..2^53", ErrInvalidCost, reserved)
+	}
+	if actual < 0 || actual > MaxLimit {
+		return fmt.Errorf("%w: actual cost %d must be in 0..2^53", ErrInvalidCost, actual)
+	}
+	return nil
 }
 
 // charge adds cost to the key's state at now, beyond the limit if need be (counts saturating at

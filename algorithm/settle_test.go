@@ -126,6 +126,25 @@ func TestSettleRejectsBadInput(t *testing.T) {
 	if !reflect.DeepEqual(s, before) {
 		t.Fatalf("bad input changed the state: %+v", s)
 	}
+	// A concurrency policy holds slots, not units: nothing to settle, on a key that holds some
+	// or on one never seen (where a settlement must not report a state to store).
+	conc := Policy{Algorithm: Concurrency, Limit: 2, Period: time.Second}
+	var held State
+	var d Decision
+	if err := Acquire(&conc, &held, 0, 7, 1, &d); err != nil || !d.Allowed {
+		t.Fatal(d, err)
+	}
+	heldBefore := *clone(&held)
+	for _, st := range []*State{&held, {}} {
+		for _, c := range []struct{ reserved, actual int64 }{{1, 2}, {2, 1}} {
+			if changed, err := Settle(&conc, st, 0, 1, c.reserved, c.actual); changed || !errors.Is(err, ErrInvalidPolicy) {
+				t.Errorf("Settle of concurrency (reserved %d, actual %d): changed %v, %v; want false, ErrInvalidPolicy", c.reserved, c.actual, changed, err)
+			}
+		}
+	}
+	if !reflect.DeepEqual(held, heldBefore) {
+		t.Fatalf("a concurrency settlement changed the state: %+v", held)
+	}
 }
 
 // settlePolicies are the properties' policies: each algorithm, T whole and not.

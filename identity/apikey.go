@@ -46,11 +46,7 @@ func (a APIKey) HeaderName() string {
 // Identify names the client whose key is in the header. An absent or empty header, or a key that
 // no client has, yields nothing.
 func (a APIKey) Identify(r Request) (Identity, bool) {
-	header := a.Header
-	if header == "" {
-		header = canonicalAPIKeyHeader
-	}
-	key := r.Header(header)
+	key := r.Header(a.HeaderName())
 	var client string
 	var ok bool
 	switch {

@@ -93,9 +93,9 @@ func misconfigured(err error) answer.Problem {
 
 // refuse answers a refused request with OnRefused's function.
 func (c *config) refuse(w http.ResponseWriter, r *http.Request, req *decision.Request, v *decision.Verdict) {
-	info := Refusal{Key: req.Who.Key, RetryAfter: v.RetryAfter(req), Problem: v.Problem}
+	info := Refusal{Key: req.Who.Key, Refusing: v.Refusing(req), Problem: v.Problem}
+	info.RetryAfter = answer.Wait(info.Refusing)                   // v.RetryAfter, without finding the refusing limits again
 	info.Decisions = append([]answer.Applied(nil), v.Decisions...) // v's memory is reused once released
-	info.Refusing = v.Refusing(req)
 	h := w.Header()
 	answer.Headers(h, v.Decisions, c.legacy)
 	v.Release()

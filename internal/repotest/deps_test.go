@@ -4,6 +4,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -53,15 +54,8 @@ func TestNoJWTDependency(t *testing.T) {
 			for p := dep; importers[p] != "" && len(chain) < 20; p = importers[p] {
 				chain = append(chain, importers[p])
 			}
-			t.Errorf("%s depends on %s: %s", pkg, dep, strings.Join(reverse(chain), " → "))
+			slices.Reverse(chain)
+			t.Errorf("%s depends on %s: %s", pkg, dep, strings.Join(chain, " → "))
 		}
 	}
-}
-
-func reverse(s []string) []string {
-	out := make([]string, len(s))
-	for i, v := range s {
-		out[len(s)-1-i] = v
-	}
-	return out
 }
