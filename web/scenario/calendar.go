@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math/bits"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -165,24 +166,10 @@ func (sc *Scenario) calendarPolicies() []sluice.Policy {
 	return ps
 }
 
-func algorithmIndex(a sluice.Algorithm) int {
-	for i, b := range algorithm.Algorithms {
-		if a == b {
-			return i
-		}
-	}
-	return -1
-}
+func algorithmIndex(a sluice.Algorithm) int { return slices.Index(algorithm.Algorithms, a) }
 
 // hasCalendar reports whether a runs under a calendar: fixed-window and sliding-window do.
-func hasCalendar(a sluice.Algorithm) bool {
-	for _, b := range sim.CalendarAlgorithms {
-		if a == b {
-			return true
-		}
-	}
-	return false
-}
+func hasCalendar(a sluice.Algorithm) bool { return slices.Contains(sim.CalendarAlgorithms, a) }
 
 // Options are the sim.Options of the scenario's runs (Start, the fleet; the real costs are per run).
 func (sc *Scenario) Options() sim.Options {
@@ -240,17 +227,9 @@ func windowShort(c sluice.Calendar, t time.Time) string {
 	return t.Format("Mon 2")
 }
 
-// zoneName is the name of a calendar's zone, UTC for nil.
-func zoneName(loc *time.Location) string {
-	if loc == nil {
-		return "UTC"
-	}
-	return loc.String()
-}
-
 // describeCalendar says in words what a calendar policy does, for the page's cards.
 func describeCalendar(p sluice.Policy) string {
-	zone := zoneName(p.Location)
+	zone := p.Location.String() // nil is UTC, and says so
 	var window string
 	switch p.Calendar {
 	case sluice.Day:
