@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"math/bits"
 	"math/rand/v2"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -166,10 +165,24 @@ func (sc *Scenario) calendarPolicies() []sluice.Policy {
 	return ps
 }
 
-func algorithmIndex(a sluice.Algorithm) int { return slices.Index(algorithm.Algorithms, a) }
+func algorithmIndex(a sluice.Algorithm) int {
+	for i, b := range algorithm.Algorithms {
+		if a == b {
+			return i
+		}
+	}
+	return -1
+}
 
 // hasCalendar reports whether a runs under a calendar: fixed-window and sliding-window do.
-func hasCalendar(a sluice.Algorithm) bool { return slices.Contains(sim.CalendarAlgorithms, a) }
+func hasCalendar(a sluice.Algorithm) bool {
+	for _, b := range sim.CalendarAlgorithms {
+		if a == b {
+			return true
+		}
+	}
+	return false
+}
 
 // Options are the sim.Options of the scenario's runs (Start, the fleet; the real costs are per run).
 func (sc *Scenario) Options() sim.Options {
