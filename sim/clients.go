@@ -44,6 +44,7 @@ func ParseClientTraffic(pattern string) ([]Request, error) {
 	}
 	var clients []*client
 	seen := map[string]bool{}
+	named := false // some segment names a client (the default key, too)
 	for _, text := range strings.Split(pattern, ";") {
 		text = strings.TrimSpace(text)
 		if text == "" {
@@ -54,6 +55,7 @@ func ParseClientTraffic(pattern string) ([]Request, error) {
 				return nil, fmt.Errorf("traffic: client %q is named twice: give each client's segments after its one name", name)
 			}
 			seen[name] = true
+			named = true
 			clients = append(clients, &client{name: name})
 			text = rest
 		} else if len(clients) == 0 {
@@ -63,11 +65,8 @@ func ParseClientTraffic(pattern string) ([]Request, error) {
 		c := clients[len(clients)-1]
 		c.segs = append(c.segs, text)
 	}
-	if len(clients) == 1 && clients[0].name == DefaultKey {
-		return ParseTraffic(pattern)
-	}
-	if len(clients) == 0 {
-		return ParseTraffic(pattern) // its error: the pattern is empty
+	if !named {
+		return ParseTraffic(pattern) // its requests, and its errors (an empty pattern's too)
 	}
 	var all []Request
 	for _, c := range clients {

@@ -161,7 +161,7 @@ func (s *Session) balance() int {
 // it (each a round trip of Fleet.StoreLatency), and fails in the outage's window of its clock
 // as a Redis that cannot be reached does.
 type sharedStore struct {
-	store    sluice.Store
+	store    *memory.Store
 	clock    *sluice.ManualClock
 	from, to int64 // the outage, µs since the Unix epoch; from = to: none
 	calls    int64 // calls made to it, failed ones too
@@ -188,6 +188,15 @@ func (o *sharedStore) DecideAll(ctx context.Context, key string, limits []sluice
 		return false, errOutage
 	}
 	return o.store.DecideAll(ctx, key, limits, out)
+}
+
+// Settle implements sluice.Settler, so that a fleet's real costs (Options.Actual) settle on the
+// store its decisions charged: a call like the others, failing in the outage.
+func (o *sharedStore) Settle(ctx context.Context, key string, p sluice.Policy, at, reserved, actual int64) error {
+	if o.down() {
+		return errOutage
+	}
+	return o.store.Settle(ctx, key, p, at, reserved, actual)
 }
 
 // ParseOutage parses an outage FROM-TO, two Go durations of virtual time (0s-30s, 1m-2m30s), as

@@ -213,6 +213,11 @@ func TestParseClientTraffic(t *testing.T) {
 	if strings.Join(got, " ") != want {
 		t.Errorf("got %s; want %s", strings.Join(got, " "), want)
 	}
+	// A client may be named as the default key is: alone, it is still a client's pattern.
+	reqs, err = ParseClientTraffic("k: 2 at once")
+	if err != nil || len(reqs) != 2 || reqs[1].Key != DefaultKey {
+		t.Errorf("client k alone: %v, %v", reqs, err)
+	}
 	// Without names it is ParseTraffic's, key "k"; before the first name, too.
 	reqs, err = ParseClientTraffic("2 at once; a: 1 at once")
 	if err != nil || len(reqs) != 3 || reqs[0].Key != DefaultKey || reqs[2].Key != "a" {

@@ -85,3 +85,33 @@ func TestParseSettledTraceErrors(t *testing.T) {
 		t.Errorf("DecideSettled with actual -2: %v", err)
 	}
 }
+
+// A fleet on one shared store settles there: with no budgets its instances count together, so
+// each row is one instance's (the store's) — the settlements included. (The shared store wraps
+// the memory store to count its calls and to fail in an outage; it must settle too.)
+func TestFleetSharedStoreSettles(t *testing.T) {
+	reqs, actual, err := ParseSettledTrace(strings.NewReader("t_ms,key,cost,actual\n0,a,1000,250\n100,a,1000,4000\n200,a,1000,\n300,a,1000,9000\n400,a,1000,0\n1500,a,1000,100\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := sluice.Policy{Algorithm: sluice.FixedWindow, Limit: 10000, Period: time.Second}
+	one, err := Options{Actual: actual}.Run(p, reqs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []Fleet{{Instances: 3}, {Instances: 3, StoreLatency: time.Millisecond}} {
+		fleet, err := Options{Actual: actual, Fleet: &f}.Run(p, reqs)
+		if err != nil {
+			t.Fatalf("%+v: %v", f, err)
+		}
+		for i, r := range fleet.Rows {
+			w := one.Rows[i]
+			if r.Allowed != w.Allowed || r.Remaining != w.Remaining || r.Balance != w.Balance || r.RetryAfterMicros != w.RetryAfterMicros || r.Settles != w.Settles {
+				t.Errorf("%+v: row %d: %+v; one instance's: %+v", f, i, r, w)
+			}
+		}
+		if s := fleet.Summary; s.Settled != one.Summary.Settled || s.ActualCost != one.Summary.ActualCost {
+			t.Errorf("%+v: summary %+v; one instance's: %+v", f, s, one.Summary)
+		}
+	}
+}

@@ -619,6 +619,18 @@
     }
   }
 
+  // percentAllowed is the derived "allowed %" of a summary or a client's counts.
+  function percentAllowed(c) {
+    return c.offered ? (100 * c.allowed / c.offered).toFixed(1) + "%" : "–";
+  }
+
+  // showInstances writes what each instance let through into a fleet-col cell: "1: 106 · 2: 107"
+  // (data-instances "106,107"), "–" with one instance.
+  function showInstances(td, counts) {
+    td.dataset.instances = counts.join(",");
+    td.textContent = counts.length ? counts.map((n, j) => `${j + 1}: ${n}`).join(" · ") : "–";
+  }
+
   // updateClients fills the per-client table and each card's line with the first k buckets'
   // counts: what each client got, in all and per instance.
   function updateClients(k) {
@@ -632,11 +644,8 @@
         for (const td of rows[i].cells) {
           if (td.tagName !== "TD") continue;
           if (td.dataset.field) td.textContent = String(c[td.dataset.field]);
-          else if (td.classList.contains("derived")) td.textContent = c.offered ? (100 * c.allowed / c.offered).toFixed(1) + "%" : "–";
-          else {
-            td.dataset.instances = c.instances.join(",");
-            td.textContent = c.instances.length ? c.instances.map((n, m) => `${m + 1}: ${n}`).join(" · ") : "–";
-          }
+          else if (td.classList.contains("derived")) td.textContent = percentAllowed(c);
+          else showInstances(td, c.instances);
         }
         i++;
       }
@@ -666,11 +675,9 @@
       for (const td of rows[i].cells) {
         if (td.tagName !== "TD") continue;
         if (td.classList.contains("fleet-col")) {
-          const counts = perInstance[i] || [];
-          td.dataset.instances = counts.join(",");
-          td.textContent = counts.length ? counts.map((n, j) => `${j + 1}: ${n}`).join(" · ") : "–";
+          showInstances(td, perInstance[i] || []);
         } else if (td.classList.contains("derived")) {
-          td.textContent = s.offered ? (100 * s.allowed / s.offered).toFixed(1) + "%" : "–";
+          td.textContent = percentAllowed(s);
         } else if (field(s, td.dataset.col) !== undefined) {
           td.dataset.field = td.dataset.col;
           td.textContent = String(field(s, td.dataset.col));

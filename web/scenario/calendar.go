@@ -240,17 +240,9 @@ func windowShort(c sluice.Calendar, t time.Time) string {
 	return t.Format("Mon 2")
 }
 
-// zoneName is the name of a calendar's zone, UTC for nil.
-func zoneName(loc *time.Location) string {
-	if loc == nil {
-		return "UTC"
-	}
-	return loc.String()
-}
-
 // describeCalendar says in words what a calendar policy does, for the page's cards.
 func describeCalendar(p sluice.Policy) string {
-	zone := zoneName(p.Location)
+	zone := p.Location.String() // nil is UTC, and says so
 	var window string
 	switch p.Calendar {
 	case sluice.Day:

@@ -245,6 +245,11 @@ func TestCalendarRunMatchesCompare(t *testing.T) {
 	if long.Windows != nil {
 		t.Errorf("%d windows over 20000 hours, want none listed", len(long.Windows))
 	}
+	// Without a time zone, the calendar's is UTC, and the JSON and the cards say so.
+	if js := string(long.JSON()); !strings.Contains(js, `,"calendar":"day","time_zone":"UTC",`) ||
+		!strings.Contains(js, `"calendar":"day","time_zone":"UTC","burst":0}`) || !strings.Contains(Describe(long.Runs[0].Policy), " in UTC.") {
+		t.Errorf("a calendar in UTC: %.300s; %q", js, Describe(long.Runs[0].Policy))
+	}
 }
 
 // A settled scenario: every request charged 1 and settled at its real cost, drawn from the scenario's random stream;

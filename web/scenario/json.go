@@ -67,7 +67,7 @@ func (r *Result) JSON() []byte {
 		b = append(b, `,"calendar":"`...)
 		b = append(b, sc.Calendar.String()...)
 		b = append(b, `","time_zone":`...)
-		b = appendString(b, zoneName(sc.Location))
+		b = appendString(b, sc.Location.String())
 		b = append(b, `,"windows":[`...)
 		for i, w := range r.Windows {
 			if i > 0 {

@@ -37,8 +37,8 @@ import (
 	"github.com/sluicehq/sluice/web/scenario"
 )
 
-// last is the last scenario that ran; summaries and trace read it. The page is single-threaded:
-// every call comes from the JavaScript event loop, one at a time.
+// last is the last scenario that ran; summaries, instances, clients, trace and instant read it.
+// The page is single-threaded: every call comes from the JavaScript event loop, one at a time.
 var last *scenario.Result
 
 func main() {
@@ -55,36 +55,9 @@ func main() {
 		last = res
 		return string(res.JSON())
 	}))
-	api.Set("summaries", fn(func(args []js.Value) string {
-		if last == nil {
-			return "[]"
-		}
-		k := 0
-		if len(args) > 0 && args[0].Type() == js.TypeNumber {
-			k = args[0].Int()
-		}
-		return string(last.SummariesJSON(k))
-	}))
-	api.Set("instances", fn(func(args []js.Value) string {
-		if last == nil {
-			return "[]"
-		}
-		k := 0
-		if len(args) > 0 && args[0].Type() == js.TypeNumber {
-			k = args[0].Int()
-		}
-		return string(last.InstancesJSON(k))
-	}))
-	api.Set("clients", fn(func(args []js.Value) string {
-		if last == nil {
-			return "[]"
-		}
-		k := 0
-		if len(args) > 0 && args[0].Type() == js.TypeNumber {
-			k = args[0].Int()
-		}
-		return string(last.ClientsJSON(k))
-	}))
+	api.Set("summaries", firstBuckets((*scenario.Result).SummariesJSON))
+	api.Set("instances", firstBuckets((*scenario.Result).InstancesJSON))
+	api.Set("clients", firstBuckets((*scenario.Result).ClientsJSON))
 	api.Set("trace", fn(func([]js.Value) string {
 		if last == nil {
 			return ""
@@ -130,6 +103,21 @@ func fn(f func(args []js.Value) string) js.Func {
 			}
 		}()
 		return f(args)
+	})
+}
+
+// firstBuckets wraps of, a JSON of the last run's first k buckets, as a function of k (0 if
+// not a number); "[]" before any run.
+func firstBuckets(of func(r *scenario.Result, k int) []byte) js.Func {
+	return fn(func(args []js.Value) string {
+		if last == nil {
+			return "[]"
+		}
+		k := 0
+		if len(args) > 0 && args[0].Type() == js.TypeNumber {
+			k = args[0].Int()
+		}
+		return string(of(last, k))
 	})
 }
 
