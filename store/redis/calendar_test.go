@@ -19,7 +19,6 @@ package redis_test
 import (
 	"errors"
 	"fmt"
-	"math/big"
 	"math/rand/v2"
 	"strconv"
 	"strings"
@@ -33,18 +32,17 @@ import (
 	redisstore "github.com/sluicehq/sluice/store/redis"
 )
 
-// calState is the reference's state of one key: the recorded window's start, its count and
-// (sliding window) the previous window's.
-type calState struct {
-	set                 bool
-	window, count, prev int64
-}
+// calState is the reference's state of one key: the core's.
+type calState = algorithm.State
 
 // calRef decides a request of cost at now (µs) under calendar policy p on state s, as the core
-// defines it; it changes s only on an approval of a positive cost.
+// does (algorithm.DecideInto, which the scripts mirror); it changes s only on an approval of a
+// positive cost.
 func calRef(p *sluice.Policy, s *calState, now, cost int64) sluice.Decision {
-	d := calDecide(p, s, now, cost)
-	d.At = now // the instant decided at, which a settlement of its charge takes
+	var d sluice.Decision
+	if err := algorithm.DecideInto(p, s, now, cost, &d); err != nil {
+		panic(fmt.Sprintf("the core refused a valid calendar decision: %v", err))
+	}
 	return d
 }
 
@@ -61,81 +59,6 @@ func sameAt(got, want sluice.Decision) bool {
 func noAt(d sluice.Decision) sluice.Decision {
 	d.At = 0
 	return d
-}
-
-func calDecide(p *sluice.Policy, s *calState, now, cost int64) sluice.Decision {
-	win := func(t int64) (int64, int64) { return p.Calendar.Window(p.Location, t) }
-	limit := p.Limit
-	var w, end, count, prev int64
-	stay := false
-	if s.set {
-		if _, e := win(s.window); now < e {
-			stay = true
-		}
-	}
-	at := now
-	if stay {
-		w, count, prev = s.window, s.count, s.prev
-		_, end = win(w)
-		at = max(now, w)
-	} else {
-		w, end = win(now)
-		if s.set && p.Algorithm == sluice.SlidingWindow {
-			if ps, _ := win(w - 1); ps == s.window {
-				prev = s.count
-			}
-		}
-	}
-	b := func(x int64) *big.Int { return big.NewInt(x) }
-	mulb := func(x, y int64) *big.Int { return new(big.Int).Mul(b(x), b(y)) }
-	if p.Algorithm == sluice.FixedWindow {
-		allowed := count+cost <= limit
-		var retry, reset int64
-		if allowed && cost > 0 {
-			count += cost
-			*s = calState{set: true, window: w, count: count}
-		} else if !allowed {
-			retry = end - now
-		}
-		if count > 0 {
-			reset = end - now
-		}
-		return algorithm.MakeDecision(allowed, limit, limit-count, retry, reset, 0)
-	}
-	length, e := end-w, at-w
-	_, nextEnd := win(end)
-	lhs := new(big.Int).Add(mulb(prev, length-e), mulb(count+cost, length))
-	allowed := lhs.Cmp(mulb(limit, length)) <= 0
-	var retry, reset int64
-	switch {
-	case allowed:
-		if cost > 0 {
-			count += cost
-			*s = calState{set: true, window: w, count: count, prev: prev}
-		}
-	case count+cost <= limit:
-		x := new(big.Int).Div(mulb(limit-count-cost, length), b(prev)).Int64()
-		retry = end - x - now
-	default:
-		len2 := nextEnd - end
-		x := new(big.Int).Div(mulb(limit-cost, len2), b(count)).Int64()
-		retry = nextEnd - x - now
-	}
-	remaining := limit - count
-	if prev > 0 {
-		q, r := new(big.Int).QuoRem(mulb(prev, length-e), b(length), new(big.Int))
-		remaining -= q.Int64()
-		if r.Sign() != 0 {
-			remaining--
-		}
-	}
-	switch {
-	case count > 0:
-		reset = nextEnd - now
-	case prev > 0:
-		reset = end - now
-	}
-	return algorithm.MakeDecision(allowed, limit, max(0, remaining), retry, reset, 0)
 }
 
 func mustZone(t testing.TB, name string) *time.Location {

@@ -103,11 +103,17 @@ func (m *multiCall) execConc(ctx context.Context, which []int, check bool) (bool
 		return "0"
 	}
 	args := make([]string, 0, 7+multiArgs*len(rate)+5*len(conc))
-	args = append(args, strconv.Itoa(len(rate)), m.now, m.s.slack)
+	inst, attempt := m.inst, 0
+again: // (once more if Redis's time was outside the calendar windows passed, as exec)
+	args = append(args[:0], strconv.Itoa(len(rate)), m.now, m.s.slack)
 	for _, i := range rate {
 		l := &m.limits[i]
+		period, err := periodArg(&l.Policy, inst) // a calendar rate limit's windows (calendar.go)
+		if err != nil {
+			return false, err
+		}
 		args = append(args, strconv.Itoa(int(l.Policy.Algorithm)), strconv.FormatInt(l.Policy.Limit, 10),
-			strconv.FormatInt(l.Policy.PeriodMicros(), 10), strconv.FormatInt(l.Policy.Burst, 10), strconv.FormatInt(l.Cost, 10),
+			period, strconv.FormatInt(l.Policy.Burst, 10), strconv.FormatInt(l.Cost, 10),
 			strconv.FormatInt(l.MaxDelayMicros(), 10), bit(l.DryRun))
 	}
 	args = append(args, strconv.Itoa(len(conc)))
@@ -142,6 +148,13 @@ func (m *multiCall) execConc(ctx context.Context, which []int, check bool) (bool
 		return wrote
 	})).AsIntSlice()
 	if err != nil {
+		if t, ok := calendarMiss(err); ok && m.calendar {
+			if attempt++; attempt == 1 {
+				inst = t
+				goto again
+			}
+			return false, fmt.Errorf("%w: %w: redis store: %v", sluice.ErrStoreUnavailable, errCalendarRange, err)
+		}
 		return false, m.c.failed(sl, err)
 	}
 	if len(reply) != 6*n+1 {
@@ -152,6 +165,9 @@ func (m *multiCall) execConc(ctx context.Context, which []int, check bool) (bool
 	for j, i := range order {
 		r := reply[6*j : 6*j+6]
 		m.out[i] = algorithm.MakeDecision(r[0] == 1, r[1], r[2], r[3], r[4], r[5])
+		if m.limits[i].Policy.Algorithm != sluice.Concurrency {
+			m.out[i].At = reply[6*n] // the script's now: what a settlement of a rate limit's charge takes (as exec)
+		}
 		all = all && (m.out[i].Allowed || m.limits[i].DryRun)
 	}
 	if all && !check && m.s.refused != nil {

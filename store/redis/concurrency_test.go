@@ -98,3 +98,22 @@ func TestConcurrencyLocalFallback(t *testing.T) {
 		t.Fatal("after the release, a local slot is still taken")
 	}
 }
+
+// A calendar rate limit beside a concurrency limit, from an instance whose clock is days off
+// Redis's (the test clock): the windows passed around the instance's clock miss Redis's time, and
+// the store asks once more around it, as for the rate limits alone; the charge counts in Redis's day.
+func TestConcurrencyCalendarInstanceOff(t *testing.T) {
+	srv := redistest.Start(t)
+	t0 := time.Date(2026, 3, 10, 12, 0, 0, 0, time.UTC)
+	clock := sluice.NewManualClock(t0)
+	s := newStore(t, redisstore.Options{Addrs: []string{srv.Addr}, Clock: clock, NegativeCacheSize: -1})
+	redisstore.SetInstanceClock(s, func() time.Time { return clock.Now().Add(5 * 24 * time.Hour) })
+	daily := sluice.Policy{Name: "daily", Algorithm: sluice.FixedWindow, Limit: 3, Calendar: sluice.Day}
+	conc := sluice.Policy{Name: "slots", Algorithm: sluice.Concurrency, Limit: 2, Period: time.Minute}
+	var out [2]sluice.Decision
+	ok, err := s.DecideAll(context.Background(), "k", []sluice.Limit{{Policy: daily, Cost: 2}, {Policy: conc, Cost: 1, Lease: 1}}, out[:])
+	reset := time.Date(2026, 3, 11, 0, 0, 0, 0, time.UTC).Sub(t0)
+	if err != nil || !ok || out[0].Remaining != 1 || out[0].ResetAfter != reset || !out[1].Allowed {
+		t.Fatalf("instance 5 days ahead: %v %v %+v, want both allowed, 1 left of Redis's day, reset in %v", ok, err, out, reset)
+	}
+}

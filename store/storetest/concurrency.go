@@ -24,6 +24,7 @@ func Concurrency(t *testing.T, newStore NewStore) {
 		}
 	})
 	t.Run("with-rate", func(t *testing.T) { concurrencyWithRate(t, newStore) })
+	t.Run("with-calendar-rate", func(t *testing.T) { concurrencyWithCalendarRate(t, newStore) })
 	t.Run("no-lease", func(t *testing.T) { concurrencyNoLease(t, newStore) })
 	t.Run("goroutines", func(t *testing.T) { ConcurrentSlots(t, newStore, 16, 40) })
 }
@@ -223,6 +224,38 @@ func concurrencyWithRate(t *testing.T, newStore NewStore) {
 	}
 	if d, _ := st.Decide(ctx, "k", conc, 0); d.Remaining != 1 {
 		t.Fatalf("a rate refusal took a slot: %d free, want 1", d.Remaining)
+	}
+}
+
+// concurrencyWithCalendarRate: a calendar rate limit (a UTC day) in a request with a concurrency
+// limit is decided in its calendar window, and its decision's At settles its charge (a refund
+// gives the quota back), as it would be alone.
+func concurrencyWithCalendarRate(t *testing.T, newStore NewStore) {
+	clock := sluice.NewManualClock(time.UnixMicro(concT0))
+	st := newStore(t, clock)
+	ctx := context.Background()
+	conc := sluice.Policy{Name: "slots", Algorithm: sluice.Concurrency, Limit: 2, Period: time.Minute}
+	daily := sluice.Policy{Name: "daily", Algorithm: sluice.FixedWindow, Limit: 3, Calendar: sluice.Day}
+	var out [2]sluice.Decision
+	ok, err := st.DecideAll(ctx, "k", []sluice.Limit{{Policy: daily, Cost: 2}, {Policy: conc, Cost: 1, Lease: 1}}, out[:])
+	if err != nil || !ok {
+		t.Fatalf("a calendar rate limit with a concurrency limit: %v %v %+v", ok, err, out)
+	}
+	_, end := daily.Calendar.Window(daily.Location, concT0)
+	want := sluice.Decision{Allowed: true, Limit: 3, Remaining: 1, ResetAfter: time.Duration(end-concT0) * time.Microsecond, At: concT0}
+	if out[0] != want {
+		t.Fatalf("the calendar rate limit: got %+v, want %+v", out[0], want)
+	}
+	settler, ok := st.(sluice.Settler)
+	if !ok {
+		t.Fatalf("%T does not implement sluice.Settler", st)
+	}
+	clock.Set(time.UnixMicro(concT0 + 1))
+	if err := settler.Settle(ctx, "k", daily, out[0].At, 2, 0); err != nil {
+		t.Fatal(err)
+	}
+	if d, err := st.Decide(ctx, "k", daily, 0); err != nil || d.Remaining != 3 {
+		t.Fatalf("after a refund of the whole charge: %+v %v, want 3 left", d, err)
 	}
 }
 

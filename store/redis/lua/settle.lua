@@ -1,6 +1,6 @@
 -- sluice: one settlement, atomically: algorithm/settle.go line for line, on Redis's clock. Assembled
--- as common.lua + all five algorithm files + nth.lua + this file (the deciders give the state's
--- reset after it, for its TTL).
+-- as common.lua + all five algorithm files + calendar.lua (its eq too) + nth.lua + this file (the
+-- deciders give the state's reset after it, for its TTL).
 --
 -- KEYS[1], KEYS[2]  the state string and the sliding log's list, as single.lua's
 -- ARGV[1..4]  alg, limit, period (µs), burst, as single.lua's
@@ -28,13 +28,6 @@ local MAX_COUNT = 9007199254740992 -- algorithm.MaxLimit: counts saturate there
 local function window_of(t, period)
   local id = divmod(t, period)
   return id, mul(id, period), mul(add(id, 1), period)
-end
-
-local function eq(a, b)
-  if W == nil then
-    return a == b
-  end
-  return W.cmp(a, b) == 0
 end
 
 -- add_sat is addSat: a + b for counts (numbers ≤ 2^53), at most 2^53.
