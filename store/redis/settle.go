@@ -35,13 +35,8 @@ func (s *Store) Settle(ctx context.Context, key string, p sluice.Policy, at, res
 	if err := s.check(&p, 0, &d); err != nil {
 		return err
 	}
-	for _, a := range [2]struct {
-		name string
-		v    int64
-	}{{"reserved", reserved}, {"actual cost", actual}} {
-		if a.v < 0 || a.v > algorithm.MaxLimit {
-			return fmt.Errorf("%w: %s %d must be in 0..2^53", sluice.ErrInvalidCost, a.name, a.v)
-		}
+	if err := algorithm.CheckSettle(&p, reserved, actual); err != nil {
+		return err // (the core's checks: a concurrency policy has nothing to settle, costs in range)
 	}
 	if reserved == actual {
 		return nil

@@ -2,6 +2,7 @@ package storetest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"sync"
@@ -33,6 +34,38 @@ func (s Suite) settle(t *testing.T) {
 		}
 	})
 	t.Run("concurrent", func(t *testing.T) { ConcurrentSettle(t, s.New, 16, 10) })
+	t.Run("refused", s.settleRefused)
+}
+
+// settleRefused: what the core refuses to settle, every store refuses alike, writing nothing: a
+// concurrency limit (it has no charge: its slots are given back by Release) and costs out of
+// range.
+func (s Suite) settleRefused(t *testing.T) {
+	store := s.New(t, sluice.NewManualClock(time.Unix(1_700_000_000, 0)))
+	settler, ok := store.(sluice.Settler)
+	if !ok {
+		t.Fatalf("%T does not implement sluice.Settler", store)
+	}
+	ctx := context.Background()
+	conc := sluice.Policy{Name: "settle-conc", Algorithm: sluice.Concurrency, Limit: 2, Period: time.Minute}
+	fw := sluice.Policy{Name: "settle-fw", Algorithm: sluice.FixedWindow, Limit: 5, Period: time.Minute}
+	for _, c := range []struct {
+		p                sluice.Policy
+		reserved, actual int64
+		want             error
+	}{
+		{conc, 1, 2, sluice.ErrInvalidPolicy},
+		{conc, 2, 1, sluice.ErrInvalidPolicy},
+		{fw, -1, 1, sluice.ErrInvalidCost},
+		{fw, 1, algorithm.MaxLimit + 1, sluice.ErrInvalidCost},
+	} {
+		if err := settler.Settle(ctx, "k", c.p, sluice.SettleNow, c.reserved, c.actual); !errors.Is(err, c.want) {
+			t.Errorf("Settle(%v, reserved %d, actual %d): %v, want %v", c.p.Algorithm, c.reserved, c.actual, err, c.want)
+		}
+	}
+	if d, err := store.Decide(ctx, "k", fw, 0); err != nil || d.Remaining != fw.Limit {
+		t.Fatalf("peek after the refused settlements: %+v %v, want the whole limit", d, err)
+	}
 }
 
 // reservation is an approved request of a trace, waiting for its settlement.
