@@ -35,12 +35,9 @@ func (o *simulateOptions) storeFleet(changed func(string) bool, policies []sluic
 		if changed("budget-max-age") {
 			return nil, errors.New("--budget-max-age needs --local-budget")
 		}
-		f.Instances = 1
-		if changed("instances") {
-			if o.instances < 1 || o.instances > sim.MaxInstances {
-				return nil, fmt.Errorf("--instances %d: must be from 1 to %d", o.instances, sim.MaxInstances)
-			}
-			f.Instances = int(o.instances)
+		var err error
+		if f.Instances, err = o.instanceCount(changed); err != nil {
+			return nil, err
 		}
 	}
 	switch o.balance {
