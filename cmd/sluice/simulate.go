@@ -25,8 +25,8 @@ Policy: --limit N requests per --period D under --algorithm, or all five with --
   token-bucket    a bucket of --burst tokens (0: N), refilled N per D
   leaky-bucket    a queue drained N per D with room for --burst waiting (0: none): it delays
                   requests while the queue has room, and refuses them only when it is full
---limit and --period are required. Only the two buckets take a --burst: with --compare, the
-window algorithms run without it.
+--limit and --period (or --calendar, below) are required. Only the two buckets take a --burst:
+with --compare, the window algorithms run without it.
 
 Calendar quotas, --calendar day|week|month|year instead of --period: fixed-window or
 sliding-window counting by local midnights (ISO weeks from Monday, months from the 1st, years
