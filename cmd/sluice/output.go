@@ -356,23 +356,21 @@ func (s *simulation) writeTable(w io.Writer) error {
 	runs := s.runs()
 	timelines := make([]*sim.Timeline, len(runs))
 	sums := make([]sim.Summary, len(runs))
-	var perInstance []int64 // the fleet's approvals per instance
-	breakdowns := make([]*sim.Breakdown, len(runs))
+	breakdowns := make([]*sim.Breakdown, len(runs)) // with a fleet: each run's per instance and per client
 	for i, r := range runs {
 		tl := sim.NewTimeline(s.reqs, timelineRows)
-		bd := sim.NewBreakdown(0)
-		if r.fleet != nil {
+		var bd *sim.Breakdown
+		switch {
+		case r.fleet != nil:
 			bd = sim.NewBreakdown(r.fleet.Instances)
+		case s.stores: // the instance alone, beside the fleet in the per-client table
+			bd = sim.NewBreakdown(0)
 		}
 		breakdowns[i] = bd
 		sum, err := s.simulate(r.policy, r.fleet, func(row sim.Row) error {
 			tl.Add(row)
-			bd.Add(row)
-			if r.fleet != nil && row.Allowed {
-				if perInstance == nil {
-					perInstance = make([]int64, r.fleet.Instances)
-				}
-				perInstance[row.Instance-1]++
+			if bd != nil {
+				bd.Add(row)
 			}
 			return nil
 		})
@@ -494,11 +492,11 @@ func (s *simulation) writeTable(w io.Writer) error {
 	}
 	writeColumns(w, sg, 2)
 	if s.stores {
-		s.writeBreakdown(w, runs, breakdowns)
+		s.writeBreakdown(w, runs, breakdowns, sums[len(sums)-1])
 	} else if s.fleet != nil {
 		fmt.Fprintf(w, "\nallowed per instance:")
-		for i, n := range perInstance {
-			fmt.Fprintf(w, " %d: %d", i+1, n)
+		for i, sum := range breakdowns[len(runs)-1].Instances { // the budgeted run, beside the exact one
+			fmt.Fprintf(w, " %d: %d", i+1, sum.Allowed)
 		}
 		fmt.Fprintf(w, "\nbound with budgets: %s\n", budgetBound(p, *s.fleet))
 	}

@@ -25,8 +25,8 @@ Policy: --limit N requests per --period D under --algorithm, or all five with --
   token-bucket    a bucket of --burst tokens (0: N), refilled N per D
   leaky-bucket    a queue drained N per D with room for --burst waiting (0: none): it delays
                   requests while the queue has room, and refuses them only when it is full
---limit and --period are required. Only the two buckets take a --burst: with --compare, the
-window algorithms run without it.
+--limit and --period (or --calendar, below) are required. Only the two buckets take a --burst:
+with --compare, the window algorithms run without it.
 
 Calendar quotas, --calendar day|week|month|year instead of --period: fixed-window or
 sliding-window counting by local midnights (ISO weeks from Monday, months from the 1st, years
@@ -63,10 +63,10 @@ Local budgets, --local-budget N: the policy also runs on --instances instances (
 sharing one store, the requests dealt to them in turn, each taking N units from the store at
 once and spending them itself for at most --budget-max-age (default --period, or the calendar
 window; for the window algorithms never beyond the window they were counted in), as sluice
-serve does with a policy's
-local_budget. The table shows it beside the exact run, the approvals per instance and the bound;
-CSV and JSON give the budgeted run with an instance column (a "fleet" object in JSON).
-fixed-window, sliding-window and token-bucket take budgets; sliding-log and leaky-bucket do not.
+serve does with a policy's local_budget. The table shows it beside the exact run, the approvals
+per instance and the bound; CSV and JSON give the budgeted run with an instance column (a
+"fleet" object in JSON). fixed-window, sliding-window and token-bucket take budgets;
+sliding-log and leaky-bucket do not.
 
 A fleet, --instances N --store separate|shared: the policy also runs on N instances behind a
 load balancer, each with its own memory store (separate: each counts only the requests it sees,
@@ -186,7 +186,7 @@ func newSimulateCommand(stdin io.Reader) *cobra.Command {
 	f.StringVar(&o.trace, "trace", "", "a CSV trace `FILE` (see above); - reads standard input")
 	f.BoolVar(&o.compare, "compare", false, "run all five algorithms with the same limit, period and burst")
 	f.Var(int64Value{&o.budget}, "local-budget", "spend local budgets of `N` units taken from the shared store, beside the exact run (see above)")
-	f.Var(int64Value{&o.instances}, "instances", "with --local-budget: `N` instances sharing the store, the requests dealt in turn (default 1)")
+	f.Var(int64Value{&o.instances}, "instances", "with --local-budget or --store: `N` instances (default 1)")
 	f.Var(&o.maxAge, "budget-max-age", "with --local-budget: how long a budget may be spent from, a Go duration `D` ≥ 1ms (default --period, or the calendar window)")
 	f.StringVar(&o.stores, "store", "", "run --instances instances behind a load balancer, each with its own memory store (`MODE` separate) or sharing one (shared)")
 	f.StringVar(&o.balance, "balance", "round-robin", "with --store: how the load balancer deals the requests, `HOW`: round-robin or random")
@@ -335,6 +335,17 @@ func (o *simulateOptions) calendarPolicies(changed func(string) bool) ([]sluice.
 	return []sluice.Policy{p}, nil
 }
 
+// instanceCount returns --instances, checked (1 without it).
+func (o *simulateOptions) instanceCount(changed func(string) bool) (int, error) {
+	if !changed("instances") {
+		return 1, nil
+	}
+	if o.instances < 1 || o.instances > sim.MaxInstances {
+		return 0, fmt.Errorf("--instances %d: must be from 1 to %d", o.instances, sim.MaxInstances)
+	}
+	return int(o.instances), nil
+}
+
 // startTime returns the instant of --start (zero without it: Unix time 0).
 func (o *simulateOptions) startTime(changed func(string) bool) (time.Time, error) {
 	if !changed("start") {
@@ -384,11 +395,9 @@ func (o *simulateOptions) budgetFleet(changed func(string) bool, policies []slui
 		// A budget never outlives its window anyway: by default, only that bounds it.
 		f.Budget.MaxAge = longestWindow[p.Calendar]
 	}
-	if changed("instances") {
-		if o.instances < 1 || o.instances > sim.MaxInstances {
-			return nil, fmt.Errorf("--instances %d: must be from 1 to %d", o.instances, sim.MaxInstances)
-		}
-		f.Instances = int(o.instances)
+	var err error
+	if f.Instances, err = o.instanceCount(changed); err != nil {
+		return nil, err
 	}
 	if changed("budget-max-age") {
 		if o.maxAge.d < time.Millisecond {

@@ -35,12 +35,9 @@ func (o *simulateOptions) storeFleet(changed func(string) bool, policies []sluic
 		if changed("budget-max-age") {
 			return nil, errors.New("--budget-max-age needs --local-budget")
 		}
-		f.Instances = 1
-		if changed("instances") {
-			if o.instances < 1 || o.instances > sim.MaxInstances {
-				return nil, fmt.Errorf("--instances %d: must be from 1 to %d", o.instances, sim.MaxInstances)
-			}
-			f.Instances = int(o.instances)
+		var err error
+		if f.Instances, err = o.instanceCount(changed); err != nil {
+			return nil, err
 		}
 	}
 	switch o.balance {
@@ -167,9 +164,9 @@ func (s *simulation) describeFleet(w io.Writer) {
 }
 
 // writeBreakdown writes, after the summaries, what passed to the backend per instance and per
-// client, in each run.
-func (s *simulation) writeBreakdown(w io.Writer, runs []simRun, bds []*sim.Breakdown) {
-	fleet := bds[len(bds)-1]
+// client, in each run; then the last run's (a fleet's) waits for the store and outage, from its
+// summary last.
+func (s *simulation) writeBreakdown(w io.Writer, runs []simRun, bds []*sim.Breakdown, last sim.Summary) {
 	fmt.Fprintln(w)
 	for i, r := range runs {
 		if r.fleet == nil {
@@ -200,19 +197,10 @@ func (s *simulation) writeBreakdown(w io.Writer, runs []simRun, bds []*sim.Break
 	}
 	writeColumns(w, groups, 2)
 	if s.fleet.StoreLatency > 0 {
-		var total, worst int64
-		var n int64
-		for _, c := range fleet.Clients {
-			total, worst, n = total+c.Summary.TotalLatencyMicros, max(worst, c.Summary.MaxLatencyMicros), n+c.Summary.Offered
-		}
 		fmt.Fprintf(w, "\nwaiting for the store: %s in all, %s a request on average, at most %s\n",
-			sim.FormatDuration(total), sim.FormatDuration(total/max(1, n)), sim.FormatDuration(worst))
+			sim.FormatDuration(last.TotalLatencyMicros), sim.FormatDuration(last.TotalLatencyMicros/max(1, last.Offered)), sim.FormatDuration(last.MaxLatencyMicros))
 	}
-	if o := s.fleet.Outage; o != nil {
-		sum := sim.Summary{}
-		for _, c := range fleet.Clients {
-			sum.Open, sum.Local, sum.Closed = sum.Open+c.Summary.Open, sum.Local+c.Summary.Local, sum.Closed+c.Summary.Closed
-		}
-		fmt.Fprintf(w, "\ndecided without the store in the outage: %d (open %d, local %d, closed %d)\n", sum.Open+sum.Local+sum.Closed, sum.Open, sum.Local, sum.Closed)
+	if s.fleet.Outage != nil {
+		fmt.Fprintf(w, "\ndecided without the store in the outage: %d (open %d, local %d, closed %d)\n", last.Open+last.Local+last.Closed, last.Open, last.Local, last.Closed)
 	}
 }

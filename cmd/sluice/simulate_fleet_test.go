@@ -228,3 +228,16 @@ func TestSimulateStoreCompare(t *testing.T) {
 		t.Errorf("the table:\n%s", table)
 	}
 }
+
+// --store-latency: the table ends with the fleet's waits for the store, the same totals as its
+// summary (one 2ms round trip for each of the 620 requests).
+func TestSimulateStoreLatencyTable(t *testing.T) {
+	out := ok(t, "", fleetArgs("--store", "shared", "--store-latency", "2ms")...)
+	if want := "\nwaiting for the store: 1.24s in all, 2ms a request on average, at most 2ms\n"; !strings.Contains(out, want) {
+		t.Errorf("the table does not say %q:\n%s", want, out)
+	}
+	doc := fleetJSONOf(t, fleetArgs("--store", "shared", "--store-latency", "2ms")...)
+	if doc.Summary.Offered != 620 {
+		t.Errorf("summary %+v", doc.Summary)
+	}
+}

@@ -33,6 +33,7 @@ import (
 func openStore(cfg config.Store, log *slog.Logger, budgets func(sluice.Policy) sluice.LocalBudget) (gateway.Store, error) {
 	var st gateway.Store
 	var fleet *redisstore.Fleet
+	fleetShare := cfg.OnError == sluice.FailLocal && cfg.LocalShare == config.LocalShareFleet
 	switch cfg.Type {
 	case config.StoreRedis:
 		rs, err := redisstore.New(redisOptions(cfg, log))
@@ -44,7 +45,6 @@ func openStore(cfg config.Store, log *slog.Logger, budgets func(sluice.Policy) s
 			st.Store = sluice.Budgeted(rs, budgets)
 		}
 		shares := gateway.NewShares()
-		fleetShare := cfg.OnError == sluice.FailLocal && cfg.LocalShare == config.LocalShareFleet
 		if fleet, err = rs.Fleet(redisstore.FleetOptions{Counts: fleetCounts(shares), LogShare: fleetShare}); err != nil {
 			rs.Close()
 			return st, err
@@ -59,7 +59,7 @@ func openStore(cfg config.Store, log *slog.Logger, budgets func(sluice.Policy) s
 	}
 	opts := []sluice.Option{sluice.WithFailureMode(cfg.OnError)}
 	switch {
-	case fleet != nil && cfg.OnError == sluice.FailLocal && cfg.LocalShare == config.LocalShareFleet: // (only when configured)
+	case fleet != nil && fleetShare:
 		opts = []sluice.Option{sluice.WithFleetFallback(memory.New(memoryOptions(cfg)...), fleet.Size)}
 	case cfg.OnError == sluice.FailLocal:
 		opts = []sluice.Option{sluice.WithLocalFallback(memory.New(memoryOptions(cfg)...), cfg.LocalShare)}
