@@ -219,7 +219,7 @@ func TestServeE2ERLSCluster(t *testing.T) {
 	cl := redistest.StartCluster(t, 3)
 	dir := t.TempDir()
 	var addr string
-	startSluice(t, dir, "sluice.yaml", rlsConfig(t, dir, rlsFile, "store: {type: redis, addrs: ["+strings.Join(cl.Addrs(), ", ")+"]}\n", &addr))
+	startSluice(t, dir, "sluice.yaml", rlsConfig(t, dir, rlsFile, "store: {type: redis, timeout: 2s, addrs: ["+strings.Join(cl.Addrs(), ", ")+"]}\n", &addr))
 	c := peertest.NewClient(t, addr)
 	const OK, OVER = rlspb.RateLimitResponse_OK, rlspb.RateLimitResponse_OVER_LIMIT
 	for _, alg := range []string{"fixed", "sliding-log", "sliding-window", "token-bucket"} {
