@@ -60,7 +60,7 @@ func (g *guard) Decide(ctx context.Context, key string, p Policy, cost int64) (D
 		}
 		return d, err
 	}
-	if !d.Cached { // a cached answer says nothing of the store's health
+	if !d.Cached() { // a cached answer says nothing of the store's health
 		g.breaker.success()
 	}
 	return d, nil

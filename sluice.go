@@ -50,6 +50,15 @@ const (
 	FallbackLocal = algorithm.FallbackLocal
 )
 
+// Source says where a store's answer came from; see Decision.Source.
+type Source = algorithm.Source
+
+const (
+	FromStore  = algorithm.FromStore
+	FromCache  = algorithm.FromCache
+	FromBudget = algorithm.FromBudget
+)
+
 // Never is the RetryAfter of a request that can never be approved (a negative duration).
 const Never = algorithm.Never
 
@@ -64,6 +73,10 @@ var (
 	// ErrStoreUnavailable: the store could not decide (timeout, connection lost, breaker open).
 	// Stores wrap their failures in it; a Limiter then applies its failure mode.
 	ErrStoreUnavailable = errors.New("sluice: store unavailable")
+	// ErrUnconfirmed: the store applied a write (a settlement, a decision's charge) but could not
+	// confirm it as asked (replicas_ack: too few replicas acknowledged it in time). Unlike
+	// ErrStoreUnavailable, the change was made: do not retry it.
+	ErrUnconfirmed = errors.New("sluice: store change applied but not confirmed")
 )
 
 // ParseAlgorithm returns the algorithm named s ("fixed-window", "sliding-log", "sliding-window",

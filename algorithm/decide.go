@@ -253,5 +253,5 @@ func (d *Decision) set(allowed bool, limit, remaining, retry, reset, delay int64
 	d.ResetAfter = micros(reset)
 	d.Delay = micros(delay)
 	d.Fallback = NoFallback
-	d.Cached = false
+	d.Source = FromStore
 }

@@ -202,11 +202,37 @@ type Decision struct {
 	ResetAfter time.Duration // until the key's state is as if never seen (full quota); 0 if it already is
 	Delay      time.Duration // leaky bucket: how long to hold an approved request before serving it
 	Fallback   Fallback      // how a Limiter decided when its store could not; NoFallback from every store
-	Cached     bool          // a refusal answered from the store's negative cache, not by its backend
+	Source     Source        // where the answer came from: the store's backend, its negative cache, a local budget
 	// At is the instant decided at, µs since the epoch on the store's clock (Redis's, for the
 	// Redis store): what a settlement of the cost this decision charged takes (Settle). 0 if no
 	// store decided (a fail-open fallback).
 	At int64
+}
+
+// Cached reports whether d is a refusal answered from the store's negative cache, not by its
+// backend.
+func (d *Decision) Cached() bool { return d.Source == FromCache }
+
+// Source says where a store's answer came from. Only FromStore is an answer of the store's backend
+// (for the Redis store, a round trip to Redis): a breaker counts only those as the store's health.
+type Source uint8
+
+const (
+	FromStore  Source = iota // the store's backend decided (the memory store's map; a Redis round trip)
+	FromCache                // a refusal answered from the store's negative cache, without asking Redis
+	FromBudget               // spent from this instance's local budget of the store's quota (sluice.BudgetStore)
+)
+
+func (s Source) String() string {
+	switch s {
+	case FromStore:
+		return "store"
+	case FromCache:
+		return "cache"
+	case FromBudget:
+		return "budget"
+	}
+	return fmt.Sprintf("Source(%d)", uint8(s))
 }
 
 // Fallback says how a decision was made when the store that should have made it could not.

@@ -504,19 +504,19 @@ func TestCalendarNegativeCache(t *testing.T) {
 	if d, err := s.Decide(bg, "k", p, 1); err != nil || !d.Allowed {
 		t.Fatal(d, err)
 	}
-	if d, err := s.Decide(bg, "k", p, 1); err != nil || d.Allowed || d.Cached || d.RetryAfter != time.Hour {
+	if d, err := s.Decide(bg, "k", p, 1); err != nil || d.Allowed || d.Cached() || d.RetryAfter != time.Hour {
 		t.Fatalf("refused by Redis: %+v %v; want RetryAfter 1h", d, err)
 	}
 	calls := s.Stats().Calls
 	clock.Set(midnight.Add(-time.Microsecond))
-	if d, err := s.Decide(bg, "k", p, 1); err != nil || d.Allowed || !d.Cached || d.RetryAfter != time.Microsecond {
+	if d, err := s.Decide(bg, "k", p, 1); err != nil || d.Allowed || !d.Cached() || d.RetryAfter != time.Microsecond {
 		t.Fatalf("1µs before midnight: %+v %v; want the cached refusal, RetryAfter 1µs", d, err)
 	}
 	if s.Stats().Calls != calls {
 		t.Fatal("the cached refusal went to Redis")
 	}
 	clock.Set(midnight)
-	if d, err := s.Decide(bg, "k", p, 1); err != nil || !d.Allowed || d.Cached || d.ResetAfter != 24*time.Hour {
+	if d, err := s.Decide(bg, "k", p, 1); err != nil || !d.Allowed || d.Cached() || d.ResetAfter != 24*time.Hour {
 		t.Fatalf("at midnight: %+v %v; want allowed by Redis, ResetAfter 24h", d, err)
 	}
 	// A reload to another zone under the same name is another policy: the cache does not answer it.
@@ -525,7 +525,7 @@ func TestCalendarNegativeCache(t *testing.T) {
 	}
 	utc := p
 	utc.Location = time.UTC
-	if d, err := s.Decide(bg, "k", utc, 1); err != nil || d.Cached {
+	if d, err := s.Decide(bg, "k", utc, 1); err != nil || d.Cached() {
 		t.Fatalf("another zone: %+v %v; want Redis's decision", d, err)
 	}
 }

@@ -42,7 +42,7 @@ func TestConcurrencyRedisLayout(t *testing.T) {
 		t.Fatalf("PTTL %q %v, want about the lease (10s)", ttl, err)
 	}
 	for range 3 {
-		if d := take(0xdef, 1); d.Allowed || d.Cached || d.RetryAfter != time.Second {
+		if d := take(0xdef, 1); d.Allowed || d.Cached() || d.RetryAfter != time.Second {
 			t.Fatalf("full: %+v, want refused by Redis with a 1s hint", d)
 		}
 	}

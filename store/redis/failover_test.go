@@ -90,7 +90,7 @@ func runFailover(t *testing.T, st sluice.Store, keys []string, p sluice.Policy, 
 					if total.Add(1) >= killAt {
 						halfOnce.Do(func() { close(halfway) })
 					}
-				case !d.Cached:
+				case !d.Cached():
 					if r := recoveredAt.Load(); r != 0 && start > r && refused[k].CompareAndSwap(false, true) && nKeys.Add(1) == int64(len(keys)) {
 						doneOnce.Do(func() { close(done) })
 					}

@@ -622,10 +622,10 @@ func TestNegativeCacheMatchesRedis(t *testing.T) {
 			if err1 != nil || err2 != nil || cached.Stats().CacheHits != hits+1 {
 				t.Fatalf("%v: %v %v; want an answer from the cache", p.Algorithm, err1, err2)
 			}
-			if !got.Cached || want.Cached {
-				t.Errorf("%v: Cached %v from the cache, %v from Redis", p.Algorithm, got.Cached, want.Cached)
+			if !got.Cached() || want.Cached() {
+				t.Errorf("%v: Cached %v from the cache, %v from Redis", p.Algorithm, got.Cached(), want.Cached())
 			}
-			got.Cached = false
+			got.Source = sluice.FromStore
 			if got != want {
 				t.Errorf("%v, %v after the refusal: the cache answers %+v, Redis %+v", p.Algorithm, time.Duration(step)*(first.RetryAfter/4), got, want)
 			}

@@ -236,7 +236,7 @@ func TestDecideAllForgetsCachedRefusals(t *testing.T) {
 			t.Fatalf("%s: DecideAll: %v %v", tc.name, ok, err)
 		}
 		d, err := s.Decide(bg, "c", p, 2)
-		if err != nil || d.Allowed || d.Cached || d.Remaining != 0 {
+		if err != nil || d.Allowed || d.Cached() || d.Remaining != 0 {
 			t.Fatalf("%s: cost 2 after DecideAll took the last unit: %+v %v, want refused by Redis with 0 left", tc.name, d, err)
 		}
 	}

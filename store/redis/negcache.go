@@ -90,7 +90,7 @@ func (c *negativeCache) lookup(key string, fp fingerprint, cost, now int64) (slu
 		return sluice.Decision{}, false
 	}
 	d := e.d
-	d.Cached = true
+	d.Source = sluice.FromCache
 	d.RetryAfter = time.Duration(e.until-now) * time.Microsecond
 	d.ResetAfter = max(0, d.ResetAfter-time.Duration(now-e.sent)*time.Microsecond)
 	d.At += now - e.sent // Redis's instant now, as far as this instance's clock tells (a refusal settles nothing)

@@ -31,7 +31,7 @@ func TestNegativeCacheFollowsAPolicyChange(t *testing.T) {
 			}
 		}
 		for i := range 2 {
-			if d, err := st.Decide(bg, key, p, 1); err != nil || d.Allowed || d.Cached != (i == 1) {
+			if d, err := st.Decide(bg, key, p, 1); err != nil || d.Allowed || d.Cached() != (i == 1) {
 				t.Fatalf("%s refusal %d: %+v %v; want refused, the second from the cache", key, i, d, err)
 			}
 		}
@@ -56,7 +56,7 @@ func TestNegativeCacheFollowsAPolicyChange(t *testing.T) {
 	if d, err := st.Decide(bg, "d", raised, 0); err != nil || d != want {
 		t.Fatalf("a peek under the raised limit: %+v %v; want %+v", d, err, want)
 	}
-	if d, err := st.Decide(bg, "d", p, 1); err != nil || d.Allowed || d.Cached {
+	if d, err := st.Decide(bg, "d", p, 1); err != nil || d.Allowed || d.Cached() {
 		t.Fatalf("the old policy after a lookup under the new one: %+v %v; want refused by Redis, not the cache", d, err)
 	}
 	if n := st.Stats().Calls - calls; n != 2 {

@@ -68,8 +68,8 @@ func (s Suite) ReplayMulti(t *testing.T, tr MultiTrace) {
 			continue
 		}
 		for j := range got {
-			if s.CachedRefusals && !want[j].Allowed && got[j].Cached && got[j].Remaining <= want[j].Remaining {
-				got[j].Remaining, got[j].Cached = want[j].Remaining, false
+			if s.CachedRefusals && !want[j].Allowed && got[j].Cached() && got[j].Remaining <= want[j].Remaining {
+				got[j].Remaining, got[j].Source = want[j].Remaining, sluice.FromStore
 			}
 		}
 		if gotOK != wantOK || !slices.Equal(got, want) {

@@ -116,8 +116,8 @@ func (s Suite) ReplaySettle(t *testing.T, tr Trace, stream uint64) {
 			}
 			want, _ := algorithm.Decide(&p, rs, st.At, 0)
 			got, err := store.Decide(ctx, res.key, p, 0)
-			if s.CachedRefusals && !want.Allowed && got.Cached && got.Remaining <= want.Remaining {
-				got.Remaining, got.Cached = want.Remaining, false // (as Replay allows)
+			if s.CachedRefusals && !want.Allowed && got.Cached() && got.Remaining <= want.Remaining {
+				got.Remaining, got.Source = want.Remaining, sluice.FromStore // (as Replay allows)
 			}
 			if err != nil || got != want {
 				t.Fatalf("%s step %d: after settling %+v to %d at %d (policy %+v):\n got %+v, %v\nwant %+v", tr.Name, i, res, actual, st.At, p, got, err, want)
@@ -128,8 +128,8 @@ func (s Suite) ReplaySettle(t *testing.T, tr Trace, stream uint64) {
 		if (wantErr == nil) != (gotErr == nil) || (wantErr != nil && !sameKind(wantErr, gotErr)) {
 			t.Fatalf("%s step %d %+v: error %v, want %v", tr.Name, i, st, gotErr, wantErr)
 		}
-		if s.CachedRefusals && !want.Allowed && got.Cached && got.Remaining <= want.Remaining {
-			got.Remaining, got.Cached = want.Remaining, false
+		if s.CachedRefusals && !want.Allowed && got.Cached() && got.Remaining <= want.Remaining {
+			got.Remaining, got.Source = want.Remaining, sluice.FromStore
 		}
 		if got != want {
 			t.Fatalf("%s step %d %+v (policy %+v):\n got %+v\nwant %+v", tr.Name, i, st, p, got, want)

@@ -155,8 +155,8 @@ func (s Suite) Replay(t *testing.T, tr Trace) {
 		if (wantErr == nil) != (gotErr == nil) || (wantErr != nil && !sameKind(wantErr, gotErr)) {
 			t.Fatalf("%s step %d %+v: error %v, want %v", tr.Name, i, st, gotErr, wantErr)
 		}
-		if s.CachedRefusals && !want.Allowed && got.Cached && got.Remaining <= want.Remaining {
-			got.Remaining, got.Cached = want.Remaining, false
+		if s.CachedRefusals && !want.Allowed && got.Cached() && got.Remaining <= want.Remaining {
+			got.Remaining, got.Source = want.Remaining, sluice.FromStore
 		}
 		if got != want {
 			t.Fatalf("%s step %d %+v (policy %+v):\n got %+v\nwant %+v", tr.Name, i, st, p, got, want)
@@ -761,11 +761,11 @@ func (s Suite) replayPolicyChange(t *testing.T, from, to sluice.Policy) int64 {
 		if (wantErr == nil) != (gotErr == nil) || (wantErr != nil && !sameKind(wantErr, gotErr)) {
 			t.Fatalf("step %d (policy %+v, at %d, cost %d): error %v, want %v", i, *st.p, st.at, st.cost, gotErr, wantErr)
 		}
-		if got.Cached {
+		if got.Cached() {
 			cached++
 		}
-		if s.CachedRefusals && !want.Allowed && got.Cached && got.Remaining <= want.Remaining {
-			got.Remaining, got.Cached = want.Remaining, false
+		if s.CachedRefusals && !want.Allowed && got.Cached() && got.Remaining <= want.Remaining {
+			got.Remaining, got.Source = want.Remaining, sluice.FromStore
 		}
 		if got != want {
 			t.Fatalf("step %d (policy %+v, at %d, cost %d), changed from %+v to %+v:\n got %+v\nwant %+v", i, *st.p, st.at, st.cost, from, to, got, want)
