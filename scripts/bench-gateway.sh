@@ -11,6 +11,9 @@
 # rounds; the Markdown table at the end (medians) is what the README quotes. DURATION (10s) is each
 # measurement, WARMUP (1s) each warm-up;
 # THREADS (2) and CONNECTIONS (50) are wrk's -t and -c.
+# BASE=<git revision> also builds sluice at that revision and measures it on the memory store and on
+# Redis in the same rounds (targets base-memory, base-redis), with a table of this tree's figures
+# beside the revision's: what a change costs or gains, measured side by side.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if ! command -v go >/dev/null 2>&1 && [ -x /usr/local/go/bin/go ]; then
@@ -117,6 +120,13 @@ log "building sluice and the upstream"
 go build -o "$work/sluice" ./cmd/sluice
 go build -o "$work/upstream" ./bench/upstream
 go build -o "$work/proxy" ./bench/proxy
+if [ -n "${BASE:-}" ]; then
+	base_rev=$(git rev-parse --short "$BASE^{commit}") || die "BASE=$BASE is not a revision of this repository"
+	log "building sluice at $BASE ($base_rev)"
+	git worktree add -q --detach "$work/base" "$base_rev"
+	(cd "$work/base" && go build -o "$work/sluice-base" ./cmd/sluice)
+	git worktree remove --force "$work/base"
+fi
 
 up_port=$(free_port)
 upstream_url="http://127.0.0.1:$up_port"
@@ -168,8 +178,8 @@ measure() {
 # start_sluice NAME starts sluice serve on $work/NAME.yaml (see sluice_config) and waits until it
 # answers; it sets sluice_pid.
 start_sluice() {
-	local name=$1
-	"$work/sluice" serve --config "$work/$name.yaml" --watch 0 >"$work/$name.log" 2>&1 &
+	local name=$1 bin=${2:-$work/sluice}
+	"$bin" serve --config "$work/$name.yaml" --watch 0 >"$work/$name.log" 2>&1 &
 	sluice_pid=$!
 	pids+=("$sluice_pid")
 	wait_http "$sluice_url/" "$sluice_pid" "$work/$name.log"
@@ -306,6 +316,17 @@ run_target() {
 		start_sluice sluice-redis-budget
 		measure sluice-redis-budget "$sluice_url/"
 		stop "$sluice_pid" ;;
+	base-memory | base-redis) # c, d at BASE: the same configurations on the revision's binary.
+		local store="store: {type: memory}"
+		[ "$1" = base-redis ] && store="store: {type: redis, addrs: [127.0.0.1:$redis_port], on_error: fail-closed}"
+		sluice_config "$1" "$store" \
+			"policies:" \
+			"  - {name: high, algorithm: token-bucket, limit: 100000000, period: 1s}" \
+			"clients:" \
+			"  - {name: bench, api_key_sha256: $HASH, policy: high}"
+		start_sluice "$1" "$work/sluice-base"
+		measure "$1" "$sluice_url/"
+		stop "$sluice_pid" ;;
 	nginx) # e. nginx forwarding.
 		nginx_start nginx 100000000r/s "limit_req zone=k burst=1000000 nodelay;"
 		measure nginx "$nginx_url/"
@@ -332,7 +353,9 @@ run_target() {
 # (limiting off, memory, Redis, nginx) run back to back.
 for round in $(seq "$ROUNDS"); do
 	log "round $round of $ROUNDS"
-	for t in upstream sluice-off sluice-memory sluice-redis sluice-redis-budget nginx sluice-refuse nginx-refuse bare-nethttp bare-hybrid bare-fasthttp; do
+	targets=(upstream sluice-off sluice-memory sluice-redis sluice-redis-budget nginx sluice-refuse nginx-refuse bare-nethttp bare-hybrid bare-fasthttp)
+	[ -z "${BASE:-}" ] || targets=(upstream sluice-off sluice-memory base-memory sluice-redis base-redis sluice-redis-budget nginx sluice-refuse nginx-refuse)
+	for t in "${targets[@]}"; do
 		run_target "$t"
 	done
 done
@@ -361,6 +384,8 @@ declare -A label=(
 	[sluice-memory]="sluice serve, memory store"
 	[sluice-redis]="sluice serve, Redis store"
 	[sluice-redis-budget]="sluice serve, Redis store, local budgets of 1,000"
+	[base-memory]="sluice serve at ${BASE:-} (${base_rev:-}), memory store"
+	[base-redis]="sluice serve at ${BASE:-} (${base_rev:-}), Redis store"
 	[nginx]="nginx \`limit_req\` + \`proxy_pass\` keepalive"
 	[sluice-refuse]="sluice serve, memory: refusing (429)"
 	[nginx-refuse]="nginx \`limit_req\`: refusing (429)"
@@ -410,6 +435,17 @@ echo "| added p99, memory | $mem_a99 ms | < 1 ms | $(goal "$mem_a99 < 1") |"
 echo "| added p99, Redis | $redis_a99 ms | < 1 ms | $(goal "$redis_a99 < 1") |"
 echo "| sluice 429s/s / memory forwards/s | $refuse_fwd× | > 1× (refusals cheaper) | $(goal "$refuse_fwd > 1") |"
 echo "| sluice 429s/s / nginx 429s/s | $refuse_nginx× | | |"
+if [ -n "${BASE:-}" ]; then
+	echo
+	echo "This tree beside $BASE ($base_rev), same rounds (requests/s: above 1× is faster; p99: the difference):"
+	echo
+	echo "| store | this tree | $base_rev | ratio | p99 this tree | p99 $base_rev |"
+	echo "|---|---:|---:|---:|---:|---:|"
+	for st in memory redis; do
+		printf '| %s | %s | %s | %s× | %s ms | %s ms |\n' "$st" "$(calc '%.0f' "${rps[sluice-$st]}")" "$(calc '%.0f' "${rps[base-$st]}")" \
+			"$(calc '%.2f' "${rps[sluice-$st]} / ${rps[base-$st]}")" "${p99[sluice-$st]}" "${p99[base-$st]}"
+	done
+fi
 for n in "${order[@]}"; do
 	case $n in
 	*-refuse) want_non2xx=1 ;;

@@ -8,6 +8,10 @@
 # ROUNDS (memory, default 10), BENCHTIME (memory, default 300ms) and REDIS_ROUNDS (Redis and
 # Redis Cluster, default 7: benchstat needs 6 for a confidence interval) set the length; the
 # defaults take about 5–6 minutes on 2 cores.
+#
+# BASE=<git revision> also builds the memory and Redis benchmarks at that revision and runs them
+# in the same rounds, each right after this tree's, then prints benchstat's comparison of the two
+# (old: the revision, new: this tree): what a change costs or gains, measured side by side.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if ! command -v go >/dev/null 2>&1 && [ -x /usr/local/go/bin/go ]; then
@@ -16,14 +20,29 @@ fi
 benchstat="go run golang.org/x/perf/cmd/benchstat@v0.0.0-20260908200009-22c9c6c9d4da"
 work=$(mktemp -d)
 # BENCH_OUT=dir keeps every round's raw output there (memory.txt, redis.txt, cluster.txt, budgets.txt).
-trap 'if [ -n "${BENCH_OUT:-}" ]; then mkdir -p "$BENCH_OUT" && cp "$work"/*.txt "$BENCH_OUT"/; fi; rm -rf "$work"' EXIT
+trap 'if [ -n "${BENCH_OUT:-}" ]; then mkdir -p "$BENCH_OUT" && cp "$work"/*.txt "$BENCH_OUT"/; fi; git worktree prune 2>/dev/null || true; rm -rf "$work"' EXIT
 
 # The memory store beside golang.org/x/time/rate twice: calling Allow (time.Now) and AllowN at
 # the time read from the memory store's own clock; and the two clocks' cost alone.
 go test -c -o "$work/memory.test" ./store/memory/
+go test -c -o "$work/redis.test" ./store/redis/
+if [ -n "${BASE:-}" ]; then
+	base_rev=$(git rev-parse --short "$BASE^{commit}")
+	git worktree add -q --detach "$work/base" "$base_rev"
+	(cd "$work/base" && go test -c -o "$work/memory-base.test" ./store/memory/ && go test -c -o "$work/redis-base.test" ./store/redis/)
+	git worktree remove --force "$work/base"
+fi
 for round in $(seq "${ROUNDS:-10}"); do
 	"$work/memory.test" -test.run='^$' -test.bench='^BenchmarkMemory(AllowParallel|Clock)$' -test.benchmem \
 		-test.benchtime="${BENCHTIME:-300ms}" >>"$work/memory.txt"
+	if [ -n "${BASE:-}" ]; then
+		for tree in memory-base memory-new; do
+			bin=$work/memory.test
+			[ "$tree" = memory-base ] && bin=$work/memory-base.test
+			"$bin" -test.run='^$' -test.bench='^BenchmarkMemoryAllowParallel$/keys=10000/' -test.benchmem \
+				-test.benchtime="${BENCHTIME:-300ms}" >>"$work/$tree.txt"
+		done
+	fi
 done
 grep -E '^(goos|goarch|pkg|cpu):' "$work/memory.txt" | sort -u
 echo
@@ -35,9 +54,12 @@ $benchstat -filter '.name:MemoryAllowParallel -/impl:x-time-rate' -col /impl "$w
 # The Redis store: decisions per second and latency from 64 goroutines on one local Redis, beside
 # redis_rate, go-redis doing one EVALSHA per round trip, the one-script ceiling and
 # redis-benchmark, in the same run.
-go test -c -o "$work/redis.test" ./store/redis/
 for round in $(seq "${REDIS_ROUNDS:-7}"); do
 	"$work/redis.test" -test.run='^$' -test.bench='^BenchmarkRedisDecisions$' -test.benchtime=100000x >>"$work/redis.txt"
+	if [ -n "${BASE:-}" ]; then
+		"$work/redis-base.test" -test.run='^$' -test.bench='^BenchmarkRedisDecisions$/^impl=sluice$' -test.benchtime=100000x >>"$work/redis-base.txt"
+		"$work/redis.test" -test.run='^$' -test.bench='^BenchmarkRedisDecisions$/^impl=sluice$' -test.benchtime=100000x >>"$work/redis-new.txt"
+	fi
 done
 echo
 $benchstat -col /impl "$work/redis.txt"
@@ -149,3 +171,11 @@ summary "$work/memory.txt" "${ROUNDS:-10}"
 summary "$work/redis.txt" "${REDIS_ROUNDS:-7}"
 summary "$work/cluster.txt" "${REDIS_ROUNDS:-7}"
 summary "$work/budgets.txt" "${REDIS_ROUNDS:-7}"
+if [ -n "${BASE:-}" ]; then
+	echo
+	echo "== This tree (new) beside $BASE ($base_rev, old), in the same rounds"
+	echo
+	$benchstat "$work/memory-base.txt" "$work/memory-new.txt"
+	echo
+	$benchstat "$work/redis-base.txt" "$work/redis-new.txt"
+fi
