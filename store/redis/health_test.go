@@ -1,0 +1,176 @@
+package redis_test
+
+import (
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/store/redis"
+)
+
+// The guard's one health rule against a real Redis that is killed: only a round trip to the store
+// tells of its health. Answers that made none — a refusal from the negative cache, a unit spent
+// from a local budget, a cost over the limit refused by the store's check before any call — may
+// come between the calls that find the store dead, and the breaker still opens after its
+// threshold of consecutive failures: the calls that reach the dead store (each of which may wait
+// its timeout) are exactly the threshold. The breaker's cooldown is an hour, so no probe runs.
+
+const healthThreshold = 3
+
+// healthPolicy refuses a fourth request for 20 minutes wherever in time the test runs (a token
+// bucket: no window ends meanwhile), so a refusal stays cached through the test.
+var healthPolicy = sluice.Policy{Name: "health", Algorithm: sluice.TokenBucket, Limit: 3, Period: time.Hour}
+
+// guarded is st (or a store on it) guarded as a gateway guards it: fail-closed, the default
+// threshold, an hour's cooldown.
+func guarded(t *testing.T, st sluice.Store) sluice.Store {
+	t.Helper()
+	g, err := sluice.Guard(st, sluice.WithBreaker(healthThreshold, time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return g
+}
+
+// decideAll is one request of key at cost through the path every front end uses.
+func decideAll(g sluice.Store, key string, cost int64) (sluice.Decision, error) {
+	out := make([]sluice.Decision, 1)
+	_, err := g.DecideAll(bg, key, []sluice.Limit{{Policy: healthPolicy, Cost: cost}}, out)
+	return out[0], err
+}
+
+// interleave kills srv, then makes 40 rounds of neutral (an answer that made no round trip)
+// followed by another client's request, which finds the store dead; it checks that the calls that
+// reached Redis (scripts sent: Stats.Calls) are the breaker's threshold and that the breaker is
+// open.
+func interleave(t *testing.T, srv *redistest.Server, st *redis.Store, g sluice.Store, neutral func(i int) error) {
+	t.Helper()
+	srv.Kill()
+	before := st.Stats().Calls
+	for i := range 40 {
+		open := !g.(sluice.Available).Available() // (then the breaker answers, fail-closed)
+		if err := neutral(i); err != nil && !(open && errors.Is(err, sluice.ErrStoreUnavailable)) {
+			t.Fatalf("round %d: the answer without a round trip: %v", i, err)
+		}
+		if _, err := decideAll(g, fmt.Sprintf("other-%d", i), 1); !errors.Is(err, sluice.ErrStoreUnavailable) {
+			t.Fatalf("round %d: another client's request with Redis killed: %v; want ErrStoreUnavailable", i, err)
+		}
+	}
+	if calls := st.Stats().Calls - before; calls > healthThreshold {
+		t.Errorf("%d calls reached the killed Redis (each may wait the store's timeout); want at most the breaker's threshold, %d", calls, healthThreshold)
+	}
+	if g.(sluice.Available).Available() {
+		t.Errorf("the breaker is closed after 40 failures, each after an answer that made no round trip")
+	}
+}
+
+// TestHealthCachedRefusals: refusals from the negative cache, through DecideAll (one limit: the
+// Redis store answers it from its cache), do not hold the breaker closed.
+func TestHealthCachedRefusals(t *testing.T) {
+	srv := redistest.Start(t)
+	st := openStore(t, srv, redis.Options{Timeout: 200 * time.Millisecond})
+	g := guarded(t, st)
+	for i := range 4 {
+		if d, err := decideAll(g, "abuser", 1); err != nil || d.Allowed != (i < 3) {
+			t.Fatalf("abuser's request %d: %+v %v", i, d, err)
+		}
+	}
+	interleave(t, srv, st, g, func(i int) error {
+		d, err := decideAll(g, "abuser", 1)
+		if err == nil && (d.Allowed || d.Source != sluice.FromCache) {
+			err = fmt.Errorf("%+v; want a refusal from the negative cache", d)
+		}
+		return err
+	})
+}
+
+// TestHealthLocalBudget: units spent from a local budget (BudgetStore) do not hold the breaker
+// closed, and a probe answered from one is handed back.
+func TestHealthLocalBudget(t *testing.T) {
+	srv := redistest.Start(t)
+	st := openStore(t, srv, redis.Options{Timeout: 200 * time.Millisecond})
+	p := sluice.Policy{Name: "health-budget", Algorithm: sluice.FixedWindow, Limit: 1000, Period: 24 * time.Hour}
+	budgets := func(sluice.Policy) sluice.LocalBudget { return sluice.LocalBudget{Size: 100, MaxAge: time.Hour} }
+	b := sluice.Budgeted(st, budgets)
+	g := guarded(t, b)
+	spend := func(key string) (sluice.Decision, error) {
+		out := make([]sluice.Decision, 1)
+		_, err := g.DecideAll(bg, key, []sluice.Limit{{Policy: p, Cost: 1}}, out)
+		return out[0], err
+	}
+	if d, err := spend("budgeted"); err != nil || !d.Allowed || d.Source != sluice.FromStore {
+		t.Fatalf("the request that takes the budget: %+v %v; want allowed, decided by the store", d, err)
+	}
+	srv.Kill()
+	before := st.Stats().Calls
+	for i := range 40 {
+		open := !g.(sluice.Available).Available() // (then the breaker answers, fail-closed)
+		if d, err := spend("budgeted"); (err != nil || !d.Allowed || d.Source != sluice.FromBudget) && !(open && errors.Is(err, sluice.ErrStoreUnavailable)) {
+			t.Fatalf("round %d: %+v %v; want allowed from the local budget", i, d, err)
+		}
+		if _, err := spend(fmt.Sprintf("other-%d", i)); !errors.Is(err, sluice.ErrStoreUnavailable) {
+			t.Fatalf("round %d: another client's request with Redis killed: %v; want ErrStoreUnavailable", i, err)
+		}
+	}
+	if calls := st.Stats().Calls - before; calls > healthThreshold {
+		t.Errorf("%d calls reached the killed Redis; want at most the breaker's threshold, %d", calls, healthThreshold)
+	}
+	if g.(sluice.Available).Available() {
+		t.Fatalf("the breaker is closed after 40 failures, each after a unit spent from a budget")
+	}
+
+	// The probe: with a short cooldown, the first request after it is the probe; one answered
+	// from the budget tells nothing, so the breaker stays open and the next request probes.
+	g, err := sluice.Guard(b, sluice.WithBreaker(1, time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := spend("other-probe"); !errors.Is(err, sluice.ErrStoreUnavailable) {
+		t.Fatalf("with Redis killed: %v", err)
+	}
+	if g.(sluice.Available).Available() {
+		t.Fatal("the breaker of threshold 1 is closed after a failure")
+	}
+	// Before the cooldown, the budgeted key meets the open breaker (fail-closed); once it has
+	// passed, its request is the probe, served from the budget.
+	if !pollUntil(time.Now().Add(10*time.Second), func() bool {
+		d, err := spend("budgeted")
+		return err == nil && d.Source == sluice.FromBudget
+	}) {
+		t.Fatal("no request served from the budget as the breaker's probe in 10 s")
+	}
+	if g.(sluice.Available).Available() {
+		t.Errorf("a probe answered from a local budget closed the breaker of a killed Redis")
+	}
+	before = st.Stats().Calls
+	if _, err := spend("other-after-probe"); !errors.Is(err, sluice.ErrStoreUnavailable) {
+		t.Fatalf("the next request: %v", err)
+	}
+	if calls := st.Stats().Calls - before; calls != 1 {
+		t.Errorf("the request after the handed-back probe made %d calls to Redis; want 1 (it is the probe)", calls)
+	}
+}
+
+// TestHealthCostOverLimit: a cost that can never fit, refused by the store's check before any call
+// (a client may send one with every request), does not hold the breaker closed.
+func TestHealthCostOverLimit(t *testing.T) {
+	srv := redistest.Start(t)
+	st := openStore(t, srv, redis.Options{Timeout: 200 * time.Millisecond})
+	g := guarded(t, st)
+	if _, err := decideAll(g, "warm", 1); err != nil {
+		t.Fatal(err)
+	}
+	interleave(t, srv, st, g, func(i int) error {
+		d, err := decideAll(g, "greedy", 1000)
+		if errors.Is(err, sluice.ErrCostExceedsLimit) && d.RetryAfter != sluice.Never {
+			return fmt.Errorf("%+v %v; want RetryAfter Never", d, err)
+		}
+		if errors.Is(err, sluice.ErrCostExceedsLimit) {
+			return nil
+		}
+		return err
+	})
+}
