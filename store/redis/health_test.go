@@ -24,6 +24,9 @@ const healthThreshold = 3
 // bucket: no window ends meanwhile), so a refusal stays cached through the test.
 var healthPolicy = sluice.Policy{Name: "health", Algorithm: sluice.TokenBucket, Limit: 3, Period: time.Hour}
 
+// The stores' timeout is long: a killed Redis refuses the connection at once, and a busy machine
+// must not fail the calls made before the kill.
+
 // guarded is st (or a store on it) guarded as a gateway guards it: fail-closed, the default
 // threshold, an hour's cooldown.
 func guarded(t *testing.T, st sluice.Store) sluice.Store {
@@ -71,7 +74,7 @@ func interleave(t *testing.T, srv *redistest.Server, st *redis.Store, g sluice.S
 // Redis store answers it from its cache), do not hold the breaker closed.
 func TestHealthCachedRefusals(t *testing.T) {
 	srv := redistest.Start(t)
-	st := openStore(t, srv, redis.Options{Timeout: 200 * time.Millisecond})
+	st := openStore(t, srv, redis.Options{Timeout: 5 * time.Second})
 	g := guarded(t, st)
 	for i := range 4 {
 		if d, err := decideAll(g, "abuser", 1); err != nil || d.Allowed != (i < 3) {
@@ -91,7 +94,7 @@ func TestHealthCachedRefusals(t *testing.T) {
 // closed, and a probe answered from one is handed back.
 func TestHealthLocalBudget(t *testing.T) {
 	srv := redistest.Start(t)
-	st := openStore(t, srv, redis.Options{Timeout: 200 * time.Millisecond})
+	st := openStore(t, srv, redis.Options{Timeout: 5 * time.Second})
 	p := sluice.Policy{Name: "health-budget", Algorithm: sluice.FixedWindow, Limit: 1000, Period: 24 * time.Hour}
 	budgets := func(sluice.Policy) sluice.LocalBudget { return sluice.LocalBudget{Size: 100, MaxAge: time.Hour} }
 	b := sluice.Budgeted(st, budgets)
@@ -158,7 +161,7 @@ func TestHealthLocalBudget(t *testing.T) {
 // (a client may send one with every request), does not hold the breaker closed.
 func TestHealthCostOverLimit(t *testing.T) {
 	srv := redistest.Start(t)
-	st := openStore(t, srv, redis.Options{Timeout: 200 * time.Millisecond})
+	st := openStore(t, srv, redis.Options{Timeout: 5 * time.Second})
 	g := guarded(t, st)
 	if _, err := decideAll(g, "warm", 1); err != nil {
 		t.Fatal(err)
