@@ -137,7 +137,9 @@ func TestFleetExpiry(t *testing.T) {
 		t.Fatalf("with 200 more: count %d, %d listed (first %q); want 201 counted, %d listed, gw-a then dead-199",
 			v.Count, len(v.Instances), ids(v)[:20], redis.FleetListed)
 	}
-	clock.Advance(redis.DefaultFleetTTL)
+	clock.Advance(redis.DefaultFleetTTL / 2) // (gw-a heartbeats meanwhile: else it is gone too, and the registry begins anew)
+	beat(t, a)
+	clock.Advance(redis.DefaultFleetTTL / 2)
 	beat(t, a)
 	if n, card := a.Size(), mustInt(t, srv, "ZCARD", "rate-limit:instances"); n != 1 || card != 1 {
 		t.Errorf("a TTL after they died: Size %d, ZCARD %d; want 1 and 1", n, card)
@@ -182,11 +184,13 @@ func TestFleetRedisDown(t *testing.T) {
 }
 
 // TestFleetGuardShare: a limiter failing to local with WithFleetFallback decides, while Redis is
-// down, on 1/n of its policy, n the live count its instance last saw: exactly 10 of a fixed
-// window of 31 with three instances, then (Redis back, one instance gone) exactly 15 with two.
+// down, on 1/n of its policy, n the fleet's size its instance last saw: exactly 10 of a fixed
+// window of 31 with three instances, then (Redis back, one instance gone, and a TTL later, when
+// the registry is whole again) exactly 15 with two.
 func TestFleetGuardShare(t *testing.T) {
 	srv := redistest.Start(t)
-	opts := redis.Options{Timeout: 200 * time.Millisecond}
+	clock := sluice.NewManualClock(time.Unix(1_800_000_000, 0))
+	opts := redis.Options{Timeout: 5 * time.Second, Clock: clock}
 	st := openStore(t, srv, opts)
 	a := openFleet(t, st, "gw-a")
 	others := []*redis.Fleet{openFleet(t, openStore(t, srv, opts), "gw-b"), openFleet(t, openStore(t, srv, opts), "gw-c")}
@@ -230,8 +234,16 @@ func TestFleetGuardShare(t *testing.T) {
 	others[1].Close() // (leaving a Redis that no longer has it: nothing to remove)
 	beatAgain(t, others[0])
 	beatAgain(t, a)
+	if v := a.View(); a.Size() != 3 || v.Count != 2 || v.Size != 3 {
+		t.Fatalf("just after the restart, with gw-c gone: size %d, view %+v; want 2 live, the size still 3 (the registry is not whole yet)", a.Size(), v)
+	}
+	for range 2 { // a TTL on: the registry is whole, every live instance has heartbeat
+		clock.Advance(redis.DefaultFleetTTL / 2)
+		beatAgain(t, others[0]) // (the stores' other connections find the restart too)
+		beatAgain(t, a)
+	}
 	if n := a.Size(); n != 2 {
-		t.Fatalf("after the restart, with gw-c gone: %d live; want 2", n)
+		t.Fatalf("a TTL after the restart, with gw-c gone: size %d; want 2", n)
 	}
 	srv.Kill()
 	if n := approvals("two", 15); n != 15 {
@@ -351,5 +363,83 @@ func TestFleetCluster(t *testing.T) {
 	beat(t, a)
 	if v := a.View(); v.Count != 2 || ids(v) != "gw-a gw-b" {
 		t.Fatalf("on the cluster: %+v; want gw-a and gw-b", v)
+	}
+}
+
+// TestFleetShareAfterRestart: two instances failing to local with the fleet's share; Redis is
+// killed, restarted empty, and killed again before the second instance heartbeats twice into the
+// new registry. The first to heartbeat into it sees itself alone; were that its size, it would
+// take all of a limit of 100 and the other half: 150. Its size shrinks only once the registry is
+// whole (kept a TTL by this Redis), so the two admit at most 100 in every outage. Later, a
+// registry kept a TTL that the other never joined counts one: the share grows then (virtual clock).
+func TestFleetShareAfterRestart(t *testing.T) {
+	srv := redistest.Start(t)
+	clock := sluice.NewManualClock(time.Unix(1_800_000_000, 0))
+	opts := redis.Options{Timeout: 5 * time.Second, Clock: clock}
+	policy := sluice.Policy{Name: "restart-share", Algorithm: sluice.FixedWindow, Limit: 100, Period: time.Hour}
+	type instance struct {
+		fleet *redis.Fleet
+		lim   *sluice.Limiter
+	}
+	var insts []instance
+	for _, id := range []string{"gw-a", "gw-b"} {
+		st := openStore(t, srv, opts)
+		f := openFleet(t, st, id)
+		// The local store runs on a frozen clock: its window cannot roll over while approvals are counted.
+		local := memory.New(memory.WithClock(sluice.NewManualClock(time.Unix(1_700_000_000, 0))))
+		lim, err := sluice.NewLimiter(st, policy, sluice.WithFleetFallback(local, f.Size))
+		if err != nil {
+			t.Fatal(err)
+		}
+		insts = append(insts, instance{f, lim})
+	}
+	a, b := insts[0], insts[1]
+	admitted := func(key string) (total int) {
+		t.Helper()
+		for _, in := range insts {
+			for range 150 {
+				d, err := in.lim.Allow(bg, key)
+				if err != nil || d.Fallback != sluice.FallbackLocal {
+					t.Fatalf("%s with Redis down: %+v %v; want a local decision", in.fleet.ID(), d, err)
+				}
+				if d.Allowed {
+					total++
+				}
+			}
+		}
+		return total
+	}
+	beat(t, a.fleet)
+	beat(t, b.fleet)
+	beat(t, a.fleet)
+	srv.Kill()
+	if n := admitted("first-outage"); n != 100 {
+		t.Errorf("the first outage: %d admitted by the two instances; want 100 (50 each)", n)
+	}
+
+	srv.Restart() // empty
+	beatAgain(t, a.fleet)
+	beatAgain(t, b.fleet)
+	if v := a.fleet.View(); v.Count != 1 || a.fleet.Size() != 2 {
+		t.Errorf("gw-a, first into the new registry: view %+v, size %d; want 1 live, the size still 2", v, a.fleet.Size())
+	}
+	srv.Kill()
+	if n := admitted("second-outage"); n > 100 {
+		t.Errorf("the outage after a restart: %d admitted by the two instances; want at most the limit, 100", n)
+	}
+
+	// Redis back, empty again, and gw-b never comes back: a TTL on, the registry that gw-a kept
+	// heartbeating into is whole, and counts gw-a alone.
+	srv.Restart()
+	beatAgain(t, a.fleet)
+	for range 2 {
+		if a.fleet.Size() != 2 {
+			t.Fatalf("gw-a alone in a registry younger than a TTL: size %d; want 2", a.fleet.Size())
+		}
+		clock.Advance(redis.DefaultFleetTTL / 2)
+		beatAgain(t, a.fleet) // (the store's other connections find the restart too)
+	}
+	if v := a.fleet.View(); a.fleet.Size() != 1 || v.Size != 1 || v.Count != 1 || v.Since.IsZero() {
+		t.Errorf("gw-a a TTL into the registry without gw-b: size %d, view %+v; want 1", a.fleet.Size(), v)
 	}
 }
