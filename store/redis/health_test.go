@@ -177,3 +177,40 @@ func TestHealthCostOverLimit(t *testing.T) {
 		return err
 	})
 }
+
+// TestHealthCachedRefusalsRedisHung: while Redis hangs (CLIENT PAUSE: it takes commands and answers
+// none, so each call waits the store's timeout), a client hammering a key whose refusal the
+// negative cache holds, through Decide (a Limiter's path), does not keep the breaker closed: the
+// other clients' calls that wait the timeout are the breaker's threshold, whatever the machine's
+// speed (no wall-clock window: the calls are counted, not timed).
+func TestHealthCachedRefusalsRedisHung(t *testing.T) {
+	srv := redistest.Start(t)
+	st := openStore(t, srv, redis.Options{Timeout: 50 * time.Millisecond})
+	lim, err := sluice.NewLimiter(st, healthPolicy, sluice.WithBreaker(healthThreshold, time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 5 { // the abuser spends its quota: its refusal is cached for 20 minutes
+		if d, err := lim.Allow(bg, "abuser"); err != nil || d.Allowed != (i < 3) {
+			t.Fatalf("abuser's request %d: %+v %v", i, d, err)
+		}
+	}
+	mustDo(t, srv, "CLIENT", "PAUSE", "600000", "ALL")
+	t.Cleanup(func() { _, _ = srv.Do("CLIENT", "UNPAUSE") })
+	before := st.Stats()
+	for i := range 20 {
+		if lim.StoreAvailable() {
+			if d, err := lim.Allow(bg, "abuser"); err != nil || d.Allowed || !d.Cached() {
+				t.Fatalf("round %d: the abuser: %+v %v; want a refusal from the cache", i, d, err)
+			}
+		}
+		if _, err := lim.Allow(bg, fmt.Sprintf("client-%d", i)); !errors.Is(err, sluice.ErrStoreUnavailable) {
+			t.Fatalf("round %d: another client with Redis hung: %v; want ErrStoreUnavailable", i, err)
+		}
+	}
+	after := st.Stats()
+	if calls := after.Calls - before.Calls; calls > healthThreshold || lim.StoreAvailable() {
+		t.Errorf("%d calls waited the hung Redis's timeout, breaker open: %v; want %d and open (cached refusals between: %d)",
+			calls, !lim.StoreAvailable(), healthThreshold, after.CacheHits-before.CacheHits)
+	}
+}
