@@ -15,6 +15,16 @@ import (
 	"github.com/sluicehq/sluice/store/redis"
 )
 
+// fleetStore is openStore with a timeout of 5 s unless opts sets one: the registry's tests wait for
+// heartbeats, not for a tight timeout, which a busy machine may miss (connecting included).
+func fleetStore(t *testing.T, srv *redistest.Server, opts redis.Options) *redis.Store {
+	t.Helper()
+	if opts.Timeout == 0 {
+		opts.Timeout = 5 * time.Second
+	}
+	return openStore(t, srv, opts)
+}
+
 // openFleet returns instance id's entry in the registry of st, closed when the test ends.
 func openFleet(t *testing.T, st *redis.Store, id string) *redis.Fleet {
 	t.Helper()
@@ -62,7 +72,7 @@ func TestFleetRegisterCount(t *testing.T) {
 	srv := redistest.Start(t)
 	var fleets []*redis.Fleet
 	for _, id := range []string{"gw-a", "gw-b", "gw-c"} {
-		fleets = append(fleets, openFleet(t, openStore(t, srv, redis.Options{Prefix: "fleet-test:"}), id))
+		fleets = append(fleets, openFleet(t, fleetStore(t, srv, redis.Options{Prefix: "fleet-test:"}), id))
 	}
 	if n := fleets[0].Size(); n != 1 {
 		t.Fatalf("Size before any heartbeat = %d; want 1", n)
@@ -104,8 +114,8 @@ func TestFleetExpiry(t *testing.T) {
 	srv := redistest.Start(t)
 	clock := sluice.NewManualClock(time.Unix(1_800_000_000, 0))
 	opts := redis.Options{Clock: clock}
-	a := openFleet(t, openStore(t, srv, opts), "gw-a")
-	b := openFleet(t, openStore(t, srv, opts), "gw-b")
+	a := openFleet(t, fleetStore(t, srv, opts), "gw-a")
+	b := openFleet(t, fleetStore(t, srv, opts), "gw-b")
 	beat(t, a)
 	beat(t, b)
 	clock.Advance(redis.DefaultFleetTTL - time.Microsecond)
@@ -123,7 +133,7 @@ func TestFleetExpiry(t *testing.T) {
 	}
 
 	// 200 instances that heartbeat once and die.
-	st := openStore(t, srv, opts)
+	st := fleetStore(t, srv, opts)
 	for i := range 200 {
 		f, err := st.Fleet(redis.FleetOptions{ID: fmt.Sprintf("dead-%03d", i)})
 		if err != nil {
@@ -150,7 +160,7 @@ func TestFleetExpiry(t *testing.T) {
 // count one fewer at their next heartbeat, not a TTL later. The last one to leave leaves no key.
 func TestFleetLeave(t *testing.T) {
 	srv := redistest.Start(t)
-	st := openStore(t, srv, redis.Options{})
+	st := fleetStore(t, srv, redis.Options{})
 	a, b := openFleet(t, st, "gw-a"), openFleet(t, st, "gw-b")
 	beat(t, a)
 	beat(t, b)
@@ -169,7 +179,7 @@ func TestFleetLeave(t *testing.T) {
 // the last live count seen stays (the fallback's share), the view saying why.
 func TestFleetRedisDown(t *testing.T) {
 	srv := redistest.Start(t)
-	st := openStore(t, srv, redis.Options{Timeout: 200 * time.Millisecond})
+	st := fleetStore(t, srv, redis.Options{})
 	a := openFleet(t, st, "gw-a")
 	beat(t, openFleet(t, st, "gw-b"))
 	beat(t, a)
@@ -190,10 +200,10 @@ func TestFleetRedisDown(t *testing.T) {
 func TestFleetGuardShare(t *testing.T) {
 	srv := redistest.Start(t)
 	clock := sluice.NewManualClock(time.Unix(1_800_000_000, 0))
-	opts := redis.Options{Timeout: 5 * time.Second, Clock: clock}
-	st := openStore(t, srv, opts)
+	opts := redis.Options{Clock: clock}
+	st := fleetStore(t, srv, opts)
 	a := openFleet(t, st, "gw-a")
-	others := []*redis.Fleet{openFleet(t, openStore(t, srv, opts), "gw-b"), openFleet(t, openStore(t, srv, opts), "gw-c")}
+	others := []*redis.Fleet{openFleet(t, fleetStore(t, srv, opts), "gw-b"), openFleet(t, fleetStore(t, srv, opts), "gw-c")}
 	// The local store runs on a frozen clock: its window cannot roll over while approvals are counted.
 	local := memory.New(memory.WithClock(sluice.NewManualClock(time.Unix(1_700_000_000, 0))))
 	lim, err := sluice.NewLimiter(st, sluice.Policy{Name: "fleet-share", Algorithm: sluice.FixedWindow, Limit: 31, Period: time.Hour},
@@ -258,7 +268,7 @@ func TestFleetACL(t *testing.T) {
 	if out, err := srv.Do(append([]string{"ACL", "SETUSER", "sluice", "on", ">s3cret"}, strings.Fields(redis.ACLRules)...)...); err != nil {
 		t.Fatalf("ACL SETUSER: %v %s", err, out)
 	}
-	st := openStore(t, srv, redis.Options{Username: "sluice", Password: "s3cret"})
+	st := fleetStore(t, srv, redis.Options{Username: "sluice", Password: "s3cret"})
 	var h heldCounts
 	h.set(partner(1, 3, 0))
 	f := countsFleet(t, st, "gw-acl", &h)
@@ -277,7 +287,7 @@ func TestFleetACL(t *testing.T) {
 	if n := mustInt(t, srv, "EXISTS", "rate-limit:instances", redis.SharesKey(redis.DefaultPrefix)); n != 0 {
 		t.Errorf("the ACL user's leave did not remove the registry and its counts")
 	}
-	other := openFleet(t, openStore(t, srv, redis.Options{Username: "sluice", Password: "s3cret", Prefix: "elsewhere:"}), "gw-acl")
+	other := openFleet(t, fleetStore(t, srv, redis.Options{Username: "sluice", Password: "s3cret", Prefix: "elsewhere:"}), "gw-acl")
 	if err := other.Beat(bg); err == nil || !strings.Contains(err.Error(), "NOPERM") {
 		t.Errorf("a heartbeat under a prefix the ACL does not grant: %v; want NOPERM", err)
 	}
@@ -287,7 +297,7 @@ func TestFleetACL(t *testing.T) {
 // Close, which removes the instance.
 func TestFleetStart(t *testing.T) {
 	srv := redistest.Start(t)
-	st := openStore(t, srv, redis.Options{})
+	st := fleetStore(t, srv, redis.Options{})
 	f, err := st.Fleet(redis.FleetOptions{ID: "gw-bg", Interval: 20 * time.Millisecond, TTL: time.Second})
 	if err != nil {
 		t.Fatal(err)
@@ -315,7 +325,7 @@ func TestFleetStart(t *testing.T) {
 // interval are refused, naming what is wrong; the default id names the host and the process.
 func TestFleetOptions(t *testing.T) {
 	srv := redistest.Start(t)
-	st := openStore(t, srv, redis.Options{})
+	st := fleetStore(t, srv, redis.Options{})
 	for _, c := range []struct {
 		opts redis.FleetOptions
 		want string
@@ -375,7 +385,7 @@ func TestFleetCluster(t *testing.T) {
 func TestFleetShareAfterRestart(t *testing.T) {
 	srv := redistest.Start(t)
 	clock := sluice.NewManualClock(time.Unix(1_800_000_000, 0))
-	opts := redis.Options{Timeout: 5 * time.Second, Clock: clock}
+	opts := redis.Options{Clock: clock}
 	policy := sluice.Policy{Name: "restart-share", Algorithm: sluice.FixedWindow, Limit: 100, Period: time.Hour}
 	type instance struct {
 		fleet *redis.Fleet
@@ -383,7 +393,7 @@ func TestFleetShareAfterRestart(t *testing.T) {
 	}
 	var insts []instance
 	for _, id := range []string{"gw-a", "gw-b"} {
-		st := openStore(t, srv, opts)
+		st := fleetStore(t, srv, opts)
 		f := openFleet(t, st, id)
 		// The local store runs on a frozen clock: its window cannot roll over while approvals are counted.
 		local := memory.New(memory.WithClock(sluice.NewManualClock(time.Unix(1_700_000_000, 0))))
