@@ -236,19 +236,11 @@ func TestFleetCountsKey(t *testing.T) {
 // script, no CROSSSLOT): instances connected through different nodes read each other's counts.
 func TestFleetCountsCluster(t *testing.T) {
 	cl := redistest.StartCluster(t, 3)
-	open := func(addr string) *redis.Store {
-		s, err := redis.New(redis.Options{Addrs: []string{addr}, Timeout: 5 * time.Second})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(s.Close)
-		return s
-	}
 	addrs := cl.Addrs()
 	var ha, hb heldCounts
 	ha.set(partner(9, 30, 4))
 	hb.set(partner(9, 20, 0))
-	a, b := countsFleet(t, open(addrs[0]), "gw-a", &ha), countsFleet(t, open(addrs[2]), "gw-b", &hb)
+	a, b := countsFleet(t, nodeStore(t, addrs[0]), "gw-a", &ha), countsFleet(t, nodeStore(t, addrs[2]), "gw-b", &hb)
 	beat(t, a)
 	beat(t, b)
 	beat(t, a)

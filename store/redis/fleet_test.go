@@ -25,6 +25,17 @@ func fleetStore(t *testing.T, srv *redistest.Server, opts redis.Options) *redis.
 	return openStore(t, srv, opts)
 }
 
+// nodeStore is a store connected through one node of a Redis Cluster (it finds the others).
+func nodeStore(t *testing.T, addr string) *redis.Store {
+	t.Helper()
+	s, err := redis.New(redis.Options{Addrs: []string{addr}, Timeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Close)
+	return s
+}
+
 // openFleet returns instance id's entry in the registry of st, closed when the test ends.
 func openFleet(t *testing.T, st *redis.Store, id string) *redis.Fleet {
 	t.Helper()
@@ -358,16 +369,8 @@ func TestFleetOptions(t *testing.T) {
 // through different nodes count each other.
 func TestFleetCluster(t *testing.T) {
 	cl := redistest.StartCluster(t, 3)
-	open := func(addr string) *redis.Store {
-		s, err := redis.New(redis.Options{Addrs: []string{addr}, Timeout: 5 * time.Second})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(s.Close)
-		return s
-	}
 	addrs := cl.Addrs()
-	a, b := openFleet(t, open(addrs[0]), "gw-a"), openFleet(t, open(addrs[2]), "gw-b")
+	a, b := openFleet(t, nodeStore(t, addrs[0]), "gw-a"), openFleet(t, nodeStore(t, addrs[2]), "gw-b")
 	beat(t, a)
 	beat(t, b)
 	beat(t, a)
