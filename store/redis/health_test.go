@@ -214,3 +214,47 @@ func TestHealthCachedRefusalsRedisHung(t *testing.T) {
 			calls, !lim.StoreAvailable(), healthThreshold, after.CacheHits-before.CacheHits)
 	}
 }
+
+// TestHealthSettleAndLeases: settlements and leases are judged by the same rule as decisions. With
+// Redis killed, releases of concurrency slots that fail open the breaker as decisions would (3 of
+// them, not one request after another paying the timeout); and a settlement that sends nothing
+// (reserved == actual), made as the breaker's probe, does not close it.
+func TestHealthSettleAndLeases(t *testing.T) {
+	srv := redistest.Start(t)
+	st := openStore(t, srv, redis.Options{Timeout: 5 * time.Second})
+	g := guarded(t, st)
+	conc := sluice.Policy{Name: "health-slots", Algorithm: sluice.Concurrency, Limit: 2, Period: time.Minute}
+	id := sluice.NewLeaseID()
+	out := make([]sluice.Decision, 1)
+	if ok, err := g.DecideAll(bg, "c", []sluice.Limit{{Policy: conc, Cost: 1, Lease: id}}, out); err != nil || !ok {
+		t.Fatalf("taking a slot: %v %v", out[0], err)
+	}
+	srv.Kill()
+	before := st.Stats().Calls
+	for i := range 10 {
+		err := g.(sluice.Leaser).Release(bg, "c", conc, id)
+		if !errors.Is(err, sluice.ErrStoreUnavailable) {
+			t.Fatalf("release %d with Redis killed: %v; want ErrStoreUnavailable", i, err)
+		}
+	}
+	if calls := st.Stats().Calls - before; calls > healthThreshold || g.(sluice.Available).Available() {
+		t.Errorf("10 releases with Redis killed: %d reached it, breaker open %v; want %d and open", calls, !g.(sluice.Available).Available(), healthThreshold)
+	}
+
+	// A probe that sends nothing: a settlement of reserved == actual.
+	g, err := sluice.Guard(st, sluice.WithBreaker(1, time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := g.Decide(bg, "k", healthPolicy, 1); !errors.Is(err, sluice.ErrStoreUnavailable) || g.(sluice.Available).Available() {
+		t.Fatalf("with Redis killed: %v; want ErrStoreUnavailable and the breaker open", err)
+	}
+	if !pollUntil(time.Now().Add(10*time.Second), func() bool { // once the cooldown has passed, it is the probe
+		return g.(sluice.Settler).Settle(bg, "k", healthPolicy, sluice.SettleNow, 5, 5) == nil
+	}) {
+		t.Fatal("no settlement admitted as the probe in 10 s")
+	}
+	if g.(sluice.Available).Available() {
+		t.Errorf("a settlement that sent nothing, as the probe, closed the breaker of a killed Redis")
+	}
+}
