@@ -45,16 +45,23 @@ var monoStart = time.Now()
 
 func monoNow() int64 { return int64(time.Since(monoStart)) }
 
-// ready reports whether to ask the store: true while closed, and for the one caller that becomes
-// the probe once the cooldown has passed.
-func (b *breaker) ready() bool {
+// admit reports whether to ask the store (go), and whether this caller is the probe: true while
+// closed, and for the one caller that becomes the probe once the cooldown has passed.
+func (b *breaker) admit() (ok, probe bool) {
 	switch b.state.Load() {
 	case breakerClosed:
-		return true
+		return true, false
 	case breakerOpen:
-		return b.clock()-b.openedAt.Load() >= b.cooldown && b.state.CompareAndSwap(breakerOpen, breakerProbing)
+		ok = b.clock()-b.openedAt.Load() >= b.cooldown && b.state.CompareAndSwap(breakerOpen, breakerProbing)
+		return ok, ok
 	}
-	return false // a probe is in flight
+	return false, false // a probe is in flight
+}
+
+// ready is admit without saying whether the caller is the probe.
+func (b *breaker) ready() bool {
+	ok, _ := b.admit()
+	return ok
 }
 
 func (b *breaker) success() {
@@ -71,8 +78,9 @@ func (b *breaker) failure() {
 	}
 }
 
-// abandon hands the probe back when its caller gave up before the store answered: the breaker
-// is open again with its cooldown already passed, so the next decision probes.
+// abandon hands the probe back when its call told nothing of the store's health (the caller
+// gave up, or the answer did not come from a round trip: see guard.account): the breaker is open
+// again with its cooldown already passed, so the next call probes. Only the probe calls it.
 func (b *breaker) abandon() { b.state.CompareAndSwap(breakerProbing, breakerOpen) }
 
 // open reports whether the breaker is keeping decisions off the store.

@@ -1,6 +1,8 @@
 package sluice
 
 import (
+	"context"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -78,5 +80,85 @@ func TestBreakerAbandonedProbe(t *testing.T) {
 	b.success()
 	if b.open() {
 		t.Fatal("breaker not closed by the second probe's success")
+	}
+}
+
+// TestHealthRule: the guard's one rule, as account applies it to every kind of call: a round trip
+// that answered closes the breaker (ErrUnconfirmed too: the change was applied); ErrStoreUnavailable
+// while the caller waits is a failure, counted; everything else (no round trip, a local check's
+// error, a caller that gave up) is neutral — it neither resets the failures nor closes the
+// breaker, and a neutral probe is handed back.
+func TestHealthRule(t *testing.T) {
+	var now atomic.Int64
+	g := newGuard(nil, &guard{})
+	g.breaker = breaker{threshold: 3, cooldown: int64(time.Second), now: now.Load}
+	alive := context.Background()
+	gone, cancel := context.WithCancel(context.Background())
+	cancel()
+	unavailable := fmt.Errorf("%w: redis: i/o timeout", ErrStoreUnavailable)
+	neutral := []struct {
+		name      string
+		ctx       context.Context
+		err       error
+		roundTrip bool
+	}{
+		{"a cached refusal or a budget's unit (no round trip)", alive, nil, false},
+		{"a cost over the limit, checked before any call", alive, fmt.Errorf("%w: cost 1000", ErrCostExceedsLimit), true},
+		{"an invalid policy", alive, ErrInvalidPolicy, true},
+		{"the caller gave up", gone, unavailable, true},
+	}
+	fail := func(step string) {
+		t.Helper()
+		if ok, _ := g.breaker.admit(); !ok {
+			t.Fatalf("%s: the breaker does not admit", step)
+		}
+		if !g.account(alive, unavailable, true, false) {
+			t.Fatalf("%s: ErrStoreUnavailable with the caller waiting is not a failure", step)
+		}
+	}
+	for _, n := range neutral {
+		fail("before " + n.name)
+		fail("before " + n.name)
+		if g.account(n.ctx, n.err, n.roundTrip, false) {
+			t.Fatalf("%s: a failure", n.name)
+		}
+		if g.breaker.open() {
+			t.Fatalf("%s: the breaker opened after 2 failures", n.name)
+		}
+		fail("after " + n.name)
+		if !g.breaker.open() {
+			t.Fatalf("%s reset the count of failures: the breaker is closed after the third", n.name)
+		}
+		// The probe: a neutral one is handed back, and the next call probes.
+		now.Add(int64(time.Second))
+		if ok, probe := g.breaker.admit(); !ok || !probe {
+			t.Fatalf("%s: no probe after the cooldown", n.name)
+		}
+		g.account(n.ctx, n.err, n.roundTrip, true)
+		if !g.breaker.open() {
+			t.Fatalf("%s as the probe closed the breaker", n.name)
+		}
+		if ok, probe := g.breaker.admit(); !ok || !probe {
+			t.Fatalf("%s as the probe was not handed back", n.name)
+		}
+		g.account(alive, nil, true, true) // the next probe's round trip answers
+		if g.breaker.open() {
+			t.Fatalf("after %s: a probe that answered did not close the breaker", n.name)
+		}
+	}
+	for _, err := range []error{nil, fmt.Errorf("settle: %w: 1 of 2 replicas", ErrUnconfirmed)} {
+		fail("before a round trip")
+		fail("before a round trip")
+		if g.account(alive, err, true, false) {
+			t.Fatalf("%v: a failure", err)
+		}
+		fail("after a round trip")
+		if g.breaker.open() {
+			t.Fatalf("a round trip answering %v did not reset the failures", err)
+		}
+		g.account(alive, nil, true, false)
+	}
+	if n := g.StoreErrors(); n != uint64(3*len(neutral)+6) {
+		t.Errorf("StoreErrors %d; want every failure, %d", n, 3*len(neutral)+6)
 	}
 }

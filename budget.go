@@ -39,6 +39,9 @@ import (
 //
 // Refusals are the store's own: when an instance's budget is empty and the store refuses a
 // new one, the request itself is decided by the store, so its RetryAfter is exact.
+//
+// A decision spent from a budget has Source FromBudget; one that the call to the store decided
+// (the request that took the budget, or one the store decided itself) keeps the store's Source.
 type LocalBudget struct {
 	Size   int64         // units taken per call to the store: 1..the policy's Capacity()
 	MaxAge time.Duration // how long a budget may be spent from: ≥ 1ms
@@ -239,9 +242,10 @@ func (e *budgetEntry) startRefill() {
 	e.units = 0
 }
 
-// local is the decision of a request served from e's budget at now.
+// local is the decision of a request served from e's budget at now: Source FromBudget, an
+// answer that made no round trip to the store (so it says nothing of the store's health).
 func (e *budgetEntry) local(p *Policy, now time.Time) Decision {
-	return Decision{Allowed: true, Limit: p.Capacity(), Remaining: e.remaining + e.units, ResetAfter: max(0, e.resetAt.Sub(now)), At: e.at}
+	return Decision{Allowed: true, Limit: p.Capacity(), Remaining: e.remaining + e.units, ResetAfter: max(0, e.resetAt.Sub(now)), At: e.at, Source: FromBudget}
 }
 
 // refill takes a budget of b.Size units for e from the store (or, if the store has fewer but at
@@ -297,7 +301,9 @@ func (s *BudgetStore) refill(ctx context.Context, e *budgetEntry, key string, p 
 		return d, true, nil
 	}
 	e.units -= need
-	return e.local(p, t0), true, nil
+	d = e.local(p, t0)
+	d.Source = FromStore // the store decided this request in the call that took the budget
+	return d, true, nil
 }
 
 // entry returns the budget entry of (name, key), creating it if there is room; nil if not.

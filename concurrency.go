@@ -65,17 +65,19 @@ func CheckConcurrency(store Store) error {
 // too (a slot taken while the store was down was taken there; releasing one not held does
 // nothing).
 func (g *guard) Release(ctx context.Context, key string, p Policy, id uint64) error {
-	return g.lease(p, func(l Leaser, p Policy) error { return l.Release(ctx, key, p, id) })
+	return g.lease(ctx, p, true, func(l Leaser, p Policy) error { return l.Release(ctx, key, p, id) })
 }
 
-// Renew implements Leaser as Release does.
+// Renew implements Leaser as Release does (a renewal of no lease sends nothing).
 func (g *guard) Renew(ctx context.Context, key string, p Policy, ids ...uint64) error {
-	return g.lease(p, func(l Leaser, p Policy) error { return l.Renew(ctx, key, p, ids...) })
+	return g.lease(ctx, p, len(ids) > 0, func(l Leaser, p Policy) error { return l.Renew(ctx, key, p, ids...) })
 }
 
 // lease is Release and Renew: do on the local store under its share of p if the guard fails to
-// local, then on the store unless the breaker is open; the errors of both, joined.
-func (g *guard) lease(p Policy, do func(l Leaser, p Policy) error) error {
+// local, then on the store if the breaker admits the call (it may be the probe: a release that
+// answers is a round trip like a decision's), feeding the breaker by the guard's one health rule
+// (sends: whether the call sends anything); the errors of both, joined.
+func (g *guard) lease(ctx context.Context, p Policy, sends bool, do func(l Leaser, p Policy) error) error {
 	var errLocal error
 	if g.mode == FailLocal {
 		if l, ok := g.local.(Leaser); ok {
@@ -86,10 +88,13 @@ func (g *guard) lease(p Policy, do func(l Leaser, p Policy) error) error {
 	if !ok {
 		return errors.Join(CheckConcurrency(g.store), errLocal)
 	}
-	if g.breaker.open() { // (no probe: a release or renewal says nothing of the store's health)
+	ok, probe := g.breaker.admit()
+	if !ok {
 		return errors.Join(errBreakerOpen, errLocal)
 	}
-	return errors.Join(do(l, p), errLocal)
+	err := do(l, p)
+	g.account(ctx, err, sends, probe)
+	return errors.Join(err, errLocal)
 }
 
 // Release implements Leaser: concurrency policies take no budget (LocalBudget.Validate), so

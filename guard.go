@@ -4,11 +4,30 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 )
 
 // guard wraps a store that can fail (Redis) with a breaker and a failure mode. A Limiter puts one
 // around every store that is not Infallible.
+//
+// THE STORE'S HEALTH. One rule (account) says what every call through the guard — Decide,
+// DecideAll, Settle, and a lease's Release and Renew — tells of the store's health, and only it
+// feeds the breaker and the count of store errors:
+//
+//   - a round trip to the store that answered is a success: a decision of the store's backend
+//     (Decision.Source FromStore), a settlement or lease call that returned nil after a call, or
+//     an error wrapping ErrUnconfirmed (the store applied the change; replicas did not confirm it);
+//   - ErrStoreUnavailable while the caller still waits is a failure (a timeout, a lost
+//     connection, Redis not connected);
+//   - anything else is neutral: a refusal from the negative cache (FromCache), a unit spent from
+//     a local budget (FromBudget), an error of a check made before any call (a cost over the
+//     limit, an invalid policy: any client can send one), a call the caller gave up on, a call
+//     that sent nothing (a settlement of reserved == actual, a renewal of no lease). It neither
+//     closes nor opens the breaker; a neutral probe is handed back, so the next call probes.
+//
+// So answers the store never gave cannot hold the breaker closed while the store is dead, and the
+// breaker opens after its threshold of consecutive failures whatever else is answered meanwhile.
 type guard struct {
 	store   Store
 	mode    FailureMode
@@ -16,12 +35,13 @@ type guard struct {
 	share   float64    // FailLocal: this instance's share of a policy
 	size    func() int // FailLocal, if set instead of share: the instances that share a policy
 	breaker breaker
+	errors  atomic.Uint64 // the calls that failed (account's failures)
 }
 
 // Guard wraps store with the breaker and the failure mode that opts set (WithFailureMode,
 // WithLocalFallback, WithFleetFallback, WithBreaker), as NewLimiter does for every store that is not Infallible:
 // for callers that use a store directly, such as the gateway's DecideAll. An Infallible store is
-// returned as it is. The result implements Available.
+// returned as it is. The result implements Available and StoreErrors.
 func Guard(store Store, opts ...Option) (Store, error) {
 	l, err := NewLimiter(store, Policy{Name: "guard", Algorithm: FixedWindow, Limit: 1, Period: time.Millisecond}, opts...)
 	if err != nil {
@@ -39,6 +59,18 @@ type Available interface {
 // Available reports whether decisions go to the store.
 func (g *guard) Available() bool { return !g.breaker.open() }
 
+// StoreErrors is implemented by a guarded store (Guard): the calls to the store that failed
+// since it was guarded — each a failure the breaker counts (ErrStoreUnavailable while the caller
+// still waited: a timeout, a lost connection, Redis not connected), whatever the failure mode
+// then answered (fail-open and local fallbacks included). Calls the open breaker kept off the
+// store are not counted: they were not made.
+type StoreErrors interface {
+	StoreErrors() uint64
+}
+
+// StoreErrors reports how many calls to the store failed.
+func (g *guard) StoreErrors() uint64 { return g.errors.Load() }
+
 func newGuard(store Store, config *guard) *guard {
 	g := &guard{store: store, mode: config.mode, local: config.local, share: config.share, size: config.size}
 	g.breaker.threshold, g.breaker.cooldown = config.breaker.threshold, config.breaker.cooldown
@@ -47,54 +79,61 @@ func newGuard(store Store, config *guard) *guard {
 
 var errBreakerOpen = fmt.Errorf("%w: breaker open after repeated store failures", ErrStoreUnavailable)
 
+// account is the one health rule (see guard): it feeds the breaker with what a call that the
+// breaker admitted (probe: as its probe) told of the store, and reports whether the call failed
+// — ErrStoreUnavailable while ctx is alive, so that the failure mode decides. roundTrip says
+// whether a nil error came from a round trip to the store (a decision of its backend, a call
+// that was sent).
+func (g *guard) account(ctx context.Context, err error, roundTrip, probe bool) (failed bool) {
+	switch {
+	case err == nil && roundTrip, errors.Is(err, ErrUnconfirmed):
+		g.breaker.success()
+	case errors.Is(err, ErrStoreUnavailable) && ctx.Err() == nil:
+		g.errors.Add(1)
+		g.breaker.failure()
+		return true
+	case probe:
+		g.breaker.abandon() // neutral: it told nothing of the store's health
+	}
+	return false
+}
+
 // Decide implements Store: the store while the breaker lets it, else (and when the store fails)
 // the failure mode.
 func (g *guard) Decide(ctx context.Context, key string, p Policy, cost int64) (Decision, error) {
-	if !g.breaker.ready() {
+	ok, probe := g.breaker.admit()
+	if !ok {
 		return g.fallback(ctx, key, p, cost, errBreakerOpen)
 	}
 	d, err := g.store.Decide(ctx, key, p, cost)
-	if err != nil {
-		if g.storeFailed(ctx, err) {
-			return g.fallback(ctx, key, p, cost, err)
-		}
-		return d, err
+	if g.account(ctx, err, d.Source == FromStore, probe) {
+		return g.fallback(ctx, key, p, cost, err)
 	}
-	if !d.Cached() { // a cached answer says nothing of the store's health
-		g.breaker.success()
-	}
-	return d, nil
+	return d, err
 }
 
-// DecideAll implements Store like Decide, all or nothing in the fallback too.
+// DecideAll implements Store like Decide, all or nothing in the fallback too. The call made a
+// round trip if any of its decisions is the store backend's.
 func (g *guard) DecideAll(ctx context.Context, key string, limits []Limit, out []Decision) (bool, error) {
-	if !g.breaker.ready() {
+	ok, probe := g.breaker.admit()
+	if !ok {
 		return g.fallbackAll(ctx, key, limits, out, errBreakerOpen)
 	}
-	ok, err := g.store.DecideAll(ctx, key, limits, out)
-	if err != nil {
-		if g.storeFailed(ctx, err) {
-			return g.fallbackAll(ctx, key, limits, out, err)
-		}
-		return ok, err
+	all, err := g.store.DecideAll(ctx, key, limits, out)
+	if g.account(ctx, err, fromStore(out), probe) {
+		return g.fallbackAll(ctx, key, limits, out, err)
 	}
-	g.breaker.success()
-	return ok, nil
+	return all, err
 }
 
-// storeFailed reports whether err is the store's failure, feeding the breaker; other errors (a
-// cost that never fits, the caller's context ending) are the caller's answer.
-func (g *guard) storeFailed(ctx context.Context, err error) bool {
-	if !errors.Is(err, ErrStoreUnavailable) {
-		g.breaker.success() // the store answered
-		return false
+// fromStore reports whether any of ds is the store backend's answer.
+func fromStore(ds []Decision) bool {
+	for i := range ds {
+		if ds[i].Source == FromStore {
+			return true
+		}
 	}
-	if ctx.Err() != nil {
-		g.breaker.abandon() // the caller gave up: not the store's failure, nor an answer of its health
-		return false
-	}
-	g.breaker.failure()
-	return true
+	return false
 }
 
 // fallback decides without the store, by the failure mode.

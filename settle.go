@@ -77,23 +77,21 @@ func settleOn(ctx context.Context, store Store, key string, p Policy, at, reserv
 }
 
 // Settle implements Settler for a guarded store (Guard): through the breaker, on the store. While
-// the breaker keeps decisions off the store, the settlement is dropped; a store failure feeds it
-// as a decision's would. A decision that the local fallback made is settled there by
-// SettleDecision, which knows it.
+// the breaker keeps decisions off the store, the settlement is dropped; the settlement feeds the
+// breaker by the guard's one health rule (a settlement of reserved == actual sends nothing, so it
+// tells nothing). A decision that the local fallback made is settled there by SettleDecision,
+// which knows it.
 func (g *guard) Settle(ctx context.Context, key string, p Policy, at, reserved, actual int64) error {
 	s, ok := g.store.(Settler)
 	if !ok {
 		return ErrCannotSettle
 	}
-	if !g.breaker.ready() {
+	ok, probe := g.breaker.admit()
+	if !ok {
 		return fmt.Errorf("settlement dropped: %w", errBreakerOpen)
 	}
 	err := s.Settle(ctx, key, p, at, reserved, actual)
-	if err == nil {
-		g.breaker.success()
-		return nil
-	}
-	g.storeFailed(ctx, err)
+	g.account(ctx, err, reserved != actual, probe)
 	return err
 }
 

@@ -15,9 +15,11 @@ type FleetStats struct {
 	// Instances is the live count at the last heartbeat that reached Redis; 0 if none has.
 	Instances int `json:"instances"`
 	// FallbackShare is the share of each policy the local fallback decides on: with
-	// local_share: fleet 1/Instances (1 before any heartbeat reached Redis), the limit and burst
-	// divided by that count, rounded down; with a fixed local_share that share; 0 without a local
-	// fallback (on_error fail-closed or fail-open).
+	// local_share: fleet 1/n, n the fleet's size — Instances, or more for a TTL after Redis's
+	// registry began anew (a restart: until every live instance has heartbeat into it, a lower
+	// count is not taken), 1 before any heartbeat reached Redis —, the limit and burst divided by
+	// n, rounded down; with a fixed local_share that share; 0 without a local fallback (on_error
+	// fail-closed or fail-open).
 	FallbackShare float64         `json:"fallback_share"`
 	Members       []FleetInstance `json:"members"`           // the live instances (up to 64), the most recently heard from first
 	SeenAt        *time.Time      `json:"seen_at,omitempty"` // when that heartbeat was answered (Redis's clock)
@@ -41,6 +43,6 @@ func (s *Server) registerFleet(fleet func() FleetStats) {
 		Help: "Gateway instances sharing the Redis (registered with a heartbeat), as last seen; 0 until a heartbeat reached it."},
 		func() float64 { return float64(fleet().Instances) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sluice_fallback_share",
-			Help: "The share of each policy this instance decides on alone while Redis is down (on_error: local, local_share: fleet): 1/instances."},
+			Help: "The share of each policy this instance decides on alone while Redis is down (on_error: local, local_share: fleet): 1/instances (the higher count seen for a TTL after Redis's registry began anew)."},
 			func() float64 { return fleet().FallbackShare }))
 }

@@ -218,7 +218,7 @@ func (o observer) Failed(req *decision.Request, err error) {
 	}
 	o.g.metrics.failures.WithLabelValues(kind).Inc()
 	if kind != "invalid_cost" && kind != "cost_exceeds_limit" {
-		o.g.metrics.storeErrors.Inc()
+		o.g.metrics.unavailable.Add(1)
 	}
 }
 

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	dto "github.com/prometheus/client_model/go"
 
 	"github.com/sluicehq/sluice"
 )
@@ -20,7 +19,6 @@ type Metrics struct {
 	earlyRetries   *prometheus.CounterVec // client
 	abandoned      *prometheus.CounterVec // client
 	latency        prometheus.Histogram
-	storeErrors    prometheus.Counter
 	failures       *prometheus.CounterVec // kind: requests the store call did not decide, by why
 	upstreamErrors prometheus.Counter
 	reloads        *prometheus.CounterVec   // result
@@ -38,16 +36,11 @@ type Metrics struct {
 	activity  *activity     // per client, for the operator page
 	diag      *diagnosis    // the operator page's diagnosis (diagnosis.go)
 	fallbacks atomic.Uint64 // decisions made by a failure mode (fail-open, local), not the store
-	malformed *rateLog      // requests that could not be read; nil: not logged
-}
-
-// storeErrorTotal is the storeErrors counter's value, for the operator page.
-func (m *Metrics) storeErrorTotal() uint64 {
-	var v dto.Metric
-	if m.storeErrors.Write(&v) != nil {
-		return 0
-	}
-	return uint64(v.GetCounter().GetValue())
+	// unavailable counts requests answered 503 because the store could not decide
+	// (StoreStats.Unavailable; sluice_undecided_total has them by kind).
+	unavailable atomic.Uint64
+	storeErrors func() uint64 // the store calls that failed (countStoreErrors)
+	malformed   *rateLog      // requests that could not be read; nil: not logged
 }
 
 // abandon counts a held request whose client left.
@@ -95,8 +88,6 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Requests whose client disconnected while a leaky bucket held them (not forwarded)."}, []string{"client"}),
 		latency: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "sluice_decision_seconds",
 			Help: "The store call of each decided request (one atomic call for all its policies: the Redis round trip, or the memory store's lock), in seconds.", Buckets: []float64{.00001, .00005, .0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1}}),
-		storeErrors: prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_store_errors_total",
-			Help: "Requests the store could not decide and the failure mode refused (503)."}),
 		upstreamErrors: prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_upstream_errors_total",
 			Help: "Allowed requests the upstream did not answer (502/504)."}),
 		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_config_reloads_total",
@@ -119,7 +110,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m.diag = newDiagnosis()
 	m.settlements = newSettlements(reg)
 	m.shedding = newShedMetrics(reg)
-	reg.MustRegister(m.decisions, m.earlyRetries, m.abandoned, m.latency, m.storeErrors, m.upstreamErrors, m.reloads,
+	reg.MustRegister(m.decisions, m.earlyRetries, m.abandoned, m.latency, m.upstreamErrors, m.reloads,
 		m.lastReload, m.lastReloadOK, m.holds, m.upstream, m.failures, buildInfo())
 	return m
 }
@@ -185,4 +176,18 @@ func buildInfo() prometheus.Collector {
 		ConstLabels: prometheus.Labels{"version": version, "commit": commit, "commit_time": when, "goversion": goVersion}})
 	g.Set(1)
 	return g
+}
+
+// countStoreErrors registers sluice_store_errors_total: the calls to st that failed, as its guard
+// counts them (sluice.StoreErrors: every call the breaker counts as a failure, whatever the failure
+// mode then answered — a 503, a fail-open approval, a local decision); a store that is not
+// guarded (memory) fails none.
+func (m *Metrics) countStoreErrors(reg prometheus.Registerer, st sluice.Store) {
+	m.storeErrors = func() uint64 { return 0 }
+	if c, ok := st.(sluice.StoreErrors); ok {
+		m.storeErrors = c.StoreErrors
+	}
+	reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "sluice_store_errors_total",
+		Help: "Calls to the store that failed (a timeout, a lost connection, Redis not connected), whatever the failure mode then answered: 503, fail-open or local. Calls the open breaker keeps off the store are not made, so not counted."},
+		func() float64 { return float64(m.storeErrors()) }))
 }

@@ -78,6 +78,7 @@ func NewServer(cfg *config.Config, path string, st Store, log *slog.Logger) (*Se
 	s.metrics.diag.shares = st.Shares
 	s.metrics.malformed = newRateLog(log, malformedPerSecond)
 	s.store = st.Store
+	s.metrics.countStoreErrors(s.registry, st.Store)
 	if a, ok := st.Store.(sluice.Available); ok {
 		s.store = &watchedStore{Store: st.Store, avail: a, log: log, mode: cfg.Store.OnError.String()}
 	}
@@ -540,8 +541,12 @@ type StoreStats struct {
 	Error     string `json:"error,omitempty"` // why it is not reachable
 	// BreakerOpen: decisions do not go to the store now (it failed; the failure mode decides)
 	// until a probe finds it back.
-	BreakerOpen bool   `json:"breaker_open"`
-	Errors      uint64 `json:"errors"`    // requests refused with 503 because the store could not decide
+	BreakerOpen bool `json:"breaker_open"`
+	// Errors is the calls to the store that failed (sluice_store_errors_total: a timeout, a lost
+	// connection), whatever the failure mode then answered; Unavailable the requests answered 503
+	// because the store could not decide (fail-closed).
+	Errors      uint64 `json:"errors"`
+	Unavailable uint64 `json:"unavailable"`
 	Fallbacks   uint64 `json:"fallbacks"` // decisions the failure mode made instead of the store
 }
 
@@ -558,7 +563,7 @@ func (s *Server) stats(w http.ResponseWriter, r *http.Request) {
 	}
 	st.Clients, st.RateSeconds = s.metrics.activity.snapshot(now)
 	st.Store = StoreStats{Type: cfg.Store.Type, OnError: cfg.Store.OnError.String(), Reachable: true,
-		Errors: s.metrics.storeErrorTotal(), Fallbacks: s.metrics.fallbacks.Load()}
+		Errors: s.metrics.storeErrors(), Unavailable: s.metrics.unavailable.Load(), Fallbacks: s.metrics.fallbacks.Load()}
 	if a, ok := s.store.(sluice.Available); ok {
 		st.Store.BreakerOpen = !a.Available()
 	}

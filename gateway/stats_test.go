@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -27,7 +28,10 @@ func stats(t *testing.T, admin string) gateway.Stats {
 
 // The stats show the store's state as it changes: reachable, then, once Redis is killed,
 // unreachable with the breaker open and the failure mode (fail-open) deciding, counted as
-// fallbacks; requests still pass, and the client is not shown as limited.
+// fallbacks; requests still pass, and the client is not shown as limited. The calls that found
+// the store dead are store errors (the stats' errors, sluice_store_errors_total), though no
+// request was answered 503: the breaker's threshold of them, 3 (and a probe or two after its
+// cooldown, on a slow machine).
 func TestStatsStoreHealth(t *testing.T) {
 	rs := redistest.Start(t)
 	up := newUpstream(t)
@@ -55,8 +59,12 @@ default_policy: anonymous
 		}
 	}
 	st = stats(t, admin.URL)
-	if st.Store.Reachable || st.Store.Error == "" || !st.Store.BreakerOpen || st.Store.Fallbacks != 5 || st.Store.Errors != 0 {
-		t.Fatalf("Redis down: %+v", st.Store)
+	if st.Store.Reachable || st.Store.Error == "" || !st.Store.BreakerOpen || st.Store.Fallbacks != 5 || st.Store.Unavailable != 0 ||
+		st.Store.Errors < 3 || st.Store.Errors > 5 {
+		t.Fatalf("Redis down: %+v; want 3 to 5 store errors, no 503", st.Store)
+	}
+	if m := metricValue(t, admin.URL, "sluice_store_errors_total"); m != strconv.FormatUint(stats(t, admin.URL).Store.Errors, 10) {
+		t.Fatalf("sluice_store_errors_total %s; want the stats' errors, %d", m, st.Store.Errors)
 	}
 	if len(st.Clients) != 1 || st.Clients[0].Client != "anonymous" || st.Clients[0].Allowed != 6 || st.Clients[0].Limited {
 		t.Fatalf("clients: %+v", st.Clients)

@@ -19,6 +19,11 @@ import (
 // The operator page, on a real gateway with traffic from two clients, one of them over its limit:
 // the page shows that client as limited, and the other as not. The stats endpoint it reads says
 // the same. Screenshots go to artifacts/.
+//
+// "Limited" lasts 10 s after a refusal, or until its Retry-After ends: the limited client's
+// policy is a token bucket of 3 an hour, whose refusal says to retry in 20 minutes wherever in
+// the hour the test runs (a fixed window's would end at the hour, and the badge 10 s after the
+// traffic: a browser that starts slowly on a busy machine would miss it).
 func TestServeE2EOperatorPage(t *testing.T) {
 	t.Parallel()
 	up := newUpstream(t)
@@ -32,7 +37,7 @@ upstream: %s
 identity:
   - api_key: {header: X-API-Key}
 policies:
-  - {name: small, algorithm: fixed-window, limit: 3, period: 1h}
+  - {name: small, algorithm: token-bucket, limit: 3, period: 1h}
   - {name: large, algorithm: token-bucket, limit: 1000, period: 1s}
 clients:
   - {name: partner-over, api_key_sha256: %s, policy: small}

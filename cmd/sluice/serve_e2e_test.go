@@ -875,15 +875,22 @@ func TestServeE2EFailClosedRedisKilled(t *testing.T) {
 	}
 	t.Logf("after the kill: %v", statuses)
 
-	var storeErrors float64
+	// Every request was answered 503 (sluice_undecided_total's unavailable); the calls that found
+	// Redis dead are store errors: each instance's first 3 (its breaker's threshold), then a
+	// probe now and then, /readyz's among them.
+	var storeErrors, unavailable float64
 	for i, p := range procs {
 		if r := get(t, p.admin, "/readyz"); r.status == http.StatusOK {
 			t.Errorf("instance %d: /readyz %d %s with Redis dead; want not ready", i, r.status, r.body)
 		}
 		storeErrors += p.metric(t, "sluice_store_errors_total", nil)
+		unavailable += p.metric(t, "sluice_undecided_total", map[string]string{"kind": "unavailable"})
 	}
-	if storeErrors != n {
-		t.Errorf("sluice_store_errors_total over the instances = %v; want %d", storeErrors, n)
+	if unavailable != n {
+		t.Errorf("sluice_undecided_total{kind=unavailable} over the instances = %v; want %d", unavailable, n)
+	}
+	if storeErrors < 3*3 || storeErrors > n+3 {
+		t.Errorf("sluice_store_errors_total over the instances = %v; want 3 per instance at least, at most one per request and /readyz, %d", storeErrors, n+3)
 	}
 
 	// Recovery is automatic: the breaker lets one decision probe the store every 250ms, a
@@ -1327,8 +1334,8 @@ func TestServeE2ERedisDownAtStart(t *testing.T) {
 	var st gateway.Stats
 	err = json.NewDecoder(resp.Body).Decode(&st)
 	resp.Body.Close()
-	if err != nil || st.Store.Reachable || st.Store.Errors != 1 {
-		t.Fatalf("/v1/stats with Redis down, after one 503: %+v %v; want unreachable, 1 store error", st.Store, err)
+	if err != nil || st.Store.Reachable || st.Store.Unavailable != 1 || st.Store.Errors != 2 {
+		t.Fatalf("/v1/stats with Redis down, after one 503 and a /readyz: %+v %v; want unreachable, 1 request answered 503, 2 store errors (the request's call and /readyz's)", st.Store, err)
 	}
 	rs.Restart()
 	if err := p.waitReady(15 * time.Second); err != nil {

@@ -21,7 +21,7 @@ func ScriptsOnly(opts Options) Options {
 var LibraryName = library.name
 
 // SharesKey is the name of the hash of the instances' counts beside the registry of prefix.
-func SharesKey(prefix string) string { return sharesKey(prefix, prefix+"instances") }
+func SharesKey(prefix string) string { return sharesKey(prefix, prefix+"instances", ":shares") }
 
 // Slot is Redis Cluster's hash slot of key.
 func Slot(key string) uint16 { return slot(key) }

@@ -3,10 +3,22 @@ package redis
 // The instance registry: each gateway instance on one Redis heartbeats into one sorted set
 // (prefix + "instances"), so that every instance knows how many share the Redis — and so, while
 // Redis is down, which share of each policy it may decide on alone (sluice.WithFleetFallback:
-// 1/n of the limit, n the last live count seen). Each heartbeat also carries the instance's
+// 1/n of the limit, n the fleet's size, Fleet.Size). Each heartbeat also carries the instance's
 // approvals per client (FleetOptions.Counts) into a hash beside the set, and reads every listed
 // instance's back: each instance's share of a client's approvals, which shows instances that do
 // not count together (the diagnosis's separate_counters).
+//
+// THE FLEET'S SIZE ONLY SHRINKS ONCE THE REGISTRY IS WHOLE. A registry that has just begun — a
+// Redis restarted empty, a failover to a replica that had not got it — counts only the instances
+// that have heartbeat into it so far: the first sees itself alone. Were that count the size, the
+// instances' shares would add up to more than the policy (two instances, the first to heartbeat
+// after a restart taking all of it, the other half: 1.5 times the limit if Redis fails again
+// then; with k instances up to Σ 1/i). So a count above the size is taken at once (the share
+// shrinks: always safe), and one below it only once the registry has been kept by this Redis,
+// without a break, for a whole TTL (the script says since when: fleet.lua's KEYS[3]): by then
+// every live instance has heartbeat into it, so the count misses only instances that are gone.
+// An instance that left cleanly, or died a TTL ago, on a registry that is whole, is dropped at
+// the next heartbeat; after a Redis restart, the size waits a TTL to shrink.
 
 import (
 	"cmp"
@@ -96,6 +108,8 @@ type FleetInstance struct {
 type FleetView struct {
 	Self      string          // this instance's id
 	Count     int             // live instances at the last heartbeat that reached Redis; 0 if none has
+	Size      int             // the fleet's size (Fleet.Size) after that heartbeat: Count, or more while the registry is not whole
+	Since     time.Time       // when Redis's registry began (empty) as that heartbeat read it; zero if not known
 	Instances []FleetInstance // up to FleetListed of them, the most recently heard from first
 	At        time.Time       // when that heartbeat was answered (Redis's clock); zero if none has
 	Err       string          // why the last heartbeat failed; "" if it reached Redis
@@ -107,12 +121,13 @@ type Fleet struct {
 	s             *Store
 	id, key       string
 	shares        string // the hash of the instances' counts; "" if none can share the registry's slot
+	since         string // when the registry began (fleet.lua's KEYS[3]); "" with shares
 	interval, ttl time.Duration
 	script        *rueidis.Lua
 	counts        func() []FleetCount
 	logShare      bool
 
-	count atomic.Int64 // the last live count seen; 0: none yet
+	count atomic.Int64 // the fleet's size (adopt); 0: no heartbeat has reached Redis yet
 	view  atomic.Pointer[FleetView]
 
 	stop      chan struct{}
@@ -141,19 +156,22 @@ func (s *Store) Fleet(opts FleetOptions) (*Fleet, error) {
 	}
 	f := &Fleet{s: s, id: opts.ID, key: s.prefix + "instances", interval: opts.Interval, ttl: opts.TTL,
 		script: rueidis.NewLuaScript(fleetLua), stop: make(chan struct{}), counts: opts.Counts, logShare: opts.LogShare}
-	f.shares = sharesKey(s.prefix, f.key)
+	f.shares = sharesKey(s.prefix, f.key, ":shares")
+	f.since = sharesKey(s.prefix, f.key, ":since")
 	f.view.Store(&FleetView{Self: f.id})
 	return f, nil
 }
 
-// sharesKey is the name of the hash of the instances' counts: under the prefix (so that the
-// ACL's key pattern grants it), in the registry's slot (one script touches both, on a Redis
-// Cluster too) — the registry's own hash tag if its name has one, else the registry's whole name
-// as the tag: rate-limit:{rate-limit:instances}:shares. ("" for a prefix with a '}' and no hash
-// tag, whose registry no such name shares a slot with: the heartbeats then carry no counts.)
-// State keys end in :v2, :log or :slots, so no client's key is this name.
-func sharesKey(prefix, registry string) string {
-	for _, k := range []string{registry + ":shares", prefix + "{" + registry + "}:shares"} {
+// sharesKey is the name of a key beside the registry, ending in suffix (":shares", the hash of the
+// instances' counts; ":since", when the registry began): under the prefix (so that the ACL's key
+// pattern grants it), in the registry's slot (one script touches them all, on a Redis Cluster
+// too) — the registry's own hash tag if its name has one, else the registry's whole name as the
+// tag: rate-limit:{rate-limit:instances}:shares. ("" for a prefix with a '}' and no hash tag,
+// whose registry no such name shares a slot with: the heartbeats then carry no counts, and do not
+// know when the registry began, so a lower count is taken at once.) State keys end in :v2, :log
+// or :slots, so no client's key is such a name.
+func sharesKey(prefix, registry, suffix string) string {
+	for _, k := range []string{registry + suffix, prefix + "{" + registry + "}" + suffix} {
 		if slot(k) == slot(registry) {
 			return k
 		}
@@ -193,10 +211,27 @@ func defaultFleetID() string {
 // ID is this instance's id in the registry.
 func (f *Fleet) ID() string { return f.id }
 
-// Size is the number of instances sharing the Redis: the live count of the last heartbeat that
-// reached it, and 1 until one has (an instance that never saw Redis cannot know of others). It
-// is one atomic load: sluice.WithFleetFallback calls it for every decision of the fallback.
+// Size is the number of instances sharing the Redis, as the local fallback's share takes it
+// (sluice.WithFleetFallback: 1/Size): the live count of the heartbeats that reached it, which
+// grows at once and shrinks only once the registry is whole (see THE FLEET'S SIZE above), and 1
+// until one has (an instance that never saw Redis cannot know of others). It is one atomic load:
+// sluice.WithFleetFallback calls it for every decision of the fallback.
 func (f *Fleet) Size() int { return int(max(1, f.count.Load())) }
+
+// adopt takes n, the live count of a heartbeat, as the fleet's size if it may: a larger one at
+// once, a smaller one only if the registry has been kept whole for a TTL (age: how long Redis has
+// kept it without a break; known: whether the script could say). It returns the size.
+func (f *Fleet) adopt(n int64, age time.Duration, known bool) int64 {
+	for {
+		cur := f.count.Load()
+		if n < cur && known && age < f.ttl {
+			return cur // the registry may not hold every live instance yet
+		}
+		if f.count.CompareAndSwap(cur, n) {
+			return n
+		}
+	}
+}
 
 // View returns the registry as this instance last read it.
 func (f *Fleet) View() FleetView {
@@ -292,15 +327,15 @@ func (f *Fleet) exec(ctx context.Context, op string) error {
 	args := []string{f.id, strconv.FormatInt(int64(f.ttl/time.Microsecond), 10), f.s.now(), op,
 		strconv.Itoa(FleetListed), f.s.slack, report}
 	keys := []string{f.key}
-	if f.shares != "" {
-		keys = append(keys, f.shares)
+	if f.shares != "" && f.since != "" {
+		keys = append(keys, f.shares, f.since)
 	}
 	reply, err := f.script.Exec(ctx, c.client, keys, args).ToArray()
 	if err != nil {
 		return unavailable(err)
 	}
-	if len(reply) != 4 {
-		return fmt.Errorf("redis store: fleet script replied %d values, want 4", len(reply))
+	if len(reply) != 5 {
+		return fmt.Errorf("redis store: fleet script replied %d values, want 5", len(reply))
 	}
 	reports, _ := reply[3].ToArray() // (an empty array without counts)
 	nowStr, err1 := reply[0].ToString()
@@ -311,6 +346,15 @@ func (f *Fleet) exec(ctx context.Context, op string) error {
 		return fmt.Errorf("redis store: fleet script's reply: %v", err)
 	}
 	v := &FleetView{Self: f.id, Count: int(n), At: time.UnixMicro(now).UTC()}
+	began, err := reply[4].ToString()
+	known := err == nil && began != "" // (else: a prefix without the key)
+	if known {
+		us, err := strconv.ParseInt(began, 10, 64)
+		if err != nil {
+			return fmt.Errorf("redis store: fleet: began %q: %v", began, err)
+		}
+		v.Since = time.UnixMicro(us).UTC()
+	}
 	for i := 0; i < len(listed); i += 2 {
 		us, err := strconv.ParseFloat(listed[i+1], 64)
 		if err != nil {
@@ -324,8 +368,9 @@ func (f *Fleet) exec(ctx context.Context, op string) error {
 		}
 		v.Instances = append(v.Instances, in)
 	}
+	v.Size = int(max(1, f.count.Load()))
 	if op == "beat" { // (a leave's count no longer includes this instance, which still serves)
-		f.count.Store(n)
+		v.Size = int(max(1, f.adopt(n, time.UnixMicro(now).Sub(v.Since), known)))
 	}
 	f.view.Store(v)
 	return nil

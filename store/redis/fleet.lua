@@ -8,6 +8,13 @@
 -- live instance's report of its approvals (ARGV[7], a string fleet.go writes and reads), by id.
 -- A member dropped or leaving takes its field with it, and the hash expires with the set.
 --
+-- KEYS[3], given with KEYS[2], in the same slot: when the registry began (µs), that is when a
+-- heartbeat found it empty (none, or every member gone: a new Redis, a restart that lost it, a
+-- fleet that was all gone) or found it without this key (written by an older version, or
+-- evicted). From then on it is kept as long as the set, so now - began is how long this Redis has
+-- kept the registry without a break: once that is a TTL, every live instance has heartbeat into
+-- it, and its count is whole (fleet.go: a lower count is taken only then).
+--
 -- ARGV[1] the instance's id
 -- ARGV[2] the TTL, µs: a member last heard from TTL ago or longer is gone
 -- ARGV[3] now, µs; "" for Redis TIME (tests pass a virtual clock's)
@@ -16,9 +23,9 @@
 -- ARGV[6] slack, µs, added to the key's TTL (a virtual clock does not move Redis's own)
 -- ARGV[7] this instance's report ("" for none: its field is removed)
 --
--- Reply: {now µs, live count, {id, last heard from µs, ...}, {report of each listed id, ...}}
--- (the count is of every live member; the list holds at most ARGV[5] of them; a report is
--- false, nil in Go, for a member that sent none).
+-- Reply: {now µs, live count, {id, last heard from µs, ...}, {report of each listed id, ...},
+-- began µs} (the count is of every live member; the list holds at most ARGV[5] of them; a report
+-- is false, nil in Go, for a member that sent none; began is "" without KEYS[3]).
 local now
 if ARGV[3] == '' then
   local t = redis.call('TIME')
@@ -38,6 +45,14 @@ if shares then
   end
 end
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', gone)
+local since, began = KEYS[3], ''
+if since then
+  began = redis.call('GET', since)
+  if not began or redis.call('ZCARD', KEYS[1]) == 0 then
+    began = string.format('%.0f', now)
+    redis.call('SET', since, began)
+  end
+end
 if ARGV[4] == 'leave' then
   redis.call('ZREM', KEYS[1], ARGV[1])
   if shares then
@@ -58,8 +73,14 @@ if n > 0 then
   if shares then
     redis.call('PEXPIRE', shares, ms)
   end
+  if since then
+    redis.call('PEXPIRE', since, ms)
+  end
 elseif shares then
   redis.call('DEL', shares)
+  if since then
+    redis.call('DEL', since)
+  end
 end
 local listed = redis.call('ZRANGE', KEYS[1], 0, tonumber(ARGV[5]) - 1, 'REV', 'WITHSCORES')
 local reports = {}
@@ -70,4 +91,4 @@ if shares and #listed > 0 then
   end
   reports = redis.call('HMGET', KEYS[2], unpack(listedIDs))
 end
-return {string.format('%.0f', now), n, listed, reports}
+return {string.format('%.0f', now), n, listed, reports, began}

@@ -61,7 +61,7 @@ func TestFleetCountsRoundTrip(t *testing.T) {
 	var held [3]heldCounts
 	var fleets []*redis.Fleet
 	for i, id := range []string{"gw-a", "gw-b", "gw-c"} {
-		fleets = append(fleets, countsFleet(t, openStore(t, srv, redis.Options{}), id, &held[i]))
+		fleets = append(fleets, countsFleet(t, fleetStore(t, srv, redis.Options{}), id, &held[i]))
 	}
 	for i, n := range []int64{30, 20, 10} {
 		held[i].set(partner(490_000, n, 0), redis.FleetCount{Client: "anonymous", Policy: "anon", Period: time.Second, Window: 1_764_000_000, Current: n / 10, Allowed: 5})
@@ -119,8 +119,8 @@ func TestFleetCountsExpiry(t *testing.T) {
 	var ha, hb heldCounts
 	ha.set(partner(1, 5, 0))
 	hb.set(partner(1, 7, 0))
-	a := countsFleet(t, openStore(t, srv, opts), "gw-a", &ha)
-	b := countsFleet(t, openStore(t, srv, opts), "gw-b", &hb)
+	a := countsFleet(t, fleetStore(t, srv, opts), "gw-a", &ha)
+	b := countsFleet(t, fleetStore(t, srv, opts), "gw-b", &hb)
 	beat(t, b)
 	beat(t, a)
 	key := redis.SharesKey(redis.DefaultPrefix)
@@ -138,7 +138,7 @@ func TestFleetCountsExpiry(t *testing.T) {
 		t.Errorf("after gw-b's TTL: %+v; want gw-a's counts alone", c)
 	}
 
-	st := openStore(t, srv, opts)
+	st := fleetStore(t, srv, opts)
 	var hd heldCounts
 	hd.set(partner(1, 1, 0))
 	for i := range 1500 {
@@ -181,7 +181,7 @@ func TestFleetCountsCaps(t *testing.T) {
 		redis.FleetCount{Client: strings.Repeat("x", redis.MaxFleetID+1), Policy: "p", Period: time.Minute, Current: 1000},
 		redis.FleetCount{Client: "zero-period", Policy: "p", Current: 1000})
 	h.set(cs...)
-	f := countsFleet(t, openStore(t, srv, redis.Options{}), "gw-cap", &h)
+	f := countsFleet(t, fleetStore(t, srv, redis.Options{}), "gw-cap", &h)
 	beat(t, f)
 	v := f.View()
 	if len(v.Instances) != 1 {
@@ -225,7 +225,7 @@ func TestFleetCountsKey(t *testing.T) {
 	srv := redistest.Start(t)
 	var h heldCounts
 	h.set(partner(1, 1, 0))
-	f := countsFleet(t, openStore(t, srv, redis.Options{Prefix: "odd}:"}), "gw-odd", &h)
+	f := countsFleet(t, fleetStore(t, srv, redis.Options{Prefix: "odd}:"}), "gw-odd", &h)
 	beat(t, f)
 	if v := f.View(); v.Count != 1 || v.Instances[0].Counts != nil {
 		t.Errorf("under prefix odd}: %+v; want the registry without counts", v)
@@ -236,19 +236,11 @@ func TestFleetCountsKey(t *testing.T) {
 // script, no CROSSSLOT): instances connected through different nodes read each other's counts.
 func TestFleetCountsCluster(t *testing.T) {
 	cl := redistest.StartCluster(t, 3)
-	open := func(addr string) *redis.Store {
-		s, err := redis.New(redis.Options{Addrs: []string{addr}, Timeout: 5 * time.Second})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(s.Close)
-		return s
-	}
 	addrs := cl.Addrs()
 	var ha, hb heldCounts
 	ha.set(partner(9, 30, 4))
 	hb.set(partner(9, 20, 0))
-	a, b := countsFleet(t, open(addrs[0]), "gw-a", &ha), countsFleet(t, open(addrs[2]), "gw-b", &hb)
+	a, b := countsFleet(t, nodeStore(t, addrs[0]), "gw-a", &ha), countsFleet(t, nodeStore(t, addrs[2]), "gw-b", &hb)
 	beat(t, a)
 	beat(t, b)
 	beat(t, a)

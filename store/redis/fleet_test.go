@@ -15,6 +15,27 @@ import (
 	"github.com/sluicehq/sluice/store/redis"
 )
 
+// fleetStore is openStore with a timeout of 5 s unless opts sets one: the registry's tests wait for
+// heartbeats, not for a tight timeout, which a busy machine may miss (connecting included).
+func fleetStore(t *testing.T, srv *redistest.Server, opts redis.Options) *redis.Store {
+	t.Helper()
+	if opts.Timeout == 0 {
+		opts.Timeout = 5 * time.Second
+	}
+	return openStore(t, srv, opts)
+}
+
+// nodeStore is a store connected through one node of a Redis Cluster (it finds the others).
+func nodeStore(t *testing.T, addr string) *redis.Store {
+	t.Helper()
+	s, err := redis.New(redis.Options{Addrs: []string{addr}, Timeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Close)
+	return s
+}
+
 // openFleet returns instance id's entry in the registry of st, closed when the test ends.
 func openFleet(t *testing.T, st *redis.Store, id string) *redis.Fleet {
 	t.Helper()
@@ -62,7 +83,7 @@ func TestFleetRegisterCount(t *testing.T) {
 	srv := redistest.Start(t)
 	var fleets []*redis.Fleet
 	for _, id := range []string{"gw-a", "gw-b", "gw-c"} {
-		fleets = append(fleets, openFleet(t, openStore(t, srv, redis.Options{Prefix: "fleet-test:"}), id))
+		fleets = append(fleets, openFleet(t, fleetStore(t, srv, redis.Options{Prefix: "fleet-test:"}), id))
 	}
 	if n := fleets[0].Size(); n != 1 {
 		t.Fatalf("Size before any heartbeat = %d; want 1", n)
@@ -104,8 +125,8 @@ func TestFleetExpiry(t *testing.T) {
 	srv := redistest.Start(t)
 	clock := sluice.NewManualClock(time.Unix(1_800_000_000, 0))
 	opts := redis.Options{Clock: clock}
-	a := openFleet(t, openStore(t, srv, opts), "gw-a")
-	b := openFleet(t, openStore(t, srv, opts), "gw-b")
+	a := openFleet(t, fleetStore(t, srv, opts), "gw-a")
+	b := openFleet(t, fleetStore(t, srv, opts), "gw-b")
 	beat(t, a)
 	beat(t, b)
 	clock.Advance(redis.DefaultFleetTTL - time.Microsecond)
@@ -123,7 +144,7 @@ func TestFleetExpiry(t *testing.T) {
 	}
 
 	// 200 instances that heartbeat once and die.
-	st := openStore(t, srv, opts)
+	st := fleetStore(t, srv, opts)
 	for i := range 200 {
 		f, err := st.Fleet(redis.FleetOptions{ID: fmt.Sprintf("dead-%03d", i)})
 		if err != nil {
@@ -137,7 +158,9 @@ func TestFleetExpiry(t *testing.T) {
 		t.Fatalf("with 200 more: count %d, %d listed (first %q); want 201 counted, %d listed, gw-a then dead-199",
 			v.Count, len(v.Instances), ids(v)[:20], redis.FleetListed)
 	}
-	clock.Advance(redis.DefaultFleetTTL)
+	clock.Advance(redis.DefaultFleetTTL / 2) // (gw-a heartbeats meanwhile: else it is gone too, and the registry begins anew)
+	beat(t, a)
+	clock.Advance(redis.DefaultFleetTTL / 2)
 	beat(t, a)
 	if n, card := a.Size(), mustInt(t, srv, "ZCARD", "rate-limit:instances"); n != 1 || card != 1 {
 		t.Errorf("a TTL after they died: Size %d, ZCARD %d; want 1 and 1", n, card)
@@ -148,7 +171,7 @@ func TestFleetExpiry(t *testing.T) {
 // count one fewer at their next heartbeat, not a TTL later. The last one to leave leaves no key.
 func TestFleetLeave(t *testing.T) {
 	srv := redistest.Start(t)
-	st := openStore(t, srv, redis.Options{})
+	st := fleetStore(t, srv, redis.Options{})
 	a, b := openFleet(t, st, "gw-a"), openFleet(t, st, "gw-b")
 	beat(t, a)
 	beat(t, b)
@@ -167,7 +190,7 @@ func TestFleetLeave(t *testing.T) {
 // the last live count seen stays (the fallback's share), the view saying why.
 func TestFleetRedisDown(t *testing.T) {
 	srv := redistest.Start(t)
-	st := openStore(t, srv, redis.Options{Timeout: 200 * time.Millisecond})
+	st := fleetStore(t, srv, redis.Options{})
 	a := openFleet(t, st, "gw-a")
 	beat(t, openFleet(t, st, "gw-b"))
 	beat(t, a)
@@ -182,14 +205,16 @@ func TestFleetRedisDown(t *testing.T) {
 }
 
 // TestFleetGuardShare: a limiter failing to local with WithFleetFallback decides, while Redis is
-// down, on 1/n of its policy, n the live count its instance last saw: exactly 10 of a fixed
-// window of 31 with three instances, then (Redis back, one instance gone) exactly 15 with two.
+// down, on 1/n of its policy, n the fleet's size its instance last saw: exactly 10 of a fixed
+// window of 31 with three instances, then (Redis back, one instance gone, and a TTL later, when
+// the registry is whole again) exactly 15 with two.
 func TestFleetGuardShare(t *testing.T) {
 	srv := redistest.Start(t)
-	opts := redis.Options{Timeout: 200 * time.Millisecond}
-	st := openStore(t, srv, opts)
+	clock := sluice.NewManualClock(time.Unix(1_800_000_000, 0))
+	opts := redis.Options{Clock: clock}
+	st := fleetStore(t, srv, opts)
 	a := openFleet(t, st, "gw-a")
-	others := []*redis.Fleet{openFleet(t, openStore(t, srv, opts), "gw-b"), openFleet(t, openStore(t, srv, opts), "gw-c")}
+	others := []*redis.Fleet{openFleet(t, fleetStore(t, srv, opts), "gw-b"), openFleet(t, fleetStore(t, srv, opts), "gw-c")}
 	// The local store runs on a frozen clock: its window cannot roll over while approvals are counted.
 	local := memory.New(memory.WithClock(sluice.NewManualClock(time.Unix(1_700_000_000, 0))))
 	lim, err := sluice.NewLimiter(st, sluice.Policy{Name: "fleet-share", Algorithm: sluice.FixedWindow, Limit: 31, Period: time.Hour},
@@ -230,8 +255,16 @@ func TestFleetGuardShare(t *testing.T) {
 	others[1].Close() // (leaving a Redis that no longer has it: nothing to remove)
 	beatAgain(t, others[0])
 	beatAgain(t, a)
+	if v := a.View(); a.Size() != 3 || v.Count != 2 || v.Size != 3 {
+		t.Fatalf("just after the restart, with gw-c gone: size %d, view %+v; want 2 live, the size still 3 (the registry is not whole yet)", a.Size(), v)
+	}
+	for range 2 { // a TTL on: the registry is whole, every live instance has heartbeat
+		clock.Advance(redis.DefaultFleetTTL / 2)
+		beatAgain(t, others[0]) // (the stores' other connections find the restart too)
+		beatAgain(t, a)
+	}
 	if n := a.Size(); n != 2 {
-		t.Fatalf("after the restart, with gw-c gone: %d live; want 2", n)
+		t.Fatalf("a TTL after the restart, with gw-c gone: size %d; want 2", n)
 	}
 	srv.Kill()
 	if n := approvals("two", 15); n != 15 {
@@ -246,7 +279,7 @@ func TestFleetACL(t *testing.T) {
 	if out, err := srv.Do(append([]string{"ACL", "SETUSER", "sluice", "on", ">s3cret"}, strings.Fields(redis.ACLRules)...)...); err != nil {
 		t.Fatalf("ACL SETUSER: %v %s", err, out)
 	}
-	st := openStore(t, srv, redis.Options{Username: "sluice", Password: "s3cret"})
+	st := fleetStore(t, srv, redis.Options{Username: "sluice", Password: "s3cret"})
 	var h heldCounts
 	h.set(partner(1, 3, 0))
 	f := countsFleet(t, st, "gw-acl", &h)
@@ -265,7 +298,7 @@ func TestFleetACL(t *testing.T) {
 	if n := mustInt(t, srv, "EXISTS", "rate-limit:instances", redis.SharesKey(redis.DefaultPrefix)); n != 0 {
 		t.Errorf("the ACL user's leave did not remove the registry and its counts")
 	}
-	other := openFleet(t, openStore(t, srv, redis.Options{Username: "sluice", Password: "s3cret", Prefix: "elsewhere:"}), "gw-acl")
+	other := openFleet(t, fleetStore(t, srv, redis.Options{Username: "sluice", Password: "s3cret", Prefix: "elsewhere:"}), "gw-acl")
 	if err := other.Beat(bg); err == nil || !strings.Contains(err.Error(), "NOPERM") {
 		t.Errorf("a heartbeat under a prefix the ACL does not grant: %v; want NOPERM", err)
 	}
@@ -275,7 +308,7 @@ func TestFleetACL(t *testing.T) {
 // Close, which removes the instance.
 func TestFleetStart(t *testing.T) {
 	srv := redistest.Start(t)
-	st := openStore(t, srv, redis.Options{})
+	st := fleetStore(t, srv, redis.Options{})
 	f, err := st.Fleet(redis.FleetOptions{ID: "gw-bg", Interval: 20 * time.Millisecond, TTL: time.Second})
 	if err != nil {
 		t.Fatal(err)
@@ -303,7 +336,7 @@ func TestFleetStart(t *testing.T) {
 // interval are refused, naming what is wrong; the default id names the host and the process.
 func TestFleetOptions(t *testing.T) {
 	srv := redistest.Start(t)
-	st := openStore(t, srv, redis.Options{})
+	st := fleetStore(t, srv, redis.Options{})
 	for _, c := range []struct {
 		opts redis.FleetOptions
 		want string
@@ -336,20 +369,90 @@ func TestFleetOptions(t *testing.T) {
 // through different nodes count each other.
 func TestFleetCluster(t *testing.T) {
 	cl := redistest.StartCluster(t, 3)
-	open := func(addr string) *redis.Store {
-		s, err := redis.New(redis.Options{Addrs: []string{addr}, Timeout: 5 * time.Second})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(s.Close)
-		return s
-	}
 	addrs := cl.Addrs()
-	a, b := openFleet(t, open(addrs[0]), "gw-a"), openFleet(t, open(addrs[2]), "gw-b")
+	a, b := openFleet(t, nodeStore(t, addrs[0]), "gw-a"), openFleet(t, nodeStore(t, addrs[2]), "gw-b")
 	beat(t, a)
 	beat(t, b)
 	beat(t, a)
 	if v := a.View(); v.Count != 2 || ids(v) != "gw-a gw-b" {
 		t.Fatalf("on the cluster: %+v; want gw-a and gw-b", v)
+	}
+}
+
+// TestFleetShareAfterRestart: two instances failing to local with the fleet's share; Redis is
+// killed, restarted empty, and killed again before the second instance heartbeats twice into the
+// new registry. The first to heartbeat into it sees itself alone; were that its size, it would
+// take all of a limit of 100 and the other half: 150. Its size shrinks only once the registry is
+// whole (kept a TTL by this Redis), so the two admit at most 100 in every outage. Later, a
+// registry kept a TTL that the other never joined counts one: the share grows then (virtual clock).
+func TestFleetShareAfterRestart(t *testing.T) {
+	srv := redistest.Start(t)
+	clock := sluice.NewManualClock(time.Unix(1_800_000_000, 0))
+	opts := redis.Options{Clock: clock}
+	policy := sluice.Policy{Name: "restart-share", Algorithm: sluice.FixedWindow, Limit: 100, Period: time.Hour}
+	type instance struct {
+		fleet *redis.Fleet
+		lim   *sluice.Limiter
+	}
+	var insts []instance
+	for _, id := range []string{"gw-a", "gw-b"} {
+		st := fleetStore(t, srv, opts)
+		f := openFleet(t, st, id)
+		// The local store runs on a frozen clock: its window cannot roll over while approvals are counted.
+		local := memory.New(memory.WithClock(sluice.NewManualClock(time.Unix(1_700_000_000, 0))))
+		lim, err := sluice.NewLimiter(st, policy, sluice.WithFleetFallback(local, f.Size))
+		if err != nil {
+			t.Fatal(err)
+		}
+		insts = append(insts, instance{f, lim})
+	}
+	a, b := insts[0], insts[1]
+	admitted := func(key string) (total int) {
+		t.Helper()
+		for _, in := range insts {
+			for range 150 {
+				d, err := in.lim.Allow(bg, key)
+				if err != nil || d.Fallback != sluice.FallbackLocal {
+					t.Fatalf("%s with Redis down: %+v %v; want a local decision", in.fleet.ID(), d, err)
+				}
+				if d.Allowed {
+					total++
+				}
+			}
+		}
+		return total
+	}
+	beat(t, a.fleet)
+	beat(t, b.fleet)
+	beat(t, a.fleet)
+	srv.Kill()
+	if n := admitted("first-outage"); n != 100 {
+		t.Errorf("the first outage: %d admitted by the two instances; want 100 (50 each)", n)
+	}
+
+	srv.Restart() // empty
+	beatAgain(t, a.fleet)
+	beatAgain(t, b.fleet)
+	if v := a.fleet.View(); v.Count != 1 || a.fleet.Size() != 2 {
+		t.Errorf("gw-a, first into the new registry: view %+v, size %d; want 1 live, the size still 2", v, a.fleet.Size())
+	}
+	srv.Kill()
+	if n := admitted("second-outage"); n > 100 {
+		t.Errorf("the outage after a restart: %d admitted by the two instances; want at most the limit, 100", n)
+	}
+
+	// Redis back, empty again, and gw-b never comes back: a TTL on, the registry that gw-a kept
+	// heartbeating into is whole, and counts gw-a alone.
+	srv.Restart()
+	beatAgain(t, a.fleet)
+	for range 2 {
+		if a.fleet.Size() != 2 {
+			t.Fatalf("gw-a alone in a registry younger than a TTL: size %d; want 2", a.fleet.Size())
+		}
+		clock.Advance(redis.DefaultFleetTTL / 2)
+		beatAgain(t, a.fleet) // (the store's other connections find the restart too)
+	}
+	if v := a.fleet.View(); a.fleet.Size() != 1 || v.Size != 1 || v.Count != 1 || v.Since.IsZero() {
+		t.Errorf("gw-a a TTL into the registry without gw-b: size %d, view %+v; want 1", a.fleet.Size(), v)
 	}
 }

@@ -167,7 +167,8 @@
       ["reachable", st.store.reachable ? "yes" : "no: " + (st.store.error || "")],
       ["breaker", st.store.breaker_open ? "open (failure mode decides)" : "closed"],
       ["on error", st.store.on_error],
-      ["store errors (503)", String(st.store.errors)],
+      ["store errors", String(st.store.errors)],
+      ["refused 503 (store down)", String(st.store.unavailable)],
       ["fallback decisions", String(st.store.fallbacks)],
       ["uptime", Math.floor(st.uptime_s) + " s"],
     ];
