@@ -4,6 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"math"
+	"os"
+	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -384,6 +387,42 @@ func TestNeverPassesHasNoRetryHint(t *testing.T) {
 		}
 		if d := resp.Statuses[0].DurationUntilReset.AsDuration(); d <= 0 || d > time.Minute {
 			t.Errorf("%s: duration_until_reset %v, want the window's end, as the reference says", tc.name, d)
+		}
+	}
+}
+
+// quota_mode does what docs/envoy.md says, which is what the reference at the version sluice is
+// tested against does: counted, but never OVER_LIMIT, not even when every quota descriptor of the
+// request is over (the docs said it then was).
+func TestQuotaModeAsDocumented(t *testing.T) {
+	doc, err := os.ReadFile(filepath.Join("..", "docs", "envoy.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	row := regexp.MustCompile("(?m)^\\| `quota_mode` \\|.*$").Find(doc)
+	if !strings.Contains(string(row), "never makes the request over the limit") || strings.Contains(string(row), "only if every quota descriptor") {
+		t.Errorf("docs/envoy.md's quota_mode row does not say what the service does: %s", row)
+	}
+	s, _ := service(t, `
+domain: q
+descriptors:
+  - key: a
+    quota_mode: true
+    rate_limit: {unit: minute, requests_per_unit: 1}
+  - key: b
+    quota_mode: true
+    rate_limit: {unit: minute, requests_per_unit: 1}
+`)
+	if resp := ask(t, s, "q", 0, desc("a", "x"), desc("b", "x")); resp.OverallCode != ok {
+		t.Fatalf("within quota: %v", resp)
+	}
+	resp := ask(t, s, "q", 0, desc("a", "x"), desc("b", "x"))
+	if resp.OverallCode != ok {
+		t.Fatalf("every quota descriptor over: %v, want OK", resp)
+	}
+	for i, st := range resp.Statuses {
+		if st.Code != ok || st.LimitRemaining != 0 || st.DurationUntilReset != nil || st.CurrentLimit.GetRequestsPerUnit() != 1 {
+			t.Errorf("status %d: %v, want OK with its limit, nothing remaining and no reset", i, st)
 		}
 	}
 }
