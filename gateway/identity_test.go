@@ -1,15 +1,9 @@
 package gateway_test
 
 import (
-	"io"
-	"log/slog"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"testing"
-
-	"github.com/sluicehq/sluice/config"
-	"github.com/sluicehq/sluice/gateway"
 )
 
 // A client whose key is sent the standard way, `Authorization: Bearer KEY` (the scheme in any
@@ -40,28 +34,9 @@ clients:
 
 // The admin token's scheme is case-insensitive too: `bearer TOKEN` is let in.
 func TestAdminTokenSchemeAnyCase(t *testing.T) {
-	t.Setenv("SLUICE_TEST_ADMIN_TOKEN", "s3cret-admin-token")
-	cfg, err := config.Parse([]byte("upstream: http://127.0.0.1:9\nadmin: {token_env: SLUICE_TEST_ADMIN_TOKEN}\n"), "admin.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv, err := gateway.NewTestServer(cfg, "", slog.New(slog.NewTextHandler(io.Discard, nil)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Close()
-	admin := httptest.NewServer(srv.Admin())
-	defer admin.Close()
+	admin := adminWithToken(t, "s3cret-admin-token")
 	for _, v := range []string{"bearer s3cret-admin-token", "BEARER s3cret-admin-token", "Bearer s3cret-admin-token"} {
-		req, _ := http.NewRequest("GET", admin.URL+"/v1/stats", nil)
-		req.Header.Set("Authorization", v)
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
+		if resp := get(t, admin.URL+"/v1/stats", "Authorization", v); resp.StatusCode != http.StatusOK {
 			t.Errorf("Authorization: %.6s… TOKEN: %d, want 200", v, resp.StatusCode)
 		}
 	}
