@@ -27,8 +27,9 @@ func fromBuildInfo(bi *debug.BuildInfo, ok bool) buildinfo.Info {
 	return buildinfo.From(buildinfo.Info{Version: version, Commit: commit, Date: date}, bi, ok)
 }
 
-// versionString is the line `sluice version` and `sluice --version` print, without "sluice ".
-func versionString() string { return buildinfo.Read().String() }
+// versionString is the line `sluice version` and `sluice --version` print, without "sluice ":
+// buildinfo.Read's, from this command's values as they are now (a test may change them).
+func versionString() string { return fromBuildInfo(debug.ReadBuildInfo()).String() }
 
 func newVersionCommand() *cobra.Command {
 	return &cobra.Command{
