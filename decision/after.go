@@ -115,7 +115,9 @@ func (d *Decider) settleAll(ctx context.Context, req *Request, v *Verdict, actua
 		if key == "" {
 			key = req.Who.Key
 		}
-		if err := sluice.SettleDecision(ctx, d.Store, key, l.Policy, dec, estimate, actual); err != nil {
+		err := sluice.SettleDecision(ctx, d.Store, key, l.Policy, dec, estimate, actual)
+		d.observeSettled(req, i, dec, estimate, actual, err)
+		if err != nil {
 			outcome = SettleFailed // (the other limits are settled still: each is its own step)
 		} else if outcome != SettleFailed {
 			outcome = Settled

@@ -37,7 +37,7 @@ func (p *Policies) seen(r identity.Request, req *Request) {
 		case identity.APIKey:
 			if !keyDone {
 				keyDone = true
-				if k := r.Header(s.HeaderName()); k != "" && req.Who.Source != identity.SourceAPIKey {
+				if k := s.Key(r); k != "" && req.Who.Source != identity.SourceAPIKey {
 					sum := sha256.Sum256([]byte(k))
 					if _, ok := p.cfg.ClientByKeySum(sum); !ok { // (another source may have named it first)
 						req.Seen.UnknownKey, req.Seen.HasUnknownKey = sum, true

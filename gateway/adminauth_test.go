@@ -12,10 +12,10 @@ import (
 	"github.com/sluicehq/sluice/gateway"
 )
 
-// With admin.token_env, every admin endpoint but the probes and forward-auth wants the bearer
-// token; a wrong one is refused like none, and the answer never echoes it.
-func TestAdminToken(t *testing.T) {
-	t.Setenv("SLUICE_TEST_ADMIN_TOKEN", "s3cret-admin-token")
+// adminWithToken serves the admin listener of a gateway whose admin.token_env holds token.
+func adminWithToken(t *testing.T, token string) *httptest.Server {
+	t.Helper()
+	t.Setenv("SLUICE_TEST_ADMIN_TOKEN", token)
 	cfg, err := config.Parse([]byte("upstream: http://127.0.0.1:9\nadmin: {token_env: SLUICE_TEST_ADMIN_TOKEN}\n"), "admin.yaml")
 	if err != nil {
 		t.Fatal(err)
@@ -24,9 +24,16 @@ func TestAdminToken(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer srv.Close()
+	t.Cleanup(srv.Close)
 	admin := httptest.NewServer(srv.Admin())
-	defer admin.Close()
+	t.Cleanup(admin.Close)
+	return admin
+}
+
+// With admin.token_env, every admin endpoint but the probes and forward-auth wants the bearer
+// token; a wrong one is refused like none, and the answer never echoes it.
+func TestAdminToken(t *testing.T) {
+	admin := adminWithToken(t, "s3cret-admin-token")
 	do := func(method, path, token string) (int, string) {
 		req, _ := http.NewRequest(method, admin.URL+path, strings.NewReader(`{"key":"k"}`))
 		if token != "" {

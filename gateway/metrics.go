@@ -1,14 +1,15 @@
 package gateway
 
 import (
+	"cmp"
 	"runtime"
-	"runtime/debug"
 	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/buildinfo"
 )
 
 // Metrics are what operators see, per configured client and policy. Labels stay bounded: every
@@ -153,24 +154,13 @@ func (m *Metrics) upstreamAnswered(status int, took time.Duration) {
 	}
 }
 
-// buildInfo is sluice_build_info: 1, labelled with the build's version, VCS commit and time
-// (from the binary's build information; "unknown" when it has none), and Go version.
+// buildInfo is sluice_build_info: 1, labelled with the build's version, VCS commit and time (as
+// `sluice --version` says them: package buildinfo; "unknown" when the build recorded none), and
+// Go version.
 func buildInfo() prometheus.Collector {
-	version, commit, when := "unknown", "unknown", "unknown"
+	b := buildinfo.Read()
+	version, commit, when := b.Version, cmp.Or(b.CommitLabel(), "unknown"), cmp.Or(b.Date, "unknown")
 	goVersion := runtime.Version()
-	if bi, ok := debug.ReadBuildInfo(); ok {
-		if bi.Main.Version != "" {
-			version = bi.Main.Version
-		}
-		for _, s := range bi.Settings {
-			switch s.Key {
-			case "vcs.revision":
-				commit = s.Value
-			case "vcs.time":
-				when = s.Value
-			}
-		}
-	}
 	g := prometheus.NewGauge(prometheus.GaugeOpts{Name: "sluice_build_info",
 		Help:        "Always 1: the build's version, VCS commit and time, and Go version, as labels.",
 		ConstLabels: prometheus.Labels{"version": version, "commit": commit, "commit_time": when, "goversion": goVersion}})

@@ -424,7 +424,7 @@ func (s *Server) unauthorized(r *http.Request) string {
 	if a.Token.IsZero() {
 		return ""
 	}
-	got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	got, ok := identity.BearerToken(r.Header.Get("Authorization"))
 	if !ok || subtle.ConstantTimeCompare([]byte(got), []byte(a.Token.Value())) != 1 {
 		return "the admin listener wants Authorization: Bearer TOKEN (admin.token_env)"
 	}

@@ -16,9 +16,11 @@ import (
 )
 
 // Each instance's share of a client's approvals (diagnosis.shares): this instance counts what it
-// approves per client and policy, in the policy's own windows (epoch-aligned, of its period, by
-// this instance's clock: the windows a fixed or sliding window counts in), the current one and
-// the one before; the instance registry's heartbeat carries those counts to Redis and reads
+// approves per client and policy, net of what settlements give back or add (a refund, a request
+// shed for load, cost_from's real cost: decision.LimitSettleObserver), in the policy's own windows
+// (epoch-aligned, of its period: the windows a fixed or sliding window counts in; a decision is
+// in the window of its instant on the store's clock, and so is its settlement), the current one
+// and the one before; the instance registry's heartbeat carries those counts to Redis and reads
 // every instance's back (store/redis Fleet), so that any instance shows who approved what. In
 // one window, a shared counter approves at most what the policy allows in one: more, added over
 // the instances, means that they do not count together.
@@ -90,15 +92,30 @@ func allowedPerWindow(p sluice.Policy) int64 {
 	return 0
 }
 
-// record counts what the verdict approved of req at now: the cost of each limit that is the
-// client's own (not a key_by tuple's, not a dry run), if the request passed.
+// counted reports whether the shares count limit i of req, decided as dec: a limit that is the
+// client's own (not a key_by tuple's, not a dry run), that allowed, of a policy with windows.
+func counted(req *decision.Request, i int, p *sluice.Policy, dec *sluice.Decision) bool {
+	l := &req.Limits[i]
+	return !l.DryRun && l.KeyBy == nil && l.Key == "" && dec.Allowed && windowed(*p)
+}
+
+// decidedAt is the instant (unix µs) whose window holds a decision: its instant on the store's
+// clock, or now if it has none.
+func decidedAt(dec *sluice.Decision, now time.Time) int64 {
+	if dec.At > 0 {
+		return dec.At
+	}
+	return now.UnixMicro()
+}
+
+// record counts what the verdict approved of req (decided at now, if its decisions say no
+// instant): the cost of each counted limit, if the request passed.
 func (s *Shares) record(req *decision.Request, v *decision.Verdict, now time.Time) {
 	if s == nil || !v.Passes() {
 		return
 	}
 	for i, a := range v.Decisions {
-		if i >= len(req.Limits) || req.Limits[i].DryRun || req.Limits[i].KeyBy != nil || req.Limits[i].Key != "" ||
-			!a.Decision.Allowed || !windowed(a.Policy) {
+		if i >= len(req.Limits) || !counted(req, i, &a.Policy, &a.Decision) {
 			continue
 		}
 		cost := req.LimitCost(i)
@@ -113,17 +130,48 @@ func (s *Shares) record(req *decision.Request, v *decision.Verdict, now time.Tim
 			}
 			w = s.m.get(k, func() *shareWindows { return &shareWindows{policy: a.Policy} }) // (never a zero period)
 		}
-		w.add(a.Policy, now, cost)
+		w.add(a.Policy, decidedAt(&a.Decision, now), cost)
 	}
 }
 
-func (w *shareWindows) add(p sluice.Policy, now time.Time, cost int64) {
+// settled takes what a settlement of limit i of req changed (estimate charged by dec, actual
+// now) off its decision's window: approvals are counted net of refunds and of requests shed for
+// load. Nothing if that window is no longer counted, or the policy was reloaded since.
+func (s *Shares) settled(req *decision.Request, i int, dec sluice.Decision, estimate, actual int64, now time.Time) {
+	if s == nil || i >= len(req.Limits) || estimate == actual || !counted(req, i, &req.Limits[i].Policy, &dec) {
+		return
+	}
+	p := req.Limits[i].Policy
+	w := s.m.all()[[2]string{req.Client, p.Name}]
+	if w == nil {
+		return
+	}
+	n := decidedAt(&dec, now) / p.Period.Microseconds()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if p != w.policy {
+		return
+	}
+	switch n {
+	case w.n:
+		w.cur = max(0, w.cur+actual-estimate)
+	case w.n - 1:
+		w.prev = max(0, w.prev+actual-estimate)
+	}
+}
+
+// LimitSettled takes a settlement off this instance's approvals (decision.LimitSettleObserver).
+func (o observer) LimitSettled(req *decision.Request, i int, dec sluice.Decision, estimate, actual int64) {
+	o.g.metrics.diag.shares.settled(req, i, dec, estimate, actual, time.Now())
+}
+
+func (w *shareWindows) add(p sluice.Policy, at int64, cost int64) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if p != w.policy {
 		w.policy, w.n, w.cur, w.prev = p, 0, 0, 0
 	}
-	n := now.UnixMicro() / p.Period.Microseconds()
+	n := at / p.Period.Microseconds()
 	switch {
 	case n == w.n:
 	case n == w.n+1:

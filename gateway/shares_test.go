@@ -244,3 +244,70 @@ func TestSharesCountsWhileRecording(t *testing.T) {
 		}
 	}
 }
+
+// TestSharesNetOfSettlements: approvals are counted net of what settlements changed (a refund, a
+// request shed for load: 0; cost_from: the real cost), in the window of the decision's instant
+// (its previous window too), never below 0, and not after a reload of the policy. One instance on
+// one store whose 15 approvals of a limit of 10 were 10 refunded is not "separate counters".
+func TestSharesNetOfSettlements(t *testing.T) {
+	hour := sluice.Policy{Name: "per-hour", Algorithm: sluice.FixedWindow, Limit: 10, Period: time.Hour}
+	t0 := time.Unix(1_800_000_000, 0) // 500000 hours exactly
+	s := NewShares()
+	type decided struct {
+		req *decision.Request
+		dec sluice.Decision
+	}
+	var refunded []decided
+	for i := range 15 {
+		req, v := sharesRequest("partner", hour, 1, true)
+		v.Decisions[0].Decision.At = t0.Add(time.Duration(i) * time.Second).UnixMicro()
+		s.record(req, v, time.Time{}) // (the decision's instant, not this)
+		if i < 10 {
+			refunded = append(refunded, decided{req, v.Decisions[0].Decision})
+		}
+	}
+	var wg sync.WaitGroup // settlements come from the requests' goroutines (-race)
+	for _, d := range refunded {
+		wg.Add(1)
+		go func() { defer wg.Done(); s.settled(d.req, 0, d.dec, 1, 0, time.Time{}) }()
+	}
+	wg.Wait()
+	if got := fmt.Sprint(s.Counts(t0)); got != "[{partner per-hour 1h0m0s 500000 5 0 10}]" {
+		t.Fatalf("15 approved, 10 refunded: %s; want 5", got)
+	}
+	f := &FleetStats{Instances: 1, Members: []FleetInstance{member("gw-a", s.Counts(t0)...)}}
+	if _, found := fleetShares(f, fleetMaxCounts); len(found) != 0 {
+		t.Fatalf("one instance, net 5 of 10: findings %+v", found)
+	}
+
+	// cost_from charged more than the estimate: the difference is added. In the next window, a
+	// settlement of a decision of the window before lands there.
+	req, v := sharesRequest("partner", hour, 2, true)
+	v.Decisions[0].Decision.At = t0.UnixMicro()
+	s.record(req, v, time.Time{})
+	s.settled(req, 0, v.Decisions[0].Decision, 2, 6, time.Time{})
+	later, lv := sharesRequest("partner", hour, 3, true)
+	lv.Decisions[0].Decision.At = t0.Add(time.Hour).UnixMicro()
+	s.record(later, lv, time.Time{})
+	s.settled(req, 0, v.Decisions[0].Decision, 6, 0, time.Time{}) // (a second settlement, for the test)
+	if got := fmt.Sprint(s.Counts(t0.Add(time.Hour))); got != "[{partner per-hour 1h0m0s 500001 3 5 10}]" {
+		t.Fatalf("after cost_from 2→6, then 6→0 in the window before: %s; want 3 now, 5 before", got)
+	}
+	// Never below 0; nothing for a dry run or a limit of a key_by tuple, or after a reload.
+	s.settled(later, 0, lv.Decisions[0].Decision, 100, 0, time.Time{})
+	dry, dv := sharesRequest("partner", hour, 3, true)
+	dry.Limits[0].DryRun = true
+	dv.Decisions[0].Decision.At = t0.Add(time.Hour).UnixMicro()
+	s.settled(dry, 0, dv.Decisions[0].Decision, 0, 50, time.Time{})
+	if got := fmt.Sprint(s.Counts(t0.Add(time.Hour))); got != "[{partner per-hour 1h0m0s 500001 0 5 10}]" {
+		t.Fatalf("a refund of more than was counted, and a dry run's: %s", got)
+	}
+	reloaded := hour
+	reloaded.Limit = 20
+	rreq, rv := sharesRequest("partner", reloaded, 1, true)
+	rv.Decisions[0].Decision.At = t0.Add(time.Hour).UnixMicro()
+	s.settled(rreq, 0, rv.Decisions[0].Decision, 0, 7, time.Time{})
+	if got := fmt.Sprint(s.Counts(t0.Add(time.Hour))); got != "[{partner per-hour 1h0m0s 500001 0 5 10}]" {
+		t.Fatalf("a settlement under another configuration of the policy: %s", got)
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"strings"
 )
 
 // DefaultAPIKeyHeader is the header an APIKey reads when its Header is empty.
@@ -43,10 +44,29 @@ func (a APIKey) HeaderName() string {
 	return a.Header
 }
 
-// Identify names the client whose key is in the header. An absent or empty header, or a key that
-// no client has, yields nothing.
+// Key is the API key r carries: its header's value, or with a "Bearer" scheme before it (as in
+// `Authorization: Bearer KEY`, the scheme in any case), what follows the scheme. "" if none.
+func (a APIKey) Key(r Request) string {
+	key, _ := BearerToken(r.Header(a.HeaderName()))
+	return key
+}
+
+// BearerToken returns the credential of a header value that starts with the "Bearer" scheme (in
+// any case: RFC 9110 makes auth-schemes case-insensitive) and whether it did; without the scheme,
+// the value itself and false. Spaces around the credential are trimmed either way.
+func BearerToken(v string) (token string, ok bool) {
+	v = strings.Trim(v, " \t")
+	const scheme = "bearer"
+	if len(v) > len(scheme) && (v[len(scheme)] == ' ' || v[len(scheme)] == '\t') && strings.EqualFold(v[:len(scheme)], scheme) {
+		return strings.TrimLeft(v[len(scheme):], " \t"), true
+	}
+	return v, false
+}
+
+// Identify names the client whose key is in the header (see Key). An absent or empty header, or a
+// key that no client has, yields nothing.
 func (a APIKey) Identify(r Request) (Identity, bool) {
-	key := r.Header(a.HeaderName())
+	key := a.Key(r)
 	var client string
 	var ok bool
 	switch {

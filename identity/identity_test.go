@@ -67,6 +67,29 @@ func TestAPIKey(t *testing.T) {
 	}
 }
 
+// A key sent the standard way, `Authorization: Bearer KEY`, is the key after the scheme (in any
+// case), not the whole value (which named nobody: the client was anonymous); Lookup never sees it.
+func TestAPIKeyAfterBearerScheme(t *testing.T) {
+	clients := newByHash(map[string]string{partnerKey: "partner-a"})
+	src := APIKey{Header: "Authorization", Lookup: clients.lookup}
+	// (The messages name the case by its number: never the key.)
+	for i, v := range []string{"Bearer " + partnerKey, "bearer " + partnerKey, "BEARER  " + partnerKey, partnerKey} {
+		if id, ok := src.Identify(request(t, "203.0.113.7:1", [2]string{"Authorization", v})); !ok || id.Client != "partner-a" {
+			t.Errorf("Authorization value %d: Identify = %+v, %v; want partner-a", i, id, ok)
+		}
+	}
+	for i, v := range []string{"Bearer", "Bearer ", "Basic " + partnerKey, "Bearer" + partnerKey} {
+		if id, ok := src.Identify(request(t, "203.0.113.7:1", [2]string{"Authorization", v})); ok {
+			t.Errorf("wrong Authorization value %d: Identify = %+v, want nothing", i, id)
+		}
+	}
+	for _, h := range clients.asked {
+		if strings.Contains(h, partnerKey) {
+			t.Errorf("Lookup was asked %q", h)
+		}
+	}
+}
+
 func TestAPIKeyDefaultHeaderAndValidate(t *testing.T) {
 	clients := newByHash(map[string]string{partnerKey: "partner-a"})
 	if id, ok := (APIKey{Lookup: clients.lookup}).Identify(request(t, "203.0.113.7:1", [2]string{"x-api-key", partnerKey})); !ok || id.Client != "partner-a" {

@@ -26,6 +26,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/algorithm"
@@ -101,6 +102,12 @@ func (s *Service) ShouldRateLimit(ctx context.Context, in *rlspb.RateLimitReques
 		var override *envoyconf.Override
 		if l := d.GetLimit(); l != nil {
 			override = &envoyconf.Override{RequestsPerUnit: l.GetRequestsPerUnit(), Unit: envoyconf.Unit(l.GetUnit())}
+			if n := l.GetUnitMultiplier(); n != nil {
+				if n.GetValue() == 0 {
+					return nil, status.Errorf(codes.InvalidArgument, "descriptor %d: limit.unit_multiplier must be greater than 0", i)
+				}
+				override.UnitMultiplier = n.GetValue()
+			}
 			if err := override.Validate(); err != nil {
 				return nil, status.Errorf(codes.InvalidArgument, "descriptor %d: %v", i, err)
 			}
@@ -121,8 +128,9 @@ func (s *Service) ShouldRateLimit(ctx context.Context, in *rlspb.RateLimitReques
 	// Shadow-mode and quota-mode ones never refuse the request (dry run). One that can never
 	// pass (a limit of 0, or a cost above what its limit can ever hold) is over; if it refuses
 	// the request, the others are only peeked at (cost 0), so that nothing is consumed. The same
-	// counter twice in one request is one limit of their summed cost; each of its statuses
-	// says what remained after its own hits, in the request's order, as the reference counts.
+	// counter twice in one request is one limit of their summed cost (saturating at 2^63-1, a
+	// cost no limit can ever hold); each of its statuses says what remained after its own hits,
+	// in the request's order, as the reference counts.
 	req := decision.Request{Client: "rls/" + in.GetDomain(), NoHold: true}
 	at := make([]int, len(ds))      // descriptor i's index in req.Limits, or -1
 	later := make([]int64, len(ds)) // the cost of the descriptors after i on the same counter
@@ -142,10 +150,10 @@ func (s *Service) ShouldRateLimit(ctx context.Context, in *rlspb.RateLimitReques
 		dup := slices.IndexFunc(req.Limits, func(l decision.Limit) bool { return l.Key == m.Key })
 		if dup >= 0 {
 			at[i] = dup
-			req.Costs[dup] += costs[i]
+			req.Costs[dup] = addSat(req.Costs[dup], costs[i])
 			for j := range i {
 				if at[j] == dup {
-					later[j] += costs[i]
+					later[j] = addSat(later[j], costs[i])
 				}
 			}
 			continue
@@ -202,7 +210,7 @@ func (s *Service) ShouldRateLimit(ctx context.Context, in *rlspb.RateLimitReques
 		over := never[i]
 		if at[i] >= 0 {
 			d := v.Decisions[at[i]].Decision
-			st.LimitRemaining = clampUint32(d.Remaining + later[i])
+			st.LimitRemaining = clampUint32(addSat(d.Remaining, later[i]))
 			st.DurationUntilReset = durationpb.New(untilReset(m, d))
 			over = over || !d.Allowed
 		} else {
@@ -224,20 +232,33 @@ func (s *Service) ShouldRateLimit(ctx context.Context, in *rlspb.RateLimitReques
 		out.ResponseHeadersToAdd = headers(v.Decisions, s.legacy.Load())
 	}
 	if out.OverallCode == rlspb.RateLimitResponse_OVER_LIMIT {
-		wait := retryAfter(&v, &req, matches, never)
-		retry := answer.RetryAfter(wait)
-		out.ResponseHeadersToAdd = append(out.ResponseHeadersToAdd, header("Retry-After", retry),
-			header("Content-Type", answer.ContentType))
 		var names []string
+		hopeless := false // a limit that refused can never pass this request
 		for i, st := range out.Statuses {
 			if st.Code == rlspb.RateLimitResponse_OVER_LIMIT {
 				names = append(names, nameOf(&matches[i]))
+				hopeless = hopeless || never[i]
 			}
 		}
 		problem := answer.QuotaExceeded("", nil)
 		problem.ViolatedPolicies = names
-		problem.RetryAfter, _ = strconv.ParseInt(retry, 10, 64)
-		problem.Detail = fmt.Sprintf("the request exceeded %s of domain %q; retry after %s s", violated(names), in.GetDomain(), retry)
+		if hopeless {
+			// No Retry-After: the same request is refused whenever it comes (the statuses
+			// still say when the window ends, as the reference's do).
+			out.ResponseHeadersToAdd = append(out.ResponseHeadersToAdd, header("Content-Type", answer.ContentType))
+			problem.RetryAfter = 0
+			problem.Detail = fmt.Sprintf("the request exceeded %s of domain %q, which can never allow it (its hits are more than the limit ever holds, or the limit is 0), so retrying will not help", violated(names), in.GetDomain())
+		} else {
+			var wait time.Duration
+			if v.Outcome == decision.Refused {
+				wait = v.RetryAfter(&req)
+			}
+			retry := answer.RetryAfter(wait)
+			out.ResponseHeadersToAdd = append(out.ResponseHeadersToAdd, header("Retry-After", retry),
+				header("Content-Type", answer.ContentType))
+			problem.RetryAfter, _ = strconv.ParseInt(retry, 10, 64)
+			problem.Detail = fmt.Sprintf("the request exceeded %s of domain %q; retry after %s s", violated(names), in.GetDomain(), retry)
+		}
 		out.RawBody = problem.AppendJSON(nil)
 	}
 	return out, nil
@@ -252,8 +273,12 @@ func violated(names []string) string {
 
 // currentLimit is a match's limit as Envoy's answer states it.
 func currentLimit(m *envoyconf.Match) *rlspb.RateLimitResponse_RateLimit {
-	return &rlspb.RateLimitResponse_RateLimit{Name: m.Name, RequestsPerUnit: m.RequestsPerUnit,
+	l := &rlspb.RateLimitResponse_RateLimit{Name: m.Name, RequestsPerUnit: m.RequestsPerUnit,
 		Unit: rlspb.RateLimitResponse_RateLimit_Unit(m.Unit)}
+	if m.UnitMultiplier > 1 {
+		l.UnitMultiplier = wrapperspb.UInt32(m.UnitMultiplier)
+	}
+	return l
 }
 
 // untilReset is duration_until_reset: for a fixed window, as envoyproxy/ratelimit says it, the
@@ -294,19 +319,12 @@ func headers(ds []answer.Applied, legacy bool) []*corepb.HeaderValue {
 
 func header(k, v string) *corepb.HeaderValue { return &corepb.HeaderValue{Key: k, Value: v} }
 
-// retryAfter is how long a client over the limit should wait: until every enforced limit that
-// refused would allow it (one that can never pass: until its window ends, as the reference says).
-func retryAfter(v *decision.Verdict, req *decision.Request, matches []envoyconf.Match, never []bool) time.Duration {
-	var wait time.Duration
-	if v.Outcome == decision.Refused {
-		wait = v.RetryAfter(req)
+// addSat is a+b for costs (both ≥ 0), saturating at the largest int64 instead of wrapping.
+func addSat(a, b int64) int64 {
+	if a > math.MaxInt64-b {
+		return math.MaxInt64
 	}
-	for i, m := range matches {
-		if never[i] && !m.ShadowMode && !m.QuotaMode {
-			wait = max(wait, untilReset(&m, sluice.Decision{}))
-		}
-	}
-	return wait
+	return a + b
 }
 
 // nameOf is what answers and metrics call a match's limit: its name, or the rule's.

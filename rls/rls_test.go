@@ -4,6 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"math"
+	"os"
+	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -299,3 +302,127 @@ func equal[T comparable](a, b []T) bool {
 }
 
 var _ = codes_
+
+// Descriptors sharing a counter are one limit of their summed hits; a sum past 2^63-1 saturates
+// (a cost no limit can hold: over, consuming nothing) instead of wrapping to a small cost that
+// passes.
+func TestSummedHitsSaturate(t *testing.T) {
+	s, _ := service(t, tree)
+	var ds []*commonpb.RateLimitDescriptor
+	for _, h := range []uint64{math.MaxInt64, math.MaxInt64, 3} {
+		d := desc("client", "wrap")
+		d.HitsAddend = wrapperspb.UInt64(h)
+		ds = append(ds, d)
+	}
+	resp := ask(t, s, "shop", 0, ds...)
+	if resp.OverallCode != over || !equal(codes_(resp), []rlspb.RateLimitResponse_Code{over, over, over}) {
+		t.Fatalf("2^63-1 + 2^63-1 + 3 hits on a limit of 3: %v, want OVER_LIMIT", resp)
+	}
+	if resp := ask(t, s, "shop", 0, desc("client", "wrap")); resp.Statuses[0].LimitRemaining != 2 {
+		t.Fatalf("the refused request consumed: remaining %d after 1 more hit, want 2", resp.Statuses[0].LimitRemaining)
+	}
+}
+
+// A request's own limit with a unit_multiplier ("3 per 60 seconds") is a window of 60 s, on its
+// own counter, stated in current_limit; a multiplier of 0, or a window over 100 years, is refused.
+func TestOverrideUnitMultiplier(t *testing.T) {
+	s, _ := service(t, tree) // the clock stands at 10:00:30
+	perMinute := desc("client", "m")
+	perMinute.Limit = &commonpb.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 3, Unit: typepb.RateLimitUnit_SECOND,
+		UnitMultiplier: wrapperspb.UInt32(60)}
+	for i := 1; i <= 3; i++ {
+		resp := ask(t, s, "shop", 0, perMinute)
+		st := resp.Statuses[0]
+		if resp.OverallCode != ok || st.CurrentLimit.GetUnitMultiplier().GetValue() != 60 || st.CurrentLimit.GetUnit() != rlspb.RateLimitResponse_RateLimit_SECOND {
+			t.Fatalf("request %d: %v", i, resp)
+		}
+		if d := st.DurationUntilReset.AsDuration(); d != 30*time.Second {
+			t.Fatalf("request %d: duration_until_reset %v, want 30s (the end of the 60 s window)", i, d)
+		}
+	}
+	if resp := ask(t, s, "shop", 0, perMinute); resp.OverallCode != over {
+		t.Fatalf("4th of 3 per 60 s: %v", resp)
+	}
+	perSecond := desc("client", "m")
+	perSecond.Limit = &commonpb.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 3, Unit: typepb.RateLimitUnit_SECOND}
+	if resp := ask(t, s, "shop", 0, perSecond); resp.OverallCode != ok || resp.Statuses[0].CurrentLimit.GetUnitMultiplier() != nil {
+		t.Fatalf("3 per second is not the counter of 3 per 60 seconds: %v", resp)
+	}
+	for _, n := range []uint32{0, math.MaxUint32} {
+		bad := desc("client", "m")
+		bad.Limit = &commonpb.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 3, Unit: typepb.RateLimitUnit_YEAR, UnitMultiplier: wrapperspb.UInt32(n)}
+		_, err := s.ShouldRateLimit(context.Background(), &rlspb.RateLimitRequest{Domain: "shop", Descriptors: []*commonpb.RateLimitDescriptor{bad}})
+		if status.Code(err) != codes.InvalidArgument {
+			t.Errorf("unit_multiplier %d years: %v, want InvalidArgument", n, err)
+		}
+	}
+}
+
+// A request that can never pass (hits above what its limit ever holds, or a limit of 0) is
+// OVER_LIMIT without Retry-After or a retry-after in its body: waiting would not help. Its
+// status still says when the window ends, as the reference's does.
+func TestNeverPassesHasNoRetryHint(t *testing.T) {
+	s, _ := service(t, tree+`
+  - key: banned
+    rate_limit: {unit: minute, requests_per_unit: 0}
+`)
+	for _, tc := range []struct {
+		name string
+		hits uint32
+		d    *commonpb.RateLimitDescriptor
+	}{{"hits 99 of 3", 99, desc("client", "n")}, {"a limit of 0", 1, desc("banned", "x")}} {
+		resp := ask(t, s, "shop", tc.hits, tc.d)
+		if resp.OverallCode != over || resp.Statuses[0].Code != over {
+			t.Fatalf("%s: %v, want OVER_LIMIT", tc.name, resp)
+		}
+		if h := header(resp, "Retry-After"); h != "" {
+			t.Errorf("%s: Retry-After %q for a request that can never pass", tc.name, h)
+		}
+		var body map[string]any
+		if err := json.Unmarshal(resp.RawBody, &body); err != nil {
+			t.Fatalf("%s: body %q: %v", tc.name, resp.RawBody, err)
+		}
+		if _, has := body["retry-after"]; has || !strings.Contains(body["detail"].(string), "retrying will not help") {
+			t.Errorf("%s: problem %s", tc.name, resp.RawBody)
+		}
+		if d := resp.Statuses[0].DurationUntilReset.AsDuration(); d <= 0 || d > time.Minute {
+			t.Errorf("%s: duration_until_reset %v, want the window's end, as the reference says", tc.name, d)
+		}
+	}
+}
+
+// quota_mode does what docs/envoy.md says, which is what the reference at the version sluice is
+// tested against does: counted, but never OVER_LIMIT, not even when every quota descriptor of the
+// request is over (the docs said it then was).
+func TestQuotaModeAsDocumented(t *testing.T) {
+	doc, err := os.ReadFile(filepath.Join("..", "docs", "envoy.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	row := regexp.MustCompile("(?m)^\\| `quota_mode` \\|.*$").Find(doc)
+	if !strings.Contains(string(row), "never makes the request over the limit") || strings.Contains(string(row), "only if every quota descriptor") {
+		t.Errorf("docs/envoy.md's quota_mode row does not say what the service does: %s", row)
+	}
+	s, _ := service(t, `
+domain: q
+descriptors:
+  - key: a
+    quota_mode: true
+    rate_limit: {unit: minute, requests_per_unit: 1}
+  - key: b
+    quota_mode: true
+    rate_limit: {unit: minute, requests_per_unit: 1}
+`)
+	if resp := ask(t, s, "q", 0, desc("a", "x"), desc("b", "x")); resp.OverallCode != ok {
+		t.Fatalf("within quota: %v", resp)
+	}
+	resp := ask(t, s, "q", 0, desc("a", "x"), desc("b", "x"))
+	if resp.OverallCode != ok {
+		t.Fatalf("every quota descriptor over: %v, want OK", resp)
+	}
+	for i, st := range resp.Statuses {
+		if st.Code != ok || st.LimitRemaining != 0 || st.DurationUntilReset != nil || st.CurrentLimit.GetRequestsPerUnit() != 1 {
+			t.Errorf("status %d: %v, want OK with its limit, nothing remaining and no reset", i, st)
+		}
+	}
+}

@@ -134,7 +134,7 @@ func (j Source) verify(r identity.Request) (gojwt.MapClaims, bool) {
 	if header == "" {
 		header = "Authorization"
 	}
-	token := bearerToken(r.Header(header))
+	token, _ := identity.BearerToken(r.Header(header))
 	if token == "" || j.Lookup == nil {
 		return nil, false
 	}
@@ -191,15 +191,6 @@ func claimValue(v any) string {
 		return strconv.FormatBool(v)
 	}
 	return ""
-}
-
-// bearerToken strips an optional "Bearer " scheme (any case) and surrounding spaces.
-func bearerToken(v string) string {
-	v = strings.TrimSpace(v)
-	if len(v) > len("bearer ") && strings.EqualFold(v[:len("bearer ")], "bearer ") {
-		v = strings.TrimLeft(v[len("bearer "):], " ")
-	}
-	return v
 }
 
 var errCrit = errors.New(`the token's header has a "crit" member`)

@@ -98,34 +98,34 @@ func TestKeysOverride(t *testing.T) {
 		return m.Key
 	}
 	rule, _ := c.Match("test-domain", e, nil) // 20 a minute
-	if key(&Override{20, Minute}) != key(&Override{20, Minute}) {
+	if key(&Override{20, Minute, 0}) != key(&Override{20, Minute, 0}) {
 		t.Error("one override, two counters")
 	}
-	if key(&Override{20, Minute}) != rule.Key {
+	if key(&Override{20, Minute, 0}) != rule.Key {
 		t.Error("an override equal to the rule's limit does not share the rule's counter")
 	}
-	if key(&Override{20, Hour}) == rule.Key || key(&Override{20, Hour}) == key(&Override{20, Day}) {
+	if key(&Override{20, Hour, 0}) == rule.Key || key(&Override{20, Hour, 0}) == key(&Override{20, Day, 0}) {
 		t.Error("overrides of different units share a counter")
 	}
-	if key(&Override{21, Minute}) == rule.Key {
+	if key(&Override{21, Minute, 0}) == rule.Key {
 		t.Error("an override of another limit shares the rule's counter")
 	}
 	// An invalid override is ignored: the rule applies.
-	if m, _ := c.Match("test-domain", e, &Override{5, UnknownUnit}); m.Key != rule.Key || m.Override {
+	if m, _ := c.Match("test-domain", e, &Override{5, UnknownUnit, 0}); m.Key != rule.Key || m.Override {
 		t.Errorf("invalid override: %+v", m)
 	}
-	if (Override{5, UnknownUnit}).Validate() == nil || (Override{5, Unit(8)}).Validate() == nil || (Override{0, Week}).Validate() != nil {
+	if (Override{5, UnknownUnit, 0}).Validate() == nil || (Override{5, Unit(8), 0}).Validate() == nil || (Override{0, Week, 0}).Validate() != nil {
 		t.Error("Override.Validate")
 	}
 	// With no rule for the entries, an override still applies (in a configured domain).
-	m, ok := c.Match("test-domain", kv("nothing", "here"), &Override{3, Second})
+	m, ok := c.Match("test-domain", kv("nothing", "here"), &Override{3, Second, 0})
 	if !ok || m.Rule != "test-domain (override)" || !strings.Contains(m.Key, ":(override):") {
 		t.Errorf("override without a rule: %+v", m)
 	}
 	// Its counter is keyed by the request's values, even where a rule would share a wildcard's.
 	s := load(t, "share_threshold.yaml")
-	a, _ := s.Match("test-domain", kv("files", "files/a"), &Override{3, Second})
-	b, _ := s.Match("test-domain", kv("files", "files/b"), &Override{3, Second})
+	a, _ := s.Match("test-domain", kv("files", "files/a"), &Override{3, Second, 0})
+	b, _ := s.Match("test-domain", kv("files", "files/b"), &Override{3, Second, 0})
 	if a.Key == b.Key {
 		t.Error("an override shares a share_threshold wildcard's counter")
 	}
@@ -168,11 +168,11 @@ descriptors:
 		{kv("bearer", secret), nil},
 		{kv("shared", secret), nil},
 		{kv("tenant", secret, "api_key", secret), nil},
-		{kv("api_key", secret), &Override{1, Second}},
-		{kv("no-rule", secret), &Override{1, Second}},
+		{kv("api_key", secret), &Override{1, Second, 0}},
+		{kv("no-rule", secret), &Override{1, Second, 0}},
 		{kv("api_key", long), nil},
 		{kv("tenant", long, "api_key", long), nil},
-		{kv("api_key", long), &Override{1, Second}},
+		{kv("api_key", long), &Override{1, Second, 0}},
 	} {
 		m, ok := c.Match("api", tc.entries, tc.override)
 		if !ok {

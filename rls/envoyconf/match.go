@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"hash"
 	"strings"
+	"time"
 
 	"github.com/sluicehq/sluice"
 )
@@ -15,19 +16,38 @@ import (
 type Entry struct{ Key, Value string }
 
 // Override is a request descriptor's own limit (RateLimitDescriptor.limit), which Envoy sends
-// when its route says so.
+// when its route says so: RequestsPerUnit per UnitMultiplier units ("3 per 60 seconds"). A
+// UnitMultiplier of 0 (the field not sent) is 1.
 type Override struct {
 	RequestsPerUnit uint32
 	Unit            Unit
+	UnitMultiplier  uint32
 }
 
-// Validate reports an Override whose unit is not one of Second ... Week. Match ignores such an
-// override (the configuration decides instead); a server should refuse the request.
+// maxOverridePeriod bounds an override's window (unit × unit_multiplier): 100 years of 365 days.
+const maxOverridePeriod = 100 * 365 * 24 * time.Hour
+
+// Validate reports an Override whose unit is not one of Second ... Week, or whose window (unit ×
+// unit_multiplier) is over 100 years. Match ignores such an override (the configuration decides
+// instead); a server should refuse the request.
 func (o Override) Validate() error {
 	if !o.Unit.Valid() {
 		return fmt.Errorf("limit.unit %d is not a unit (want SECOND, MINUTE, HOUR, DAY, WEEK, MONTH or YEAR)", int32(o.Unit))
 	}
+	if o.period() == 0 {
+		return fmt.Errorf("limit.unit_multiplier %d: %d %ss is a window over 100 years", o.UnitMultiplier, o.UnitMultiplier, o.Unit)
+	}
 	return nil
+}
+
+// period is the override's window, unit × unit_multiplier; 0 if the unit is not valid or the
+// window is over maxOverridePeriod.
+func (o Override) period() time.Duration {
+	u, n := o.Unit.Duration(), time.Duration(max(o.UnitMultiplier, 1))
+	if u == 0 || n > maxOverridePeriod/u {
+		return 0
+	}
+	return u * n
 }
 
 // Match is the limit that applies to one descriptor of a request.
@@ -39,8 +59,9 @@ func (o Override) Validate() error {
 //     counted.
 //   - ShadowMode: counted as usual, but the descriptor's answer is OK even when it is over the
 //     limit.
-//   - QuotaMode: a descriptor over its limit makes the request over the limit only if every
-//     quota_mode descriptor of the request is over its limit.
+//   - QuotaMode: counted as usual, but the descriptor never makes the request over the limit:
+//     over its limit, its answer is OK with its limit, limit_remaining 0 and no
+//     duration_until_reset (the reference's answer at the version sluice is tested against).
 //   - RequestsPerUnit 0: every request of a cost above 0 is over the limit (cost 0 is OK); Policy
 //     is then not valid (its Limit is 0) and must not be given to a store.
 //   - Otherwise Policy, a valid policy, decides on the counter Key.
@@ -57,8 +78,12 @@ type Match struct {
 	// for an unlimited descriptor.
 	Unit            Unit
 	RequestsPerUnit uint32
+	// UnitMultiplier is an override's unit_multiplier (1 when it sent none): its window is
+	// UnitMultiplier units long. 0 for a configured limit (whose window is one unit).
+	UnitMultiplier uint32
 
-	// Policy is what sluice decides with: a fixed window of RequestsPerUnit per Unit.Duration(),
+	// Policy is what sluice decides with: a fixed window of RequestsPerUnit per Unit.Duration()
+	// (times an override's UnitMultiplier),
 	// aligned to the epoch as the reference's windows are, or the algorithm (and burst) that
 	// sluice's extension names beside rate_limit. Its Name is empty: Key alone names the counter.
 	Policy sluice.Policy
@@ -99,9 +124,9 @@ func (c *Config) Match(domain string, entries []Entry, override *Override) (Matc
 		return Match{}, false
 	}
 	n, share := d.lookup(entries)
-	if override != nil && override.Unit.Valid() {
-		m := Match{Override: true, Unit: override.Unit, RequestsPerUnit: override.RequestsPerUnit,
-			Policy: sluice.Policy{Algorithm: sluice.FixedWindow, Limit: int64(override.RequestsPerUnit), Period: override.Unit.Duration()}}
+	if override != nil && override.period() > 0 {
+		m := Match{Override: true, Unit: override.Unit, UnitMultiplier: max(override.UnitMultiplier, 1), RequestsPerUnit: override.RequestsPerUnit,
+			Policy: sluice.Policy{Algorithm: sluice.FixedWindow, Limit: int64(override.RequestsPerUnit), Period: override.period()}}
 		// The reference's override counter is keyed by the request's own values (no shared wildcard).
 		part, rule := "(override)", d.name+" (override)"
 		if n != nil {

@@ -1,0 +1,25 @@
+package decision
+
+import (
+	"errors"
+
+	"github.com/sluicehq/sluice"
+)
+
+// LimitSettleObserver is implemented by an Observer that keeps its own account of what requests
+// cost, net of what settlements change (the gateway's shares diagnosis counts each instance's
+// approvals net of refunds): it is told of every limit whose charge a settlement changed on the
+// store, by Finish (cost_from, count_only, refund_on) and by Refund (a request shed for load).
+type LimitSettleObserver interface {
+	// LimitSettled says that req.Limits[i], which its decision dec charged estimate, now costs
+	// actual on the store (0: all given back; more than estimate: charged the difference more).
+	LimitSettled(req *Request, i int, dec sluice.Decision, estimate, actual int64)
+}
+
+// observeSettled tells d's Observer, if it is a LimitSettleObserver, of a settlement of limit i
+// that the store applied: err is nil, or ErrUnconfirmed (applied, not confirmed).
+func (d *Decider) observeSettled(req *Request, i int, dec sluice.Decision, estimate, actual int64, err error) {
+	if o, ok := d.Observer.(LimitSettleObserver); ok && (err == nil || errors.Is(err, sluice.ErrUnconfirmed)) {
+		o.LimitSettled(req, i, dec, estimate, actual)
+	}
+}
