@@ -123,7 +123,8 @@ type Store struct {
 	slack    string // ttl_slack argument, µs
 	maxBatch int    // 1: one script per decision
 	log      *slog.Logger
-	scripts  bool // Options.scripts
+	scripts  bool     // Options.scripts
+	secrets  []string // the options' credentials, never to be quoted (secrets.go)
 	single   [6]*program
 	multi    *program
 	batch    *program
@@ -175,6 +176,15 @@ var (
 // password, an ACL user without TIME, a certificate the TLS config does not trust); that error
 // wraps sluice.ErrStoreUnavailable too.
 func New(opts Options) (*Store, error) {
+	s, err := open(opts)
+	if err != nil {
+		return nil, redact(err, credentials(&opts)) // (secrets.go)
+	}
+	return s, nil
+}
+
+// open is New, whose errors may still quote a credential.
+func open(opts Options) (*Store, error) {
 	var co rueidis.ClientOption
 	if opts.Sentinel != nil {
 		if err := sentinelOption(&co, &opts); err != nil {
@@ -210,7 +220,8 @@ func New(opts Options) (*Store, error) {
 		co.Password = opts.Password
 	}
 	co.DisableCache = true // no client-side caching: every decision is a script
-	s := &Store{prefix: opts.Prefix, timeout: opts.Timeout, clock: opts.Clock, slack: "0", maxBatch: opts.MaxBatch, log: opts.Logger, scripts: opts.scripts}
+	s := &Store{prefix: opts.Prefix, timeout: opts.Timeout, clock: opts.Clock, slack: "0", maxBatch: opts.MaxBatch, log: opts.Logger, scripts: opts.scripts,
+		secrets: credentials(&opts)}
 	if s.prefix == "" {
 		s.prefix = DefaultPrefix
 	}
@@ -263,7 +274,9 @@ func New(opts Options) (*Store, error) {
 		return s, nil
 	}
 	err = fmt.Errorf("%w: redis store: connecting to %s: %w", sluice.ErrStoreUnavailable, s.where(), err)
-	if !unreachable(err) {
+	reachable := !unreachable(err)
+	err = redact(err, s.secrets)
+	if reachable {
 		s.cancel()
 		return nil, err
 	}
@@ -358,8 +371,10 @@ func (s *Store) connectLater() {
 			return
 		}
 		err = fmt.Errorf("%w: redis store: connecting to %s: %w", sluice.ErrStoreUnavailable, s.where(), err)
+		reachable := !unreachable(err)
+		err = redact(err, s.secrets)
 		s.lastErr.Store(&err)
-		if !unreachable(err) { // it answers, and refuses: say so, and keep trying
+		if reachable { // it answers, and refuses: say so, and keep trying
 			s.log.Error("Redis answers but refuses the connection; the failure mode decides", "error", err.Error())
 		}
 		wait = min(2*wait, connectMaxRetry)
