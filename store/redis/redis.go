@@ -32,6 +32,7 @@ import (
 	"net"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -92,7 +93,10 @@ type Options struct {
 	// consuming call is then bounded by Timeout + ReplicasAckTimeout.
 	ReplicasAckTimeout time.Duration
 
-	Prefix  string        // key prefix; default DefaultPrefix
+	// Prefix starts every key of the store (default DefaultPrefix, "rate-limit:"). A prefix that
+	// does not end in ':' gets one: "ctr" names the keys "ctr:{client}:policy…" and
+	// "ctr:instances", never "ctr{client}…" glued to the names after it.
+	Prefix  string
 	Timeout time.Duration // bound on every store call; default DefaultTimeout
 	// Clock, if set, supplies now instead of Redis TIME: for running real Redis on virtual time
 	// in tests. Production leaves it nil. The scripts take times within 2^60 µs (36,000 years)
@@ -224,6 +228,8 @@ func open(opts Options) (*Store, error) {
 		secrets: credentials(&opts)}
 	if s.prefix == "" {
 		s.prefix = DefaultPrefix
+	} else if !strings.HasSuffix(s.prefix, ":") {
+		s.prefix += ":" // (Options.Prefix: keys are prefix + name, never glued to it)
 	}
 	if s.timeout <= 0 {
 		s.timeout = DefaultTimeout
