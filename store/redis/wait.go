@@ -8,8 +8,6 @@ import (
 	"time"
 
 	"github.com/redis/rueidis"
-
-	"github.com/sluicehq/sluice"
 )
 
 // Replica-acknowledged decisions (Options.ReplicasAck, store.replicas_ack).
@@ -104,22 +102,12 @@ func (s *Store) callTimeout(consumes bool) time.Duration {
 	return s.timeout
 }
 
-// ack asks exec to confirm a call's writes with WAIT: consumed says from the script's reply
-// whether it wrote (a decision that allowed with a cost above 0); err is then set to nil if
-// enough replicas acknowledged, else to the error that the consuming decisions fail with.
+// ack asks exec to confirm a call's writes with WAIT: job.consumed says from the script's reply
+// whether it wrote; err is then set to nil if enough replicas acknowledged, else to what fell
+// short (the executor makes it the call's error, exec.go).
 type ack struct {
-	consumed func(reply []int64) bool
-	err      error
-}
-
-// waitFor returns a, prepared with consumed, if the call may consume (consumes) and replicas_ack
-// is on; else nil: no WAIT.
-func (s *Store) waitFor(consumes bool, a *ack, consumed func(reply []int64) bool) *ack {
-	if s.acks == nil || !consumes {
-		return nil
-	}
-	a.consumed = consumed
-	return a
+	job job
+	err error
 }
 
 // exec runs p on c with keys and args: its library function (FCALL) if c calls functions
@@ -145,7 +133,7 @@ func (s *Store) exec(ctx context.Context, c *conn, p *program, keys, args []stri
 		dc.Close() // broken or timed out: its reply may still come; never reuse it
 		return res
 	}
-	if reply, err := res.AsIntSlice(); err != nil || !wait.consumed(reply) {
+	if reply, err := res.AsIntSlice(); err != nil || !wait.job.consumed(reply) {
 		return res // wrote nothing (a refusal, an error): nothing to confirm
 	}
 	w := dc.Do(ctx, dc.B().Wait().Numreplicas(s.acks.n).Timeout(s.acks.millis).Build())
@@ -163,17 +151,12 @@ func (a *acks) shortfall(r rueidis.RedisResult) error {
 	case err == nil && n >= a.n:
 		return nil
 	case err == nil:
-		return fmt.Errorf("%w: redis store: %d of the %d replicas required (replicas_ack) acknowledged the decision within %v; not answered as allowed",
-			sluice.ErrStoreUnavailable, n, a.n, a.timeout)
+		return fmt.Errorf("%d of the %d replicas required (replicas_ack) acknowledged the change within %v", n, a.n, a.timeout)
 	case errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled):
-		return fmt.Errorf("%w: redis store: the decision was not acknowledged by %d replicas (replicas_ack) before the call's end: %v",
-			sluice.ErrStoreUnavailable, a.n, err)
+		return fmt.Errorf("the change was not acknowledged by %d replicas (replicas_ack) before the call's end: %v", a.n, err)
 	}
-	return fmt.Errorf("%w: redis store: WAIT %d (replicas_ack): %v", sluice.ErrStoreUnavailable, a.n, err)
+	return fmt.Errorf("WAIT %d (replicas_ack): %v", a.n, err)
 }
-
-// allowed is consumed for a single decision's reply (whose cost is above 0).
-func allowed(reply []int64) bool { return len(reply) > 0 && reply[0] == 1 }
 
 // checkReplicas warns, at connection, of each primary that has fewer replicas connected than
 // replicas_ack waits for (ROLE): until it has them, every consuming decision there fails.
