@@ -33,6 +33,7 @@ type batcher struct {
 	slots   []slotQueue // cluster: by hash slot
 	max     int
 	stop    chan struct{}
+	closing sync.Once
 	stopped sync.WaitGroup
 }
 
@@ -200,7 +201,7 @@ func (b *batcher) lead(q *slotQueue, batch []*call) {
 	q.waiting = append(q.waiting[:0], q.waiting[n:]...)
 	clear(q.waiting[len(q.waiting) : len(q.waiting)+n]) // (no stale pointers kept)
 	q.mu.Unlock()
-	go b.lead(q, next)
+	b.s.bg.Go(func() { b.lead(q, next) })
 }
 
 func (b *batcher) work() {
@@ -375,6 +376,6 @@ func (b *batcher) drain() {
 }
 
 func (b *batcher) close() {
-	close(b.stop)
+	b.closing.Do(func() { close(b.stop) })
 	b.stopped.Wait() // (the cluster's slot calls in flight end with the client's closing)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"time"
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/algorithm"
@@ -82,7 +83,7 @@ func (s *Store) decideConc(ctx context.Context, key string, p sluice.Policy, cos
 
 // Release implements sluice.Leaser.
 func (s *Store) Release(ctx context.Context, key string, p sluice.Policy, id uint64) error {
-	return s.lease(ctx, "release", key, p, id)
+	return s.lease(ctx, s.timeout, "release", key, p, id)
 }
 
 // Renew implements sluice.Leaser.
@@ -90,10 +91,11 @@ func (s *Store) Renew(ctx context.Context, key string, p sluice.Policy, ids ...u
 	if len(ids) == 0 {
 		return nil
 	}
-	return s.lease(ctx, "renew", key, p, ids...)
+	return s.lease(ctx, s.timeout, "renew", key, p, ids...)
 }
 
-func (s *Store) lease(ctx context.Context, op, key string, p sluice.Policy, ids ...uint64) error {
+// lease runs op on the leases ids of key under p, bounded by timeout.
+func (s *Store) lease(ctx context.Context, timeout time.Duration, op, key string, p sluice.Policy, ids ...uint64) error {
 	if p.Algorithm != sluice.Concurrency {
 		return fmt.Errorf("%w: redis store: %s of a %v policy: only concurrency policies hold leases", sluice.ErrInvalidPolicy, op, p.Algorithm)
 	}
@@ -104,7 +106,7 @@ func (s *Store) lease(ctx context.Context, op, key string, p sluice.Policy, ids 
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	deadline, _ := ctx.Deadline()
 	j := &leaseJob{op: op, period: strconv.FormatInt(p.PeriodMicros(), 10), ids: ids}

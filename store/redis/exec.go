@@ -221,19 +221,30 @@ func (s *Store) refund(rs []refund) {
 		s.refunding <- struct{}{}
 		defer func() { <-s.refunding }()
 		for _, r := range rs {
-			ctx, cancel := context.WithTimeout(context.Background(), max(s.callTimeout(true), time.Second))
-			var err error
-			if r.p.Algorithm == sluice.Concurrency {
-				err = s.Release(ctx, r.key, r.p, r.lease)
-			} else {
-				err = s.Settle(ctx, r.key, r.p, r.at, r.cost, 0)
-			}
-			cancel()
-			if err != nil && !errors.Is(err, sluice.ErrUnconfirmed) {
-				s.log.Warn("redis store: could not give back the quota of a decision answered as unavailable", "policy", r.p.Name, "error", err.Error())
-			}
+			s.giveBackOne(&r)
 		}
 	}()
+}
+
+// giveBackOne gives back r, on a bound of its own (the caller's is long gone), at least a second;
+// once more if the call decided nothing (it reached Redis after its deadline), never if it may
+// have been applied (a settlement is not idempotent).
+func (s *Store) giveBackOne(r *refund) {
+	timeout := max(s.callTimeout(true), time.Second)
+	var err error
+	for range 3 {
+		if r.p.Algorithm == sluice.Concurrency {
+			err = s.lease(context.Background(), timeout, "release", r.key, r.p, r.lease)
+		} else {
+			err = s.settleWithin(context.Background(), timeout, r.key, r.p, r.at, r.cost, 0)
+		}
+		if !errors.Is(err, errDeadlinePassed) {
+			break
+		}
+	}
+	if err != nil && !errors.Is(err, sluice.ErrUnconfirmed) {
+		s.log.Warn("redis store: could not give back the quota of a decision answered as unavailable", "policy", r.p.Name, "error", err.Error())
+	}
 }
 
 // failed returns the error of a script call on slot that failed with err: errDeadlinePassed if

@@ -427,8 +427,12 @@ func (s *Store) Close() {
 		if s.done != nil {
 			<-s.done
 		}
-		s.bg.Wait() // (late replies end within their bound; give-backs within theirs)
-		if c := s.conn.Load(); c != nil {
+		c := s.conn.Load()
+		if c != nil && c.batch != nil {
+			c.batch.close() // (its workers give back what their abandoned calls consumed)
+		}
+		s.bg.Wait() // late replies end within their bound, give-backs within theirs
+		if c != nil {
 			c.close()
 		}
 	})
@@ -441,7 +445,7 @@ func (c *conn) close() {
 		<-c.refreshed
 	}
 	if c.batch != nil {
-		c.batch.close()
+		c.batch.close() // (again after Close: a no-op)
 	}
 	c.client.Close()
 }

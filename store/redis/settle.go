@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"time"
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/algorithm"
@@ -29,6 +30,11 @@ import (
 // ask Redis, which says the truth (a refund's quota waits that long there; an extra charge's
 // refusals come back with their exact RetryAfter).
 func (s *Store) Settle(ctx context.Context, key string, p sluice.Policy, at, reserved, actual int64) error {
+	return s.settleWithin(ctx, s.callTimeout(true), key, p, at, reserved, actual)
+}
+
+// settleWithin is Settle bounded by timeout.
+func (s *Store) settleWithin(ctx context.Context, timeout time.Duration, key string, p sluice.Policy, at, reserved, actual int64) error {
 	var d sluice.Decision
 	if err := s.check(&p, 0, &d); err != nil {
 		return err
@@ -44,7 +50,7 @@ func (s *Store) Settle(ctx context.Context, key string, p sluice.Policy, at, res
 		return err
 	}
 	hash, log := s.keys(key, p.Name)
-	ctx, cancel := context.WithTimeout(ctx, s.callTimeout(true))
+	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	deadline, _ := ctx.Deadline()
 	j := &settleJob{p: &p, reserved: reserved, actual: actual}
