@@ -2,6 +2,7 @@ package decision
 
 import (
 	"context"
+	"errors"
 	"strconv"
 	"strings"
 
@@ -115,7 +116,8 @@ func (d *Decider) settleAll(ctx context.Context, req *Request, v *Verdict, actua
 		if key == "" {
 			key = req.Who.Key
 		}
-		if err := sluice.SettleDecision(ctx, d.Store, key, l.Policy, dec, estimate, actual); err != nil {
+		// (ErrUnconfirmed: applied, not confirmed by enough replicas — settled, not failed.)
+		if err := sluice.SettleDecision(ctx, d.Store, key, l.Policy, dec, estimate, actual); err != nil && !errors.Is(err, sluice.ErrUnconfirmed) {
 			outcome = SettleFailed // (the other limits are settled still: each is its own step)
 		} else if outcome != SettleFailed {
 			outcome = Settled
