@@ -33,6 +33,16 @@ import (
 // raised since. An approval through this instance forgets the key's entry; approvals through
 // other instances only lower Remaining and delay the reset further.
 //
+// The one thing that makes a refusal wrong before its RetryAfter is quota coming back: a
+// settlement that refunds, on any instance (and the store's own give-backs of decisions answered
+// unavailable, which are such settlements). The settle script publishes the refunded state key on
+// the prefix's channel (Store.channel), atomically with the refund; every store subscribes to it
+// (listen) and forgets the key. A refusal whose reply crosses such a message is not remembered:
+// each shard counts the invalidations of its keys (gen), and a refusal is remembered only if none
+// came between its request's sending and its reply. The cache answers only while it is known to
+// hear the channel (live), and is cleared whenever it may not have. Entries are keyed by the state
+// key, which is what the channel carries.
+//
 // All this holds under the policy the refusal was decided under. A reload may change a policy's
 // numbers and keep its name (which is what the entries are keyed by, with the client's key), so
 // each entry also holds the policy's fingerprint, and a lookup under another one misses and drops

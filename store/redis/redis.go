@@ -89,7 +89,8 @@ type Options struct {
 	Sentinel *Sentinel
 	// ReplicasAck, if > 0, confirms every decision that consumed quota with WAIT on that many
 	// replicas before answering it: one that fewer acknowledged within ReplicasAckTimeout fails
-	// with ErrStoreUnavailable, so the failure mode decides (wait.go says what this guarantees).
+	// with ErrStoreUnavailable, so the failure mode decides, and its charge is given back; a
+	// settlement fails with ErrUnconfirmed (applied). wait.go says what this guarantees.
 	ReplicasAck int
 	// ReplicasAckTimeout bounds the WAIT (default Timeout; whole milliseconds, rounded up). A
 	// consuming call is then bounded by Timeout + ReplicasAckTimeout.

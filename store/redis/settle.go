@@ -25,10 +25,12 @@ import (
 // if that fails too: a clock run back past a recorded window by more than a window).
 //
 // A settlement makes a refusal this instance's negative cache holds for the key stale (a refund
-// frees quota, an extra charge delays it): the cache forgets the key. Other instances' caches
-// still answer their cached refusals until the RetryAfter those carried — never longer: then they
-// ask Redis, which says the truth (a refund's quota waits that long there; an extra charge's
-// refusals come back with their exact RetryAfter).
+// frees quota, an extra charge delays it): the cache forgets the key. A refund also reaches every
+// other instance's cache: the script publishes the key on the prefix's channel (negcache.go).
+//
+// Under replicas_ack, a settlement Redis applied that too few replicas acknowledged fails with an
+// error wrapping sluice.ErrUnconfirmed, not ErrStoreUnavailable: it was made; retrying it would
+// settle twice.
 func (s *Store) Settle(ctx context.Context, key string, p sluice.Policy, at, reserved, actual int64) error {
 	return s.settleWithin(ctx, s.callTimeout(true), key, p, at, reserved, actual)
 }

@@ -17,8 +17,9 @@ import (
 // in its place hands that quota out again. With ReplicasAck = N, every script call whose reply
 // says it consumed (a decision allowed at a cost above 0; never the checks of DecideAll across
 // slots) is followed by WAIT N timeout on the same connection, and the decision is answered only
-// if at least N replicas acknowledged it; otherwise the call fails with ErrStoreUnavailable and
-// the failure mode decides (fail-closed refuses, fail-open allows, local decides locally).
+// if at least N replicas acknowledged it; otherwise the call fails with ErrStoreUnavailable (its
+// charge given back, below) and the failure mode decides (fail-closed refuses, fail-open allows,
+// local decides locally). A settlement is confirmed the same way (ErrUnconfirmed if not).
 // Refusals and cost-0 checks write nothing and send no WAIT.
 //
 // Why the same connection: WAIT waits for the writes of the connection it is sent on (up to the
@@ -51,8 +52,13 @@ import (
 //     cluster's replicas elect themselves by offset too, with the same caveats).
 //   - A replica that acknowledged still loses the write if it restarts without persistence, or
 //     resyncs from a primary that lacks it.
-//   - A decision that failed the WAIT did consume on the primary (and perhaps some replicas):
-//     the quota is spent though the failure mode answered. That errs on the side of refusing.
+//   - A decision that failed the WAIT did consume on the primary (and perhaps some replicas).
+//     The executor gives it back (exec.go: a settlement to 0 at the decision's instant, a lease
+//     released, in the background), so that "unavailable: used no quota" holds; until the
+//     give-back has run, and on a primary that then dies without it reaching a replica, the
+//     quota stays spent — on the side of refusing. A settlement that failed the WAIT was applied
+//     and is not undone: it fails with sluice.ErrUnconfirmed (do not retry it), not with
+//     ErrStoreUnavailable (which says nothing changed).
 //   - It costs a round trip more, and the replicas' acknowledgement, on every consuming call,
 //     and a connection per call in flight instead of shared pipelines (a batch of decisions
 //     shares one). With fewer than N replicas connected (after a failover, until a replica is
