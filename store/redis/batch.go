@@ -162,9 +162,8 @@ func (b *batcher) decide(ctx context.Context, c *call) error {
 	return c.wait(ctx) // (the worker finishes c even if nobody waits)
 }
 
-// decideInSlot sends c at once if its slot has no call in flight (and then, before it returns,
-// hands the requests that arrived meanwhile to a goroutine of their own); else c waits for the
-// slot's next call. The call in flight is bounded by the store's timeout, not by ctx.
+// decideInSlot sends c at once if its slot has no call in flight (and the requests that arrive
+// meanwhile then go together in its next call); else c waits for the slot's next call.
 func (b *batcher) decideInSlot(ctx context.Context, c *call) error {
 	q := &b.slots[c.slot]
 	q.mu.Lock()
@@ -177,8 +176,10 @@ func (b *batcher) decideInSlot(ctx context.Context, c *call) error {
 	if !q.busy {
 		q.busy = true
 		q.mu.Unlock()
-		b.lead(q, []*call{c})
-		return c.err
+		// Sent from a goroutine of its own: the call waits a grace beyond its callers for a
+		// late reply (exec.go), and c's caller waits only as long as its ctx.
+		b.s.bg.Go(func() { b.lead(q, []*call{c}) })
+		return c.wait(ctx)
 	}
 	q.waiting = append(q.waiting, c)
 	q.mu.Unlock()
@@ -257,7 +258,7 @@ func (w *worker) send(batch []*call) {
 	sendBy := now.Add(timeout)
 	w.live = w.live[:0]
 	for _, c := range batch {
-		if now.Before(c.deadline) {
+		if now.Before(c.deadline) && c.state.Load() != abandoned {
 			w.live = append(w.live, c)
 		} else {
 			c.err = unavailable(context.DeadlineExceeded)

@@ -143,19 +143,4 @@ const calendarReply = "sluice: calendar: time "
 
 // calendarMiss returns the Redis time of an error reply saying that the calendar windows passed
 // do not hold it.
-func calendarMiss(err error) (int64, bool) {
-	if err == nil {
-		return 0, false
-	}
-	msg := err.Error()
-	i := strings.Index(msg, calendarReply)
-	if i < 0 {
-		return 0, false
-	}
-	rest := msg[i+len(calendarReply):]
-	if j := strings.IndexByte(rest, ' '); j >= 0 {
-		rest = rest[:j]
-	}
-	t, perr := strconv.ParseInt(rest, 10, 64)
-	return t, perr == nil
-}
+func calendarMiss(err error) (int64, bool) { return replyTime(err, calendarReply) }

@@ -76,9 +76,10 @@ type request struct {
 	by       time.Time // when the caller stops waiting: the scripts' deadline
 }
 
-// lateGrace is how much longer than its caller a direct decision's call waits for its reply (in
-// a goroutine of its own), to give back what a late one consumed.
-func (s *Store) lateGrace() time.Duration { return max(s.timeout, 100*time.Millisecond) }
+// lateGrace is how much longer than its callers a decision's call waits for its reply (the
+// batcher's worker, or a goroutine of its own), to give back what a late one consumed: at least a
+// second, so that a stalled or loaded process still reads it.
+func (s *Store) lateGrace() time.Duration { return max(s.timeout, time.Second) }
 
 // run makes the call r of j on c and returns its reply, of
 // r.want numbers. On an error nothing was consumed, or it has been given back; except for a
@@ -180,13 +181,19 @@ func (h *lateCall) run(s *Store, ctx context.Context, cancel context.CancelFunc,
 // handoff hands a reply to a caller that may stop waiting first: exactly one of deliver and
 // abandon succeeds.
 type handoff struct {
-	state atomic.Int32 // 0 waiting, 1 delivered, 2 abandoned
+	state atomic.Int32 // waiting, delivered or abandoned
 	done  chan struct{}
 }
 
+const (
+	waiting int32 = iota
+	delivered
+	abandoned
+)
+
 // deliver reports whether the caller still waits, and if so wakes it.
 func (h *handoff) deliver() bool {
-	if !h.state.CompareAndSwap(0, 1) {
+	if !h.state.CompareAndSwap(waiting, delivered) {
 		return false
 	}
 	close(h.done)
@@ -195,7 +202,7 @@ func (h *handoff) deliver() bool {
 
 // abandon reports whether the caller gave up before the reply was delivered; if false, done is
 // (or is about to be) closed.
-func (h *handoff) abandon() bool { return h.state.CompareAndSwap(0, 2) }
+func (h *handoff) abandon() bool { return h.state.CompareAndSwap(waiting, abandoned) }
 
 // refund is what gives back one charge: a settlement to 0 at the decision's instant, or for a
 // concurrency limit the release of its lease.

@@ -206,6 +206,7 @@ func (s *Store) listen(c *conn, first chan<- struct{}) {
 	ch := s.channel()
 	probe := "probe " + strconv.FormatUint(rand.Uint64(), 16) // (never a key: keys start with the prefix)
 	wait := connectFirstRetry
+	warned := false
 	for {
 		dc, release := c.client.Dedicate()
 		ended := dc.SetPubSubHooks(rueidis.PubSubHooks{OnMessage: func(m rueidis.PubSubMessage) {
@@ -220,6 +221,11 @@ func (s *Store) listen(c *conn, first chan<- struct{}) {
 		ctx, cancel := context.WithTimeout(s.ctx, max(s.timeout, time.Second))
 		err := dc.Do(ctx, dc.B().Subscribe().Channel(ch).Build()).Error()
 		cancel()
+		if re, ok := rueidis.IsRedisErr(err); ok && !warned {
+			warned = true
+			s.log.Warn("Redis refuses the store's subscription to its refunds' channel (the ACL user needs +subscribe +publish and &<prefix>*): the negative cache stays off, every refusal is Redis's",
+				"channel", ch, "error", re.Error())
+		}
 		if err == nil {
 			ctx, cancel := context.WithCancel(s.ctx)
 			var probing sync.WaitGroup
