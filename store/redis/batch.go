@@ -42,6 +42,8 @@ type slotQueue struct {
 	mu      sync.Mutex
 	busy    bool    // a call to the slot is in flight
 	waiting []*call // for the next call
+	w       *worker // the slot's scratch space, made at its first call (one call at a time uses it)
+	first   [1]*call
 }
 
 // call is one decision of one key: waiting for its batch, or sent alone through the executor
@@ -178,7 +180,8 @@ func (b *batcher) decideInSlot(ctx context.Context, c *call) error {
 		q.mu.Unlock()
 		// Sent from a goroutine of its own: the call waits a grace beyond its callers for a
 		// late reply (exec.go), and c's caller waits only as long as its ctx.
-		b.s.bg.Go(func() { b.lead(q, []*call{c}) })
+		b.s.bg.Add(1)
+		go b.leadFirst(q, c)
 		return c.wait(ctx)
 	}
 	q.waiting = append(q.waiting, c)
@@ -189,8 +192,10 @@ func (b *batcher) decideInSlot(ctx context.Context, c *call) error {
 // lead sends batch, all of one slot, then passes on what waits for the slot: to a new
 // goroutine, so that the caller of the first request gets its answer without waiting for more.
 func (b *batcher) lead(q *slotQueue, batch []*call) {
-	w := &worker{b: b}
-	w.send(batch)
+	if q.w == nil {
+		q.w = &worker{b: b}
+	}
+	q.w.send(batch)
 	q.mu.Lock()
 	if len(q.waiting) == 0 {
 		q.busy = false
@@ -203,6 +208,13 @@ func (b *batcher) lead(q *slotQueue, batch []*call) {
 	clear(q.waiting[len(q.waiting) : len(q.waiting)+n]) // (no stale pointers kept)
 	q.mu.Unlock()
 	b.s.bg.Go(func() { b.lead(q, next) })
+}
+
+// leadFirst is lead of c alone, from a goroutine of the store's.
+func (b *batcher) leadFirst(q *slotQueue, c *call) {
+	defer b.s.bg.Done()
+	q.first[0] = c // (q is busy until lead ends: no other leadFirst of q runs meanwhile)
+	b.lead(q, q.first[:])
 }
 
 func (b *batcher) work() {
