@@ -81,9 +81,9 @@ type request struct {
 // second, so that a stalled or loaded process still reads it.
 func (s *Store) lateGrace() time.Duration { return max(s.timeout, time.Second) }
 
-// run makes the call r of j on c and returns its reply, of
-// r.want numbers. On an error nothing was consumed, or it has been given back; except for a
-// settlement WAIT did not confirm (ErrUnconfirmed: it was applied).
+// run makes the call r of j on c and returns its reply, of r.want numbers. On an error nothing
+// was consumed, or it is being given back; except for a settlement WAIT did not confirm
+// (ErrUnconfirmed: it was applied).
 func (s *Store) run(ctx context.Context, c *conn, r *request, j job) ([]int64, error) {
 	sl := c.slot(r.keys[0])
 	f := frame{s: s, by: r.by, inst: r.inst}
