@@ -230,17 +230,19 @@ func (s *Store) listen(c *conn, first chan<- struct{}) {
 			ctx, cancel := context.WithCancel(s.ctx)
 			var probing sync.WaitGroup
 			probing.Go(func() { // publish the probe until it comes back (or the subscription ends)
-				t := time.NewTicker(50 * time.Millisecond)
-				defer t.Stop()
+				every := 50 * time.Millisecond
 				for !s.refused.live.Load() {
 					pctx, pcancel := context.WithTimeout(ctx, max(s.timeout, 100*time.Millisecond))
 					_ = c.client.Do(pctx, c.client.B().Publish().Channel(ch).Message(probe).Build()).Error()
 					pcancel()
+					t := time.NewTimer(every)
 					select {
 					case <-ctx.Done():
+						t.Stop()
 						return
 					case <-t.C:
 					}
+					every = min(2*every, connectMaxRetry) // (a PUBLISH refused, e.g. by the ACL, is not hammered)
 				}
 			})
 			select {

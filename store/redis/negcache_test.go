@@ -20,27 +20,56 @@ import (
 // second, not after the cached RetryAfter (it used to refuse for the whole window).
 func TestNegativeCacheRefundOnOtherInstance(t *testing.T) {
 	srv := redistest.Start(t)
-	ctx := context.Background()
 	a := openStore(t, srv, redis.Options{Timeout: 2 * time.Second})
 	b := openStore(t, srv, redis.Options{Timeout: 2 * time.Second})
+	refundReachesCache(t, a, b, "client")
+	if got := mustDo(t, srv, "PUBSUB", "CHANNELS", "*"); !strings.Contains(got, "rate-limit:refunds") {
+		t.Errorf("the stores listen on %q, want rate-limit:refunds", got)
+	}
+}
+
+// TestNegativeCacheRefundOnOtherInstanceCluster: the same on a Redis Cluster, where the two
+// instances' subscriptions and the settlement's PUBLISH may be on different nodes (PUBLISH
+// reaches every node's subscribers), for keys in several slots.
+func TestNegativeCacheRefundOnOtherInstanceCluster(t *testing.T) {
+	c := redistest.StartCluster(t, 3)
+	open := func() *redis.Store {
+		st, err := redis.New(redis.Options{Addrs: c.Addrs(), Timeout: 2 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(st.Close)
+		return st
+	}
+	a, b := open(), open()
+	for _, key := range []string{"x", "y", "z", "w"} {
+		refundReachesCache(t, a, b, key)
+	}
+}
+
+// refundReachesCache fills key's quota through b, has a refuse it from its cache, refunds through
+// b, and waits for a to admit.
+func refundReachesCache(t *testing.T, a, b *redis.Store, key string) {
+	t.Helper()
+	ctx := context.Background()
 	p := sluice.Policy{Name: "hourly", Algorithm: sluice.FixedWindow, Limit: 10, Period: time.Hour}
-	charge, err := b.Decide(ctx, "client", p, 10)
+	charge, err := b.Decide(ctx, key, p, 10)
 	if err != nil || !charge.Allowed {
 		t.Fatalf("10 of 10 through B: %+v, %v", charge, err)
 	}
-	if d, err := a.Decide(ctx, "client", p, 1); err != nil || d.Allowed || d.Cached() {
+	if d, err := a.Decide(ctx, key, p, 1); err != nil || d.Allowed || d.Cached() {
 		t.Fatalf("A, Redis full: %+v, %v; want refused by Redis", d, err)
 	}
-	d, err := a.Decide(ctx, "client", p, 1)
+	d, err := a.Decide(ctx, key, p, 1)
 	if err != nil || d.Allowed || !d.Cached() || d.RetryAfter < time.Minute {
 		t.Fatalf("A again: %+v, %v; want its cached refusal, with a RetryAfter of most of the window", d, err)
 	}
-	if err := b.Settle(ctx, "client", p, charge.At, 10, 5); err != nil {
+	if err := b.Settle(ctx, key, p, charge.At, 10, 5); err != nil {
 		t.Fatalf("B refunds 5: %v", err)
 	}
 	start := time.Now()
 	for {
-		d, err := a.Decide(ctx, "client", p, 1)
+		d, err := a.Decide(ctx, key, p, 1)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -52,10 +81,7 @@ func TestNegativeCacheRefundOnOtherInstance(t *testing.T) {
 		}
 		runtime.Gosched()
 	}
-	t.Logf("A admitted %v after B's refund", time.Since(start))
-	if got := mustDo(t, srv, "PUBSUB", "CHANNELS", "*"); !strings.Contains(got, "rate-limit:refunds") {
-		t.Errorf("the stores listen on %q, want rate-limit:refunds", got)
-	}
+	t.Logf("%s: A admitted %v after B's refund", key, time.Since(start))
 }
 
 // TestNegativeCacheOffWhileUnsubscribed: while a store is not subscribed to the refunds'
