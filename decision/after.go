@@ -2,6 +2,7 @@ package decision
 
 import (
 	"context"
+	"errors"
 	"strconv"
 	"strings"
 
@@ -117,7 +118,8 @@ func (d *Decider) settleAll(ctx context.Context, req *Request, v *Verdict, actua
 		}
 		err := sluice.SettleDecision(ctx, d.Store, key, l.Policy, dec, estimate, actual)
 		d.observeSettled(req, i, dec, estimate, actual, err)
-		if err != nil {
+		// (ErrUnconfirmed: applied, not confirmed by enough replicas — settled, not failed.)
+		if err != nil && !errors.Is(err, sluice.ErrUnconfirmed) {
 			outcome = SettleFailed // (the other limits are settled still: each is its own step)
 		} else if outcome != SettleFailed {
 			outcome = Settled

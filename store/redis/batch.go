@@ -33,6 +33,7 @@ type batcher struct {
 	slots   []slotQueue // cluster: by hash slot
 	max     int
 	stop    chan struct{}
+	closing sync.Once
 	stopped sync.WaitGroup
 }
 
@@ -41,19 +42,27 @@ type slotQueue struct {
 	mu      sync.Mutex
 	busy    bool    // a call to the slot is in flight
 	waiting []*call // for the next call
+	w       *worker // the slot's scratch space, made at its first call (one call at a time uses it)
+	first   [1]*call
 }
 
-// call is one decision waiting for its batch.
+// call is one decision of one key: waiting for its batch, or sent alone through the executor
+// as its algorithm's single script (it is then the executor's job: Decide without batching, a
+// batch of one, a calendar decision asked again around Redis's time).
 type call struct {
-	alg      algorithm.Algorithm
-	cal      bool // a calendar policy: args[2] is its windows (calendar.go)
+	handoff         // the reply to a caller that may stop waiting first
+	key      string // the client's key (what gives back a charge nobody waits for)
+	p        sluice.Policy
+	cost     int64
+	cal      bool  // a calendar policy: args[2] is its windows around inst (calendar.go)
+	inst     int64 // the instant of args[2]'s windows
 	keys     [2]string
 	args     [5]string
+	argv     [8]string // the single script's arguments (scratch)
 	deadline time.Time // when the caller stops waiting
 	slot     uint16    // keys' hash slot, on a cluster
 	reply    [7]int64  // the script's reply: the decision, then its time
 	err      error
-	done     chan struct{} // closed when reply or err is set
 }
 
 const (
@@ -75,14 +84,66 @@ func newBatcher(s *Store, c *conn, max int, cluster bool) *batcher {
 	return b
 }
 
-// newCall returns a call for the decision under algorithm a on the keys hash and log with args,
-// whose caller waits until deadline.
-func (b *batcher) newCall(a algorithm.Algorithm, hash, log string, args [5]string, deadline time.Time) *call {
-	c := &call{alg: a, keys: [2]string{hash, log}, args: args, deadline: deadline, done: make(chan struct{})}
-	if b.cluster {
-		c.slot = slot(hash)
-	}
+// newCall returns a call for the decision of key under p at cost on the keys hash and log with
+// args (single.lua's ARGV[1..5]; for a calendar policy, its windows around inst), whose caller
+// waits until deadline.
+func newCall(key string, p *sluice.Policy, cost int64, hash, log string, args [5]string, inst int64, deadline time.Time) *call {
+	c := &call{key: key, p: *p, cost: cost, cal: p.Calendar != algorithm.NoCalendar, inst: inst,
+		keys: [2]string{hash, log}, args: args, deadline: deadline}
+	c.done = make(chan struct{})
 	return c
+}
+
+// request is the executor's request for c alone (its algorithm's single script), given up at by.
+func (c *call) request(s *Store, by time.Time, worker bool) request {
+	p := s.single[c.p.Algorithm]
+	if c.cal {
+		p = s.calSingle[c.p.Algorithm]
+	}
+	return request{p: p, keys: c.keys[:], want: 7, calendar: c.cal, inst: c.inst, consumes: c.cost > 0, decides: true, worker: worker, by: by}
+}
+
+// arguments implements job: single.lua's ARGV.
+func (c *call) arguments(f *frame) ([]string, error) {
+	if c.cal && f.inst != c.inst { // (the executor's second attempt, around Redis's time)
+		period, err := calendarArg(&c.p, f.inst)
+		if err != nil {
+			return nil, err
+		}
+		c.args[2], c.inst = period, f.inst
+	}
+	copy(c.argv[:5], c.args[:])
+	c.argv[5], c.argv[6], c.argv[7] = f.s.now(), f.s.slack, f.deadline(c.deadline)
+	return c.argv[:], nil
+}
+
+func (c *call) consumed(reply []int64) bool { return len(reply) > 0 && reply[0] == 1 && c.cost > 0 }
+
+func (c *call) giveBack(reply []int64) []refund {
+	return []refund{{key: c.key, p: c.p, at: reply[len(reply)-1], cost: c.cost}}
+}
+
+// wait waits for c's reply, or for ctx to end: then the call is abandoned, and whoever gets its
+// reply gives back what it consumed.
+func (c *call) wait(ctx context.Context) error {
+	select {
+	case <-c.done:
+		return c.err
+	case <-ctx.Done():
+		if c.abandon() {
+			return unavailable(ctx.Err())
+		}
+		<-c.done // delivered meanwhile: the answer stands
+		return c.err
+	}
+}
+
+// hand gives c its result (reply and err set); if its caller no longer waits, what the reply
+// consumed is given back.
+func (s *Store) hand(c *call) {
+	if !c.deliver() && c.err == nil && c.consumed(c.reply[:]) {
+		s.refund(c.giveBack(c.reply[:]))
+	}
 }
 
 var errClosed = fmt.Errorf("%w: redis store: closed", sluice.ErrStoreUnavailable)
@@ -90,6 +151,7 @@ var errClosed = fmt.Errorf("%w: redis store: closed", sluice.ErrStoreUnavailable
 // decide queues c and waits for its reply, or for ctx to end.
 func (b *batcher) decide(ctx context.Context, c *call) error {
 	if b.cluster {
+		c.slot = slot(c.keys[0])
 		return b.decideInSlot(ctx, c)
 	}
 	select {
@@ -99,17 +161,11 @@ func (b *batcher) decide(ctx context.Context, c *call) error {
 	case <-b.stop:
 		return errClosed
 	}
-	select {
-	case <-c.done:
-		return c.err
-	case <-ctx.Done():
-		return unavailable(ctx.Err()) // the worker still finishes c; nobody reads it
-	}
+	return c.wait(ctx) // (the worker finishes c even if nobody waits)
 }
 
-// decideInSlot sends c at once if its slot has no call in flight (and then, before it returns,
-// hands the requests that arrived meanwhile to a goroutine of their own); else c waits for the
-// slot's next call. The call in flight is bounded by the store's timeout, not by ctx.
+// decideInSlot sends c at once if its slot has no call in flight (and the requests that arrive
+// meanwhile then go together in its next call); else c waits for the slot's next call.
 func (b *batcher) decideInSlot(ctx context.Context, c *call) error {
 	q := &b.slots[c.slot]
 	q.mu.Lock()
@@ -122,24 +178,24 @@ func (b *batcher) decideInSlot(ctx context.Context, c *call) error {
 	if !q.busy {
 		q.busy = true
 		q.mu.Unlock()
-		b.lead(q, []*call{c})
-		return c.err
+		// Sent from a goroutine of its own: the call waits a grace beyond its callers for a
+		// late reply (exec.go), and c's caller waits only as long as its ctx.
+		b.s.bg.Add(1)
+		go b.leadFirst(q, c)
+		return c.wait(ctx)
 	}
 	q.waiting = append(q.waiting, c)
 	q.mu.Unlock()
-	select {
-	case <-c.done:
-		return c.err
-	case <-ctx.Done():
-		return unavailable(ctx.Err()) // the slot's next call still decides c; nobody reads it
-	}
+	return c.wait(ctx) // (the slot's next call decides c even if nobody waits)
 }
 
 // lead sends batch, all of one slot, then passes on what waits for the slot: to a new
 // goroutine, so that the caller of the first request gets its answer without waiting for more.
 func (b *batcher) lead(q *slotQueue, batch []*call) {
-	w := worker{b: b}
-	w.send(batch)
+	if q.w == nil {
+		q.w = &worker{b: b}
+	}
+	q.w.send(batch)
 	q.mu.Lock()
 	if len(q.waiting) == 0 {
 		q.busy = false
@@ -151,7 +207,14 @@ func (b *batcher) lead(q *slotQueue, batch []*call) {
 	q.waiting = append(q.waiting[:0], q.waiting[n:]...)
 	clear(q.waiting[len(q.waiting) : len(q.waiting)+n]) // (no stale pointers kept)
 	q.mu.Unlock()
-	go b.lead(q, next)
+	b.s.bg.Go(func() { b.lead(q, next) })
+}
+
+// leadFirst is lead of c alone, from a goroutine of the store's.
+func (b *batcher) leadFirst(q *slotQueue, c *call) {
+	defer b.s.bg.Done()
+	q.first[0] = c // (q is busy until lead ends: no other leadFirst of q runs meanwhile)
+	b.lead(q, q.first[:])
 }
 
 func (b *batcher) work() {
@@ -179,110 +242,114 @@ func (b *batcher) work() {
 	}
 }
 
-// worker is one worker's scratch space, reused from batch to batch.
+// worker is one worker's scratch space, reused from batch to batch; it is the executor's job
+// for a batch of several (batch.lua).
 type worker struct {
-	b          *batcher
-	keys, args []string
-	live       []*call
+	b     *batcher
+	keys  []string
+	argv  []string
+	live  []*call
+	batch []*call // the batch being sent
 }
 
-// send decides batch (on a cluster, all of one slot) with one script call, and hands each call
-// its reply. Calls whose callers no longer wait are not sent; each call sent carries its
-// deadline — its caller's, or this call's own timeout if sooner.
+// send decides batch (on a cluster, all of one slot) with one script call through the executor
+// (a batch of one: its single script), and hands each call its result. Calls whose callers no
+// longer wait are not sent; each call sent carries its deadline — its caller's, or this call's
+// own bound if sooner. The worker waits lateGrace longer than that for the reply: a caller that
+// stopped waiting meanwhile abandoned its call, and what its reply consumed is given back.
 func (w *worker) send(batch []*call) {
-	b := w.b
+	b, s := w.b, w.b.s
 	consumes := false
 	for _, c := range batch {
-		consumes = consumes || c.args[4] != "0" // cost
+		consumes = consumes || c.cost > 0
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), b.s.callTimeout(consumes))
+	timeout := s.callTimeout(consumes)
+	ctx, cancel := context.WithTimeout(context.Background(), timeout+s.lateGrace())
 	defer cancel()
-	sendBy, _ := ctx.Deadline()
 	now := time.Now()
+	sendBy := now.Add(timeout)
 	w.live = w.live[:0]
 	for _, c := range batch {
-		if now.Before(c.deadline) {
+		if now.Before(c.deadline) && c.state.Load() != abandoned {
 			w.live = append(w.live, c)
 		} else {
 			c.err = unavailable(context.DeadlineExceeded)
-			close(c.done)
+			c.deliver()
 		}
 	}
 	batch = w.live
 	if len(batch) == 0 {
 		return
 	}
-	var sl uint16 // the offsets' slot: the batch's on a cluster
-	if b.cluster {
-		sl = batch[0].slot
-	}
-	est, ok := b.c.estimate(sl)
-	deadline := func(c *call) string {
-		if sendBy.Before(c.deadline) {
-			return deadlineArg(est, ok, sendBy)
-		}
-		return deadlineArg(est, ok, c.deadline)
-	}
-	b.s.calls.Add(1)
-	var a ack // one WAIT for the call, whose writes are all on its connection
-	wait := b.s.waitFor(consumes, &a, func(reply []int64) bool {
-		for i, c := range batch {
-			if len(reply) > 6*i && reply[6*i] == 1 && c.args[4] != "0" {
-				return true
-			}
-		}
-		return false
-	})
 	if len(batch) == 1 {
-		c := batch[0]
-		reply, err := b.s.execSingle(ctx, b.c, c.alg, c.cal, c.keys, c.args, deadline(c), wait).AsIntSlice()
-		switch {
-		case err != nil:
-			c.err = b.c.failed(sl, err)
-		case len(reply) != 7:
-			c.err = unavailable(fmt.Errorf("script replied %d numbers, want 7", len(reply)))
-		case a.err != nil: // consumed, and not on enough replicas
-			b.c.learn(sl, reply[6])
-			c.err = a.err
-		default:
-			b.c.learn(sl, reply[6])
-			copy(c.reply[:], reply[:7])
-		}
-		close(c.done)
+		w.alone(ctx, batch[0], sendBy, batch[0].inst)
 		return
 	}
-	w.keys, w.args = w.keys[:0], w.args[:0]
-	w.args = append(w.args, strconv.Itoa(len(batch)), b.s.now(), b.s.slack)
+	w.batch = batch
+	w.keys = w.keys[:0]
 	for _, c := range batch {
 		w.keys = append(w.keys, c.keys[0], c.keys[1])
-		w.args = append(w.args, c.args[:]...)
 	}
-	for _, c := range batch {
-		w.args = append(w.args, deadline(c))
-	}
-	reply, err := b.s.exec(ctx, b.c, b.script, w.keys, w.args, wait).AsIntSlice()
-	if err == nil && len(reply) != 6*len(batch)+1 {
-		err = fmt.Errorf("script replied %d numbers, want %d", len(reply), 6*len(batch)+1)
-	}
-	if err == nil {
-		b.c.learn(sl, reply[6*len(batch)])
-	}
+	r := request{p: b.script, keys: w.keys, want: 6*len(batch) + 1, consumes: consumes, decides: true, worker: true, by: sendBy}
+	reply, err := s.run(ctx, b.c, &r, w)
 	for i, c := range batch {
 		switch {
-		case err != nil:
-			c.err = unavailable(err)
+		case err != nil && (reply == nil || (reply[6*i] == 1 && c.cost > 0)):
+			c.err = err // (a shortfall of WAIT fails those that consumed, given back: the executor)
 		case reply[6*i] == -1:
 			c.err = errDeadlinePassed
-		case reply[6*i] == -2: // Redis's time is outside the calendar windows passed: see calendar.go
-			c.err = fmt.Errorf("%w: redis store: %s%d is outside the calendar windows passed", sluice.ErrStoreUnavailable, calendarReply, reply[6*len(batch)])
-		case a.err != nil && reply[6*i] == 1 && c.args[4] != "0": // consumed, not on enough replicas
-			c.err = a.err
+		case reply[6*i] == -2: // Redis's time is outside the calendar windows passed: asked alone around it
+			w.alone(ctx, c, sendBy, reply[6*len(batch)])
+			continue
 		default:
 			copy(c.reply[:6], reply[6*i:6*i+6])
 			c.reply[6] = reply[6*len(batch)]
 		}
-		close(c.done)
+		s.hand(c)
 	}
+	w.batch = nil
+}
+
+// alone decides c with its single script, its windows (if a calendar policy) around inst.
+func (w *worker) alone(ctx context.Context, c *call, sendBy time.Time, inst int64) {
+	r := c.request(w.b.s, sendBy, true)
+	r.inst = inst
+	reply, err := w.b.s.run(ctx, w.b.c, &r, c)
+	if c.err = err; err == nil {
+		copy(c.reply[:], reply)
+	}
+	w.b.s.hand(c)
+}
+
+// arguments implements job: batch.lua's ARGV.
+func (w *worker) arguments(f *frame) ([]string, error) {
+	w.argv = append(w.argv[:0], strconv.Itoa(len(w.batch)), f.s.now(), f.s.slack)
+	for _, c := range w.batch {
+		w.argv = append(w.argv, c.args[:]...)
+	}
+	for _, c := range w.batch {
+		w.argv = append(w.argv, f.deadline(c.deadline))
+	}
+	return w.argv, nil
+}
+
+func (w *worker) consumed(reply []int64) bool {
+	for i, c := range w.batch {
+		if len(reply) > 6*i && reply[6*i] == 1 && c.cost > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+func (w *worker) giveBack(reply []int64) []refund {
+	var rs []refund
+	for i, c := range w.batch {
+		if reply[6*i] == 1 && c.cost > 0 {
+			rs = append(rs, refund{key: c.key, p: c.p, at: reply[len(reply)-1], cost: c.cost})
+		}
+	}
+	return rs
 }
 
 // slot is Redis Cluster's hash slot of key: the CRC16 (XMODEM) of its hash tag — the text
@@ -314,7 +381,7 @@ func (b *batcher) drain() {
 		select {
 		case c := <-b.queue:
 			c.err = errClosed
-			close(c.done)
+			c.deliver()
 		default:
 			return
 		}
@@ -322,6 +389,6 @@ func (b *batcher) drain() {
 }
 
 func (b *batcher) close() {
-	close(b.stop)
+	b.closing.Do(func() { close(b.stop) })
 	b.stopped.Wait() // (the cluster's slot calls in flight end with the client's closing)
 }

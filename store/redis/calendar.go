@@ -1,7 +1,6 @@
 package redis
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"strconv"
@@ -144,64 +143,4 @@ const calendarReply = "sluice: calendar: time "
 
 // calendarMiss returns the Redis time of an error reply saying that the calendar windows passed
 // do not hold it.
-func calendarMiss(err error) (int64, bool) {
-	if err == nil {
-		return 0, false
-	}
-	msg := err.Error()
-	i := strings.Index(msg, calendarReply)
-	if i < 0 {
-		return 0, false
-	}
-	rest := msg[i+len(calendarReply):]
-	if j := strings.IndexByte(rest, ' '); j >= 0 {
-		rest = rest[:j]
-	}
-	t, perr := strconv.ParseInt(rest, 10, 64)
-	return t, perr == nil
-}
-
-// decideCalendarAt is Decide's second attempt at a calendar decision whose windows, passed around
-// the instance's clock, did not hold Redis's time t (from the error reply): the windows around t,
-// in one script call of its own. The first attempt wrote nothing.
-func (s *Store) decideCalendarAt(ctx context.Context, c *conn, p *sluice.Policy, cost int64, cacheKey string, fp fingerprint, sent int64,
-	hash, log string, args [5]string, deadline time.Time, t int64) (sluice.Decision, error) {
-	fail := sluice.Decision{Limit: p.Capacity()}
-	period, err := calendarArg(p, t)
-	if err != nil {
-		return fail, err
-	}
-	args[2] = period
-	s.calls.Add(1)
-	sl := c.slot(hash)
-	var a ack
-	reply, err := s.execSingle(ctx, c, p.Algorithm, true, [2]string{hash, log}, args, c.deadlineArg(sl, deadline), s.waitFor(cost > 0, &a, allowed)).AsIntSlice()
-	if err != nil {
-		if _, ok := calendarMiss(err); ok {
-			return fail, fmt.Errorf("%w: %w: redis store: policy %q: %v", sluice.ErrStoreUnavailable, errCalendarRange, p.Name, err)
-		}
-		return fail, c.failed(sl, err)
-	}
-	if len(reply) != 7 {
-		return fail, fmt.Errorf("%w: redis store: script replied %d numbers, want 7", sluice.ErrStoreUnavailable, len(reply))
-	}
-	c.learn(sl, reply[6])
-	if a.err != nil {
-		if s.refused != nil {
-			s.refused.forget(cacheKey)
-		}
-		return fail, a.err
-	}
-	d := algorithm.MakeDecision(reply[0] == 1, reply[1], reply[2], reply[3], reply[4], reply[5])
-	d.At = reply[6] // the script's now, as on the first try
-	if s.refused != nil {
-		if d.Allowed {
-			if cost > 0 {
-				s.refused.forget(cacheKey)
-			}
-		} else {
-			s.refused.remember(cacheKey, fp, cost, sent, d)
-		}
-	}
-	return d, nil
-}
+func calendarMiss(err error) (int64, bool) { return replyTime(err, calendarReply) }

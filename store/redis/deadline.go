@@ -237,22 +237,26 @@ var errDeadlinePassed = fmt.Errorf("%w: redis store: the call reached Redis afte
 const deadlineReply = "sluice: deadline passed: time "
 
 // deadlinePassed reports whether err is a script's deadline error, and the Redis TIME it carries.
-func deadlinePassed(err error) (int64, bool) {
+func deadlinePassed(err error) (int64, bool) { return replyTime(err, deadlineReply) }
+
+// replyTime returns the time (µs) that follows prefix in the scripts' error reply err, if it is
+// one that has it.
+func replyTime(err error, prefix string) (int64, bool) {
 	re, ok := rueidis.IsRedisErr(err)
 	if !ok {
 		return 0, false
 	}
 	msg := re.Error()
-	i := strings.Index(msg, deadlineReply)
+	i := strings.Index(msg, prefix)
 	if i < 0 {
 		return 0, false
 	}
-	rest := msg[i+len(deadlineReply):]
+	rest := msg[i+len(prefix):]
 	if j := strings.IndexByte(rest, ' '); j >= 0 {
 		rest = rest[:j]
 	}
-	t, err := strconv.ParseInt(rest, 10, 64)
-	return t, err == nil
+	t, perr := strconv.ParseInt(rest, 10, 64)
+	return t, perr == nil
 }
 
 // monoMicros is this process's monotonic clock, µs.

@@ -32,6 +32,7 @@ import (
 	"net"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -47,7 +48,7 @@ import (
 //
 //	ACL SETUSER sluice on >PASSWORD <ACLRules>
 //
-// With another Prefix, change ~rate-limit:* to it. The rules grant: SELECT for a URL's database
+// With another Prefix, change ~rate-limit:* and &rate-limit:* to it. The rules grant: SELECT for a URL's database
 // and PING for readiness checks (logging in, HELLO with AUTH, needs no grant; the client
 // library's CLIENT SETINFO may fail); the decisions as functions of the store's library (FCALL,
 // and FUNCTION LOAD when a node does not have it yet: funcs.go), and as scripts (EVALSHA, and
@@ -58,8 +59,10 @@ import (
 // of the instance registry's script (fleet.lua) and of concurrency limits (concurrency.go,
 // ZSCORE too), and the registry's hash of the instances' counts (HSET, HDEL, HMGET); WAIT, for replicas_ack; and ROLE, with which the
 // client checks that the server Sentinel names is the primary (and the store counts the replicas
-// replicas_ack waits for). Nothing else: no other keys, no channels, no FLUSHALL, no CONFIG.
-const ACLRules = "resetkeys ~rate-limit:* resetchannels -@all +select +ping +time " +
+// replicas_ack waits for); PUBLISH and SUBSCRIBE on the prefix's channel, where settlements that
+// give quota back name their keys for every instance's negative cache (negcache.go). Nothing
+// else: no other keys or channels, no FLUSHALL, no CONFIG.
+const ACLRules = "resetkeys ~rate-limit:* resetchannels &rate-limit:* -@all +select +ping +time +publish +subscribe " +
 	"+fcall +function|load +evalsha +eval +get +set +exists +hmget +del +pexpire +rpush +lrange +lset +ltrim +llen +zadd +zrem +zremrangebyscore +zcard +zrange +zscore +hset +hdel +cluster|slots +cluster|shards +asking" +
 	" +wait +role"
 
@@ -86,13 +89,17 @@ type Options struct {
 	Sentinel *Sentinel
 	// ReplicasAck, if > 0, confirms every decision that consumed quota with WAIT on that many
 	// replicas before answering it: one that fewer acknowledged within ReplicasAckTimeout fails
-	// with ErrStoreUnavailable, so the failure mode decides (wait.go says what this guarantees).
+	// with ErrStoreUnavailable, so the failure mode decides, and its charge is given back; a
+	// settlement fails with ErrUnconfirmed (applied). wait.go says what this guarantees.
 	ReplicasAck int
 	// ReplicasAckTimeout bounds the WAIT (default Timeout; whole milliseconds, rounded up). A
 	// consuming call is then bounded by Timeout + ReplicasAckTimeout.
 	ReplicasAckTimeout time.Duration
 
-	Prefix  string        // key prefix; default DefaultPrefix
+	// Prefix starts every key of the store (default DefaultPrefix, "rate-limit:"). A prefix that
+	// does not end in ':' gets one: "ctr" names the keys "ctr:{client}:policy…" and
+	// "ctr:instances", never "ctr{client}…" glued to the names after it.
+	Prefix  string
 	Timeout time.Duration // bound on every store call; default DefaultTimeout
 	// Clock, if set, supplies now instead of Redis TIME: for running real Redis on virtual time
 	// in tests. Production leaves it nil. The scripts take times within 2^60 µs (36,000 years)
@@ -123,7 +130,8 @@ type Store struct {
 	slack    string // ttl_slack argument, µs
 	maxBatch int    // 1: one script per decision
 	log      *slog.Logger
-	scripts  bool // Options.scripts
+	scripts  bool     // Options.scripts
+	secrets  []string // the options' credentials, never to be quoted (secrets.go)
 	single   [6]*program
 	multi    *program
 	batch    *program
@@ -142,6 +150,9 @@ type Store struct {
 
 	calls, cacheHits atomic.Uint64
 
+	bg        sync.WaitGroup // what runs on beyond a call: late replies, give-backs (exec.go)
+	refunding chan struct{}  // bounds the give-backs in flight
+
 	betweenPhases func() // tests: run between the checks and the commits of acrossSlots
 
 	instanceClock func() time.Time // tests: the instance's clock that calendar windows are passed around (calendar.go)
@@ -151,11 +162,12 @@ type Store struct {
 type conn struct {
 	client    rueidis.Client
 	cluster   bool
-	functions bool          // calls go to the library's functions (FCALL); false: the scripts (funcs.go)
-	batch     *batcher      // nil: one script per decision
-	offsets   *offsets      // Redis's clock, for deadlines; nil with Options.Clock
-	stop      chan struct{} // ends refresh
-	refreshed chan struct{} // closed when refresh has ended; nil if it never ran
+	functions bool           // calls go to the library's functions (FCALL); false: the scripts (funcs.go)
+	batch     *batcher       // nil: one script per decision
+	offsets   *offsets       // Redis's clock, for deadlines; nil with Options.Clock
+	stop      chan struct{}  // ends refresh and listen
+	refreshed chan struct{}  // closed when refresh has ended; nil if it never ran
+	listening sync.WaitGroup // listen (negcache.go)
 }
 
 // Backoff between the attempts to connect in the background.
@@ -175,6 +187,15 @@ var (
 // password, an ACL user without TIME, a certificate the TLS config does not trust); that error
 // wraps sluice.ErrStoreUnavailable too.
 func New(opts Options) (*Store, error) {
+	s, err := open(opts)
+	if err != nil {
+		return nil, redact(err, credentials(&opts)) // (secrets.go)
+	}
+	return s, nil
+}
+
+// open is New, whose errors may still quote a credential.
+func open(opts Options) (*Store, error) {
 	var co rueidis.ClientOption
 	if opts.Sentinel != nil {
 		if err := sentinelOption(&co, &opts); err != nil {
@@ -210,9 +231,12 @@ func New(opts Options) (*Store, error) {
 		co.Password = opts.Password
 	}
 	co.DisableCache = true // no client-side caching: every decision is a script
-	s := &Store{prefix: opts.Prefix, timeout: opts.Timeout, clock: opts.Clock, slack: "0", maxBatch: opts.MaxBatch, log: opts.Logger, scripts: opts.scripts}
+	s := &Store{prefix: opts.Prefix, timeout: opts.Timeout, clock: opts.Clock, slack: "0", maxBatch: opts.MaxBatch, log: opts.Logger, scripts: opts.scripts,
+		secrets: credentials(&opts), refunding: make(chan struct{}, maxRefunding)}
 	if s.prefix == "" {
 		s.prefix = DefaultPrefix
+	} else if !strings.HasSuffix(s.prefix, ":") {
+		s.prefix += ":" // (Options.Prefix: keys are prefix + name, never glued to it)
 	}
 	if s.timeout <= 0 {
 		s.timeout = DefaultTimeout
@@ -263,7 +287,9 @@ func New(opts Options) (*Store, error) {
 		return s, nil
 	}
 	err = fmt.Errorf("%w: redis store: connecting to %s: %w", sluice.ErrStoreUnavailable, s.where(), err)
-	if !unreachable(err) {
+	reachable := !unreachable(err)
+	err = redact(err, s.secrets)
+	if reachable {
 		s.cancel()
 		return nil, err
 	}
@@ -329,6 +355,17 @@ func (s *Store) connect() (*conn, error) {
 	if s.maxBatch != 1 {
 		c.batch = newBatcher(s, c, s.maxBatch, c.cluster)
 	}
+	if s.refused != nil {
+		first := make(chan struct{})
+		c.listening.Add(1)
+		go s.listen(c, first)
+		t := time.NewTimer(max(s.timeout, time.Second)) // (the cache is off until then: decisions go to Redis)
+		select {
+		case <-first:
+		case <-t.C:
+		}
+		t.Stop()
+	}
 	if s.acks != nil {
 		s.acks.checkReplicas(s.ctx, client, max(s.timeout, time.Second), s.log)
 	}
@@ -358,8 +395,10 @@ func (s *Store) connectLater() {
 			return
 		}
 		err = fmt.Errorf("%w: redis store: connecting to %s: %w", sluice.ErrStoreUnavailable, s.where(), err)
+		reachable := !unreachable(err)
+		err = redact(err, s.secrets)
 		s.lastErr.Store(&err)
-		if !unreachable(err) { // it answers, and refuses: say so, and keep trying
+		if reachable { // it answers, and refuses: say so, and keep trying
 			s.log.Error("Redis answers but refuses the connection; the failure mode decides", "error", err.Error())
 		}
 		wait = min(2*wait, connectMaxRetry)
@@ -389,7 +428,12 @@ func (s *Store) Close() {
 		if s.done != nil {
 			<-s.done
 		}
-		if c := s.conn.Load(); c != nil {
+		c := s.conn.Load()
+		if c != nil && c.batch != nil {
+			c.batch.close() // (its workers give back what their abandoned calls consumed)
+		}
+		s.bg.Wait() // late replies end within their bound, give-backs within theirs
+		if c != nil {
 			c.close()
 		}
 	})
@@ -397,11 +441,12 @@ func (s *Store) Close() {
 
 func (c *conn) close() {
 	close(c.stop)
+	c.listening.Wait()
 	if c.refreshed != nil {
 		<-c.refreshed
 	}
 	if c.batch != nil {
-		c.batch.close()
+		c.batch.close() // (again after Close: a no-op)
 	}
 	c.client.Close()
 }
@@ -422,6 +467,12 @@ func (s *Store) Stats() Stats { return Stats{Calls: s.calls.Load(), CacheHits: s
 func (s *Store) keys(key, policy string) (string, string) {
 	k := s.prefix + "{" + key + "}:" + policy
 	return k + stateSuffix, k + ":log"
+}
+
+// stateKey is the first of keys: the state string's key, which also names the key's entry in
+// the negative cache and its invalidations (negcache.go).
+func (s *Store) stateKey(key, policy string) string {
+	return s.prefix + "{" + key + "}:" + policy + stateSuffix
 }
 
 // stateSuffix ends the name of a state string (format 2: one string written by SET … PX).
@@ -470,26 +521,29 @@ func (s *Store) Decide(ctx context.Context, key string, p sluice.Policy, cost in
 	if p.Algorithm == sluice.Concurrency {
 		return s.decideConc(ctx, key, p, cost)
 	}
-	cacheKey, fp := p.Name+"\x00"+key, fingerprintOf(&p)
+	hash := s.stateKey(key, p.Name)
+	fp := fingerprintOf(&p)
 	sent := s.localNow()
+	var gen uint64
 	if s.refused != nil {
-		if d, ok := s.refused.lookup(cacheKey, fp, cost, sent); ok {
+		if d, ok := s.refused.lookup(hash, fp, cost, sent); ok {
 			s.cacheHits.Add(1)
 			return d, nil
 		}
+		gen = s.refused.generation(hash)
 	}
 	c, err := s.connected()
 	if err != nil {
 		return sluice.Decision{Limit: p.Capacity()}, err
 	}
-	hash, log := s.keys(key, p.Name)
 	ctx, cancel := context.WithTimeout(ctx, s.callTimeout(cost > 0))
 	defer cancel()
 	deadline, _ := ctx.Deadline()
-	cal := p.Calendar != algorithm.NoCalendar
+	var inst int64
 	period := ""
-	if cal {
-		if period, err = calendarArg(&p, s.instanceNow()); err != nil {
+	if p.Calendar != algorithm.NoCalendar {
+		inst = s.instanceNow()
+		if period, err = calendarArg(&p, inst); err != nil {
 			return sluice.Decision{Limit: p.Capacity()}, err
 		}
 	} else {
@@ -497,61 +551,37 @@ func (s *Store) Decide(ctx context.Context, key string, p sluice.Policy, cost in
 	}
 	args := [5]string{strconv.Itoa(int(p.Algorithm)), strconv.FormatInt(p.Limit, 10), period,
 		strconv.FormatInt(p.Burst, 10), strconv.FormatInt(cost, 10)}
-	var reply []int64
+	call := newCall(key, &p, cost, hash, hash[:len(hash)-len(stateSuffix)]+":log", args, inst, deadline)
 	if c.batch != nil {
-		call := c.batch.newCall(p.Algorithm, hash, log, args, deadline)
-		call.cal = cal
-		if err = c.batch.decide(ctx, call); err != nil {
-			if t, ok := calendarMiss(err); ok && cal {
-				return s.decideCalendarAt(ctx, c, &p, cost, cacheKey, fp, sent, hash, log, args, deadline, t)
-			}
-			return sluice.Decision{Limit: p.Capacity()}, err
-		}
-		reply = call.reply[:]
+		err = c.batch.decide(ctx, call)
 	} else {
-		s.calls.Add(1)
-		sl := c.slot(hash)
-		var a ack
-		reply, err = s.execSingle(ctx, c, p.Algorithm, cal, [2]string{hash, log}, args, c.deadlineArg(sl, deadline), s.waitFor(cost > 0, &a, allowed)).AsIntSlice()
-		if err != nil {
-			if t, ok := calendarMiss(err); ok && cal {
-				return s.decideCalendarAt(ctx, c, &p, cost, cacheKey, fp, sent, hash, log, args, deadline, t)
-			}
-			return sluice.Decision{Limit: p.Capacity()}, c.failed(sl, err)
-		}
-		if len(reply) != 7 {
-			return sluice.Decision{Limit: p.Capacity()}, fmt.Errorf("%w: redis store: script replied %d numbers, want 7", sluice.ErrStoreUnavailable, len(reply))
-		}
-		c.learn(sl, reply[6])
-		if a.err != nil { // consumed, and not on enough replicas
-			if s.refused != nil {
-				s.refused.forget(cacheKey)
-			}
-			return sluice.Decision{Limit: p.Capacity()}, a.err
+		r := call.request(s, deadline, false)
+		var reply []int64
+		if reply, err = s.run(ctx, c, &r, call); err == nil {
+			copy(call.reply[:], reply)
 		}
 	}
-	d = algorithm.MakeDecision(reply[0] == 1, reply[1], reply[2], reply[3], reply[4], reply[5])
-	d.At = reply[6] // the script's now: what a settlement of the charge takes
-	if s.refused != nil {
-		if d.Allowed {
-			if cost > 0 {
-				s.refused.forget(cacheKey) // the state moved: a cached refusal's numbers are stale
-			}
-		} else {
-			s.refused.remember(cacheKey, fp, cost, sent, d)
-		}
+	if err != nil {
+		return sluice.Decision{Limit: p.Capacity()}, err
 	}
+	d = decisionOf(call.reply[:6], call.reply[6])
+	s.noteDecision(hash, fp, cost, sent, gen, &d)
 	return d, nil
 }
 
-// execSingle runs a's single script (cal: its calendar single script) on c, on the keys with args
-// (single.lua's ARGV[1..5]) and the deadline argument (ARGV[8]); with wait, confirmed by WAIT (exec).
-func (s *Store) execSingle(ctx context.Context, c *conn, a sluice.Algorithm, cal bool, keys [2]string, args [5]string, deadline string, wait *ack) rueidis.RedisResult {
-	p := s.single[a]
-	if cal {
-		p = s.calSingle[a]
+// noteDecision keeps the negative cache exact after a decision of the state key hash under the
+// policy fp at cost, whose request was sent at sent (the cache's generation for the key then:
+// gen): a refusal is remembered, an approval that consumed forgets a refusal (its numbers are
+// stale).
+func (s *Store) noteDecision(hash string, fp fingerprint, cost, sent int64, gen uint64, d *sluice.Decision) {
+	if s.refused == nil {
+		return
 	}
-	return s.exec(ctx, c, p, keys[:], append(args[:], s.now(), s.slack, deadline), wait)
+	if !d.Allowed {
+		s.refused.remember(hash, fp, cost, sent, gen, *d)
+	} else if cost > 0 {
+		s.refused.forget(hash)
+	}
 }
 
 // slot is the key's hash slot on a cluster, 0 on a single server (the offsets' index).
@@ -560,17 +590,6 @@ func (c *conn) slot(key string) uint16 {
 		return 0
 	}
 	return slot(key)
-}
-
-// failed returns the error of a script call on slot that failed with err: errDeadlinePassed if
-// the script came after its deadline (and its Redis TIME is learned: the reply did arrive), else
-// unavailable.
-func (c *conn) failed(slot uint16, err error) error {
-	if t, ok := deadlinePassed(err); ok {
-		c.learn(slot, t)
-		return errDeadlinePassed
-	}
-	return unavailable(err)
 }
 
 // DecideAll implements sluice.Store with one script when it can: on a single server, and on a
@@ -634,105 +653,150 @@ type multiCall struct {
 	inst     int64 // the instance's time, µs, if calendar
 }
 
-// exec runs the multi script on the limits at the indices in which (nil: all of them; on a
-// cluster they must share a slot), filling their decisions, and reports whether every enforced
-// one allowed. check: decide without writing (the script's 'check').
+// exec decides the limits at the indices in which (nil: all of them; on a cluster they must
+// share a slot) with one call through the executor — the multi script, or the conc script if
+// they include concurrency limits (concurrency.go) —, fills their decisions, and reports
+// whether every enforced one allowed. check: decide without writing (the scripts' 'check').
 func (m *multiCall) exec(ctx context.Context, which []int, check bool) (bool, error) {
-	if m.concurrent(which) {
-		return m.execConc(ctx, which, check)
+	j := &multiJob{m: m, check: check}
+	each := func(i int) error {
+		l := &m.limits[i]
+		if l.Policy.Algorithm != sluice.Concurrency {
+			j.rate = append(j.rate, i)
+			return nil
+		}
+		if l.Lease == 0 && l.Cost > 0 {
+			m.out[i] = algorithm.MakeDecision(false, l.Policy.Limit, 0, -1, 0, 0)
+			return fmt.Errorf("%w: policy %q: the limit has no Lease", sluice.ErrNoLease, l.Policy.Name)
+		}
+		j.conc = append(j.conc, i)
+		return nil
 	}
-	n := len(which)
-	keys := m.keys
 	if which == nil {
-		n = len(m.limits)
+		for i := range m.limits {
+			if err := each(i); err != nil {
+				return false, err
+			}
+		}
 	} else {
-		keys = make([]string, 0, 2*n)
 		for _, i := range which {
-			keys = append(keys, m.keys[2*i], m.keys[2*i+1])
+			if err := each(i); err != nil {
+				return false, err
+			}
 		}
 	}
-	limit := func(j int) int {
-		if which == nil {
-			return j
-		}
-		return which[j]
+	keys := make([]string, 0, 2*len(j.rate)+len(j.conc))
+	for _, i := range j.rate {
+		keys = append(keys, m.keys[2*i], m.keys[2*i+1])
 	}
-	args := make([]string, 0, 5+multiArgs*n)
-	inst, attempt := m.inst, 0
-again: // (once more if Redis's time was outside the calendar windows passed: see calendar.go)
-	args = append(args[:0], strconv.Itoa(n), m.now, m.s.slack)
-	for j := range n {
-		l := &m.limits[limit(j)]
-		dry := "0"
-		if l.DryRun {
-			dry = "1"
+	p := m.s.multi
+	if len(j.conc) > 0 {
+		p = concProgram
+		for _, i := range j.conc {
+			keys = append(keys, m.s.slotsKey(m.limits[i].EffectiveKey(m.key), m.limits[i].Policy.Name))
 		}
-		period, err := periodArg(&l.Policy, inst)
-		if err != nil {
-			return false, err
-		}
-		args = append(args, strconv.Itoa(int(l.Policy.Algorithm)), strconv.FormatInt(l.Policy.Limit, 10),
-			period, strconv.FormatInt(l.Policy.Burst, 10), strconv.FormatInt(l.Cost, 10),
-			strconv.FormatInt(l.MaxDelayMicros(), 10), dry)
 	}
-	if check {
-		args = append(args, "check")
+	j.order = append(j.rate[:len(j.rate):len(j.rate)], j.conc...)
+	consumes := false
+	for _, i := range j.order {
+		consumes = consumes || (m.limits[i].Cost > 0 && !check)
 	}
 	deadline, _ := ctx.Deadline()
-	sl := m.c.slot(keys[0])
-	args = append(args, m.c.deadlineArg(sl, deadline))
-	m.s.calls.Add(1)
-	consumes := false
-	for j := range n {
-		consumes = consumes || m.limits[limit(j)].Cost > 0
-	}
-	var a ack
-	reply, err := m.s.exec(ctx, m.c, m.s.multi, keys, args, m.s.waitFor(consumes && !check, &a, func(reply []int64) bool {
-		// The script writes only if every enforced limit allows; then those that allowed.
-		wrote := false
-		for j := range min(n, len(reply)/6) {
-			l := &m.limits[limit(j)]
-			if reply[6*j] != 1 && !l.DryRun {
-				return false
-			}
-			wrote = wrote || (reply[6*j] == 1 && l.Cost > 0)
-		}
-		return wrote
-	})).AsIntSlice()
+	n := len(j.order)
+	r := request{p: p, keys: keys, want: 6*n + 1, calendar: m.calendar, inst: m.inst, consumes: consumes, decides: true, by: deadline}
+	reply, err := m.s.run(ctx, m.c, &r, j)
 	if err != nil {
-		if t, ok := calendarMiss(err); ok && m.calendar {
-			if attempt++; attempt == 1 {
-				inst = t
-				goto again
-			}
-			return false, fmt.Errorf("%w: %w: redis store: %v", sluice.ErrStoreUnavailable, errCalendarRange, err)
-		}
-		return false, m.c.failed(sl, err)
+		return false, err
 	}
-	if len(reply) != 6*n+1 {
-		return false, fmt.Errorf("%w: redis store: script replied %d numbers, want %d", sluice.ErrStoreUnavailable, len(reply), 6*n+1)
-	}
-	m.c.learn(sl, reply[6*n])
 	all := true
-	for j := range n {
-		i := limit(j)
-		r := reply[6*j : 6*j+6]
-		m.out[i] = algorithm.MakeDecision(r[0] == 1, r[1], r[2], r[3], r[4], r[5])
-		m.out[i].At = reply[6*n] // the script's now: what a settlement of the charge takes
+	for k, i := range j.order {
+		m.out[i] = decisionOf(reply[6*k:6*k+6], reply[6*n])
+		if m.limits[i].Policy.Algorithm == sluice.Concurrency {
+			m.out[i].At = 0 // (a slot is released, not settled)
+		}
 		all = all && (m.out[i].Allowed || m.limits[i].DryRun)
 	}
 	if all && !check && m.s.refused != nil {
-		// Written: as after Decide's approvals, a cached refusal's numbers are stale.
-		for j := range n {
-			if l := &m.limits[limit(j)]; m.out[limit(j)].Allowed && l.Cost > 0 {
-				m.s.refused.forget(l.Policy.Name + "\x00" + l.EffectiveKey(m.key))
+		for _, i := range j.rate { // written: a cached refusal's numbers are stale (as after Decide's approvals)
+			if m.out[i].Allowed && m.limits[i].Cost > 0 {
+				m.s.refused.forget(m.keys[2*i])
 			}
 		}
 	}
-	if a.err != nil { // written, and not on enough replicas
-		return false, a.err
-	}
 	return all, nil
+}
+
+// multiJob is the executor's job for one call of the multi or conc script: the limits at rate
+// (rate limits) and conc (concurrency limits), whose decisions the reply gives in order.
+type multiJob struct {
+	m          *multiCall
+	rate, conc []int
+	order      []int // rate, then conc
+	check      bool
+	argv       []string
+}
+
+// arguments implements job: multi.lua's ARGV, or conc.lua's if there are concurrency limits.
+func (j *multiJob) arguments(f *frame) ([]string, error) {
+	m := j.m
+	bit := func(b bool) string {
+		if b {
+			return "1"
+		}
+		return "0"
+	}
+	j.argv = append(j.argv[:0], strconv.Itoa(len(j.rate)), m.now, m.s.slack)
+	for _, i := range j.rate {
+		l := &m.limits[i]
+		period, err := periodArg(&l.Policy, f.inst) // a calendar's windows (calendar.go)
+		if err != nil {
+			return nil, err
+		}
+		j.argv = append(j.argv, strconv.Itoa(int(l.Policy.Algorithm)), strconv.FormatInt(l.Policy.Limit, 10),
+			period, strconv.FormatInt(l.Policy.Burst, 10), strconv.FormatInt(l.Cost, 10),
+			strconv.FormatInt(l.MaxDelayMicros(), 10), bit(l.DryRun))
+	}
+	if len(j.conc) > 0 {
+		j.argv = append(j.argv, strconv.Itoa(len(j.conc)))
+		for _, i := range j.conc {
+			l := &m.limits[i]
+			j.argv = append(j.argv, strconv.FormatInt(l.Policy.Limit, 10), strconv.FormatInt(l.Policy.PeriodMicros(), 10),
+				strconv.FormatInt(l.Cost, 10), bit(l.DryRun), leaseArg(l.Lease))
+		}
+	}
+	if j.check {
+		j.argv = append(j.argv, "check")
+	}
+	return append(j.argv, f.deadline(f.by)), nil
+}
+
+// consumed: the scripts write only if every enforced limit allows; then those that allowed.
+func (j *multiJob) consumed(reply []int64) bool {
+	if j.check {
+		return false
+	}
+	wrote := false
+	for k, i := range j.order {
+		if len(reply) < 6*k+1 {
+			return false
+		}
+		l := &j.m.limits[i]
+		if reply[6*k] != 1 && !l.DryRun {
+			return false
+		}
+		wrote = wrote || (reply[6*k] == 1 && l.Cost > 0)
+	}
+	return wrote
+}
+
+func (j *multiJob) giveBack(reply []int64) []refund {
+	var rs []refund
+	for k, i := range j.order {
+		if l := &j.m.limits[i]; reply[6*k] == 1 && l.Cost > 0 {
+			rs = append(rs, refund{key: l.EffectiveKey(j.m.key), p: l.Policy, at: reply[len(reply)-1], cost: l.Cost, lease: l.Lease})
+		}
+	}
+	return rs
 }
 
 // slotGroup is the limits of a DecideAll whose keys lie in one slot of a cluster.

@@ -2,11 +2,10 @@ package redis
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
-	"strings"
-
-	"github.com/redis/rueidis"
+	"time"
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/algorithm"
@@ -26,11 +25,18 @@ import (
 // if that fails too: a clock run back past a recorded window by more than a window).
 //
 // A settlement makes a refusal this instance's negative cache holds for the key stale (a refund
-// frees quota, an extra charge delays it): the cache forgets the key. Other instances' caches
-// still answer their cached refusals until the RetryAfter those carried — never longer: then they
-// ask Redis, which says the truth (a refund's quota waits that long there; an extra charge's
-// refusals come back with their exact RetryAfter).
+// frees quota, an extra charge delays it): the cache forgets the key. A refund also reaches every
+// other instance's cache: the script publishes the key on the prefix's channel (negcache.go).
+//
+// Under replicas_ack, a settlement Redis applied that too few replicas acknowledged fails with an
+// error wrapping sluice.ErrUnconfirmed, not ErrStoreUnavailable: it was made; retrying it would
+// settle twice.
 func (s *Store) Settle(ctx context.Context, key string, p sluice.Policy, at, reserved, actual int64) error {
+	return s.settleWithin(ctx, s.callTimeout(true), key, p, at, reserved, actual)
+}
+
+// settleWithin is Settle bounded by timeout.
+func (s *Store) settleWithin(ctx context.Context, timeout time.Duration, key string, p sluice.Policy, at, reserved, actual int64) error {
 	var d sluice.Decision
 	if err := s.check(&p, 0, &d); err != nil {
 		return err
@@ -46,65 +52,60 @@ func (s *Store) Settle(ctx context.Context, key string, p sluice.Policy, at, res
 		return err
 	}
 	hash, log := s.keys(key, p.Name)
-	ctx, cancel := context.WithTimeout(ctx, s.callTimeout(true))
+	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	deadline, _ := ctx.Deadline()
-	atArg, atWindow := "", ""
+	j := &settleJob{p: &p, reserved: reserved, actual: actual}
 	if at != sluice.SettleNow {
-		atArg = strconv.FormatInt(at, 10)
+		j.at = strconv.FormatInt(at, 10)
 	}
 	// A calendar policy's period is its windows around the instance's clock, as its decisions
 	// pass them: the script settles in the one that holds Redis's now. at's window the instance
 	// computes exactly (SettleNow's is now's, which the script finds among them).
 	cal := p.Calendar != algorithm.NoCalendar
-	period := strconv.FormatInt(p.PeriodMicros(), 10)
+	var inst int64
 	if cal {
-		if period, err = calendarArg(&p, s.instanceNow()); err != nil {
-			return err
-		}
+		inst = s.instanceNow()
 		if at != sluice.SettleNow {
 			_, start, end := p.WindowOf(at)
-			atWindow = strconv.FormatInt(start, 10) + " " + strconv.FormatInt(end, 10)
+			j.atWindow = strconv.FormatInt(start, 10) + " " + strconv.FormatInt(end, 10)
 		}
 	}
-	sl := c.slot(hash)
-	args := []string{strconv.Itoa(int(p.Algorithm)), strconv.FormatInt(p.Limit, 10), period,
-		strconv.FormatInt(p.Burst, 10), atArg, strconv.FormatInt(reserved, 10), strconv.FormatInt(actual, 10),
-		s.now(), s.slack, c.deadlineArg(sl, deadline), atWindow}
-	var a ack
-	var reply []int64
-	for attempt := 0; ; attempt++ {
-		s.calls.Add(1)
-		a = ack{}
-		reply, err = s.exec(ctx, c, s.settle, []string{hash, log}, args,
-			s.waitFor(true, &a, func(reply []int64) bool { return len(reply) > 0 && reply[0] == 1 })).AsIntSlice()
-		t, miss := calendarMiss(err)
-		if !miss || !cal {
-			break
-		}
-		if attempt > 0 {
-			return fmt.Errorf("%w: %w: redis store: policy %q: %v", sluice.ErrStoreUnavailable, errCalendarRange, p.Name, err)
-		}
-		// Redis's time is outside the windows passed (the script wrote nothing): once more,
-		// around the time its reply names, as a decision does.
-		if args[2], err = calendarArg(&p, t); err != nil {
-			return fmt.Errorf("%w: %w", sluice.ErrStoreUnavailable, err)
+	if actual < reserved && s.refused != nil {
+		j.channel = s.channel() // a refund: every instance's cache forgets the key (negcache.go)
+	}
+	r := request{p: s.settle, keys: []string{hash, log}, want: 2, calendar: cal, inst: inst, consumes: true, by: deadline}
+	_, err = s.run(ctx, c, &r, j)
+	if err == nil || errors.Is(err, sluice.ErrUnconfirmed) {
+		if s.refused != nil {
+			s.refused.forget(hash) // the state moved: a cached refusal's numbers are stale
 		}
 	}
-	if err != nil {
-		if re, ok := rueidis.IsRedisErr(err); ok && strings.Contains(re.Error(), "sluice: actual ") {
-			return fmt.Errorf("%w: %v", sluice.ErrCostExceedsLimit, re.Error())
-		}
-		return c.failed(sl, err)
-	}
-	if len(reply) != 2 {
-		return fmt.Errorf("%w: redis store: settle script replied %d numbers, want 2", sluice.ErrStoreUnavailable, len(reply))
-	}
-	c.learn(sl, reply[1])
-	if s.refused != nil {
-		s.refused.forget(p.Name + "\x00" + key) // the state moved: a cached refusal's numbers are stale
-	}
-	return a.err
+	return err
 }
+
+// settleJob is the executor's job for one call of the settle script.
+type settleJob struct {
+	p                *sluice.Policy
+	at, atWindow     string
+	reserved, actual int64
+	channel          string // where a refund is published; "": not published
+}
+
+// arguments implements job: settle.lua's ARGV.
+func (j *settleJob) arguments(f *frame) ([]string, error) {
+	period, err := periodArg(j.p, f.inst)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", sluice.ErrStoreUnavailable, err)
+	}
+	return []string{strconv.Itoa(int(j.p.Algorithm)), strconv.FormatInt(j.p.Limit, 10), period,
+		strconv.FormatInt(j.p.Burst, 10), j.at, strconv.FormatInt(j.reserved, 10), strconv.FormatInt(j.actual, 10),
+		f.s.now(), f.s.slack, f.deadline(f.by), j.atWindow, j.channel}, nil
+}
+
+// consumed: a settlement that changed the state is what WAIT confirms.
+func (j *settleJob) consumed(reply []int64) bool { return len(reply) > 0 && reply[0] == 1 }
+
+func (j *settleJob) giveBack([]int64) []refund { return nil } // (a settlement is not undone: ErrUnconfirmed)
 
 var _ sluice.Settler = (*Store)(nil)

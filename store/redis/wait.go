@@ -8,8 +8,6 @@ import (
 	"time"
 
 	"github.com/redis/rueidis"
-
-	"github.com/sluicehq/sluice"
 )
 
 // Replica-acknowledged decisions (Options.ReplicasAck, store.replicas_ack).
@@ -19,8 +17,9 @@ import (
 // in its place hands that quota out again. With ReplicasAck = N, every script call whose reply
 // says it consumed (a decision allowed at a cost above 0; never the checks of DecideAll across
 // slots) is followed by WAIT N timeout on the same connection, and the decision is answered only
-// if at least N replicas acknowledged it; otherwise the call fails with ErrStoreUnavailable and
-// the failure mode decides (fail-closed refuses, fail-open allows, local decides locally).
+// if at least N replicas acknowledged it; otherwise the call fails with ErrStoreUnavailable (its
+// charge given back, below) and the failure mode decides (fail-closed refuses, fail-open allows,
+// local decides locally). A settlement is confirmed the same way (ErrUnconfirmed if not).
 // Refusals and cost-0 checks write nothing and send no WAIT.
 //
 // Why the same connection: WAIT waits for the writes of the connection it is sent on (up to the
@@ -53,8 +52,13 @@ import (
 //     cluster's replicas elect themselves by offset too, with the same caveats).
 //   - A replica that acknowledged still loses the write if it restarts without persistence, or
 //     resyncs from a primary that lacks it.
-//   - A decision that failed the WAIT did consume on the primary (and perhaps some replicas):
-//     the quota is spent though the failure mode answered. That errs on the side of refusing.
+//   - A decision that failed the WAIT did consume on the primary (and perhaps some replicas).
+//     The executor gives it back (exec.go: a settlement to 0 at the decision's instant, a lease
+//     released, in the background), so that "unavailable: used no quota" holds; until the
+//     give-back has run, and on a primary that then dies without it reaching a replica, the
+//     quota stays spent — on the side of refusing. A settlement that failed the WAIT was applied
+//     and is not undone: it fails with sluice.ErrUnconfirmed (do not retry it), not with
+//     ErrStoreUnavailable (which says nothing changed).
 //   - It costs a round trip more, and the replicas' acknowledgement, on every consuming call,
 //     and a connection per call in flight instead of shared pipelines (a batch of decisions
 //     shares one). With fewer than N replicas connected (after a failover, until a replica is
@@ -104,22 +108,12 @@ func (s *Store) callTimeout(consumes bool) time.Duration {
 	return s.timeout
 }
 
-// ack asks exec to confirm a call's writes with WAIT: consumed says from the script's reply
-// whether it wrote (a decision that allowed with a cost above 0); err is then set to nil if
-// enough replicas acknowledged, else to the error that the consuming decisions fail with.
+// ack asks exec to confirm a call's writes with WAIT: job.consumed says from the script's reply
+// whether it wrote; err is then set to nil if enough replicas acknowledged, else to what fell
+// short (the executor makes it the call's error, exec.go).
 type ack struct {
-	consumed func(reply []int64) bool
-	err      error
-}
-
-// waitFor returns a, prepared with consumed, if the call may consume (consumes) and replicas_ack
-// is on; else nil: no WAIT.
-func (s *Store) waitFor(consumes bool, a *ack, consumed func(reply []int64) bool) *ack {
-	if s.acks == nil || !consumes {
-		return nil
-	}
-	a.consumed = consumed
-	return a
+	job job
+	err error
 }
 
 // exec runs p on c with keys and args: its library function (FCALL) if c calls functions
@@ -145,7 +139,7 @@ func (s *Store) exec(ctx context.Context, c *conn, p *program, keys, args []stri
 		dc.Close() // broken or timed out: its reply may still come; never reuse it
 		return res
 	}
-	if reply, err := res.AsIntSlice(); err != nil || !wait.consumed(reply) {
+	if reply, err := res.AsIntSlice(); err != nil || !wait.job.consumed(reply) {
 		return res // wrote nothing (a refusal, an error): nothing to confirm
 	}
 	w := dc.Do(ctx, dc.B().Wait().Numreplicas(s.acks.n).Timeout(s.acks.millis).Build())
@@ -163,17 +157,12 @@ func (a *acks) shortfall(r rueidis.RedisResult) error {
 	case err == nil && n >= a.n:
 		return nil
 	case err == nil:
-		return fmt.Errorf("%w: redis store: %d of the %d replicas required (replicas_ack) acknowledged the decision within %v; not answered as allowed",
-			sluice.ErrStoreUnavailable, n, a.n, a.timeout)
+		return fmt.Errorf("%d of the %d replicas required (replicas_ack) acknowledged the change within %v", n, a.n, a.timeout)
 	case errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled):
-		return fmt.Errorf("%w: redis store: the decision was not acknowledged by %d replicas (replicas_ack) before the call's end: %v",
-			sluice.ErrStoreUnavailable, a.n, err)
+		return fmt.Errorf("the change was not acknowledged by %d replicas (replicas_ack) before the call's end: %v", a.n, err)
 	}
-	return fmt.Errorf("%w: redis store: WAIT %d (replicas_ack): %v", sluice.ErrStoreUnavailable, a.n, err)
+	return fmt.Errorf("WAIT %d (replicas_ack): %v", a.n, err)
 }
-
-// allowed is consumed for a single decision's reply (whose cost is above 0).
-func allowed(reply []int64) bool { return len(reply) > 0 && reply[0] == 1 }
 
 // checkReplicas warns, at connection, of each primary that has fewer replicas connected than
 // replicas_ack waits for (ROLE): until it has them, every consuming decision there fails.

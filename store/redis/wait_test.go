@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -54,13 +55,12 @@ func TestReplicasAck(t *testing.T) {
 			if !errors.Is(err, sluice.ErrStoreUnavailable) || d.Allowed {
 				t.Fatalf("a decision no replica acknowledged: %+v, %v; want ErrStoreUnavailable", d, err)
 			}
-			if !strings.Contains(err.Error(), "0 of the 1 replicas required (replicas_ack) acknowledged the decision within 500ms") {
+			if !strings.Contains(err.Error(), "0 of the 1 replicas required (replicas_ack) acknowledged the change within 500ms") {
 				t.Errorf("error %q does not say the replicas did not acknowledge", err)
 			}
-			// It consumed on the primary all the same: the next is a refusal, answered.
-			if d, err := st.Decide(ctx, "a", p, 1); err != nil || d.Allowed {
-				t.Fatalf("after the limit: %+v, %v; want a refusal, answered", d, err)
-			}
+			// It consumed on the primary, and the store gives that back ("unavailable: used no
+			// quota"): a cost-0 check sees 1 left again.
+			waitRemaining(t, st, "a", p, 1)
 			if d, err := st.Decide(ctx, "b", p, 0); err != nil || !d.Allowed {
 				t.Fatalf("a cost-0 check with the replica stopped: %+v, %v; want allowed", d, err)
 			}
@@ -145,8 +145,46 @@ func TestReplicasAckWithoutReplicas(t *testing.T) {
 	if _, err := st.Decide(context.Background(), "k", p, 1); !errors.Is(err, sluice.ErrStoreUnavailable) {
 		t.Fatalf("a consuming decision without a replica: %v; want ErrStoreUnavailable", err)
 	}
-	if d, err := st.Decide(context.Background(), "k", p, 1); err != nil || d.Allowed {
-		t.Fatalf("the next (the quota spent all the same): %+v, %v; want a refusal, answered", d, err)
+	waitRemaining(t, st, "k", p, 1) // (consumed on the primary, and given back)
+}
+
+// waitRemaining waits until a cost-0 check of key under p sees remaining left: what a decision
+// answered unavailable consumed is given back in the background.
+func waitRemaining(t *testing.T, st *redis.Store, key string, p sluice.Policy, remaining int64) {
+	t.Helper()
+	var d sluice.Decision
+	var err error
+	for end := time.Now().Add(10 * time.Second); time.Now().Before(end); {
+		if d, err = st.Decide(context.Background(), key, p, 0); err == nil && d.Remaining == remaining {
+			return
+		}
+		runtime.Gosched()
+	}
+	t.Fatalf("%s: %+v, %v; want %d left (what the decision answered unavailable consumed given back)", key, d, err, remaining)
+}
+
+// TestSettleUnconfirmed: a settlement that Redis applied but too few replicas acknowledged
+// (replicas_ack, the replica suspended) fails with sluice.ErrUnconfirmed — the change was made:
+// do not retry it — not with ErrStoreUnavailable, which says nothing changed (it used to, and a
+// caller that retried refunded twice). The refund is applied once.
+func TestSettleUnconfirmed(t *testing.T) {
+	g := redistest.StartReplicated(t, 1)
+	replica := g.Replicas[0]
+	st := openStore(t, g.Primary, redis.Options{ReplicasAck: 1, ReplicasAckTimeout: 200 * time.Millisecond, Timeout: time.Second})
+	ctx := context.Background()
+	p := sluice.Policy{Name: "settled", Algorithm: sluice.FixedWindow, Limit: 10, Period: time.Hour}
+	d, err := st.Decide(ctx, "a", p, 5)
+	if err != nil || !d.Allowed {
+		t.Fatalf("a decision of 5: %+v, %v", d, err)
+	}
+	replica.Stop()
+	defer replica.Cont()
+	err = st.Settle(ctx, "a", p, d.At, 5, 2)
+	if !errors.Is(err, sluice.ErrUnconfirmed) || errors.Is(err, sluice.ErrStoreUnavailable) {
+		t.Fatalf("a refund no replica acknowledged: %v; want ErrUnconfirmed, not ErrStoreUnavailable", err)
+	}
+	if c, err := st.Decide(ctx, "a", p, 0); err != nil || c.Remaining != 8 {
+		t.Fatalf("after the refund of 3: %+v, %v; want 8 left (refunded once)", c, err)
 	}
 }
 

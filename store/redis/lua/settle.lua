@@ -13,6 +13,9 @@
 -- ARGV[11] a calendar policy's: at's calendar window "<start> <end>" (µs), which the store
 --          computes exactly (Calendar.Window is pure); empty with ARGV[5] empty (at = now: its
 --          window is now's among those passed)
+-- ARGV[12] optional: a channel on which a settlement that gave quota back (actual < reserved)
+--          and changed the state publishes KEYS[1], for every instance's negative cache
+--          (negcache.go); empty or absent: nothing published
 --
 -- A calendar policy (fixed-window or sliding-window) passes its windows around the instance's
 -- clock as its period (ARGV[3], calendar.lua), and the script settles in the window of those
@@ -404,6 +407,9 @@ if changed then
   end
   if redis.call('EXISTS', k) == 1 then
     expire(k, reset, ttl_slack)
+  end
+  if delta < 0 and ARGV[12] ~= nil and ARGV[12] ~= '' then
+    redis.call('PUBLISH', ARGV[12], KEYS[1]) -- (the state key: the client's key as the keys hold it, hashed or not)
   end
 end
 return {changed and 1 or 0, reply_int(time or now)}
