@@ -45,13 +45,13 @@ func decideAll(g sluice.Store, key string, cost int64) (sluice.Decision, error) 
 	return out[0], err
 }
 
-// interleave kills srv, then makes 40 rounds of neutral (an answer that made no round trip)
+// interleave breaks srv (kill: srv.Kill, or a hang), then makes 40 rounds of neutral (an answer that made no round trip)
 // followed by another client's request, which finds the store dead; it checks that the calls that
 // reached Redis (scripts sent: Stats.Calls) are the breaker's threshold and that the breaker is
 // open.
-func interleave(t *testing.T, srv *redistest.Server, st *redis.Store, g sluice.Store, neutral func(i int) error) {
+func interleave(t *testing.T, srv *redistest.Server, st *redis.Store, g sluice.Store, kill func(), neutral func(i int) error) {
 	t.Helper()
-	srv.Kill()
+	kill()
 	before := st.Stats().Calls
 	for i := range 40 {
 		open := !g.(sluice.Available).Available() // (then the breaker answers, fail-closed)
@@ -71,17 +71,23 @@ func interleave(t *testing.T, srv *redistest.Server, st *redis.Store, g sluice.S
 }
 
 // TestHealthCachedRefusals: refusals from the negative cache, through DecideAll (one limit: the
-// Redis store answers it from its cache), do not hold the breaker closed.
+// Redis store answers it from its cache), do not hold the breaker closed. Redis hangs rather than
+// dies: a dead Redis ends the store's subscription to refunds, which turns the cache off (it
+// answers only while it would hear of a refund), so only a hung one keeps the cache answering.
 func TestHealthCachedRefusals(t *testing.T) {
 	srv := redistest.Start(t)
-	st := openStore(t, srv, redis.Options{Timeout: 5 * time.Second})
+	st := openStore(t, srv, redis.Options{Timeout: time.Second}) // (3 calls wait it out)
 	g := guarded(t, st)
 	for i := range 4 {
 		if d, err := decideAll(g, "abuser", 1); err != nil || d.Allowed != (i < 3) {
 			t.Fatalf("abuser's request %d: %+v %v", i, d, err)
 		}
 	}
-	interleave(t, srv, st, g, func(i int) error {
+	hang := func() {
+		mustDo(t, srv, "CLIENT", "PAUSE", "600000", "ALL")
+		t.Cleanup(func() { _, _ = srv.Do("CLIENT", "UNPAUSE") })
+	}
+	interleave(t, srv, st, g, hang, func(i int) error {
 		d, err := decideAll(g, "abuser", 1)
 		if err == nil && (d.Allowed || d.Source != sluice.FromCache) {
 			err = fmt.Errorf("%+v; want a refusal from the negative cache", d)
@@ -166,7 +172,7 @@ func TestHealthCostOverLimit(t *testing.T) {
 	if _, err := decideAll(g, "warm", 1); err != nil {
 		t.Fatal(err)
 	}
-	interleave(t, srv, st, g, func(i int) error {
+	interleave(t, srv, st, g, srv.Kill, func(i int) error {
 		d, err := decideAll(g, "greedy", 1000)
 		if errors.Is(err, sluice.ErrCostExceedsLimit) && d.RetryAfter != sluice.Never {
 			return fmt.Errorf("%+v %v; want RetryAfter Never", d, err)
