@@ -45,6 +45,7 @@ type entry struct {
 	path     string // without the query
 	status   int
 	upstream time.Duration // 0: not forwarded
+	ended    ending        // how the request ended (end.go)
 }
 
 // write logs e, if it is sampled and the bound allows.
@@ -67,6 +68,12 @@ func (a *accessLog) write(e *entry) {
 		"decision", e.outcome.String(), "status", e.status, "ms", msOf(time.Since(e.start))}
 	if e.upstream > 0 {
 		args = append(args, "upstream_ms", msOf(e.upstream))
+	}
+	switch e.ended {
+	case endCut:
+		args = append(args, "ended", "upstream_cut_short")
+	case endClientLeft:
+		args = append(args, "ended", "client_left")
 	}
 	if n := a.dropped.Swap(0); n > 0 {
 		args = append(args, "dropped_before", n) // lines the per_second bound left out since the last one

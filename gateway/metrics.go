@@ -39,6 +39,8 @@ type Metrics struct {
 	diag      *diagnosis    // the operator page's diagnosis (diagnosis.go)
 	fallbacks atomic.Uint64 // decisions made by a failure mode (fail-open, local), not the store
 	malformed *rateLog      // requests that could not be read; nil: not logged
+	// upstreamLog: the upstream's failures (no answer, an answer cut short); nil: not logged
+	upstreamLog *rateLog
 }
 
 // storeErrorTotal is the storeErrors counter's value, for the operator page.
