@@ -395,7 +395,7 @@ func (g *Gateway) tunnel(ctx *fasthttp.RequestCtx, e *requestEnd) (how ending, l
 		_ = conn.SetReadDeadline(time.Now().Add(upstreamIdle))
 		status, ok := statusOf(br)
 		_ = conn.SetReadDeadline(time.Time{}) // a tunnel may be silent as long as its ends like
-		if !ok { // no answer: the client's connection is closed without one
+		if !ok {                              // no answer: the client's connection is closed without one
 			g.upstreamFailed(io.ErrUnexpectedEOF)
 			e.fire(endNoResponse)
 			return

@@ -1,7 +1,6 @@
 package gateway
 
 import (
-
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluicehq/sluice"

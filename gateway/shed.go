@@ -1,7 +1,7 @@
 package gateway
 
 import (
-		"net/http"
+	"net/http"
 	"sync"
 	"time"
 
