@@ -2,7 +2,6 @@ package gateway
 
 import (
 	"context"
-	"errors"
 	"io"
 	"net"
 	"strings"
@@ -174,100 +173,90 @@ func (e *requestEnd) drop() {
 // the upstream's body through unbuffered (fasthttp copies it to the client in chunks of its own
 // buffer's size) and fires the request's end when fasthttp closes it: after the last byte was
 // written (the upstream's stream ended and the copy succeeded), when a read or a write failed, or
-// when the response is released. A read that fails is a response cut short: fasthttp then ends
-// the client's connection without the body's end (a short body, or a chunked one without its
-// last chunk), so the client sees it fail.
+// when the response is released. A read that fails while the client is there is a response cut
+// short: fasthttp then ends the client's connection without the body's end (a short body, or a
+// chunked one without its last chunk), so the client sees it fail.
 type endStream struct {
 	up    *fasthttp.Response // the upstream's response, whose stream this reads; released at the end
 	body  io.Reader
+	call  *upstreamCall
 	e     *requestEnd
-	watch *clientGone // nil: the client is not watched
+	watch *clientWatch // nil: the client is not watched
 
-	mu       sync.Mutex
-	readErr  error // the upstream's stream failed (not io.EOF)
-	closedBy error // why the stream was closed from outside (the client left)
+	// (fasthttp reads and closes the stream on one goroutine)
+	eof     bool  // the upstream's body was read to its end
+	readErr error // the upstream's stream failed (not io.EOF)
 }
-
-var errClientLeft = errors.New("the client left")
 
 func (s *endStream) Read(p []byte) (int, error) {
 	n, err := s.body.Read(p)
-	if err != nil && err != io.EOF {
-		s.mu.Lock()
-		if s.closedBy == nil {
-			s.readErr = err
-		}
-		s.mu.Unlock()
+	switch {
+	case err == io.EOF:
+		s.eof = true
+	case err != nil && s.readErr == nil:
+		s.readErr = err
 	}
 	return n, err
 }
 
 // CloseWithError is fasthttp's close of the stream (fasthttp.ReadCloserWithError): werr is why
-// writing stopped (nil: it did not). It ends the upstream's stream (a stream not read to its end
-// closes the upstream's connection) and fires the request's end.
+// writing stopped (nil: it did not). It gives the upstream's connection back (closed unless the
+// body was read to its end) and fires the request's end.
 func (s *endStream) CloseWithError(werr error) error {
 	s.watch.stop()
-	s.mu.Lock()
-	readErr, left := s.readErr, s.closedBy != nil
-	s.mu.Unlock()
 	how := endWhole
 	switch {
-	case left:
-		how = endClientLeft
-	case readErr != nil:
+	case s.call.cancelled():
+		how = endClientLeft // (the watch closed the upstream's connection)
+	case s.readErr != nil:
 		how = endCut
-	case werr != nil:
+	case werr != nil || !s.eof:
 		how = endClientLeft // writing to the client failed: it left
 	}
-	if c, ok := s.up.BodyStream().(fasthttp.ReadCloserWithError); ok {
-		_ = c.CloseWithError(werr) // (a stream not read to its end closes the connection)
-	} else {
-		_ = s.up.CloseBodyStream()
-	}
+	s.call.finish(s.up, s.eof && werr == nil)
 	fasthttp.ReleaseResponse(s.up)
 	s.e.fire(how)
 	return nil
 }
 
-// clientLeft is the clientWatch's: the client closed its connection while the stream was open,
-// so the upstream's stream is closed (its connection with it: the upstream sees its request
-// cancelled), which ends fasthttp's copy and with it the request.
-func (s *endStream) clientLeft() {
-	s.mu.Lock()
-	s.closedBy = errClientLeft
-	s.mu.Unlock()
-	if c, ok := s.up.BodyStream().(fasthttp.ReadCloserWithError); ok {
-		_ = c.CloseWithError(errClientLeft) // interrupts a read in flight; fasthttp's copy then fails
-	}
-}
-
-// clientWatch watches a fasthttp client's connection, while its request waits on the upstream,
-// for the client to close it (watchClose), and calls left if it does. stop ends the watch and
-// waits for it, giving the connection back to the server (which sets its own read deadline before
-// it reads the next request). A nil clientWatch watches nothing.
+// clientWatch watches a fasthttp client's connection, while its request is in flight, for the
+// client to close it (watchClose), and calls left if it does. stop ends the watch and waits for
+// it, giving the connection back to the server (which sets its own read deadline before it reads
+// the next request). A nil clientWatch watches nothing.
 type clientWatch struct {
-	conn    net.Conn // the socket
-	done    chan struct{}
-	stopped atomic.Bool
-	left    func()
+	conn net.Conn
+	done chan struct{}
+	left func()
+
+	mu      sync.Mutex
+	stopped bool // guarded by mu: no deadline may be set any more
 }
 
 // watchClient starts watching conn; left runs on the watching goroutine if the client leaves.
 func watchClient(conn net.Conn, left func()) *clientWatch {
-	w := &clientWatch{conn: socketOf(conn), done: make(chan struct{}), left: left}
+	w := &clientWatch{conn: conn, done: make(chan struct{}), left: left}
 	go func() {
 		defer close(w.done)
 		for {
-			deadline := time.Now().Add(watchSpan)
-			if !watchClose(w.conn, deadline) {
-				if !w.stopped.Load() {
+			var deadline time.Time
+			arm := func(socket net.Conn) bool {
+				w.mu.Lock()
+				defer w.mu.Unlock()
+				deadline = time.Now().Add(watchSpan)
+				return !w.stopped && socket.SetReadDeadline(deadline) == nil
+			}
+			if !watchCloseArmed(w.conn, arm) {
+				w.mu.Lock()
+				stopped := w.stopped
+				w.mu.Unlock()
+				if !stopped {
 					w.left()
 				}
 				return
 			}
 			// Back early: stopped, or the client sent more (a pipelined request), or the
 			// connection cannot be watched: nothing more can be told from here.
-			if w.stopped.Load() || time.Now().Before(deadline) {
+			if deadline.IsZero() || time.Now().Before(deadline) {
 				return
 			}
 		}
@@ -279,53 +268,16 @@ func watchClient(conn net.Conn, left func()) *clientWatch {
 const watchSpan = time.Hour
 
 func (w *clientWatch) stop() {
-	if w == nil || w.stopped.Swap(true) {
+	if w == nil {
 		return
 	}
-	_ = w.conn.SetReadDeadline(time.Now()) // wakes the watch
+	w.mu.Lock()
+	if w.stopped {
+		w.mu.Unlock()
+		return
+	}
+	w.stopped = true
+	_ = socketOf(w.conn).SetReadDeadline(time.Now()) // wakes the watch
+	w.mu.Unlock()
 	<-w.done
-}
-
-// clientGone watches a fasthttp client while its request is in flight (clientWatch): if the
-// client leaves while the upstream's header is awaited, the request ends at once; if it leaves
-// while the upstream's stream is being copied, the stream is closed, which ends the copy and the
-// request (endStream.clientLeft). A nil clientGone watches nothing.
-type clientGone struct {
-	w      *clientWatch
-	e      *requestEnd
-	left   atomic.Bool
-	stream atomic.Pointer[endStream]
-}
-
-func watchGone(conn net.Conn, e *requestEnd) *clientGone {
-	c := &clientGone{e: e}
-	c.w = watchClient(conn, c.gone)
-	return c
-}
-
-func (c *clientGone) gone() {
-	c.left.Store(true)
-	if s := c.stream.Load(); s != nil {
-		s.clientLeft()
-		return
-	}
-	c.e.fire(endClientLeft)
-}
-
-// streaming hands the watch over to the stream s; it reports whether the client has left
-// already (s is closed then).
-func (c *clientGone) streaming(s *endStream) bool {
-	c.stream.Store(s)
-	if c.left.Load() {
-		s.clientLeft()
-		return true
-	}
-	return false
-}
-
-// stop ends the watch and waits for it (see clientWatch.stop).
-func (c *clientGone) stop() {
-	if c != nil {
-		c.w.stop()
-	}
 }

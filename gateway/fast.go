@@ -149,7 +149,10 @@ func (g *Gateway) forward(ctx *fasthttp.RequestCtx, e *requestEnd) (how ending, 
 	target(req, up)
 
 	out, body := req, (*clientBody)(nil)
-	if req.IsBodyStream() && req.Header.ContentLength() != 0 {
+	// -2: neither a length nor chunked, which in a request is no body
+	cl := req.Header.ContentLength()
+	nothingToRead := !req.IsBodyStream() || cl == 0 || cl == -2
+	if !nothingToRead {
 		// The upstream is sent a request of its own whose body reads the client's through a
 		// clientBody, so that a body the client never finishes, or malforms, is the client's
 		// fault (400, 408), not the upstream's (502, 504). (The client's request keeps its stream:
@@ -166,20 +169,22 @@ func (g *Gateway) forward(ctx *fasthttp.RequestCtx, e *requestEnd) (how ending, 
 		_ = req.CloseBodyStream()
 	}
 	// The client is watched while the request is in flight, if nothing of its request is left to
-	// read: if it leaves, the request ends at once (its slots freed), and a stream the upstream
-	// is sending is closed (and its connection with it: the upstream sees its request cancelled).
-	var cw *clientGone
-	if req.Header.ContentLength() == 0 {
-		cw = watchGone(ctx.Conn(), e)
+	// read: if it leaves, the upstream's call is cancelled (its connection closed: the upstream
+	// sees its request cancelled), whether it waits for the header or streams the body, and the
+	// request ends at once.
+	call := &upstreamCall{hc: up.client}
+	var cw *clientWatch
+	if nothingToRead {
+		cw = watchClient(ctx.Conn(), call.cancel)
 	}
 	upResp := fasthttp.AcquireResponse()
 	sent := time.Now()
-	err := up.client.Do(out, upResp)
+	err := call.do(out, upResp)
 	took := time.Since(sent)
 	if err != nil {
 		cw.stop()
 		fasthttp.ReleaseResponse(upResp)
-		if e.fired.Load() {
+		if call.cancelled() {
 			ctx.SetConnectionClose() // the client left: no one to answer
 			return endClientLeft, false
 		}
@@ -209,11 +214,7 @@ func (g *Gateway) forward(ctx *fasthttp.RequestCtx, e *requestEnd) (how ending, 
 		fasthttp.ReleaseResponse(upResp)
 		return endWhole, false
 	}
-	s := &endStream{up: upResp, body: upResp.BodyStream(), e: e, watch: cw}
-	resp.SetBodyStream(s, upResp.Header.ContentLength())
-	if cw != nil && cw.streaming(s) {
-		ctx.SetConnectionClose()
-	}
+	resp.SetBodyStream(&endStream{up: upResp, body: upResp.BodyStream(), call: call, e: e, watch: cw}, upResp.Header.ContentLength())
 	return endWhole, true
 }
 

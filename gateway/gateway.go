@@ -78,7 +78,11 @@ func New(cfg *config.Config, store sluice.Store, metrics *Metrics, up *Upstream)
 			}
 			pr.SetXForwarded()
 			if pr.Out.Body != nil && pr.Out.Body != http.NoBody { // see forwardFailed
-				pr.Out.Body = netBody{&clientBody{r: pr.Out.Body, closer: pr.Out.Body}}
+				body := netBody{&clientBody{r: pr.Out.Body, closer: pr.Out.Body}}
+				pr.Out.Body = body
+				// The Transport sends a request with a body again on a fresh connection when the
+				// one it took had been closed before anything was written: the body, unread yet.
+				pr.Out.GetBody = func() (io.ReadCloser, error) { return body, nil }
 			}
 		},
 		Transport:  timedTransport{transport, metrics},
