@@ -5,11 +5,11 @@ import (
 	"crypto/tls"
 	"errors"
 	"io"
-	"sync"
 	"net"
 	"net/http"
 	"net/url"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/valyala/fasthttp"
