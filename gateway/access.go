@@ -16,7 +16,9 @@ import (
 // accessLog writes a line per request the proxy served (log.access), sampled and bounded in lines
 // a second. A line names the client (its configured name, or "anonymous": never a key or a
 // token), the method and the path without its query (a query can carry a credential), the
-// policies that applied, the decision, the status, the whole request's time and the upstream's.
+// policies that applied, the decision, the status, the whole request's time (to its end: the
+// last byte of its response written, see requestEnd) and the upstream's time to its header, and
+// how it ended if its response was not written whole (ended=upstream_cut_short, client_left).
 // A nil accessLog logs nothing.
 type accessLog struct {
 	log     *slog.Logger

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/gateway"
 )
 
 // sseUpstream is a real upstream that streams server-sent events: GET /stream sends its header
@@ -132,14 +133,7 @@ load_shedding: {min_limit: 1, max_limit: 1, retry_after: 2s}
 `, up.upstream)
 		admin := httptest.NewServer(srv.Admin())
 		t.Cleanup(admin.Close)
-		p := sluice.Policy{Name: "tokens", Algorithm: sluice.FixedWindow, Limit: 1000, Period: 1000 * time.Hour}
-		left := func() int64 {
-			d, err := srv.Store().Decide(context.Background(), "partner", p, 0)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return d.Remaining
-		}
+		left := func() int64 { return tokensLeft(t, srv) }
 		_, br := openStream(t, gw.URL, "X-API-Key", "k")
 		if st := stats(t, admin.URL).LoadShedding; st == nil || st.InFlight != 1 {
 			t.Fatalf("load shedding while the stream is open: %+v, want 1 in flight", st)
@@ -155,6 +149,17 @@ load_shedding: {min_limit: 1, max_limit: 1, retry_after: 2s}
 		waitFor(t, "the settlement at the stream's end", func() bool { return left() == 993 })
 		waitFor(t, "the shedding slot given back", func() bool { return stats(t, admin.URL).LoadShedding.InFlight == 0 })
 	})
+}
+
+// tokensLeft is what the client "partner" has left of the policy "tokens" (1000 per 1000 h).
+func tokensLeft(t *testing.T, srv *gateway.Server) int64 {
+	t.Helper()
+	p := sluice.Policy{Name: "tokens", Algorithm: sluice.FixedWindow, Limit: 1000, Period: 1000 * time.Hour}
+	d, err := srv.Store().Decide(context.Background(), "partner", p, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d.Remaining
 }
 
 // wsUpstream answers an upgrade with 101 and echoes what it is sent until the client closes.
@@ -236,13 +241,8 @@ routes:
 		waitFor(t, "the slot given back when the tunnel closed", func() bool {
 			return get(t, gw.URL+"/other", "X-API-Key", "k").StatusCode == http.StatusOK
 		})
-		p := sluice.Policy{Name: "tokens", Algorithm: sluice.FixedWindow, Limit: 1000, Period: 1000 * time.Hour}
-		d, err := srv.Store().Decide(context.Background(), "partner", p, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if d.Remaining != 1000-2 { // the tunnel's 1, and the /other that passed
-			t.Fatalf("%d left, want %d: the 101 was not charged", d.Remaining, 1000-2)
+		if got := tokensLeft(t, srv); got != 1000-2 { // the tunnel's 1, and the /other that passed
+			t.Fatalf("%d left, want %d: the 101 was not charged", got, 1000-2)
 		}
 	})
 }
@@ -295,16 +295,11 @@ routes:
 				t.Fatalf("%s: the client saw a clean end of a response cut short", q)
 			}
 		}
-		p := sluice.Policy{Name: "tokens", Algorithm: sluice.FixedWindow, Limit: 1000, Period: 1000 * time.Hour}
 		waitFor(t, "both requests ended", func() bool {
 			return strings.Contains(metricsText(t, admin.URL), "sluice_upstream_errors_total 2\n")
 		})
-		d, err := srv.Store().Decide(context.Background(), "partner", p, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if d.Remaining != 800 {
-			t.Fatalf("%d left, want 800: a response cut short settled at its header's cost", d.Remaining)
+		if got := tokensLeft(t, srv); got != 800 {
+			t.Fatalf("%d left, want 800: a response cut short settled at its header's cost", got)
 		}
 		if m := metricsText(t, admin.URL); strings.Contains(m, `outcome="settled"`) {
 			t.Fatalf("a response cut short counted as settled:\n%s", grep(m, "settlements"))
