@@ -15,8 +15,9 @@ import (
 type Response struct {
 	Status int                 // the response's status (0 if none)
 	Header func(string) string // the response's header field by name ("" if absent); nil: none
-	// Aborted: the upstream gave no response — it failed or timed out, the client left first, or
-	// the request was never forwarded (its client left while it was held).
+	// Aborted: the upstream gave no response — it failed or timed out, its response was cut
+	// short (it closed the connection before the body's end), the client left before its header,
+	// or the request was never forwarded (its client left while it was held).
 	Aborted bool
 }
 

@@ -12,8 +12,9 @@ import (
 // cost: a route's cost counts units of rate, not requests in flight; a cost of 0 peeks), under a
 // lease drawn for it, in the same store call as its rate limits, all or nothing. The Verdict
 // remembers the slots it took. A front end that sees the response end (the proxy's two engines)
-// marks the request Releases and calls ReleaseSlots when the upstream's response is written or
-// the client left: until then the Decider's Renewer renews the leases, so a slow request keeps
+// marks the request Releases and calls ReleaseSlots at the request's end (the gateway's
+// requestEnd: the last byte of the response written, a stream's or a tunnel's included, or the
+// client or the upstream gone): until then the Decider's Renewer renews the leases, so a slow request keeps
 // its slots, and if the instance dies they come back after the lease time.
 //
 // The front ends that cannot see the response end (the decision API, forward-auth, Envoy's rate

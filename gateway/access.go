@@ -16,7 +16,9 @@ import (
 // accessLog writes a line per request the proxy served (log.access), sampled and bounded in lines
 // a second. A line names the client (its configured name, or "anonymous": never a key or a
 // token), the method and the path without its query (a query can carry a credential), the
-// policies that applied, the decision, the status, the whole request's time and the upstream's.
+// policies that applied, the decision, the status, the whole request's time (to its end: the
+// last byte of its response written, see requestEnd) and the upstream's time to its header, and
+// how it ended if its response was not written whole (ended=upstream_cut_short, client_left).
 // A nil accessLog logs nothing.
 type accessLog struct {
 	log     *slog.Logger
@@ -45,6 +47,7 @@ type entry struct {
 	path     string // without the query
 	status   int
 	upstream time.Duration // 0: not forwarded
+	ended    ending        // how the request ended (end.go)
 }
 
 // write logs e, if it is sampled and the bound allows.
@@ -67,6 +70,12 @@ func (a *accessLog) write(e *entry) {
 		"decision", e.outcome.String(), "status", e.status, "ms", msOf(time.Since(e.start))}
 	if e.upstream > 0 {
 		args = append(args, "upstream_ms", msOf(e.upstream))
+	}
+	switch e.ended {
+	case endCut:
+		args = append(args, "ended", "upstream_cut_short")
+	case endClientLeft:
+		args = append(args, "ended", "client_left")
 	}
 	if n := a.dropped.Swap(0); n > 0 {
 		args = append(args, "dropped_before", n) // lines the per_second bound left out since the last one

@@ -263,7 +263,9 @@ func isChunkError(err error) bool {
 // forwardFailed is the net/http engine's answer to a request it could not forward: the client's
 // fault if reading its body failed, else the upstream's.
 func (g *Gateway) forwardFailed(w http.ResponseWriter, r *http.Request, err error) {
-	noteAborted(w)
+	if r.Context().Err() != nil {
+		return // the client left (which cancelled the upstream's request): no one to answer, nothing the upstream did
+	}
 	if nb, ok := r.Body.(netBody); ok {
 		if berr := nb.failed(); berr != nil {
 			w.Header().Set("Connection", "close")

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -20,7 +21,6 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sluicehq/sluice/answer"
-	"github.com/sluicehq/sluice/decision"
 	"github.com/sluicehq/sluice/identity"
 )
 
@@ -29,12 +29,10 @@ import (
 // (identify, judge) is the one ServeHTTP uses.
 
 // ServeFast is the fasthttp engine's handler: it decides as ServeHTTP does, then forwards the
-// request through the upstream's HostClient, holds it, or answers it.
+// request through the upstream's HostClient, holds it, or answers it. The request's end
+// (requestEnd, end.go) fires before it returns, or, for a response streamed from the upstream or
+// a tunnel, once the stream or the tunnel has ended.
 func (g *Gateway) ServeFast(ctx *fasthttp.RequestCtx) {
-	var start time.Time
-	if g.access != nil {
-		start = time.Now()
-	}
 	// The store gets its own timeouts; the RequestCtx is not a context to hand on (it is
 	// recycled when the handler returns, and it is never cancelled by the client leaving).
 	dctx := context.Background()
@@ -42,15 +40,21 @@ func (g *Gateway) ServeFast(ctx *fasthttp.RequestCtx) {
 	if g.tracing {
 		dctx, span = startSpan(dctx, fastCarrier{&ctx.Request.Header}, string(ctx.Method()), string(ctx.Path()))
 	}
-	req := g.policies.Resolve(fastRequest{ctx}, b2s(ctx.Method()), b2s(ctx.Path()))
-	req.Releases = true // (the deferred ReleaseSlots)
-	v := g.decider.Decide(dctx, &req)
-	defer v.Release()
-	defer g.decider.ReleaseSlots(dctx, &v) // the upstream's response is in, or the client left: before v.Release
+	var method, path string
+	if g.access != nil {
+		method, path = string(ctx.Method()), string(ctx.Path())
+	}
+	e := g.begin(dctx, span, method, path)
+	defer e.drop()
+	req, v := &e.req, &e.v
+	*req = g.policies.Resolve(fastRequest{ctx}, b2s(ctx.Method()), b2s(ctx.Path()))
+	req.Releases = true // (the end releases the slots)
+	*v = g.decider.Decide(dctx, req)
 	if !v.Passes() {
 		writeProblem(ctx, v.Problem)
 		g.fields(&ctx.Response.Header, v.Decisions)
-		g.finish(ctx, start, span, &req, v.Outcome, ctx.Response.StatusCode(), 0)
+		e.answeredBy(ctx.Response.StatusCode())
+		e.fire(endWhole)
 		return
 	}
 	if v.Hold > 0 {
@@ -59,48 +63,34 @@ func (g *Gateway) ServeFast(ctx *fasthttp.RequestCtx) {
 		restartBody(ctx.Conn(), g.cfg.Server.BodyTimeout)
 		if !stayed { // the client left while held: do not forward
 			g.metrics.abandon(req.Client)
-			g.finishFast(dctx, &req, &v, ctx, 0, true)
 			ctx.SetConnectionClose()
-			g.finish(ctx, start, span, &req, v.Outcome, 499, 0) // nginx's code for a client gone
+			e.fire(endClientLeft)
 			return
 		}
 	}
-	var took time.Duration
 	if g.shed != nil { // after the quotas: a refused request never takes a slot (shed.go)
-		p, ok := g.shed.admit(&req)
+		p, ok := g.shed.admit(req)
 		if !ok {
 			writeProblem(ctx, p)
-			g.decider.Refund(dctx, &req, &v) // shed, not served: the quota it took goes back
+			g.decider.Refund(dctx, req, v) // shed, not served: the quota it took goes back
 			g.fields(&ctx.Response.Header, v.Decisions)
-			g.finish(ctx, start, span, &req, v.Outcome, ctx.Response.StatusCode(), 0)
+			e.answeredBy(ctx.Response.StatusCode())
+			e.fire(endWhole)
 			return
 		}
-		defer func() { g.shed.release(took) }()
+		e.shed = true
 	}
 	if span != nil {
 		propagator.Inject(dctx, fastCarrier{&ctx.Request.Header}) // this span is the upstream's parent
 	}
-	took = g.forward(ctx)
-	g.finishFast(dctx, &req, &v, ctx, took, false)
+	how, later := g.forward(ctx, e)
 	g.fields(&ctx.Response.Header, v.Decisions)
-	g.finish(ctx, start, span, &req, v.Outcome, ctx.Response.StatusCode(), took)
-}
-
-// finish writes the request's access line and ends its span, if there are any.
-func (g *Gateway) finish(ctx *fasthttp.RequestCtx, start time.Time, span trace.Span, req *decision.Request, o decision.Outcome, status int, upstream time.Duration) {
-	g.logAccess(ctx, start, req, o, status, upstream)
-	if span != nil {
-		endSpan(span, req, o, status)
+	if !later {
+		if how == endNoResponse {
+			e.answeredBy(ctx.Response.StatusCode())
+		}
+		e.fire(how)
 	}
-}
-
-// logAccess writes the request's access line, if there is an access log.
-func (g *Gateway) logAccess(ctx *fasthttp.RequestCtx, start time.Time, req *decision.Request, o decision.Outcome, status int, upstream time.Duration) {
-	if g.access == nil {
-		return
-	}
-	g.access.write(&entry{start: start, req: req, outcome: o, method: string(ctx.Method()), path: string(ctx.Path()),
-		status: status, upstream: upstream})
 }
 
 // fields adds the RateLimit fields of decisions to h.
@@ -140,14 +130,14 @@ var http11 = []byte("HTTP/1.1")
 // own: it frames each message itself.
 var hopHeaders = []string{"Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate", "Proxy-Authorization", "Te", "Trailer", "Upgrade"}
 
-// forward sends the request to the upstream and makes its answer the response; it returns how
-// long the upstream took to answer (0 if it did not).
-func (g *Gateway) forward(ctx *fasthttp.RequestCtx) time.Duration {
+// forward sends the request to the upstream and makes its answer the response. It reports how
+// the request ended, or later: the response is the upstream's stream (or a tunnel), whose end
+// fires the request's end.
+func (g *Gateway) forward(ctx *fasthttp.RequestCtx, e *requestEnd) (how ending, later bool) {
 	req, resp := &ctx.Request, &ctx.Response
 	up := g.up
 	if upgrade := req.Header.Peek("Upgrade"); len(upgrade) > 0 {
-		g.tunnel(ctx)
-		return 0
+		return g.tunnel(ctx, e)
 	}
 	clientClose := req.Header.ConnectionClose()
 	// Expect too: the listener has answered the client's "Expect: 100-continue" (the body is
@@ -159,7 +149,10 @@ func (g *Gateway) forward(ctx *fasthttp.RequestCtx) time.Duration {
 	target(req, up)
 
 	out, body := req, (*clientBody)(nil)
-	if req.IsBodyStream() && req.Header.ContentLength() != 0 {
+	// -2: neither a length nor chunked, which in a request is no body
+	cl := req.Header.ContentLength()
+	nothingToRead := !req.IsBodyStream() || cl == 0 || cl == -2
+	if !nothingToRead {
 		// The upstream is sent a request of its own whose body reads the client's through a
 		// clientBody, so that a body the client never finishes, or malforms, is the client's
 		// fault (400, 408), not the upstream's (502, 504). (The client's request keeps its stream:
@@ -170,23 +163,43 @@ func (g *Gateway) forward(ctx *fasthttp.RequestCtx) time.Duration {
 		req.URI().CopyTo(out.URI())
 		body = &clientBody{r: ctx.RequestBodyStream()}
 		out.SetBodyStream(body, req.Header.ContentLength())
+	} else if req.IsBodyStream() {
+		// No body: nothing for the upstream to read (and a request without a stream may be
+		// retried on a fresh connection: see retryUpstream).
+		_ = req.CloseBodyStream()
 	}
+	// The client is watched while the request is in flight, if nothing of its request is left to
+	// read: if it leaves, the upstream's call is cancelled (its connection closed: the upstream
+	// sees its request cancelled), whether it waits for the header or streams the body, and the
+	// request ends at once.
+	call := &upstreamCall{hc: up.client}
+	var cw *clientWatch
+	if nothingToRead {
+		cw = watchClient(ctx.Conn(), call.cancel)
+	}
+	upResp := fasthttp.AcquireResponse()
 	sent := time.Now()
-	err := up.client.Do(out, resp)
+	err := call.do(out, upResp)
 	took := time.Since(sent)
-	if err == nil {
-		g.metrics.upstreamAnswered(resp.StatusCode(), took)
-	}
 	if err != nil {
+		cw.stop()
+		fasthttp.ReleaseResponse(upResp)
+		if call.cancelled() {
+			ctx.SetConnectionClose() // the client left: no one to answer
+			return endClientLeft, false
+		}
 		if berr := body.failed(); berr != nil {
 			bc := bodyConnOf(ctx.Conn())
 			writeProblem(ctx, g.clientBodyFailed(ctx.RemoteAddr().String(), bc != nil && bc.timedOut, berr))
 			ctx.SetConnectionClose() // the rest of the body, if any, cannot be found
-			return 0
+			return endWhole, false
 		}
 		writeProblem(ctx, g.upstreamFailed(err))
-		return 0
+		return endNoResponse, false
 	}
+	g.metrics.upstreamAnswered(upResp.StatusCode(), took)
+	e.answered(upResp.StatusCode(), took, func(name string) string { return b2s(upResp.Header.Peek(name)) })
+	upResp.Header.CopyTo(&resp.Header)
 	removeHopHeaders(&resp.Header)
 	// The answer is this server's, in its own protocol: an HTTP/1.0 upstream's status line and
 	// its "close" are about the upstream's connection.
@@ -195,7 +208,14 @@ func (g *Gateway) forward(ctx *fasthttp.RequestCtx) time.Duration {
 	if clientClose {
 		ctx.SetConnectionClose()
 	}
-	return took
+	if !upResp.IsBodyStream() { // no body (HEAD, 204, 304): the response is whole
+		cw.stop()
+		resp.SkipBody = upResp.SkipBody
+		fasthttp.ReleaseResponse(upResp)
+		return endWhole, false
+	}
+	resp.SetBodyStream(&endStream{up: upResp, body: upResp.BodyStream(), call: call, e: e, watch: cw}, upResp.Header.ContentLength())
+	return endWhole, true
 }
 
 // target points req at the upstream: its scheme and host (the HostClient refuses a request whose
@@ -315,13 +335,28 @@ func specialField(name string) bool {
 	return false
 }
 
-// upstreamFailed counts a request the upstream did not answer and returns its answer: 504 if
-// the upstream was too slow, else 502.
+// upstreamFailed counts and logs a request the upstream did not answer and returns its answer:
+// 504 if the upstream was too slow, else 502.
 func (g *Gateway) upstreamFailed(err error) answer.Problem {
 	g.metrics.upstreamErrors.Inc()
 	timeout := errors.Is(err, context.DeadlineExceeded) || errors.Is(err, fasthttp.ErrTimeout) ||
 		errors.Is(err, fasthttp.ErrDialTimeout) || isTimeout(err)
+	what := "no answer: " + err.Error()
+	if timeout {
+		what = "no answer in time: " + err.Error()
+	}
+	g.upstreamTrouble(what)
 	return answer.UpstreamUnavailable(timeout)
+}
+
+// upstreamTrouble logs, rate limited, what went wrong with the upstream. (The upstream's address
+// is its host and port: the configuration's URL without a user or a password.)
+func (g *Gateway) upstreamTrouble(what string) {
+	host := ""
+	if g.up != nil {
+		host = g.up.host
+	}
+	g.metrics.upstreamLog.warn(host, what)
 }
 
 func isTimeout(err error) bool {
@@ -331,8 +366,10 @@ func isTimeout(err error) bool {
 
 // tunnel forwards a protocol upgrade (a WebSocket, say): the request goes to the upstream on a
 // connection of its own, and once the upstream answers, bytes are copied both ways until either
-// side closes. The answer is the upstream's, whatever it is (101 or a refusal).
-func (g *Gateway) tunnel(ctx *fasthttp.RequestCtx) {
+// side closes. The answer is the upstream's, whatever it is (101 or a refusal): its status is
+// read from its first line. The request is in flight, and ends (requestEnd), when the tunnel
+// has closed both ways.
+func (g *Gateway) tunnel(ctx *fasthttp.RequestCtx, e *requestEnd) (how ending, later bool) {
 	up := g.up
 	req := &ctx.Request
 	g.forwardedFor(ctx)
@@ -340,26 +377,52 @@ func (g *Gateway) tunnel(ctx *fasthttp.RequestCtx) {
 	conn, err := up.dial()
 	if err != nil {
 		writeProblem(ctx, g.upstreamFailed(err))
-		return
+		return endNoResponse, false
 	}
 	w := bufio.NewWriter(conn)
+	sent := time.Now()
 	if err = req.Write(w); err == nil {
 		err = w.Flush()
 	}
 	if err != nil {
 		conn.Close()
 		writeProblem(ctx, g.upstreamFailed(err))
-		return
+		return endNoResponse, false
 	}
 	ctx.HijackSetNoResponse(true)
 	ctx.Hijack(func(client net.Conn) {
 		defer conn.Close()
+		br := bufio.NewReader(conn)
+		_ = conn.SetReadDeadline(time.Now().Add(upstreamIdle))
+		status, ok := statusOf(br)
+		_ = conn.SetReadDeadline(time.Time{}) // a tunnel may be silent as long as its ends like
+		if !ok {                              // no answer: the client's connection is closed without one
+			g.upstreamFailed(io.ErrUnexpectedEOF)
+			e.fire(endNoResponse)
+			return
+		}
+		took := time.Since(sent)
+		g.metrics.upstreamAnswered(status, took)
+		e.answered(status, took, nil)
 		done := make(chan struct{}, 2)
 		go func() { _, _ = io.Copy(conn, client); closeWrite(conn); done <- struct{}{} }()
-		go func() { _, _ = io.Copy(client, conn); closeWrite(client); done <- struct{}{} }()
+		go func() { _, _ = io.Copy(client, br); closeWrite(client); done <- struct{}{} }()
 		<-done
 		<-done
+		e.fire(endWhole)
 	})
+	return endWhole, true
+}
+
+// statusOf peeks the status of the response br starts with ("HTTP/1.1 101 ..."): false if the
+// upstream closed, or sent something else, before it.
+func statusOf(br *bufio.Reader) (int, bool) {
+	line, err := br.Peek(len("HTTP/1.1 101"))
+	if err != nil || !bytes.HasPrefix(line, []byte("HTTP/")) || line[8] != ' ' {
+		return 0, false
+	}
+	status, err := strconv.Atoi(string(line[9:12]))
+	return status, err == nil && status >= 100 && status <= 999
 }
 
 // closeWrite half-closes c if it can, so the other side sees the end of what this side sent.

@@ -12,9 +12,11 @@ package gateway
 import (
 	"context"
 	"errors"
+	"io"
 	"net/http"
 	"net/http/httputil"
 	"path"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -76,7 +78,11 @@ func New(cfg *config.Config, store sluice.Store, metrics *Metrics, up *Upstream)
 			}
 			pr.SetXForwarded()
 			if pr.Out.Body != nil && pr.Out.Body != http.NoBody { // see forwardFailed
-				pr.Out.Body = netBody{&clientBody{r: pr.Out.Body, closer: pr.Out.Body}}
+				body := netBody{&clientBody{r: pr.Out.Body, closer: pr.Out.Body}}
+				pr.Out.Body = body
+				// The Transport sends a request with a body again on a fresh connection when the
+				// one it took had been closed before anything was written: the body, unread yet.
+				pr.Out.GetBody = func() (io.ReadCloser, error) { return body, nil }
 			}
 		},
 		Transport:  timedTransport{transport, metrics},
@@ -110,14 +116,15 @@ func (b *bufferPool) Put(x []byte) { b.p.Put(&x) }
 
 // ServeHTTP is the net/http engine: it decides, then forwards (httputil.ReverseProxy), holds or
 // refuses the request (decision.Serve). sluice serve runs the fasthttp engine (ServeFast); this
-// one is for a Gateway inside a net/http program, and decides exactly the same.
+// one is for a Gateway inside a net/http program, and decides exactly the same. The request's
+// end (requestEnd, end.go) fires when it returns: ReverseProxy has copied the whole response (or
+// the tunnel closed, or the client left, or the copy failed).
 func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if g.proxy == nil {
 		answer.WriteProblem(w, answer.Problem{Type: answer.TypeBlank, Title: http.StatusText(http.StatusBadGateway),
 			Status: http.StatusBadGateway, Detail: "this gateway has no upstream (listen: \"\")"})
 		return
 	}
-	start := time.Now()
 	path := routePath(r.URL.Path)
 	var span trace.Span
 	if g.tracing {
@@ -126,67 +133,83 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		r = r.WithContext(ctx)
 		propagator.Inject(ctx, propagation.HeaderCarrier(r.Header)) // forwarded with the request: this span is the upstream's parent
 	}
-	req := g.policies.Resolve(identity.HTTP(r), r.Method, path)
-	req.Releases = true // (the deferred ReleaseSlots)
-	v := g.decider.Decide(r.Context(), &req)
-	defer g.decider.ReleaseSlots(r.Context(), &v) // Serve has written the response, or the client left
-	// The cost is settled once the response is known.
-	if req.After != nil {
-		var finish func()
-		w, finish = g.afterHTTP(w, r, &req, &v)
-		defer finish()
+	e := g.begin(r.Context(), span, r.Method, r.URL.Path)
+	defer e.drop()
+	e.req = g.policies.Resolve(identity.HTTP(r), r.Method, path)
+	e.req.Releases = true // (the end releases the slots)
+	e.v = g.decider.Decide(r.Context(), &e.req)
+	if e.req.After != nil || g.shed != nil {
+		// decision.Serve releases the verdict before it forwards: keep what a settlement or a
+		// refund needs.
+		e.kept = &decision.Verdict{Outcome: e.v.Outcome, Decisions: slices.Clone(e.v.Decisions)}
 	}
-	if g.access == nil && span == nil {
-		if !decision.Serve(w, r, &v, g.cfg.Limits.LegacyHeaders, g.shedHandler(&req, &v, g.proxy)) {
-			g.metrics.abandon(req.Client)
-		}
-		return
-	}
-	rec := &statusRecorder{ResponseWriter: w}
-	next := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		rec.sent = time.Now()
-		g.proxy.ServeHTTP(w, r)
-	})
-	e := entry{start: start, req: &req, outcome: v.Outcome, method: r.Method, path: r.URL.Path}
-	if !decision.Serve(rec, r, &v, g.cfg.Limits.LegacyHeaders, g.shedHandler(&req, &v, next)) {
-		g.metrics.abandon(req.Client)
-		e.status = 499 // the client left while held (nginx's code for it)
-	} else {
-		e.status = rec.status
-		if !rec.sent.IsZero() && !rec.answered.IsZero() {
-			e.upstream = rec.answered.Sub(rec.sent)
-		}
-	}
-	g.access.write(&e)
-	if span != nil {
-		endSpan(span, &req, e.outcome, e.status)
+	e.w.ResponseWriter = w
+	r = r.WithContext(context.WithValue(r.Context(), endKey{}, e)) // for timedTransport, forwardFailed
+	left := false
+	// Deferred: ReverseProxy aborts a response whose copy failed by panicking (http.ErrAbortHandler).
+	defer func() { e.fire(e.netEnding(r, left)) }()
+	if !decision.Serve(&e.w, r, &e.v, g.cfg.Limits.LegacyHeaders, g.shedHandler(e, g.proxy)) {
+		g.metrics.abandon(e.req.Client)
+		left = true // the client left while held
 	}
 }
 
-// statusRecorder notes the status of the answer and when its header was written, for the access
-// log.
-type statusRecorder struct {
+// endWriter is the net/http engine's response writer under decision.Serve: it notes the status
+// of the answer and whether writing to the client failed (it left).
+type endWriter struct {
 	http.ResponseWriter
-	status         int
-	sent, answered time.Time
+	status int
+	failed bool
 }
 
-func (s *statusRecorder) WriteHeader(code int) {
-	if s.status == 0 && code >= 200 {
-		s.status, s.answered = code, time.Now()
+func (w *endWriter) WriteHeader(code int) {
+	if w.status == 0 && code >= 200 {
+		w.status = code
 	}
-	s.ResponseWriter.WriteHeader(code)
+	w.ResponseWriter.WriteHeader(code)
 }
 
-func (s *statusRecorder) Write(b []byte) (int, error) {
-	if s.status == 0 {
-		s.status, s.answered = 200, time.Now()
+func (w *endWriter) Write(b []byte) (int, error) {
+	if w.status == 0 {
+		w.status = 200
 	}
-	return s.ResponseWriter.Write(b)
+	n, err := w.ResponseWriter.Write(b)
+	if err != nil {
+		w.failed = true
+	}
+	return n, err
 }
 
 // Unwrap lets http.ResponseController reach the server's writer.
-func (s *statusRecorder) Unwrap() http.ResponseWriter { return s.ResponseWriter }
+func (w *endWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// endKey is the request context's key for its requestEnd (net/http engine).
+type endKey struct{}
+
+// endOf returns r's requestEnd, if it has one.
+func endOf(r *http.Request) *requestEnd {
+	e, _ := r.Context().Value(endKey{}).(*requestEnd)
+	return e
+}
+
+// netEnding is how a request of the net/http engine ended, once its handler is done (left: its
+// client left while it was held).
+func (e *requestEnd) netEnding(r *http.Request, left bool) ending {
+	e.mu.Lock()
+	if e.status == 0 || e.upstream == 0 {
+		e.status = e.w.status // sluice's own answer (or none: 0)
+	}
+	e.mu.Unlock()
+	switch {
+	case e.cut.Load():
+		return endCut
+	case left || e.w.failed || r.Context().Err() != nil:
+		return endClientLeft
+	case e.upstream == 0 && e.v.Passes() && e.w.status >= 500:
+		return endNoResponse
+	}
+	return endWhole
+}
 
 // routePath is the path routes are matched on: net/http leaves "." and ".." segments in
 // URL.Path, and an upstream that resolves them would serve "/a/../reports" as "/reports";
@@ -255,7 +278,8 @@ func (o observer) Decided(req *decision.Request, v *decision.Verdict, took time.
 }
 
 // timedTransport counts the upstream's answers (their status class and time to the header) for
-// the net/http engine, as forward does for the fasthttp one.
+// the net/http engine, as forward does for the fasthttp one, and notes each on its request's end,
+// whose body it watches (endBody): a body cut short is the upstream's failure.
 type timedTransport struct {
 	rt      http.RoundTripper
 	metrics *Metrics
@@ -267,7 +291,28 @@ func (t timedTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 	if err == nil {
 		took := time.Since(sent)
 		t.metrics.upstreamAnswered(resp.StatusCode, took)
-		noteShedSample(r, took) // (shed.go)
+		if e := endOf(r); e != nil {
+			e.answered(resp.StatusCode, took, resp.Header.Get)
+			if resp.StatusCode != http.StatusSwitchingProtocols { // (an upgrade's body is the connection)
+				resp.Body = &endBody{ReadCloser: resp.Body, e: e, r: r}
+			}
+		}
 	}
 	return resp, err
+}
+
+// endBody is the upstream's response body for the net/http engine: a read that fails while the
+// client is still there is a response cut short.
+type endBody struct {
+	io.ReadCloser
+	e *requestEnd
+	r *http.Request
+}
+
+func (b *endBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err != nil && err != io.EOF && b.r.Context().Err() == nil {
+		b.e.cut.Store(true)
+	}
+	return n, err
 }

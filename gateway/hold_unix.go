@@ -17,6 +17,12 @@ import (
 //
 // It moves the socket's read deadline; the caller puts the body's back (restartBody).
 func watchClose(conn net.Conn, deadline time.Time) bool {
+	return watchCloseArmed(conn, func(socket net.Conn) bool { return socket.SetReadDeadline(deadline) == nil })
+}
+
+// watchCloseArmed is watchClose with the deadline set by arm on the socket (false: do not
+// watch), so that a caller can stop the watch under a lock of its own (clientWatch).
+func watchCloseArmed(conn net.Conn, arm func(socket net.Conn) bool) bool {
 	conn = socketOf(conn) // *tls.Conn, bodyConn: watch the socket under them
 	sc, ok := conn.(syscall.Conn)
 	if !ok {
@@ -26,7 +32,7 @@ func watchClose(conn net.Conn, deadline time.Time) bool {
 	if err != nil {
 		return true
 	}
-	if conn.SetReadDeadline(deadline) != nil {
+	if !arm(conn) {
 		return true
 	}
 	gone := false
@@ -45,4 +51,24 @@ func watchClose(conn net.Conn, deadline time.Time) bool {
 		return false
 	}
 	return true
+}
+
+// peerClosed reports whether conn's peer has closed it (or reset it), without waiting and
+// without reading: for a pooled connection, before a request is written on it.
+func peerClosed(conn net.Conn) bool {
+	sc, ok := socketOf(conn).(syscall.Conn)
+	if !ok {
+		return false
+	}
+	raw, err := sc.SyscallConn()
+	if err != nil {
+		return false
+	}
+	closed := false
+	var b [1]byte
+	_ = raw.Control(func(fd uintptr) {
+		n, _, err := syscall.Recvfrom(int(fd), b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
+		closed = (err == nil && n == 0) || (err != nil && !errors.Is(err, syscall.EAGAIN) && !errors.Is(err, syscall.EINTR))
+	})
+	return closed
 }

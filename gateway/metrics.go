@@ -42,6 +42,8 @@ type Metrics struct {
 	unavailable atomic.Uint64
 	storeErrors func() uint64 // the store calls that failed (countStoreErrors)
 	malformed   *rateLog      // requests that could not be read; nil: not logged
+	// upstreamLog: the upstream's failures (no answer, an answer cut short); nil: not logged
+	upstreamLog *rateLog
 }
 
 // abandon counts a held request whose client left.

@@ -10,13 +10,20 @@ import (
 // (or a scanner) sending garbage must not be able to flood the log.
 const malformedPerSecond = 10
 
-// rateLog logs requests that could not be read: at most limit lines a second, each with the
-// client's address and what was wrong in words of its own (never the request's bytes, which can
-// hold a credential). The lines over the limit are counted, and a second after the first of them
-// one line says how many were left out. The nil rateLog logs nothing.
+// upstreamPerSecond bounds the lines logged about an upstream that failed (no answer, or an
+// answer cut short): an upstream that is down must not flood the log with a line per request.
+const upstreamPerSecond = 5
+
+// rateLog logs one kind of trouble (requests that could not be read, an upstream that failed):
+// at most limit lines a second, each with where it came from and what was wrong in words of its
+// own (never a request's bytes, which can hold a credential). The lines over the limit are
+// counted, and a second after the first of them one line says how many were left out. The nil
+// rateLog logs nothing.
 type rateLog struct {
 	log   *slog.Logger
 	limit int
+	msg   string // the lines' message
+	from  string // the name of the field that says where the trouble came from
 
 	mu         sync.Mutex
 	window     time.Time // the start of the current second
@@ -25,10 +32,12 @@ type rateLog struct {
 	timer      *time.Timer
 }
 
-func newRateLog(log *slog.Logger, limit int) *rateLog { return &rateLog{log: log, limit: limit} }
+func newRateLog(log *slog.Logger, limit int, msg, from string) *rateLog {
+	return &rateLog{log: log, limit: limit, msg: msg, from: from}
+}
 
-// warn logs that the request from peer could not be read because of what.
-func (r *rateLog) warn(peer, what string) {
+// warn logs that there was trouble from where (a peer, the upstream), because of what.
+func (r *rateLog) warn(where, what string) {
 	if r == nil {
 		return
 	}
@@ -40,7 +49,7 @@ func (r *rateLog) warn(peer, what string) {
 	if r.n < r.limit {
 		r.n++
 		r.mu.Unlock()
-		r.log.Warn("malformed request", "peer", peer, "problem", what)
+		r.log.Warn(r.msg, r.from, where, "problem", what)
 		return
 	}
 	r.suppressed++
@@ -57,6 +66,6 @@ func (r *rateLog) summary() {
 	r.suppressed, r.timer = 0, nil
 	r.mu.Unlock()
 	if k > 0 {
-		r.log.Warn("malformed request: lines suppressed", "suppressed", k, "limit_per_second", r.limit)
+		r.log.Warn(r.msg+": lines suppressed", "suppressed", k, "limit_per_second", r.limit)
 	}
 }

@@ -76,7 +76,8 @@ func NewServer(cfg *config.Config, path string, st Store, log *slog.Logger) (*Se
 	s.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	s.metrics = NewMetrics(s.registry)
 	s.metrics.diag.shares = st.Shares
-	s.metrics.malformed = newRateLog(log, malformedPerSecond)
+	s.metrics.malformed = newRateLog(log, malformedPerSecond, "malformed request", "peer")
+	s.metrics.upstreamLog = newRateLog(log, upstreamPerSecond, "upstream failed", "upstream")
 	s.store = st.Store
 	s.metrics.countStoreErrors(s.registry, st.Store)
 	if a, ok := st.Store.(sluice.Available); ok {

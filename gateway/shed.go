@@ -1,9 +1,7 @@
 package gateway
 
 import (
-	"context"
 	"net/http"
-	"slices"
 	"sync"
 	"time"
 
@@ -18,8 +16,9 @@ import (
 // Throttling by load (config load_shedding; package shed): after the quotas let a request
 // through (a refused request never takes a slot), it takes a slot of the instance's adaptive
 // limit on the requests in flight to the upstream, or is answered 503 temporary-reduced-capacity,
-// the lower priorities first. The slot is given back when the upstream's answer is in (the
-// handler returns), and the upstream's time to answer is the limit's measure.
+// the lower priorities first. The slot is given back at the request's end (requestEnd: its
+// response written whole, a streamed one included, or the client or the upstream gone), and the
+// upstream's time to its header is the limit's measure.
 
 // shedder is a Gateway's load shedding: the instance's limiter and the configuration's
 // priorities.
@@ -81,36 +80,21 @@ func (s *shedder) admit(req *decision.Request) (answer.Problem, bool) {
 // release gives the slot back; took is how long the upstream took to answer (0: it did not).
 func (s *shedder) release(took time.Duration) { s.lim.Release(took, took > 0, time.Now()) }
 
-// shedSample carries, for the net/http engine, how long the upstream took to answer a request
-// (set by timedTransport) to the handler that gives its slot back.
-type shedSample struct{ took time.Duration }
-
-type shedSampleKey struct{}
-
-// noteShedSample records took on the request's shedSample, if it has one.
-func noteShedSample(r *http.Request, took time.Duration) {
-	if s, ok := r.Context().Value(shedSampleKey{}).(*shedSample); ok {
-		s.took = took
-	}
-}
-
-// shedHandler is next (the proxy) behind load shedding, for the net/http engine.
-func (g *Gateway) shedHandler(req *decision.Request, v *decision.Verdict, next http.Handler) http.Handler {
+// shedHandler is next (the proxy) behind load shedding, for the net/http engine: the slot it
+// takes is given back by the request's end (requestEnd.fire).
+func (g *Gateway) shedHandler(e *requestEnd, next http.Handler) http.Handler {
 	if g.shed == nil {
 		return next
 	}
-	// Serve releases the verdict before it calls the handler: keep what a refund needs.
-	kept := decision.Verdict{Outcome: v.Outcome, Decisions: slices.Clone(v.Decisions)}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		p, ok := g.shed.admit(req)
+		p, ok := g.shed.admit(&e.req)
 		if !ok {
 			answer.WriteProblem(w, p)
-			g.decider.Refund(context.WithoutCancel(r.Context()), req, &kept) // shed, not served: the quota it took goes back
+			g.decider.Refund(e.ctx, &e.req, e.kept) // shed, not served: the quota it took goes back
 			return
 		}
-		sample := &shedSample{}
-		defer func() { g.shed.release(sample.took) }()
-		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), shedSampleKey{}, sample)))
+		e.shed = true
+		next.ServeHTTP(w, r)
 	})
 }
 

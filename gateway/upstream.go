@@ -3,10 +3,13 @@ package gateway
 import (
 	"context"
 	"crypto/tls"
+	"errors"
+	"io"
 	"net"
 	"net/http"
 	"net/url"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -63,10 +66,9 @@ func (up *Upstream) For(u *url.URL) *Upstream {
 			MaxIdleConnDuration:      90 * time.Second,
 			MaxConnWaitTimeout:       dialTimeout,
 			Dial:                     dialIdleTimeout,
-			StreamResponseBody:       true,
 			DisablePathNormalizing:   true, // forward the path as the client sent it
 			NoDefaultUserAgentHeader: true,
-			RetryIfErr:               retryIdempotentOnly,
+			// Its Do is not used: the engine's calls are upstreamCall's, on its pool.
 		},
 		transport: &http.Transport{
 			Proxy:                 nil,
@@ -81,15 +83,164 @@ func (up *Upstream) For(u *url.URL) *Upstream {
 	}
 }
 
-// retryIdempotentOnly retries a request on a fresh connection only when it is idempotent and
-// the connection failed before an answer (a kept-alive connection the upstream had closed):
-// never a POST, which the upstream may have acted on.
-func retryIdempotentOnly(req *fasthttp.Request, attempts int, err error) (resetTimeout, retry bool) {
-	if isTimeout(err) { // a silent upstream: asking again would double the wait
-		return false, false
+// THE FASTHTTP ENGINE'S CALLS TO THE UPSTREAM. The HostClient is the pool of connections
+// (AcquireConn, ReleaseConn, CloseConn); a call is made here, so that
+//
+//   - a client that leaves cancels its call: the connection it is on is closed (the upstream
+//     sees its request cancelled), whether the call waits for the header or streams the body;
+//   - a pooled connection the upstream has closed (it restarted, or timed out its idle
+//     connections) is found before anything is written on it, and another one is taken: any
+//     request is safe to send again then, whatever its method;
+//   - a request that failed on a connection after it was written is sent again only if it is
+//     idempotent and has no streamed body, and never after a timeout (asking a silent upstream
+//     again would double the wait); at most maxAttempts in all.
+//
+// The response's body is the connection's stream (fasthttp frames it: a length, chunked, or to
+// the close); the call gives the connection back when the stream is closed (upstreamCall.finish):
+// to the pool if the body was read to its end, else closed.
+const maxAttempts = 3
+
+var errClientLeft = errors.New("the client left")
+
+// upstreamCall is one request's call to the upstream. Its methods are safe for concurrent use
+// (cancel comes from the goroutine that watches the client).
+type upstreamCall struct {
+	hc *fasthttp.HostClient
+
+	mu      sync.Mutex
+	conn    net.Conn // the connection the call is on (nil: none now)
+	left    bool     // cancelled: the client left
+	release func(reuse bool)
+}
+
+// cancel ends the call: the connection it is on is closed (a read or a write on it fails at
+// once), and it takes no other.
+func (c *upstreamCall) cancel() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.left = true
+	if c.conn != nil {
+		_ = c.conn.Close()
 	}
+}
+
+// use notes that the call is on conn; false if it was cancelled.
+func (c *upstreamCall) use(conn net.Conn) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.conn = conn
+	return !c.left
+}
+
+// cancelled reports whether the client left.
+func (c *upstreamCall) cancelled() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.left
+}
+
+// finish gives the response's connection back: to the pool if reuse (its body was read to the
+// end) and neither side asked to close it, else closed. The response's stream is closed first.
+func (c *upstreamCall) finish(resp *fasthttp.Response, reuse bool) {
+	_ = resp.CloseBodyStream()
+	c.mu.Lock()
+	release := c.release
+	c.release, c.conn = nil, nil
+	reuse = reuse && !c.left
+	c.mu.Unlock()
+	if release != nil {
+		release(reuse && !resp.ConnectionClose())
+	}
+}
+
+// do sends req and reads the header of its response into resp (its body is resp's stream: the
+// caller closes it with finish). It tries again as the package comment says.
+func (c *upstreamCall) do(req *fasthttp.Request, resp *fasthttp.Response) error {
+	req.URI().DisablePathNormalizing = true // forward the path as the client sent it
 	h := &req.Header
-	return false, attempts < 2 && (h.IsGet() || h.IsHead() || h.IsOptions() || h.IsPut() || h.IsDelete() || h.IsTrace())
+	again := !req.IsBodyStream() && (h.IsGet() || h.IsHead() || h.IsOptions() || h.IsPut() || h.IsDelete() || h.IsTrace())
+	var err error
+	for attempt, stale := 1, 0; ; attempt++ {
+		var retry bool
+		retry, err = c.once(req, resp, again)
+		if err == errStale && stale < maxUpstreamConns {
+			stale, attempt = stale+1, attempt-1 // a dead pooled connection (closed now) is not an attempt
+		}
+		if err == nil || !retry || attempt >= maxAttempts || c.cancelled() {
+			break
+		}
+	}
+	if err == io.EOF {
+		err = fasthttp.ErrConnectionClosed
+	}
+	if c.cancelled() {
+		err = errClientLeft
+	}
+	return err
+}
+
+// errStale is a pooled connection the upstream had closed, found before anything was written.
+var errStale = errors.New("the upstream had closed the connection")
+
+// once is one attempt: it reports whether another may be made.
+func (c *upstreamCall) once(req *fasthttp.Request, resp *fasthttp.Response, again bool) (retry bool, err error) {
+	hc := c.hc
+	resp.Reset()
+	resp.StreamBody = true
+	cc, err := hc.AcquireConn(0, false)
+	if err != nil {
+		return false, err
+	}
+	conn := cc.Conn()
+	if !c.use(conn) {
+		hc.CloseConn(cc)
+		return false, errClientLeft
+	}
+	fail := func() {
+		c.use(nil)
+		hc.CloseConn(cc)
+	}
+	if peerClosed(conn) { // nothing written yet: safe to send again, whatever the request
+		fail()
+		return true, errStale
+	}
+	resp.ParseNetConn(conn)
+	bw := hc.AcquireWriter(conn)
+	err = req.Write(bw)
+	if err == nil {
+		err = bw.Flush()
+	}
+	hc.ReleaseWriter(bw)
+	if err != nil {
+		fail()
+		return again && !isTimeout(err), err
+	}
+	if req.Header.IsHead() {
+		resp.SkipBody = true
+	}
+	br := hc.AcquireReader(conn)
+	if err = resp.ReadLimitBody(br, 0); err != nil {
+		hc.ReleaseReader(br)
+		fail()
+		return again && !isTimeout(err), err
+	}
+	release := func(reuse bool) {
+		hc.ReleaseReader(br)
+		if reuse {
+			hc.ReleaseConn(cc)
+		} else {
+			hc.CloseConn(cc)
+		}
+	}
+	if resp.BodyStream() == nil { // no body (HEAD, 204, 304): the connection is free now
+		c.use(nil)
+		release(!req.ConnectionClose() && !resp.ConnectionClose())
+		return false, nil
+	}
+	c.mu.Lock()
+	c.release = release
+	c.mu.Unlock()
+	return false, nil
 }
 
 // dialIdleTimeout dials the upstream with a connection whose reads and writes each have
@@ -118,6 +269,9 @@ func (c *idleConn) Read(b []byte) (int, error) {
 	}
 	return c.Conn.Read(b)
 }
+
+// NetConn returns the connection under c (for peerClosed, under a *tls.Conn).
+func (c *idleConn) NetConn() net.Conn { return c.Conn }
 
 func (c *idleConn) Write(b []byte) (int, error) {
 	if now := time.Now(); now.Sub(c.writeSet) > upstreamIdle/60 {

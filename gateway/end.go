@@ -1,0 +1,283 @@
+package gateway
+
+import (
+	"context"
+	"io"
+	"net"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/valyala/fasthttp"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/sluicehq/sluice/decision"
+)
+
+// THE END OF A REQUEST. A request's life ends when the last byte of its response has been
+// written to the client, or the client or the upstream went away: not when the upstream's header
+// arrived. Each front end makes one requestEnd per request (begin) and fires it exactly once
+// (requestEnd.fire) when it sees that end, with what happened (an ending); everything tied to the
+// end subscribes to it there, in one place:
+//
+//   - concurrency slots: decision.Decider.ReleaseSlots;
+//   - load shedding: the in-flight slot is given back, the upstream's time to its header is the
+//     latency sample (shedder.release);
+//   - settlements (cost_from, count_only, refund_on): decision.Decider.Finish;
+//   - metrics: a response the upstream cut short counts in sluice_upstream_errors_total (and is
+//     logged, rate limited);
+//   - the access log line (its latency is the whole request's, to the end) and the span.
+//
+// Where each front end fires it:
+//
+//   - the fasthttp engine (ServeFast): the upstream's body is streamed (StreamResponseBody), so
+//     the end is when fasthttp has copied the stream to the client: the response's body stream is
+//     an endStream, which fires when fasthttp closes it (at the stream's end, on an error either
+//     side, or when the response is released), or when the client is seen to leave (clientWatch);
+//     a tunnel (an upgrade) fires when both directions have closed; a response without a stream
+//     (refused, failed, HEAD, 204, 304) fires before the handler returns.
+//   - the net/http engine (ServeHTTP): httputil.ReverseProxy returns once it has copied the body
+//     (or the tunnel closed, or the client left: the request's context is cancelled, which cancels
+//     the upstream's request); the handler fires then, what the body stream saw (endBody) telling a
+//     response cut short from a whole one.
+//   - package middleware, forward-auth and POST /v1/check do not see the response end (the first
+//     two do not take slots to release, see decision/slots.go; none settles after a response).
+
+// ending is how a request ended.
+type ending uint8
+
+const (
+	endWhole      ending = iota // the response was written whole (whoever wrote it: the upstream or sluice)
+	endNoResponse               // the upstream gave no response (sluice answered 502 or 504)
+	endCut                      // the upstream's response was cut short: the client saw it fail
+	endClientLeft               // the client left before its response was written whole
+)
+
+// requestEnd is one request's end: what the subscribers need, and what happened.
+type requestEnd struct {
+	g     *Gateway
+	ctx   context.Context // the store calls' (never the client's: the end outlives it)
+	req   decision.Request
+	v     decision.Verdict
+	kept  *decision.Verdict // net/http: the decisions settlement needs (decision.Serve releases v); nil: v
+	start time.Time         // zero without an access log
+	span  trace.Span
+	shed  bool // holds a load-shedding slot
+
+	method, path string // for the access log (copies: the fasthttp engine reuses its buffers)
+
+	// What happened, set by the front end before it fires (or by the goroutine that fires).
+	mu       sync.Mutex
+	status   int                 // the status the client was sent (0: none)
+	header   func(string) string // the upstream's cost_from field, for settlement (nil: none)
+	upstream time.Duration       // the upstream's time to its header (0: it did not answer)
+
+	cut   atomic.Bool // net/http: the upstream's body failed (endBody)
+	w     endWriter   // net/http: the response writer (gateway.go)
+	fired atomic.Bool
+	// refs: the handler and the end each hold the Verdict's memory; the last to let go releases
+	// it (the fasthttp engine's end can come before its handler returns, if the client leaves).
+	refs atomic.Int32
+}
+
+// begin makes the end of a request arriving now.
+func (g *Gateway) begin(ctx context.Context, span trace.Span, method, path string) *requestEnd {
+	e := &requestEnd{g: g, ctx: context.WithoutCancel(ctx), span: span}
+	e.refs.Store(2)
+	if g.access != nil {
+		e.start, e.method, e.path = time.Now(), method, path
+	}
+	return e
+}
+
+// answered notes the upstream's answer: its status, its time to its header, and its header
+// fields (field), of which settlement's cost_from field is kept (a copy: the response's memory
+// is not the end's).
+func (e *requestEnd) answered(status int, took time.Duration, field func(string) string) {
+	var h func(string) string
+	if a := e.req.After; a != nil && a.CostFrom != "" && field != nil {
+		name, value := a.CostFrom, strings.Clone(field(a.CostFrom))
+		h = func(n string) string {
+			if strings.EqualFold(n, name) {
+				return value
+			}
+			return ""
+		}
+	}
+	e.mu.Lock()
+	e.status, e.upstream, e.header = status, max(took, time.Nanosecond), h
+	e.mu.Unlock()
+}
+
+// answeredBy notes the status of an answer sluice gave itself.
+func (e *requestEnd) answeredBy(status int) {
+	e.mu.Lock()
+	e.status = status
+	e.mu.Unlock()
+}
+
+// fire delivers the end of the request to every subscriber, once: later calls do nothing.
+func (e *requestEnd) fire(how ending) {
+	if e.fired.Swap(true) {
+		return
+	}
+	g := e.g
+	e.mu.Lock()
+	status, header, upstream := e.status, e.header, e.upstream
+	e.mu.Unlock()
+	g.decider.ReleaseSlots(e.ctx, &e.v) // concurrency slots
+	if e.shed {
+		g.shed.release(upstream) // load shedding: the slot, and the latency sample
+	}
+	if how == endCut { // metrics: a response cut short is the upstream's failure
+		g.metrics.upstreamErrors.Inc()
+		g.upstreamTrouble("its response was cut short")
+	}
+	// Settlement. The upstream answered if its header came and its response was not cut short: a
+	// client that leaves after the header is charged as answered (leaving does not make a
+	// response free); one that leaves before it, or a response cut short, is a request without a
+	// response (decision.Finish: refund_on refunds it, count_only charges nothing, cost_from
+	// keeps the estimate).
+	resp := decision.Response{Status: status, Header: header}
+	if upstream == 0 || how == endCut || how == endNoResponse {
+		resp = decision.Response{Aborted: true}
+	}
+	sv := &e.v
+	if e.kept != nil {
+		sv = e.kept
+	}
+	g.decider.Finish(e.ctx, &e.req, sv, resp)
+	if how == endClientLeft && upstream == 0 {
+		status = 499 // nginx's code for a client gone before its answer
+	}
+	// The access line and the span.
+	if g.access != nil {
+		g.access.write(&entry{start: e.start, req: &e.req, outcome: e.v.Outcome, method: e.method, path: e.path,
+			status: status, upstream: upstream, ended: how})
+	}
+	if e.span != nil {
+		endSpan(e.span, &e.req, e.v.Outcome, status)
+	}
+	e.drop()
+}
+
+// drop lets go of the Verdict's memory, for the handler or the end; the last one releases it.
+func (e *requestEnd) drop() {
+	if e.refs.Add(-1) == 0 {
+		e.v.Release()
+	}
+}
+
+// endStream is the fasthttp engine's response body when the upstream's is a stream: it passes
+// the upstream's body through unbuffered (fasthttp copies it to the client in chunks of its own
+// buffer's size) and fires the request's end when fasthttp closes it: after the last byte was
+// written (the upstream's stream ended and the copy succeeded), when a read or a write failed, or
+// when the response is released. A read that fails while the client is there is a response cut
+// short: fasthttp then ends the client's connection without the body's end (a short body, or a
+// chunked one without its last chunk), so the client sees it fail.
+type endStream struct {
+	up    *fasthttp.Response // the upstream's response, whose stream this reads; released at the end
+	body  io.Reader
+	call  *upstreamCall
+	e     *requestEnd
+	watch *clientWatch // nil: the client is not watched
+
+	// (fasthttp reads and closes the stream on one goroutine)
+	eof     bool  // the upstream's body was read to its end
+	readErr error // the upstream's stream failed (not io.EOF)
+}
+
+func (s *endStream) Read(p []byte) (int, error) {
+	n, err := s.body.Read(p)
+	switch {
+	case err == io.EOF:
+		s.eof = true
+	case err != nil && s.readErr == nil:
+		s.readErr = err
+	}
+	return n, err
+}
+
+// CloseWithError is fasthttp's close of the stream (fasthttp.ReadCloserWithError): werr is why
+// writing stopped (nil: it did not). It gives the upstream's connection back (closed unless the
+// body was read to its end) and fires the request's end.
+func (s *endStream) CloseWithError(werr error) error {
+	s.watch.stop()
+	how := endWhole
+	switch {
+	case s.call.cancelled():
+		how = endClientLeft // (the watch closed the upstream's connection)
+	case s.readErr != nil:
+		how = endCut
+	case werr != nil || !s.eof:
+		how = endClientLeft // writing to the client failed: it left
+	}
+	s.call.finish(s.up, s.eof && werr == nil)
+	fasthttp.ReleaseResponse(s.up)
+	s.e.fire(how)
+	return nil
+}
+
+// clientWatch watches a fasthttp client's connection, while its request is in flight, for the
+// client to close it (watchClose), and calls left if it does. stop ends the watch and waits for
+// it, giving the connection back to the server (which sets its own read deadline before it reads
+// the next request). A nil clientWatch watches nothing.
+type clientWatch struct {
+	conn net.Conn
+	done chan struct{}
+	left func()
+
+	mu      sync.Mutex
+	stopped bool // guarded by mu: no deadline may be set any more
+}
+
+// watchClient starts watching conn; left runs on the watching goroutine if the client leaves.
+func watchClient(conn net.Conn, left func()) *clientWatch {
+	w := &clientWatch{conn: conn, done: make(chan struct{}), left: left}
+	go func() {
+		defer close(w.done)
+		for {
+			var deadline time.Time
+			arm := func(socket net.Conn) bool {
+				w.mu.Lock()
+				defer w.mu.Unlock()
+				deadline = time.Now().Add(watchSpan)
+				return !w.stopped && socket.SetReadDeadline(deadline) == nil
+			}
+			if !watchCloseArmed(w.conn, arm) {
+				w.mu.Lock()
+				stopped := w.stopped
+				w.mu.Unlock()
+				if !stopped {
+					w.left()
+				}
+				return
+			}
+			// Back early: stopped, or the client sent more (a pipelined request), or the
+			// connection cannot be watched: nothing more can be told from here.
+			if deadline.IsZero() || time.Now().Before(deadline) {
+				return
+			}
+		}
+	}()
+	return w
+}
+
+// watchSpan is how long one watchClose waits before it looks again (a stream can last hours).
+const watchSpan = time.Hour
+
+func (w *clientWatch) stop() {
+	if w == nil {
+		return
+	}
+	w.mu.Lock()
+	if w.stopped {
+		w.mu.Unlock()
+		return
+	}
+	w.stopped = true
+	_ = socketOf(w.conn).SetReadDeadline(time.Now()) // wakes the watch
+	w.mu.Unlock()
+	<-w.done
+}
