@@ -223,45 +223,67 @@ func (s *endStream) CloseWithError(werr error) error {
 // client to close it (watchClose), and calls left if it does. stop ends the watch and waits for
 // it, giving the connection back to the server (which sets its own read deadline before it reads
 // the next request). A nil clientWatch watches nothing.
+//
+// The watch starts only once the request has been in flight for watchDelay: most requests end
+// sooner, and a watch costs a goroutine and moves the connection's deadline twice. A client that
+// leaves is then seen at most watchDelay late.
 type clientWatch struct {
-	conn net.Conn
-	done chan struct{}
-	left func()
+	conn  net.Conn
+	done  chan struct{} // closed when the watching goroutine ends (if it started)
+	left  func()
+	timer *time.Timer // starts the watch
 
 	mu      sync.Mutex
+	started bool // guarded by mu: the watching goroutine runs
 	stopped bool // guarded by mu: no deadline may be set any more
 }
 
-// watchClient starts watching conn; left runs on the watching goroutine if the client leaves.
+// watchDelay is how long a request is in flight before its client is watched.
+var watchDelay = 20 * time.Millisecond
+
+// watchClient watches conn from watchDelay on; left runs on the watching goroutine if the client
+// leaves.
 func watchClient(conn net.Conn, left func()) *clientWatch {
 	w := &clientWatch{conn: conn, done: make(chan struct{}), left: left}
-	go func() {
-		defer close(w.done)
-		for {
-			var deadline time.Time
-			arm := func(socket net.Conn) bool {
-				w.mu.Lock()
-				defer w.mu.Unlock()
-				deadline = time.Now().Add(watchSpan)
-				return !w.stopped && socket.SetReadDeadline(deadline) == nil
-			}
-			if !watchCloseArmed(w.conn, arm) {
-				w.mu.Lock()
-				stopped := w.stopped
-				w.mu.Unlock()
-				if !stopped {
-					w.left()
-				}
-				return
-			}
-			// Back early: stopped, or the client sent more (a pipelined request), or the
-			// connection cannot be watched: nothing more can be told from here.
-			if deadline.IsZero() || time.Now().Before(deadline) {
-				return
-			}
+	w.timer = time.AfterFunc(watchDelay, func() { // (its own goroutine, which the watch then is)
+		w.mu.Lock()
+		if w.stopped {
+			w.mu.Unlock()
+			return
 		}
-	}()
+		w.started = true
+		w.mu.Unlock()
+		w.watch()
+	})
 	return w
+}
+
+// watch waits for the client to leave, until the watch is stopped.
+func (w *clientWatch) watch() {
+	defer close(w.done)
+	for {
+		var deadline time.Time
+		arm := func(socket net.Conn) bool {
+			w.mu.Lock()
+			defer w.mu.Unlock()
+			deadline = time.Now().Add(watchSpan)
+			return !w.stopped && socket.SetReadDeadline(deadline) == nil
+		}
+		if !watchCloseArmed(w.conn, arm) {
+			w.mu.Lock()
+			stopped := w.stopped
+			w.mu.Unlock()
+			if !stopped {
+				w.left()
+			}
+			return
+		}
+		// Back early: stopped, or the client sent more (a pipelined request), or the
+		// connection cannot be watched: nothing more can be told from here.
+		if deadline.IsZero() || time.Now().Before(deadline) {
+			return
+		}
+	}
 }
 
 // watchSpan is how long one watchClose waits before it looks again (a stream can last hours).
@@ -277,7 +299,14 @@ func (w *clientWatch) stop() {
 		return
 	}
 	w.stopped = true
-	_ = socketOf(w.conn).SetReadDeadline(time.Now()) // wakes the watch
+	started := w.started
+	if started {
+		_ = socketOf(w.conn).SetReadDeadline(time.Now()) // wakes the watch
+	}
 	w.mu.Unlock()
+	if !started {
+		w.timer.Stop() // (if it fires meanwhile, it finds the watch stopped)
+		return
+	}
 	<-w.done
 }
