@@ -44,12 +44,22 @@ func TestKeysExpireWhenIdle(t *testing.T) {
 	st := openStore(t, srv, redis.Options{})
 	const period = 200 * time.Millisecond
 
-	// check waits for the client's keys to expire, after approvals whose last said reset.
-	check := func(t *testing.T, key string, want []string, reset time.Duration, peek func() error) {
+	// check waits for the client's keys to expire, after approvals sent at sent whose last said
+	// reset. want is each key with its own approval's ResetAfter: a key may be gone already only
+	// if that much time has passed since sent (a fixed window's key ends with its window, which a
+	// slow machine may reach before the keys are listed), never sooner.
+	check := func(t *testing.T, key string, sent time.Time, want map[string]time.Duration, reset time.Duration, peek func() error) {
 		written := time.Now()
 		keys := clientKeys(t, srv, key)
-		if want = sortedCopy(want); !slices.Equal(keys, want) {
-			t.Fatalf("keys %q; want %q", keys, want)
+		for k, r := range want {
+			if !slices.Contains(keys, k) && time.Since(sent) < r {
+				t.Fatalf("keys %q: %s is gone %v after the approval sent, before its ResetAfter %v", keys, k, time.Since(sent), r)
+			}
+		}
+		for _, k := range keys {
+			if _, ok := want[k]; !ok {
+				t.Fatalf("keys %q: %s is not one of the client's %v", keys, k, want)
+			}
 		}
 		resetMS := (reset + time.Millisecond - 1) / time.Millisecond
 		for _, k := range keys {
@@ -88,6 +98,7 @@ func TestKeysExpireWhenIdle(t *testing.T) {
 			t.Parallel()
 			key := "idle-" + p.Algorithm.String()
 			var last sluice.Decision
+			sent := time.Now()
 			for i := range 3 {
 				d, err := st.Decide(bg, key, p, 1)
 				if err != nil || !d.Allowed || d.ResetAfter <= 0 {
@@ -95,11 +106,11 @@ func TestKeysExpireWhenIdle(t *testing.T) {
 				}
 				last = d
 			}
-			want := []string{stateKey(key, p.Name)}
+			k := stateKey(key, p.Name)
 			if p.Algorithm == sluice.SlidingLog {
-				want = []string{hashKey(key, p.Name) + ":log"} // its whole state, one list
+				k = hashKey(key, p.Name) + ":log" // its whole state, one list
 			}
-			check(t, key, want, last.ResetAfter, func() error {
+			check(t, key, sent, map[string]time.Duration{k: last.ResetAfter}, last.ResetAfter, func() error {
 				d, err := st.Decide(bg, key, p, 0)
 				if err == nil && (!d.Allowed || d.Remaining != p.Capacity() || d.ResetAfter != 0) {
 					err = fmt.Errorf("a peek after expiry: %+v; want a fresh state", d)
@@ -116,20 +127,21 @@ func TestKeysExpireWhenIdle(t *testing.T) {
 			limits[i] = sluice.Limit{Policy: p, Cost: 2}
 		}
 		out := make([]sluice.Decision, len(limits))
+		sent := time.Now()
 		if ok, err := st.DecideAll(bg, "idle-all", limits, out); err != nil || !ok {
 			t.Fatalf("DecideAll: %v %v %+v", ok, err, out)
 		}
-		var want []string
+		want := map[string]time.Duration{}
 		var reset time.Duration
 		for i, p := range ps {
+			k := stateKey("idle-all", p.Name)
 			if p.Algorithm == sluice.SlidingLog {
-				want = append(want, hashKey("idle-all", p.Name)+":log")
-			} else {
-				want = append(want, stateKey("idle-all", p.Name))
+				k = hashKey("idle-all", p.Name) + ":log"
 			}
+			want[k] = out[i].ResetAfter
 			reset = max(reset, out[i].ResetAfter)
 		}
-		check(t, "idle-all", want, reset, func() error {
+		check(t, "idle-all", sent, want, reset, func() error {
 			for i := range limits {
 				limits[i].Cost = 0
 			}
