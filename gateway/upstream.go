@@ -90,7 +90,9 @@ func (up *Upstream) For(u *url.URL) *Upstream {
 //     sees its request cancelled), whether the call waits for the header or streams the body;
 //   - a pooled connection the upstream has closed (it restarted, or timed out its idle
 //     connections) is found before anything is written on it, and another one is taken: any
-//     request is safe to send again then, whatever its method;
+//     request is safe to send again then, whatever its method (the socket is asked for every
+//     request that could not be sent again, and for the others on a connection not read from
+//     in the last recentlyRead: under load, none);
 //   - a request that failed on a connection after it was written is sent again only if it is
 //     idempotent and has no streamed body, and never after a timeout (asking a silent upstream
 //     again would double the wait); at most maxAttempts in all.
@@ -200,7 +202,10 @@ func (c *upstreamCall) once(req *fasthttp.Request, resp *fasthttp.Response, agai
 		c.use(nil)
 		hc.CloseConn(cc)
 	}
-	if peerClosed(conn) { // nothing written yet: safe to send again, whatever the request
+	// Nothing written yet: safe to send again, whatever the request. A request that cannot be sent
+	// again (again false: a POST, a streamed body) always asks the socket; one that can, only if
+	// the connection may have been closed since its last use (a retry finds the rest).
+	if (!again || mayBeClosed(conn)) && peerClosed(conn) {
 		fail()
 		return true, errStale
 	}
@@ -260,14 +265,33 @@ func dialIdleTimeout(addr string) (net.Conn, error) {
 type idleConn struct {
 	net.Conn
 	readSet, writeSet time.Time // when each deadline was last moved
+	lastRead          time.Time // when it was last read from (mayBeClosed)
 }
 
 func (c *idleConn) Read(b []byte) (int, error) {
-	if now := time.Now(); now.Sub(c.readSet) > upstreamIdle/60 {
+	now := time.Now()
+	c.lastRead = now
+	if now.Sub(c.readSet) > upstreamIdle/60 {
 		c.readSet = now
 		_ = c.Conn.SetReadDeadline(now.Add(upstreamIdle))
 	}
 	return c.Conn.Read(b)
+}
+
+// recentlyRead is how recently a pooled connection must have been read from for mayBeClosed to
+// take it as open without asking the socket (a system call on every request): under load every
+// pooled connection is, and an upstream that closes one within that much of its last answer
+// (a restart) is found by the request's failure, which a request that can be sent again retries.
+const recentlyRead = 5 * time.Millisecond
+
+// mayBeClosed reports whether conn (a pooled connection to the upstream) may have been closed by
+// the upstream since it was last used: false if it was read from within recentlyRead.
+func mayBeClosed(conn net.Conn) bool {
+	if t, ok := conn.(*tls.Conn); ok {
+		conn = t.NetConn()
+	}
+	ic, ok := conn.(*idleConn)
+	return !ok || time.Since(ic.lastRead) >= recentlyRead
 }
 
 // NetConn returns the connection under c (for peerClosed, under a *tls.Conn).
