@@ -79,14 +79,36 @@ type requestEnd struct {
 	// refs: the handler and the end each hold the Verdict's memory; the last to let go releases
 	// it (the fasthttp engine's end can come before its handler returns, if the client leaves).
 	refs atomic.Int32
+
+	// The fasthttp engine's: its call to the upstream, the watch of its client and its response's
+	// stream live in the end's memory, which is reused (endPool) once both holders let go.
+	call   upstreamCall
+	watch  clientWatch
+	stream endStream
+	pooled bool
 }
 
-// begin makes the end of a request arriving now.
-func (g *Gateway) begin(ctx context.Context, span trace.Span, method, path string) *requestEnd {
+// endPool keeps the fasthttp engine's ends for reuse: a request then allocates none of them, nor
+// its watch's timer.
+var endPool = sync.Pool{New: func() any {
+	e := new(requestEnd)
+	e.watch.left = e.call.cancel
+	return e
+}}
+
+// begin makes the end of a request arriving now; pooled (the fasthttp engine's) takes it from
+// endPool, and gives it back when both the handler and the end let go (drop).
+func (g *Gateway) begin(ctx context.Context, span trace.Span, method, path string, pooled bool) *requestEnd {
 	if ctx.Done() != nil { // (the fasthttp engine's never ends: no need for a copy per request)
 		ctx = context.WithoutCancel(ctx)
 	}
-	e := &requestEnd{g: g, ctx: ctx, span: span}
+	var e *requestEnd
+	if pooled {
+		e = endPool.Get().(*requestEnd)
+		e.g, e.ctx, e.span, e.pooled = g, ctx, span, true
+	} else {
+		e = &requestEnd{g: g, ctx: ctx, span: span}
+	}
 	e.refs.Store(2)
 	if g.access != nil {
 		e.start, e.method, e.path = time.Now(), method, path
@@ -167,9 +189,23 @@ func (e *requestEnd) fire(how ending) {
 
 // drop lets go of the Verdict's memory, for the handler or the end; the last one releases it.
 func (e *requestEnd) drop() {
-	if e.refs.Add(-1) == 0 {
-		e.v.Release()
+	if e.refs.Add(-1) != 0 {
+		return
 	}
+	e.v.Release()
+	if e.pooled {
+		e.reuse()
+	}
+}
+
+// reuse clears a pooled end and puts it back in endPool. Nothing refers to it any more: the
+// handler and the end have let go, the watch has stopped (its timer's function has returned, if
+// it ran), and fasthttp has closed the stream (which it then forgets).
+func (e *requestEnd) reuse() {
+	timer, done, left := e.watch.timer, e.watch.done, e.watch.left
+	*e = requestEnd{}
+	e.watch.timer, e.watch.done, e.watch.left = timer, done, left
+	endPool.Put(e)
 }
 
 // endStream is the fasthttp engine's response body when the upstream's is a stream: it passes
@@ -229,12 +265,13 @@ func (s *endStream) CloseWithError(werr error) error {
 //
 // The watch starts only once the request has been in flight for watchDelay: most requests end
 // sooner, and a watch costs a goroutine and moves the connection's deadline twice. A client that
-// leaves is then seen at most watchDelay late.
+// leaves is then seen at most watchDelay late. A clientWatch is part of a pooled requestEnd: its
+// timer is made once and reset for each request it watches.
 type clientWatch struct {
 	conn  net.Conn
-	done  chan struct{} // closed when the watching goroutine ends (if it started)
 	left  func()
-	timer *time.Timer // starts the watch
+	timer *time.Timer   // starts the watch (fire)
+	done  chan struct{} // (one slot) fire sends when it returns, whether it watched or not
 
 	mu      sync.Mutex
 	started bool // guarded by mu: the watching goroutine runs
@@ -244,26 +281,36 @@ type clientWatch struct {
 // watchDelay is how long a request is in flight before its client is watched.
 var watchDelay = 20 * time.Millisecond
 
-// watchClient watches conn from watchDelay on; left runs on the watching goroutine if the client
-// leaves.
-func watchClient(conn net.Conn, left func()) *clientWatch {
-	w := &clientWatch{conn: conn, done: make(chan struct{}), left: left}
-	w.timer = time.AfterFunc(watchDelay, func() { // (its own goroutine, which the watch then is)
-		w.mu.Lock()
-		if w.stopped {
-			w.mu.Unlock()
-			return
-		}
-		w.started = true
-		w.mu.Unlock()
-		w.watch()
-	})
+// start watches conn from watchDelay on; left runs on the watching goroutine if the client
+// leaves. The watch's previous use, if any, has stopped.
+func (w *clientWatch) start(conn net.Conn) *clientWatch {
+	w.mu.Lock()
+	w.conn, w.started, w.stopped = conn, false, false
+	w.mu.Unlock()
+	if w.timer == nil {
+		w.done = make(chan struct{}, 1)
+		w.timer = time.AfterFunc(watchDelay, w.fire)
+	} else {
+		w.timer.Reset(watchDelay)
+	}
 	return w
+}
+
+// fire is the timer's function (its own goroutine, which the watch then is).
+func (w *clientWatch) fire() {
+	defer func() { w.done <- struct{}{} }()
+	w.mu.Lock()
+	if w.stopped {
+		w.mu.Unlock()
+		return
+	}
+	w.started = true
+	w.mu.Unlock()
+	w.watch()
 }
 
 // watch waits for the client to leave, until the watch is stopped.
 func (w *clientWatch) watch() {
-	defer close(w.done)
 	for {
 		var deadline time.Time
 		arm := func(socket net.Conn) bool {
@@ -307,9 +354,8 @@ func (w *clientWatch) stop() {
 		_ = socketOf(w.conn).SetReadDeadline(time.Now()) // wakes the watch
 	}
 	w.mu.Unlock()
-	if !started {
-		w.timer.Stop() // (if it fires meanwhile, it finds the watch stopped)
-		return
+	if !started && w.timer.Stop() {
+		return // it never fired
 	}
-	<-w.done
+	<-w.done // it fired: its function watched, or found the watch stopped; either way it has returned
 }

@@ -496,3 +496,167 @@ default_policy: open
 		}
 	})
 }
+
+// TestEndsReusedUnderChurn: the fasthttp engine reuses each request's end (its upstream call, its
+// client watch and its timer, its response stream) once the request is over. Many requests at
+// once, of every kind of end (answered at once; answered after the client watch started; the
+// client leaving while the upstream waits, before or after the watch started; the client leaving
+// a stream), repeated: every request the client left is cancelled at the upstream, and afterwards
+// the concurrency policy holds exactly its limit, no slot lost nor given back twice. It runs with
+// the client watch's usual delay, and with one of 100 µs, where most watches start as their
+// requests end (the watch's stop then races its timer).
+func TestEndsReusedUnderChurn(t *testing.T) {
+	for _, delay := range []time.Duration{0, 100 * time.Microsecond} {
+		t.Run(fmt.Sprintf("watch-delay-%v", delay), func(t *testing.T) {
+			if delay > 0 {
+				gateway.SetWatchDelay(t, delay)
+			}
+			testEndsReusedUnderChurn(t)
+		})
+	}
+}
+
+func testEndsReusedUnderChurn(t *testing.T) {
+	const limit, workers, rounds = 24, 8, 40
+	forEachEngine(t, func(t *testing.T, engine string) {
+		var arrived sync.Map // id -> chan struct{}
+		var cancelled sync.WaitGroup
+		up := &upstream{count: map[string]int{}}
+		up.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			switch {
+			case r.URL.Path == "/slow":
+				time.Sleep(25 * time.Millisecond) // the upstream's own work: longer than the watch's delay
+				io.WriteString(w, "ok")
+			case strings.HasPrefix(r.URL.Path, "/wait/"), strings.HasPrefix(r.URL.Path, "/stream/"):
+				if strings.HasPrefix(r.URL.Path, "/stream/") {
+					io.WriteString(w, "data: first\n\n")
+					w.(http.Flusher).Flush()
+				}
+				if ch, ok := arrived.Load(r.URL.Path); ok {
+					close(ch.(chan struct{}))
+				}
+				<-r.Context().Done() // answered only by the client leaving
+				cancelled.Done()
+			default:
+				io.WriteString(w, "ok")
+			}
+		}))
+		t.Cleanup(up.Close)
+		gw, _ := start(t, engine, fmt.Sprintf(`upstream: UPSTREAM
+policies:
+  - {name: in-flight, algorithm: concurrency, limit: %d, lease: 1m}
+default_policy: in-flight
+`, limit), up)
+		addr := strings.TrimPrefix(gw.URL, "http://")
+		// leave sends GET path on a connection of its own and closes it once the upstream has the
+		// request (and, for a stream, once the client has its first event).
+		leave := func(path string) error {
+			ch := make(chan struct{})
+			arrived.Store(path, ch)
+			cancelled.Add(1)
+			c, err := net.Dial("tcp", addr)
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			fmt.Fprintf(c, "GET %s HTTP/1.1\r\nHost: x\r\n\r\n", path)
+			select {
+			case <-ch:
+			case <-time.After(30 * time.Second):
+				return fmt.Errorf("%s did not reach the upstream", path)
+			}
+			if strings.HasPrefix(path, "/stream/") {
+				br := bufio.NewReader(c)
+				for {
+					line, err := br.ReadString('\n')
+					if err != nil {
+						return fmt.Errorf("%s: %v before the first event", path, err)
+					}
+					if strings.HasPrefix(line, "data: first") {
+						break
+					}
+				}
+			}
+			return nil
+		}
+		errs := make(chan error, workers*rounds)
+		var wg sync.WaitGroup
+		for w := range workers {
+			wg.Go(func() {
+				for i := range rounds {
+					id := fmt.Sprintf("%d-%d", w, i)
+					switch i % 4 {
+					case 0, 1:
+						path := "/ok"
+						if i%4 == 1 {
+							path = "/slow"
+						}
+						resp, err := http.Get(gw.URL + path)
+						if err != nil {
+							errs <- err
+							continue
+						}
+						io.Copy(io.Discard, resp.Body)
+						resp.Body.Close()
+						if resp.StatusCode != http.StatusOK {
+							errs <- fmt.Errorf("%s: %d, want 200", path, resp.StatusCode)
+						}
+					case 2:
+						if err := leave("/wait/" + id); err != nil {
+							errs <- err
+						}
+					case 3:
+						if err := leave("/stream/" + id); err != nil {
+							errs <- err
+						}
+					}
+				}
+			})
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Error(err)
+		}
+		if t.Failed() {
+			return
+		}
+		done := make(chan struct{})
+		go func() { cancelled.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(60 * time.Second):
+			t.Fatal("not every request whose client left was cancelled at the upstream")
+		}
+		// The policy holds exactly limit requests: limit in flight, then the next is refused.
+		waitFor(t, "the slots of the requests whose clients left given back", func() bool {
+			return get(t, gw.URL+"/ok").StatusCode == http.StatusOK
+		})
+		holders := make([]net.Conn, 0, limit)
+		t.Cleanup(func() {
+			for _, c := range holders {
+				c.Close()
+			}
+		})
+		for i := range limit {
+			path := fmt.Sprintf("/wait/hold-%d", i)
+			ch := make(chan struct{})
+			arrived.Store(path, ch)
+			cancelled.Add(1)
+			c, err := net.Dial("tcp", addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			holders = append(holders, c)
+			fmt.Fprintf(c, "GET %s HTTP/1.1\r\nHost: x\r\n\r\n", path)
+			select {
+			case <-ch:
+			case <-time.After(30 * time.Second):
+				t.Fatalf("request %d of %d in flight did not reach the upstream", i+1, limit)
+			}
+		}
+		if code := get(t, gw.URL+"/ok").StatusCode; code != http.StatusTooManyRequests {
+			t.Fatalf("with %d requests in flight: %d, want 429", limit, code)
+		}
+	})
+}

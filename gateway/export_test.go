@@ -121,3 +121,11 @@ func NewTestServer(cfg *config.Config, path string, log *slog.Logger) (*Server, 
 	}
 	return NewServer(cfg, path, st, log)
 }
+
+// SetWatchDelay sets how long a request is in flight before its client is watched, until the
+// test ends.
+func SetWatchDelay(t interface{ Cleanup(func()) }, d time.Duration) {
+	old := watchDelay
+	watchDelay = d
+	t.Cleanup(func() { watchDelay = old })
+}

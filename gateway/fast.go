@@ -44,7 +44,7 @@ func (g *Gateway) ServeFast(ctx *fasthttp.RequestCtx) {
 	if g.access != nil {
 		method, path = string(ctx.Method()), string(ctx.Path())
 	}
-	e := g.begin(dctx, span, method, path)
+	e := g.begin(dctx, span, method, path, true)
 	defer e.drop()
 	req, v := &e.req, &e.v
 	*req = g.policies.Resolve(fastRequest{ctx}, b2s(ctx.Method()), b2s(ctx.Path()))
@@ -172,10 +172,11 @@ func (g *Gateway) forward(ctx *fasthttp.RequestCtx, e *requestEnd) (how ending, 
 	// read: if it leaves, the upstream's call is cancelled (its connection closed: the upstream
 	// sees its request cancelled), whether it waits for the header or streams the body, and the
 	// request ends at once.
-	call := &upstreamCall{hc: up.client}
+	call := &e.call
+	call.hc = up.client
 	var cw *clientWatch
 	if nothingToRead {
-		cw = watchClient(ctx.Conn(), call.cancel)
+		cw = e.watch.start(ctx.Conn())
 	}
 	upResp := fasthttp.AcquireResponse()
 	sent := time.Now()
@@ -214,7 +215,8 @@ func (g *Gateway) forward(ctx *fasthttp.RequestCtx, e *requestEnd) (how ending, 
 		fasthttp.ReleaseResponse(upResp)
 		return endWhole, false
 	}
-	resp.SetBodyStream(&endStream{up: upResp, body: upResp.BodyStream(), call: call, e: e, watch: cw}, upResp.Header.ContentLength())
+	e.stream = endStream{up: upResp, body: upResp.BodyStream(), call: call, e: e, watch: cw}
+	resp.SetBodyStream(&e.stream, upResp.Header.ContentLength())
 	return endWhole, true
 }
 

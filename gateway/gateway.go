@@ -133,7 +133,7 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		r = r.WithContext(ctx)
 		propagator.Inject(ctx, propagation.HeaderCarrier(r.Header)) // forwarded with the request: this span is the upstream's parent
 	}
-	e := g.begin(r.Context(), span, r.Method, r.URL.Path)
+	e := g.begin(r.Context(), span, r.Method, r.URL.Path, false)
 	defer e.drop()
 	e.req = g.policies.Resolve(identity.HTTP(r), r.Method, path)
 	e.req.Releases = true // (the end releases the slots)

@@ -1,0 +1,64 @@
+package gateway
+
+import (
+	"io"
+	"log/slog"
+	"net"
+	"testing"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/sluicehq/sluice/config"
+	"github.com/sluicehq/sluice/identity"
+)
+
+// BenchmarkForward is a whole forwarded request on the fasthttp engine over loopback: a client,
+// sluice's handler on a fasthttp server (memory store, one token-bucket policy that refuses
+// nothing) and an upstream answering 200 with a short body.
+func BenchmarkForward(b *testing.B) {
+	upLn, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	upSrv := &fasthttp.Server{Handler: func(ctx *fasthttp.RequestCtx) { ctx.SetBodyString("hello, world\n") }}
+	go upSrv.Serve(upLn)
+	defer upSrv.Shutdown()
+	cfg, err := config.Parse([]byte(`
+upstream: http://`+upLn.Addr().String()+`
+identity:
+  - api_key: {}
+policies:
+  - {name: open, algorithm: token-bucket, limit: 1000000000, period: 1s}
+clients:
+  - {name: bench, api_key_sha256: `+identity.HashAPIKey("bench-key")+`, policy: open}
+`), "bench.yaml")
+	if err != nil {
+		b.Fatal(err)
+	}
+	srv, err := NewTestServer(cfg, "", slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer srv.Close()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	fs := srv.FastServer()
+	go fs.Serve(ln)
+	defer fs.Shutdown()
+	c := &fasthttp.HostClient{Addr: ln.Addr().String(), MaxConns: 64}
+	url := "http://" + ln.Addr().String() + "/orders"
+	b.ReportAllocs()
+	b.SetParallelism(8)
+	b.RunParallel(func(pb *testing.PB) {
+		req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
+		req.SetRequestURI(url)
+		req.Header.Set("X-API-Key", "bench-key")
+		for pb.Next() {
+			if err := c.Do(req, resp); err != nil || resp.StatusCode() != 200 {
+				b.Fatal(err, resp.StatusCode())
+			}
+		}
+	})
+}
