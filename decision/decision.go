@@ -166,11 +166,20 @@ type Decider struct {
 // dry-run ones alongside (they count, but never refuse, and consume nothing when an enforced one
 // refuses).
 func (d *Decider) Decide(ctx context.Context, req *Request) Verdict {
-	n := len(req.Limits)
-	if n == 0 {
-		return Verdict{Outcome: Unlimited}
-	}
 	var v Verdict
+	d.DecideInto(ctx, req, &v)
+	return v
+}
+
+// DecideInto is Decide into *v (whatever it held is overwritten), for a caller whose Verdict is
+// already in memory of its own: Decide's is one allocation per request.
+func (d *Decider) DecideInto(ctx context.Context, req *Request, v *Verdict) {
+	n := len(req.Limits)
+	*v = Verdict{}
+	if n == 0 {
+		v.Outcome = Unlimited
+		return
+	}
 	var limits []sluice.Limit
 	var out []sluice.Decision
 	if n <= inline {
@@ -193,11 +202,11 @@ func (d *Decider) Decide(ctx context.Context, req *Request) Verdict {
 	took := time.Since(start)
 	if err != nil {
 		v.Release()
-		v = Verdict{Outcome: Failed, Err: err, Problem: failure(req, err)}
+		*v = Verdict{Outcome: Failed, Err: err, Problem: failure(req, err)}
 		if d.Observer != nil {
 			d.Observer.Failed(req, err)
 		}
-		return v
+		return
 	}
 	for i := range req.Limits {
 		v.Decisions[i] = answer.Applied{Policy: req.Limits[i].Policy, Decision: out[i]}
@@ -221,13 +230,12 @@ func (d *Decider) Decide(ctx context.Context, req *Request) Verdict {
 			v.Outcome = Held
 		}
 		if slots {
-			d.holdSlots(req, &v, limits, out)
+			d.holdSlots(req, v, limits, out)
 		}
 	}
 	if d.Observer != nil {
-		d.Observer.Decided(req, &v, took)
+		d.Observer.Decided(req, v, took)
 	}
-	return v
 }
 
 // failure is the answer to a request the store could not decide.

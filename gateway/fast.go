@@ -49,7 +49,7 @@ func (g *Gateway) ServeFast(ctx *fasthttp.RequestCtx) {
 	req, v := &e.req, &e.v
 	*req = g.policies.Resolve(fastRequest{ctx}, b2s(ctx.Method()), b2s(ctx.Path()))
 	req.Releases = true // (the end releases the slots)
-	*v = g.decider.Decide(dctx, req)
+	g.decider.DecideInto(dctx, req, v)
 	if !v.Passes() {
 		writeProblem(ctx, v.Problem)
 		g.fields(&ctx.Response.Header, v.Decisions)
@@ -271,14 +271,7 @@ type headerFields interface {
 // (Expect, say), keeping the order of the lines of every other field. Most messages have none of
 // them: one pass over the fields finds out before anything is looked up by name.
 func removeHopHeaders(h headerFields, extra ...string) {
-	found := false
-	for k := range h.All() {
-		if oneOf(b2s(k), hopHeaders) || oneOf(b2s(k), extra) {
-			found = true
-			break
-		}
-	}
-	if !found {
+	if !hasHopHeaders(h, extra) {
 		return
 	}
 	names := append(slices.Clone(hopHeaders), extra...)
@@ -314,6 +307,34 @@ func removeHopHeaders(h headerFields, extra ...string) {
 	for _, l := range lines {
 		h.Add(l[0], l[1])
 	}
+}
+
+// hasHopHeaders reports whether h has a hop-by-hop field or one of extra. (On the concrete
+// types, ranging over the fields allocates nothing; through the interface it would.)
+func hasHopHeaders(h headerFields, extra []string) bool {
+	hop := func(k []byte) bool { return oneOf(b2s(k), hopHeaders) || oneOf(b2s(k), extra) }
+	switch h := h.(type) {
+	case *fasthttp.RequestHeader:
+		for k := range h.All() {
+			if hop(k) {
+				return true
+			}
+		}
+		return false
+	case *fasthttp.ResponseHeader:
+		for k := range h.All() {
+			if hop(k) {
+				return true
+			}
+		}
+		return false
+	}
+	for k := range h.All() {
+		if hop(k) {
+			return true
+		}
+	}
+	return false
 }
 
 // oneOf reports whether name is one of names, ignoring case.
