@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -89,13 +90,15 @@ func (up *Upstream) For(u *url.URL) *Upstream {
 //   - a client that leaves cancels its call: the connection it is on is closed (the upstream
 //     sees its request cancelled), whether the call waits for the header or streams the body;
 //   - a pooled connection the upstream has closed (it restarted, or timed out its idle
-//     connections) is found before anything is written on it, and another one is taken: any
-//     request is safe to send again then, whatever its method (the socket is asked for every
-//     request that could not be sent again, and for the others on a connection not read from
-//     in the last recentlyRead: under load, none);
+//     connections) is taken as stale, and another one is taken, without counting as an attempt:
+//     a request that could not be sent again (a POST, a streamed body) asks the socket before
+//     anything is written on it (peerClosed, a system call); one that can be sent again does not
+//     ask (under load that call was a twentieth of a request's CPU), and is sent again if the
+//     pooled connection it was written on turns out closed before any byte of an answer (as
+//     net/http's Transport does);
 //   - a request that failed on a connection after it was written is sent again only if it is
 //     idempotent and has no streamed body, and never after a timeout (asking a silent upstream
-//     again would double the wait); at most maxAttempts in all.
+//     again would double the wait); at most maxAttempts in all, stale connections aside.
 //
 // The response's body is the connection's stream (fasthttp frames it: a length, chunked, or to
 // the close); the call gives the connection back when the stream is closed (upstreamCall.finish):
@@ -203,12 +206,13 @@ func (c *upstreamCall) once(req *fasthttp.Request, resp *fasthttp.Response, agai
 		hc.CloseConn(cc)
 	}
 	// Nothing written yet: safe to send again, whatever the request. A request that cannot be sent
-	// again (again false: a POST, a streamed body) always asks the socket; one that can, only if
-	// the connection may have been closed since its last use (a retry finds the rest).
-	if (!again || mayBeClosed(conn)) && peerClosed(conn) {
+	// again (again false: a POST, a streamed body) asks the socket; one that can finds out by
+	// sending (below).
+	if !again && peerClosed(conn) {
 		fail()
 		return true, errStale
 	}
+	reused := !cc.LastUseTime().IsZero() // (fasthttp notes a connection's use when it is given back)
 	resp.ParseNetConn(conn)
 	bw := hc.AcquireWriter(conn)
 	err = req.Write(bw)
@@ -218,6 +222,9 @@ func (c *upstreamCall) once(req *fasthttp.Request, resp *fasthttp.Response, agai
 	hc.ReleaseWriter(bw)
 	if err != nil {
 		fail()
+		if again && reused && closedBeforeAnswer(err) {
+			return true, errStale
+		}
 		return again && !isTimeout(err), err
 	}
 	if req.Header.IsHead() {
@@ -227,6 +234,9 @@ func (c *upstreamCall) once(req *fasthttp.Request, resp *fasthttp.Response, agai
 	if err = resp.ReadLimitBody(br, 0); err != nil {
 		hc.ReleaseReader(br)
 		fail()
+		if again && reused && closedBeforeAnswer(err) {
+			return true, errStale // a kept-alive connection the upstream had closed
+		}
 		return again && !isTimeout(err), err
 	}
 	release := func(reuse bool) {
@@ -265,12 +275,10 @@ func dialIdleTimeout(addr string) (net.Conn, error) {
 type idleConn struct {
 	net.Conn
 	readSet, writeSet time.Time // when each deadline was last moved
-	lastRead          time.Time // when it was last read from (mayBeClosed)
 }
 
 func (c *idleConn) Read(b []byte) (int, error) {
 	now := time.Now()
-	c.lastRead = now
 	if now.Sub(c.readSet) > upstreamIdle/60 {
 		c.readSet = now
 		_ = c.Conn.SetReadDeadline(now.Add(upstreamIdle))
@@ -278,20 +286,11 @@ func (c *idleConn) Read(b []byte) (int, error) {
 	return c.Conn.Read(b)
 }
 
-// recentlyRead is how recently a pooled connection must have been read from for mayBeClosed to
-// take it as open without asking the socket (a system call on every request): under load every
-// pooled connection is, and an upstream that closes one within that much of its last answer
-// (a restart) is found by the request's failure, which a request that can be sent again retries.
-const recentlyRead = 5 * time.Millisecond
-
-// mayBeClosed reports whether conn (a pooled connection to the upstream) may have been closed by
-// the upstream since it was last used: false if it was read from within recentlyRead.
-func mayBeClosed(conn net.Conn) bool {
-	if t, ok := conn.(*tls.Conn); ok {
-		conn = t.NetConn()
-	}
-	ic, ok := conn.(*idleConn)
-	return !ok || time.Since(ic.lastRead) >= recentlyRead
+// closedBeforeAnswer reports whether err is the upstream's connection found closed (or reset)
+// before any byte of an answer: what a kept-alive connection the upstream had closed gives.
+func closedBeforeAnswer(err error) bool {
+	return err == io.EOF || errors.Is(err, fasthttp.ErrConnectionClosed) ||
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
 }
 
 // NetConn returns the connection under c (for peerClosed, under a *tls.Conn).

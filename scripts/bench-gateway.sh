@@ -354,7 +354,15 @@ run_target() {
 for round in $(seq "$ROUNDS"); do
 	log "round $round of $ROUNDS"
 	targets=(upstream sluice-off sluice-memory sluice-redis sluice-redis-budget nginx sluice-refuse nginx-refuse bare-nethttp bare-hybrid bare-fasthttp)
-	[ -z "${BASE:-}" ] || targets=(upstream sluice-off sluice-memory base-memory sluice-redis base-redis sluice-redis-budget nginx sluice-refuse nginx-refuse)
+	if [ -n "${BASE:-}" ]; then
+		# The revision and this tree take turns going first: whatever a target's place in the
+		# round costs (the one before it just stopped) falls on both alike.
+		if ((round % 2)); then
+			targets=(upstream sluice-off sluice-memory base-memory sluice-redis base-redis sluice-redis-budget nginx sluice-refuse nginx-refuse)
+		else
+			targets=(upstream sluice-off base-memory sluice-memory base-redis sluice-redis sluice-redis-budget nginx sluice-refuse nginx-refuse)
+		fi
+	fi
 	for t in "${targets[@]}"; do
 		run_target "$t"
 	done
@@ -364,6 +372,20 @@ stop "$up_pid"
 
 # medians turns each target's list of per-round figures into their median.
 median() { tr ' ' '\n' | awk 'NF' | sort -g | awk '{v[NR] = $1} END { if (NR % 2) print v[(NR + 1) / 2]; else printf "%.3f\n", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+# With BASE, each round's ratio of this tree to the revision first (a round's load touches both):
+# their median is steadier than the ratio of the medians on a machine whose speed drifts.
+declare -A round_ratio
+if [ -n "${BASE:-}" ]; then
+	for st in memory redis; do
+		read -r -a mine <<<"${rps[sluice-$st]}"
+		read -r -a theirs <<<"${rps[base-$st]}"
+		ratios=""
+		for i in "${!mine[@]}"; do
+			ratios+="$(awk "BEGIN { printf \"%.3f\", ${mine[$i]} / ${theirs[$i]} }") "
+		done
+		round_ratio[$st]="$(median <<<"$ratios") (rounds: ${ratios% })"
+	done
+fi
 for n in "${order[@]}"; do
 	rps[$n]=$(median <<<"${rps[$n]}")
 	p50[$n]=$(median <<<"${p50[$n]}")
@@ -439,11 +461,11 @@ if [ -n "${BASE:-}" ]; then
 	echo
 	echo "This tree beside $BASE ($base_rev), same rounds (requests/s: above 1× is faster; p99: the difference):"
 	echo
-	echo "| store | this tree | $base_rev | ratio | p99 this tree | p99 $base_rev |"
-	echo "|---|---:|---:|---:|---:|---:|"
+	echo "| store | this tree | $base_rev | ratio of medians | median of each round's ratio | p99 this tree | p99 $base_rev |"
+	echo "|---|---:|---:|---:|---:|---:|---:|"
 	for st in memory redis; do
-		printf '| %s | %s | %s | %s× | %s ms | %s ms |\n' "$st" "$(calc '%.0f' "${rps[sluice-$st]}")" "$(calc '%.0f' "${rps[base-$st]}")" \
-			"$(calc '%.2f' "${rps[sluice-$st]} / ${rps[base-$st]}")" "${p99[sluice-$st]}" "${p99[base-$st]}"
+		printf '| %s | %s | %s | %s× | %s | %s ms | %s ms |\n' "$st" "$(calc '%.0f' "${rps[sluice-$st]}")" "$(calc '%.0f' "${rps[base-$st]}")" \
+			"$(calc '%.2f' "${rps[sluice-$st]} / ${rps[base-$st]}")" "${round_ratio[$st]}" "${p99[sluice-$st]}" "${p99[base-$st]}"
 	done
 fi
 for n in "${order[@]}"; do
