@@ -4,6 +4,8 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/http"
+	"strconv"
 	"testing"
 
 	"github.com/valyala/fasthttp"
@@ -14,15 +16,24 @@ import (
 
 // BenchmarkForward is a whole forwarded request on the fasthttp engine over loopback: a client,
 // sluice's handler on a fasthttp server (memory store, one token-bucket policy that refuses
-// nothing) and an upstream answering 200 with a short body.
+// nothing) and an upstream like bench/upstream (net/http, 200 with a short JSON body).
 func BenchmarkForward(b *testing.B) {
 	upLn, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		b.Fatal(err)
 	}
-	upSrv := &fasthttp.Server{Handler: func(ctx *fasthttp.RequestCtx) { ctx.SetBodyString("hello, world\n") }}
+	// The upstream is bench/upstream's: net/http, a small JSON body with its length.
+	body := []byte(`{"ok":true}` + "\n")
+	upSrv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		h := w.Header()
+		h["Content-Type"] = []string{"application/json"}
+		h["Content-Length"] = []string{strconv.Itoa(len(body))}
+		w.WriteHeader(http.StatusOK)
+		_, _ = w.Write(body)
+	})}
 	go upSrv.Serve(upLn)
-	defer upSrv.Shutdown()
+	defer upSrv.Close()
 	cfg, err := config.Parse([]byte(`
 upstream: http://`+upLn.Addr().String()+`
 identity:
