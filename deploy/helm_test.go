@@ -26,6 +26,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"sort"
 	"strconv"
@@ -36,6 +37,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/config"
 )
 
@@ -217,8 +219,10 @@ func helmValues(t *testing.T, text string) string {
 
 // helmExpect is what a rendering must hold besides its consistency.
 type helmExpect struct {
-	replicas       int
+	replicas       int  // the Deployment's, or the autoscaler's minimum with autoscaling
+	autoscaling    bool // a HorizontalPodAutoscaler sets the replicas
 	serviceMonitor bool
+	networkPolicy  bool
 	rls            bool
 	secretEnvs     []string // variables filled from Secrets, sorted
 	adminTLSSecret string   // the Secret of the admin listener's certificate, if any
@@ -271,15 +275,27 @@ func helmCheck(t *testing.T, objs []helmObj, want helmExpect) []string {
 		kinds = append(kinds, o.kind())
 	}
 	sort.Strings(kinds)
-	wantKinds := []string{"ConfigMap", "Deployment", "PodDisruptionBudget", "Service"}
-	if want.serviceMonitor {
-		wantKinds = append(wantKinds, "ServiceMonitor")
+	wantKinds := []string{"ConfigMap", "Deployment", "PodDisruptionBudget", "Service", "Service", "ServiceAccount"}
+	for _, k := range []struct {
+		kind string
+		on   bool
+	}{{"ServiceMonitor", want.serviceMonitor}, {"Service", want.rls}, {"HorizontalPodAutoscaler", want.autoscaling},
+		{"NetworkPolicy", want.networkPolicy}} {
+		if k.on {
+			wantKinds = append(wantKinds, k.kind)
+		}
 	}
 	sort.Strings(wantKinds)
 	if strings.Join(kinds, ",") != strings.Join(wantKinds, ",") {
 		return []string{fmt.Sprintf("rendered kinds %v, want %v", kinds, wantKinds)}
 	}
-	cm, dep, svc, pdb := byKind["ConfigMap"][0], byKind["Deployment"][0], byKind["Service"][0], byKind["PodDisruptionBudget"][0]
+	cm, dep, pdb := byKind["ConfigMap"][0], byKind["Deployment"][0], byKind["PodDisruptionBudget"][0]
+	// The Services by their component: the proxy's, the admin listener's, Envoy's rate limit
+	// service's.
+	svcs := map[string]helmObj{}
+	for _, o := range byKind["Service"] {
+		svcs[helmStr(helmGet(o, "metadata", "labels", "app.kubernetes.io/component"))] = o
+	}
 
 	// The pod and its container.
 	pod := helmGet(dep, "spec", "template")
@@ -304,7 +320,19 @@ func helmCheck(t *testing.T, objs []helmObj, want helmExpect) []string {
 		}
 		return -1
 	}
-	if n, _ := strconv.Atoi(helmStr(helmGet(dep, "spec", "replicas"))); n != want.replicas {
+	if want.autoscaling {
+		// A replicas field would be reset at every upgrade, fighting the autoscaler.
+		if r := helmGet(dep, "spec", "replicas"); r != nil {
+			bad("Deployment: replicas %v with a HorizontalPodAutoscaler, want none", r)
+		}
+		hpa := byKind["HorizontalPodAutoscaler"][0]
+		if helmStr(helmGet(hpa, "spec", "scaleTargetRef", "kind")) != "Deployment" || helmStr(helmGet(hpa, "spec", "scaleTargetRef", "name")) != dep.name() {
+			bad("HorizontalPodAutoscaler scales %v, want Deployment %s", helmGet(hpa, "spec", "scaleTargetRef"), dep.name())
+		}
+		if n, _ := strconv.Atoi(helmStr(helmGet(hpa, "spec", "minReplicas"))); n != want.replicas {
+			bad("HorizontalPodAutoscaler minReplicas %v, want %d", helmGet(hpa, "spec", "minReplicas"), want.replicas)
+		}
+	} else if n, _ := strconv.Atoi(helmStr(helmGet(dep, "spec", "replicas"))); n != want.replicas {
 		bad("Deployment: replicas %v, want %d", helmGet(dep, "spec", "replicas"), want.replicas)
 	}
 	selects := func(what string, sel any) {
@@ -389,9 +417,11 @@ func helmCheck(t *testing.T, objs []helmObj, want helmExpect) []string {
 	// secret_env) and the other way round; without that sluice would not start ("unset").
 	var secretEnvs []string
 	envs := map[string]bool{}
+	envValues := map[string]string{}
 	for _, e := range helmList(helmGet(c, "env")) {
 		name := helmStr(helmGet(e, "name"))
 		envs[name] = true
+		envValues[name] = helmStr(helmGet(e, "value"))
 		if ref := helmGet(e, "valueFrom", "secretKeyRef"); ref != nil {
 			if helmStr(helmGet(ref, "name")) == "" || helmStr(helmGet(ref, "key")) == "" {
 				bad("env %s: secretKeyRef without name or key", name)
@@ -426,8 +456,11 @@ func helmCheck(t *testing.T, objs []helmObj, want helmExpect) []string {
 	}
 	// And the binary agrees: `sluice check` accepts the rendered files as they will be mounted
 	// (the Envoy files beside it included), with the Secrets' variables set.
-	if out, err := exec.Command(sluiceBinary(t), "check", "--config", filepath.Join(dir, "sluice.yaml")).CombinedOutput(); err != nil {
-		bad("sluice check refuses the rendered configuration: %v\n%s", err, out)
+	// It runs with the container's GOMEMLIMIT: a value Go does not read stops any Go program.
+	check := exec.Command(sluiceBinary(t), "check", "--config", filepath.Join(dir, "sluice.yaml"))
+	check.Env = append(os.Environ(), "GOMEMLIMIT="+envValues["GOMEMLIMIT"])
+	if out, err := check.CombinedOutput(); err != nil {
+		bad("sluice check refuses the rendered configuration (GOMEMLIMIT=%s): %v\n%s", envValues["GOMEMLIMIT"], err, out)
 	}
 	if cfg.Store.Type != config.StoreRedis && want.replicas > 1 {
 		bad("%d replicas on the %s store: each pod would count separately", want.replicas, cfg.Store.Type)
@@ -472,8 +505,14 @@ func helmCheck(t *testing.T, objs []helmObj, want helmExpect) []string {
 		}
 	}
 
-	// Probes: on the admin port that the configuration listens on.
-	for _, p := range []struct{ field, path string }{{"readinessProbe", "/readyz"}, {"livenessProbe", "/healthz"}} {
+	// Probes: on the admin port that the configuration listens on. Readiness is /readyz (the
+	// store decides) only where a pod without its store refuses anyway: with fail-open and local,
+	// a Redis outage would take every pod out of the Service at once.
+	readyPath := "/readyz"
+	if cfg.Store.OnError == sluice.FailOpen || cfg.Store.OnError == sluice.FailLocal {
+		readyPath = "/healthz"
+	}
+	for _, p := range []struct{ field, path string }{{"readinessProbe", readyPath}, {"livenessProbe", "/healthz"}} {
 		get := helmGet(c, p.field, "httpGet")
 		if got := helmStr(helmGet(get, "path")); got != p.path {
 			bad("%s path %q, want %s", p.field, got, p.path)
@@ -483,50 +522,94 @@ func helmCheck(t *testing.T, objs []helmObj, want helmExpect) []string {
 		}
 	}
 
-	// The Service: every port reaches a container port; proxy and admin (and rls) are served.
-	selects("Service", helmGet(svc, "spec", "selector"))
-	svcPorts := map[string]int{} // Service port name → the container port it reaches
-	for _, p := range helmList(helmGet(svc, "spec", "ports")) {
-		name, target := helmStr(helmGet(p, "name")), helmGet(p, "targetPort")
-		if target == nil {
-			target = helmGet(p, "port")
-		}
-		n := resolve(target)
-		if n < 0 || !helmHasPort(ports, n) {
-			bad("Service port %s: targetPort %v is no container port (%v)", name, target, ports)
-		}
-		svcPorts[name] = n
-	}
-	for _, name := range []string{"proxy", "admin"} {
-		if svcPorts[name] != ports[name] {
-			bad("Service port %s reaches %d, want the container's %d", name, svcPorts[name], ports[name])
+	// The Services: every port reaches a container port. The proxy's holds the proxy port alone
+	// (a LoadBalancer publishes all it holds); the admin listener's (and the metrics port) and
+	// Envoy's rate limit service's are ClusterIP: neither is for outside the cluster.
+	metricsPort := admin
+	if cfg.Admin.MetricsListen != "" {
+		metricsPort = listenPort("admin.metrics_listen", cfg.Admin.MetricsListen)
+		if metricsPort != ports["metrics"] {
+			bad("admin.metrics_listen %s, but the container's metrics port is %d", cfg.Admin.MetricsListen, ports["metrics"])
 		}
 	}
-	if want.rls && svcPorts["grpc-rls"] != ports["grpc-rls"] {
-		bad("Service port grpc-rls reaches %d, want the container's %d", svcPorts["grpc-rls"], ports["grpc-rls"])
+	svcPorts := map[string]map[string]int{} // component → Service port name → the container port it reaches
+	for _, sv := range []struct {
+		component string
+		want      map[string]int
+		served    bool
+	}{
+		{"proxy", map[string]int{"proxy": ports["proxy"]}, true},
+		{"admin", map[string]int{"admin": admin, "metrics": metricsPort}, true},
+		{"rls", map[string]int{"grpc-rls": ports["grpc-rls"]}, want.rls},
+	} {
+		svc, ok := svcs[sv.component]
+		if ok != sv.served {
+			bad("Service of component %s: %v, want %v", sv.component, ok, sv.served)
+			continue
+		}
+		if !ok {
+			continue
+		}
+		selects("Service "+svc.name(), helmGet(svc, "spec", "selector"))
+		if typ := helmStr(helmGet(svc, "spec", "type")); sv.component != "proxy" && typ != "ClusterIP" {
+			bad("Service %s (%s) is of type %s, want ClusterIP", svc.name(), sv.component, typ)
+		}
+		got := map[string]int{}
+		for _, p := range helmList(helmGet(svc, "spec", "ports")) {
+			name, target := helmStr(helmGet(p, "name")), helmGet(p, "targetPort")
+			if target == nil {
+				target = helmGet(p, "port")
+			}
+			n := resolve(target)
+			if n < 0 || !helmHasPort(ports, n) {
+				bad("Service port %s: targetPort %v is no container port (%v)", name, target, ports)
+			}
+			got[name] = n
+		}
+		if sv.component == "admin" && metricsPort == admin {
+			delete(sv.want, "metrics")
+		}
+		if !maps.Equal(got, sv.want) {
+			bad("Service %s (%s) ports %v, want %v", svc.name(), sv.component, got, sv.want)
+		}
+		svcPorts[sv.component] = got
 	}
 
-	// Prometheus: the pods' annotations and the ServiceMonitor scrape /metrics on the admin port.
+	// Prometheus: the pods' annotations and the ServiceMonitor scrape /metrics on the metrics
+	// port when there is one, else on the admin port, over HTTPS when that has admin.tls.
+	scheme := "http"
+	if cfg.Admin.MetricsListen == "" && cfg.Admin.TLS != nil {
+		scheme = "https"
+	}
 	ann, _ := helmGet(pod, "metadata", "annotations").(map[string]any)
 	if helmStr(ann["prometheus.io/scrape"]) != "true" || helmStr(ann["prometheus.io/path"]) != "/metrics" ||
-		helmStr(ann["prometheus.io/port"]) != strconv.Itoa(admin) {
-		bad("prometheus annotations scrape=%v port=%v path=%v, want true %d /metrics",
-			ann["prometheus.io/scrape"], ann["prometheus.io/port"], ann["prometheus.io/path"], admin)
+		helmStr(ann["prometheus.io/port"]) != strconv.Itoa(metricsPort) || helmStr(ann["prometheus.io/scheme"]) != scheme {
+		bad("prometheus annotations scrape=%v port=%v scheme=%v path=%v, want true %d %s /metrics",
+			ann["prometheus.io/scrape"], ann["prometheus.io/port"], ann["prometheus.io/scheme"], ann["prometheus.io/path"], metricsPort, scheme)
 	}
 	if len(helmStr(ann["checksum/config"])) != 2*sha256.Size {
 		bad("no checksum/config annotation: a configuration change would not roll the pods")
 	}
 	if want.serviceMonitor {
 		sm := byKind["ServiceMonitor"][0]
-		for k, v := range helmGet(sm, "spec", "selector", "matchLabels").(map[string]any) {
-			if l, _ := helmGet(svc, "metadata", "labels").(map[string]any); helmStr(l[k]) != helmStr(v) {
-				bad("ServiceMonitor: selector %s=%v does not match the Service", k, v)
+		for comp, svc := range svcs {
+			l, _ := helmGet(svc, "metadata", "labels").(map[string]any)
+			matches := true
+			for k, v := range helmGet(sm, "spec", "selector", "matchLabels").(map[string]any) {
+				matches = matches && helmStr(l[k]) == helmStr(v)
+			}
+			if matches != (comp == "admin") {
+				bad("ServiceMonitor selects Service %s (%s): %v, want the admin Service alone", svc.name(), comp, matches)
 			}
 		}
 		ep := helmGet(sm, "spec", "endpoints", 0)
-		if n, ok := svcPorts[helmStr(helmGet(ep, "port"))]; !ok || n != admin || helmStr(helmGet(ep, "path")) != "/metrics" {
-			bad("ServiceMonitor scrapes port %v path %v, want the admin port (%d) /metrics",
-				helmGet(ep, "port"), helmGet(ep, "path"), admin)
+		if n, ok := svcPorts["admin"][helmStr(helmGet(ep, "port"))]; !ok || n != metricsPort || helmStr(helmGet(ep, "path")) != "/metrics" ||
+			helmStr(helmGet(ep, "scheme")) != scheme {
+			bad("ServiceMonitor scrapes port %v scheme %v path %v, want the admin Service's port of %d, %s, /metrics",
+				helmGet(ep, "port"), helmGet(ep, "scheme"), helmGet(ep, "path"), metricsPort, scheme)
+		}
+		if tc := helmGet(ep, "tlsConfig"); (tc != nil) != (scheme == "https") {
+			bad("ServiceMonitor tlsConfig %v with scheme %s", tc, scheme)
 		}
 	}
 
@@ -538,12 +621,78 @@ func helmCheck(t *testing.T, objs []helmObj, want helmExpect) []string {
 	case hasMin == hasMax:
 		bad("PodDisruptionBudget: exactly one of minAvailable (%v) and maxUnavailable (%v)", minAvail, maxUnavail)
 	case hasMin:
-		if n, err := strconv.Atoi(helmStr(minAvail)); err != nil || n >= want.replicas {
+		if pct, ok := strings.CutSuffix(helmStr(minAvail), "%"); ok {
+			if n, err := strconv.Atoi(pct); err != nil || n >= 100 {
+				bad("PodDisruptionBudget minAvailable %v blocks every disruption", minAvail)
+			}
+		} else if n, err := strconv.Atoi(helmStr(minAvail)); err != nil || n >= want.replicas {
 			bad("PodDisruptionBudget minAvailable %v with %d replicas blocks every disruption", minAvail, want.replicas)
 		}
 	default:
-		if n, err := strconv.Atoi(helmStr(maxUnavail)); err != nil || n < 1 {
+		if n, err := strconv.Atoi(strings.TrimSuffix(helmStr(maxUnavail), "%")); err != nil || n < 1 {
 			bad("PodDisruptionBudget maxUnavailable %v blocks every disruption", maxUnavail)
+		}
+	}
+
+	// Shutdown: the preStop sleep keeps the pod serving while its endpoints go (sluice closes
+	// its listeners at SIGTERM, which follows the sleep), and the grace covers the sleep and
+	// server.drain_timeout, or SIGKILL cuts the requests in flight.
+	sleep, _ := strconv.Atoi(helmStr(helmGet(c, "lifecycle", "preStop", "sleep", "seconds")))
+	if sleep < 1 {
+		bad("no preStop sleep: sluice stops listening at SIGTERM while the Service still sends it requests")
+	}
+	grace, _ := strconv.Atoi(helmStr(helmGet(pod, "spec", "terminationGracePeriodSeconds")))
+	if need := time.Duration(sleep)*time.Second + cfg.Server.DrainTimeout; time.Duration(grace)*time.Second <= need {
+		bad("terminationGracePeriodSeconds %d, want more than the preStop sleep (%ds) and server.drain_timeout (%s)", grace, sleep, cfg.Server.DrainTimeout)
+	}
+
+	// GOMEMLIMIT: below the memory limit (the runtime read it above), not far below.
+	if limit := helmBytes(helmStr(helmGet(c, "resources", "limits", "memory"))); limit > 0 {
+		n, err := strconv.ParseInt(envValues["GOMEMLIMIT"], 10, 64)
+		if err != nil || n >= limit || n < limit*8/10 {
+			bad("GOMEMLIMIT %q with a memory limit of %d bytes: want 80-100%% of it", envValues["GOMEMLIMIT"], limit)
+		}
+	}
+
+	// Its own ServiceAccount, without a token in the pod.
+	if sa := byKind["ServiceAccount"][0]; helmStr(helmGet(pod, "spec", "serviceAccountName")) != sa.name() ||
+		helmGet(sa, "automountServiceAccountToken") != false || helmGet(pod, "spec", "automountServiceAccountToken") != false {
+		bad("pods run as %v (token %v), want ServiceAccount %s without its token (%v)", helmGet(pod, "spec", "serviceAccountName"),
+			helmGet(pod, "spec", "automountServiceAccountToken"), sa.name(), helmGet(sa, "automountServiceAccountToken"))
+	}
+
+	// Spread across nodes and zones, as a preference.
+	spread := map[string]bool{}
+	for i, tsc := range helmList(helmGet(pod, "spec", "topologySpreadConstraints")) {
+		selects(fmt.Sprintf("topologySpreadConstraints[%d]", i), helmGet(tsc, "labelSelector", "matchLabels"))
+		spread[helmStr(helmGet(tsc, "topologyKey"))+" "+helmStr(helmGet(tsc, "whenUnsatisfiable"))] = true
+	}
+	if !spread["kubernetes.io/hostname ScheduleAnyway"] || !spread["topology.kubernetes.io/zone ScheduleAnyway"] {
+		bad("topologySpreadConstraints %v: want the pods spread across nodes and zones, ScheduleAnyway", spread)
+	}
+
+	// The NetworkPolicy: selects the pods; the proxy (and rls) ports open; the admin port (and the
+	// metrics port) only to peers named.
+	if want.networkPolicy {
+		np := byKind["NetworkPolicy"][0]
+		selects("NetworkPolicy", helmGet(np, "spec", "podSelector", "matchLabels"))
+		open := map[string]bool{}
+		for _, rule := range helmList(helmGet(np, "spec", "ingress")) {
+			for _, p := range helmList(helmGet(rule, "ports")) {
+				name := helmStr(helmGet(p, "port"))
+				if resolve(name) < 0 {
+					bad("NetworkPolicy port %s is no container port (%v)", name, ports)
+				}
+				if (name == "admin" || name == "metrics") && len(helmList(helmGet(rule, "from"))) == 0 {
+					bad("NetworkPolicy opens port %s to anyone", name)
+				}
+				open[name] = true
+			}
+		}
+		for name := range ports {
+			if !open[name] {
+				bad("NetworkPolicy leaves port %s closed to everyone", name)
+			}
 		}
 	}
 
@@ -566,6 +715,24 @@ func helmCheck(t *testing.T, objs []helmObj, want helmExpect) []string {
 		}
 	}
 	return problems
+}
+
+// helmBytes reads a memory quantity of the forms the chart's values use (268435456, 256Mi, 1Gi,
+// 500M); 0 for any other.
+func helmBytes(q string) int64 {
+	for _, u := range []struct {
+		suffix string
+		n      float64
+	}{{"Ki", 1 << 10}, {"Mi", 1 << 20}, {"Gi", 1 << 30}, {"k", 1e3}, {"M", 1e6}, {"G", 1e9}, {"", 1}} {
+		if num, ok := strings.CutSuffix(q, u.suffix); ok {
+			f, err := strconv.ParseFloat(num, 64)
+			if err != nil {
+				return 0
+			}
+			return int64(f * u.n)
+		}
+	}
+	return 0
 }
 
 func helmHasPort(ports map[string]int, n int) bool {
@@ -837,6 +1004,12 @@ func TestHelmRefusesValues(t *testing.T) {
 		{"minAvailable = replicas", "podDisruptionBudget: {maxUnavailable: null, minAvailable: 3}\n", "minAvailable must be less than replicaCount"},
 		{"maxUnavailable 0", "podDisruptionBudget: {maxUnavailable: 0}\n", "maxUnavailable must be at least 1"},
 		{"rls without files", "rls: {enabled: true}\n", "rls.enabled needs rls.envoyConfig"},
+		{"both budget fields", "podDisruptionBudget: {minAvailable: 1, maxUnavailable: 1}\n", "set minAvailable or maxUnavailable, not both"},
+		{"minAvailable 100%", "podDisruptionBudget: {minAvailable: 100%}\n", "minAvailable must be less than 100%"},
+		{"minAvailable = autoscaling's minimum", "autoscaling: {enabled: true, minReplicas: 2}\npodDisruptionBudget: {minAvailable: 2}\n", "minAvailable must be less than replicaCount (autoscaling.minReplicas"},
+		{"autoscaling max below min", "autoscaling: {enabled: true, minReplicas: 4, maxReplicas: 3}\n", "autoscaling.maxReplicas must be at least autoscaling.minReplicas"},
+		{"grace shorter than the drain", "terminationGracePeriodSeconds: 30\n", "terminationGracePeriodSeconds 30 is shorter than lifecycle.preStopSleepSeconds (10) and server.drain_timeout (30s)"},
+		{"memory limit unread", "resources: {limits: {cpu: 1, memory: lots}}\n", `resources.limits.memory "lots": not a quantity`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := helmTemplate(t, helmValues(t, tc.values))
@@ -869,6 +1042,9 @@ config:
 `, "the configuration reads $JWT_SECRET, which the Deployment does not set"},
 			// Ready when the process is, not when the store is.
 			{"readiness on /metrics", "probes: {readinessPath: /metrics}\n", `readinessProbe path "/metrics", want /readyz`},
+			// A Redis outage would take every pod out of the Service, though each still answers.
+			{"readiness on /readyz with on_error local", "probes: {readinessPath: /readyz}\nconfig: {upstream: http://api:80, store: {on_error: local}}\n",
+				`readinessProbe path "/readyz", want /healthz`},
 		} {
 			t.Run(tc.name, func(t *testing.T) {
 				objs, err := helmTemplate(t, helmValues(t, tc.values))
@@ -948,6 +1124,49 @@ config:
 				helmGet(o, "spec", "template", "spec", "containers", 0, "securityContext").(map[string]any)["readOnlyRootFilesystem"] = false
 			})
 		}, "securityContext.readOnlyRootFilesystem false"},
+		{"admin port on the proxy's Service", func(objs []helmObj) {
+			helmEdit(objs, "Service", func(o helmObj) {
+				if o.name() == "sluice" {
+					spec := helmGet(o, "spec").(map[string]any)
+					spec["ports"] = append(helmList(spec["ports"]), map[string]any{"name": "admin", "port": 9090, "targetPort": "admin"})
+				}
+			})
+		}, `Service sluice (proxy) ports map[admin:9090 proxy:8080], want map[proxy:8080]`},
+		{"admin Service published", func(objs []helmObj) {
+			helmEdit(objs, "Service", func(o helmObj) {
+				if o.name() == "sluice-admin" {
+					helmGet(o, "spec").(map[string]any)["type"] = "LoadBalancer"
+				}
+			})
+		}, "Service sluice-admin (admin) is of type LoadBalancer, want ClusterIP"},
+		{"no preStop sleep", func(objs []helmObj) {
+			helmEdit(objs, "Deployment", func(o helmObj) {
+				delete(helmGet(o, "spec", "template", "spec", "containers", 0).(map[string]any), "lifecycle")
+			})
+		}, "no preStop sleep"},
+		{"grace within the drain", func(objs []helmObj) {
+			helmEdit(objs, "Deployment", func(o helmObj) {
+				helmGet(o, "spec", "template", "spec").(map[string]any)["terminationGracePeriodSeconds"] = 30
+			})
+		}, "terminationGracePeriodSeconds 30, want more than the preStop sleep (10s) and server.drain_timeout (30s)"},
+		{"GOMEMLIMIT Go does not read", func(objs []helmObj) {
+			helmEdit(objs, "Deployment", func(o helmObj) {
+				helmGet(o, "spec", "template", "spec", "containers", 0, "env", 0).(map[string]any)["value"] = "241591910 bytes"
+			})
+		}, "sluice check refuses the rendered configuration (GOMEMLIMIT=241591910 bytes)"},
+		{"GOMEMLIMIT at the limit", func(objs []helmObj) {
+			helmEdit(objs, "Deployment", func(o helmObj) {
+				helmGet(o, "spec", "template", "spec", "containers", 0, "env", 0).(map[string]any)["value"] = "268435456"
+			})
+		}, `GOMEMLIMIT "268435456" with a memory limit of 268435456 bytes`},
+		{"token mounted", func(objs []helmObj) {
+			helmEdit(objs, "ServiceAccount", func(o helmObj) { o["automountServiceAccountToken"] = true })
+		}, "without its token (true)"},
+		{"spread that leaves pods pending", func(objs []helmObj) {
+			helmEdit(objs, "Deployment", func(o helmObj) {
+				helmGet(o, "spec", "template", "spec", "topologySpreadConstraints", 1).(map[string]any)["whenUnsatisfiable"] = "DoNotSchedule"
+			})
+		}, "want the pods spread across nodes and zones, ScheduleAnyway"},
 		{"PDB selecting other pods", func(objs []helmObj) {
 			helmEdit(objs, "PodDisruptionBudget", func(o helmObj) {
 				helmGet(o, "spec", "selector", "matchLabels").(map[string]any)["app.kubernetes.io/instance"] = "other"
@@ -999,4 +1218,301 @@ func helmCopy(t *testing.T, objs []helmObj) []helmObj {
 		t.Fatal(err)
 	}
 	return out
+}
+
+// helmOne is the rendered object of the kind and name, or nil.
+func helmOne(objs []helmObj, kind, name string) helmObj {
+	for _, o := range objs {
+		if o.kind() == kind && o.name() == name {
+			return o
+		}
+	}
+	return nil
+}
+
+// helmMust renders the chart with values and fails the test if it does not render.
+func helmMust(t *testing.T, values string) []helmObj {
+	t.Helper()
+	objs, err := helmTemplate(t, helmValues(t, values))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return objs
+}
+
+// helmContainer is the Deployment's container.
+func helmContainer(objs []helmObj) any {
+	return helmGet(helmOne(objs, "Deployment", "sluice"), "spec", "template", "spec", "containers", 0)
+}
+
+// TestHelmServices: a LoadBalancer publishes the proxy and nothing else; the admin listener (the
+// decision API, the operator page, /metrics) and Envoy's rate limit service (which spends any
+// client's limits for whoever names its descriptors) have ClusterIP Services of their own.
+func TestHelmServices(t *testing.T) {
+	objs := helmMust(t, "service: {type: LoadBalancer}\nrls: {enabled: true, envoyConfig: {edge.yaml: 'domain: edge'}}\n")
+	for _, p := range helmCheck(t, objs, helmExpect{replicas: 3, rls: true}) {
+		t.Error(p)
+	}
+	for name, want := range map[string]struct{ typ, ports string }{
+		"sluice": {"LoadBalancer", "proxy"}, "sluice-admin": {"ClusterIP", "admin"}, "sluice-rls": {"ClusterIP", "grpc-rls"},
+	} {
+		svc := helmOne(objs, "Service", name)
+		var ports []string
+		for _, p := range helmList(helmGet(svc, "spec", "ports")) {
+			ports = append(ports, helmStr(helmGet(p, "name")))
+		}
+		if typ := helmStr(helmGet(svc, "spec", "type")); typ != want.typ || strings.Join(ports, ",") != want.ports {
+			t.Errorf("Service %s: %s with ports %v, want %s with %s", name, typ, ports, want.typ, want.ports)
+		}
+	}
+}
+
+// TestHelmNetworkPolicy: the admin and metrics ports are open to the monitoring namespace only,
+// the proxy port to the namespaces named, the rls port to anyone.
+func TestHelmNetworkPolicy(t *testing.T) {
+	objs := helmMust(t, `networkPolicy:
+  enabled: true
+  proxyFrom: [{namespaceSelector: {matchLabels: {kubernetes.io/metadata.name: ingress}}}]
+rls: {enabled: true, envoyConfig: {edge.yaml: 'domain: edge'}}
+config: {upstream: http://api:80, admin: {metrics_listen: on}}
+`)
+	for _, p := range helmCheck(t, objs, helmExpect{replicas: 3, rls: true, networkPolicy: true}) {
+		t.Error(p)
+	}
+	from := map[string]string{} // port → the namespaces allowed, "*" for anyone
+	for _, rule := range helmList(helmGet(helmOne(objs, "NetworkPolicy", "sluice"), "spec", "ingress")) {
+		peers := "*"
+		if f := helmList(helmGet(rule, "from")); len(f) > 0 {
+			peers = helmStr(helmGet(f, 0, "namespaceSelector", "matchLabels", "kubernetes.io/metadata.name"))
+		}
+		for _, p := range helmList(helmGet(rule, "ports")) {
+			from[helmStr(helmGet(p, "port"))] = peers
+		}
+	}
+	want := map[string]string{"proxy": "ingress", "grpc-rls": "*", "admin": "monitoring", "metrics": "monitoring"}
+	if !maps.Equal(from, want) {
+		t.Errorf("NetworkPolicy lets in %v, want %v", from, want)
+	}
+	open := helmCopy(t, objs)
+	helmEdit(open, "NetworkPolicy", func(o helmObj) {
+		for _, rule := range helmList(helmGet(o, "spec", "ingress")) {
+			delete(rule.(map[string]any), "from")
+		}
+	})
+	helmWantProblem(t, helmCheck(t, open, helmExpect{replicas: 3, rls: true, networkPolicy: true}), "NetworkPolicy opens port admin to anyone")
+}
+
+// TestHelmScrape: Prometheus reads /metrics where it is served to it: the admin port over HTTPS
+// (with the ServiceMonitor's tlsConfig) when that has adminTLS, the metrics_listen port (plain)
+// when there is one, in the pod, the admin Service, the annotations and the ServiceMonitor.
+func TestHelmScrape(t *testing.T) {
+	for _, tc := range []struct{ name, values, port, scheme string }{
+		{"plain", "", "9090", "http"},
+		{"admin TLS", "adminTLS: {existingSecret: sluice-admin-tls}\n", "9090", "https"},
+		{"admin TLS and metrics_listen", "adminTLS: {existingSecret: sluice-admin-tls, clientCA: true}\nconfig: {upstream: http://api:80, admin: {metrics_listen: 127.0.0.1:1}}\n", "9100", "http"},
+		{"metrics_listen", "ports: {metrics: 9300}\nconfig: {upstream: http://api:80, admin: {metrics_listen: on}}\n", "9300", "http"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			objs := helmMust(t, tc.values+"serviceMonitor: {enabled: true}\n")
+			want := helmExpect{replicas: 3, serviceMonitor: true}
+			if strings.Contains(tc.values, "adminTLS") {
+				want.adminTLSSecret = "sluice-admin-tls"
+			}
+			for _, p := range helmCheck(t, objs, want) {
+				t.Error(p)
+			}
+			ann := helmGet(helmOne(objs, "Deployment", "sluice"), "spec", "template", "metadata", "annotations")
+			ep := helmGet(helmOne(objs, "ServiceMonitor", "sluice"), "spec", "endpoints", 0)
+			if helmStr(helmGet(ann, "prometheus.io/port")) != tc.port || helmStr(helmGet(ann, "prometheus.io/scheme")) != tc.scheme ||
+				helmStr(helmGet(ep, "scheme")) != tc.scheme {
+				t.Errorf("annotations %v, ServiceMonitor %v: want port %s, %s", ann, ep, tc.port, tc.scheme)
+			}
+			if tc.scheme == "https" && helmGet(ep, "tlsConfig", "insecureSkipVerify") != true {
+				t.Errorf("ServiceMonitor tlsConfig %v, want the values' (insecureSkipVerify)", helmGet(ep, "tlsConfig"))
+			}
+			// Caught: a ServiceMonitor that selects every Service of the release.
+			wide := helmCopy(t, objs)
+			helmEdit(wide, "ServiceMonitor", func(o helmObj) {
+				delete(helmGet(o, "spec", "selector", "matchLabels").(map[string]any), "app.kubernetes.io/component")
+			})
+			helmWantProblem(t, helmCheck(t, wide, want), "ServiceMonitor selects Service sluice (proxy): true")
+		})
+	}
+}
+
+// TestHelmReadinessFollowsOnError: where a pod without its store still answers (fail-open,
+// local), readiness is /healthz, so that a Redis outage does not empty the Service; with
+// fail-closed it is /readyz; probes.readinessPath overrides.
+func TestHelmReadinessFollowsOnError(t *testing.T) {
+	for _, tc := range []struct{ values, want string }{
+		{"config: {upstream: http://api:80, store: {on_error: local}}\n", "/healthz"},
+		{"config: {upstream: http://api:80, store: {on_error: fail-open}}\n", "/healthz"},
+		{"config: {upstream: http://api:80, store: {on_error: fail-closed}}\n", "/readyz"},
+		{"config: {upstream: http://api:80}\n", "/readyz"},
+		{"probes: {readinessPath: /readyz}\nconfig: {upstream: http://api:80, store: {on_error: local}}\n", "/readyz"},
+	} {
+		objs := helmMust(t, tc.values)
+		if got := helmStr(helmGet(helmContainer(objs), "readinessProbe", "httpGet", "path")); got != tc.want {
+			t.Errorf("%s: readiness %s, want %s", strings.TrimSpace(tc.values), got, tc.want)
+		}
+	}
+}
+
+// TestHelmShutdown: the pod sleeps before SIGTERM (it stays in the endpoints a moment after it
+// starts terminating), and its grace covers the sleep and sluice's drain.
+func TestHelmShutdown(t *testing.T) {
+	for _, tc := range []struct {
+		values       string
+		sleep, grace int
+	}{
+		{"", 10, 45},
+		{"config: {upstream: http://api:80, server: {drain_timeout: 1m30s}}\n", 10, 105},
+		{"lifecycle: {preStopSleepSeconds: 3}\nconfig: {upstream: http://api:80, server: {drain_timeout: 500ms}}\n", 3, 9},
+		{"terminationGracePeriodSeconds: 120\n", 10, 120},
+		{"lifecycle: {preStopSleepSeconds: 0}\n", 0, 35},
+	} {
+		objs := helmMust(t, tc.values)
+		c := helmContainer(objs)
+		sleep, _ := strconv.Atoi(helmStr(helmGet(c, "lifecycle", "preStop", "sleep", "seconds")))
+		grace, _ := strconv.Atoi(helmStr(helmGet(helmOne(objs, "Deployment", "sluice"), "spec", "template", "spec", "terminationGracePeriodSeconds")))
+		if sleep != tc.sleep || grace != tc.grace {
+			t.Errorf("%q: preStop sleep %d, grace %d; want %d, %d", tc.values, sleep, grace, tc.sleep, tc.grace)
+		}
+		if tc.sleep > 0 {
+			for _, p := range helmCheck(t, objs, helmExpect{replicas: 3}) {
+				t.Errorf("%q: %s", tc.values, p)
+			}
+		}
+	}
+}
+
+// TestHelmGoMemLimit: GOMEMLIMIT is goMemLimitPercent of the memory limit in bytes (a value the
+// Go runtime reads: helmCheck runs sluice with it), and absent without a limit or with 0.
+func TestHelmGoMemLimit(t *testing.T) {
+	for _, tc := range []struct{ values, want string }{
+		{"", "241591910"}, // 90% of 256Mi
+		{"resources: {requests: {cpu: 100m, memory: 64Mi}, limits: {cpu: 1, memory: 1Gi}}\ngoMemLimitPercent: 80\n", "858993459"},
+		{"resources: {requests: {cpu: 100m, memory: 64Mi}, limits: {cpu: 1, memory: 500M}}\n", "450000000"},
+		{"resources: {requests: {cpu: 100m, memory: 64Mi}, limits: {cpu: 1, memory: 0.5Gi}}\n", "483183820"},
+		{"goMemLimitPercent: 0\n", ""},
+	} {
+		objs := helmMust(t, tc.values)
+		got := ""
+		for _, e := range helmList(helmGet(helmContainer(objs), "env")) {
+			if helmStr(helmGet(e, "name")) == "GOMEMLIMIT" {
+				got = helmStr(helmGet(e, "value"))
+			}
+		}
+		if got != tc.want {
+			t.Errorf("%q: GOMEMLIMIT %q, want %q", tc.values, got, tc.want)
+		}
+		if tc.want != "" {
+			for _, p := range helmCheck(t, objs, helmExpect{replicas: 3}) {
+				t.Errorf("%q: %s", tc.values, p)
+			}
+		}
+	}
+}
+
+// TestHelmAutoscaling: with autoscaling the HorizontalPodAutoscaler owns the replicas (the
+// Deployment sets none, or every upgrade would reset them), and the disruption budget is checked
+// against its minimum.
+func TestHelmAutoscaling(t *testing.T) {
+	objs := helmMust(t, "autoscaling: {enabled: true, minReplicas: 2, maxReplicas: 6, targetCPUUtilizationPercentage: 60}\npodDisruptionBudget: {minAvailable: 1}\n")
+	for _, p := range helmCheck(t, objs, helmExpect{replicas: 2, autoscaling: true}) {
+		t.Error(p)
+	}
+	hpa := helmOne(objs, "HorizontalPodAutoscaler", "sluice")
+	if helmStr(helmGet(hpa, "spec", "maxReplicas")) != "6" || helmStr(helmGet(hpa, "spec", "metrics", 0, "resource", "target", "averageUtilization")) != "60" {
+		t.Errorf("HorizontalPodAutoscaler spec %v: want up to 6 replicas at 60%% CPU", helmGet(hpa, "spec"))
+	}
+}
+
+// TestHelmDisruptionBudget: minAvailable or maxUnavailable, each set alone as the values' comment
+// says (no null for the other), numbers or percentages; neither is maxUnavailable 1.
+func TestHelmDisruptionBudget(t *testing.T) {
+	for _, tc := range []struct{ values, want string }{
+		{"", "maxUnavailable=1"},
+		{"podDisruptionBudget: {minAvailable: 2}\n", "minAvailable=2"},
+		{"podDisruptionBudget: {maxUnavailable: 2}\n", "maxUnavailable=2"},
+		{"podDisruptionBudget: {minAvailable: 50%}\n", "minAvailable=50%"},
+		{"podDisruptionBudget: {maxUnavailable: 34%}\n", "maxUnavailable=34%"},
+	} {
+		objs := helmMust(t, tc.values)
+		spec, _ := helmGet(helmOne(objs, "PodDisruptionBudget", "sluice"), "spec").(map[string]any)
+		var got []string
+		for _, k := range []string{"minAvailable", "maxUnavailable"} {
+			if v, ok := spec[k]; ok {
+				got = append(got, k+"="+helmStr(v))
+			}
+		}
+		if strings.Join(got, ",") != tc.want {
+			t.Errorf("%q: PodDisruptionBudget %v, want %s", tc.values, got, tc.want)
+		}
+		for _, p := range helmCheck(t, objs, helmExpect{replicas: 3}) {
+			t.Errorf("%q: %s", tc.values, p)
+		}
+	}
+}
+
+// helmSemver is a Go module's release version, the form of sluice's git tags: `go install
+// …@v1.2.3` and scripts/build-image.sh at such a tag both take it as it is.
+var helmSemver = regexp.MustCompile(`^v(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)$`)
+
+// TestHelmImageTagIsBuilt: the chart's default image is one scripts/build-image.sh makes. Its
+// appVersion is a release tag; the script's own lines that name the image's tag, run in a
+// checkout tagged with it, give the tag the chart pulls, and the version the binary is stamped
+// with (`sluice version`, sluice_build_info) is that tag too.
+func TestHelmImageTagIsBuilt(t *testing.T) {
+	chart, err := os.ReadFile(filepath.Join(helmChart, "Chart.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var meta struct {
+		AppVersion string `yaml:"appVersion"`
+	}
+	if err := yaml.Unmarshal(chart, &meta); err != nil {
+		t.Fatal(err)
+	}
+	if !helmSemver.MatchString(meta.AppVersion) {
+		t.Errorf("appVersion %q is not a release tag (v1.2.3): no build makes sluice:%s", meta.AppVersion, meta.AppVersion)
+	}
+	script, err := os.ReadFile("../scripts/build-image.sh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var lines []string
+	for _, l := range strings.Split(string(script), "\n") {
+		if strings.HasPrefix(l, "version=") || strings.HasPrefix(l, "tag=") {
+			lines = append(lines, l)
+		}
+	}
+	if len(lines) != 2 {
+		t.Fatalf("scripts/build-image.sh: lines %q, want one version= and one tag=", lines)
+	}
+	repo := t.TempDir()
+	git := func(args ...string) {
+		cmd := exec.Command("git", append([]string{"-C", repo, "-c", "user.name=t", "-c", "user.email=t@example.com"}, args...)...)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("git %v: %v\n%s", args, err, out)
+		}
+	}
+	git("init", "-q")
+	git("commit", "-q", "--allow-empty", "-m", "release")
+	git("tag", meta.AppVersion)
+	cmd := exec.Command("bash", "-c", "set -euo pipefail\n"+strings.Join(lines, "\n")+"\nprintf '%s %s' \"$version\" \"$tag\"")
+	cmd.Dir = repo
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("build-image.sh's version and tag: %v", err)
+	}
+	version, tag, _ := strings.Cut(string(out), " ")
+
+	image := helmStr(helmGet(helmContainer(helmMust(t, "")), "image"))
+	if image != "sluice:"+tag {
+		t.Errorf("the chart's default image %s; scripts/build-image.sh at tag %s makes sluice:%s (and sluice:dev)", image, meta.AppVersion, tag)
+	}
+	if version != meta.AppVersion {
+		t.Errorf("scripts/build-image.sh at tag %s stamps version %q, want the chart's appVersion", meta.AppVersion, version)
+	}
 }

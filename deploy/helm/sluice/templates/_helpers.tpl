@@ -72,6 +72,9 @@ annotations use the same ports), the Redis store from values.redis, and the rls 
 {{- $_ = set $admin "tls" $tls }}
 {{- $_ = set $cfg "admin" $admin }}
 {{- end }}
+{{- if include "sluice.metricsListen" . }}
+{{- $_ = set $cfg.admin "metrics_listen" (printf "0.0.0.0:%v" .Values.ports.metrics) }}
+{{- end }}
 {{- if .Values.rls.enabled }}
 {{- $rls := dict "listen" (printf "0.0.0.0:%v" .Values.ports.rls) "envoy_config" (keys .Values.rls.envoyConfig | sortAlpha) }}
 {{- $_ = set $cfg "rls" $rls }}
@@ -79,6 +82,114 @@ annotations use the same ports), the Redis store from values.redis, and the rls 
 {{- $_ = unset $cfg "rls" }}
 {{- end }}
 {{- toYaml $cfg }}
+{{- end }}
+
+{{/* sluice.metricsListen: "true" when the configuration has admin.metrics_listen (then on ports.metrics). */}}
+{{- define "sluice.metricsListen" -}}
+{{- if and (kindIs "map" .Values.config) (kindIs "map" .Values.config.admin) }}
+{{- if .Values.config.admin.metrics_listen }}true{{ end }}
+{{- end }}
+{{- end }}
+
+{{/*
+sluice.scrape: where Prometheus reads /metrics, as "port scheme": the plain metrics_listen port
+when there is one, else the admin port, over HTTPS when adminTLS is on.
+*/}}
+{{- define "sluice.scrape" -}}
+{{- if include "sluice.metricsListen" . }}metrics http
+{{- else if .Values.adminTLS.existingSecret }}admin https
+{{- else }}admin http
+{{- end }}
+{{- end }}
+
+{{/* sluice.onError: the configuration's store.on_error, fail-closed when unset. */}}
+{{- define "sluice.onError" -}}
+{{- $store := dict }}
+{{- if and (kindIs "map" .Values.config) (kindIs "map" .Values.config.store) }}{{ $store = .Values.config.store }}{{ end }}
+{{- default "fail-closed" $store.on_error }}
+{{- end }}
+
+{{/*
+sluice.readinessPath: probes.readinessPath, or by the failure mode: /readyz (503 while the store
+cannot decide) with fail-closed, where a pod without its store refuses every request anyway;
+/healthz with fail-open and local, where a pod still answers in a defined way during a Redis
+outage and must stay in the Service (with /readyz every pod would leave it at once).
+*/}}
+{{- define "sluice.readinessPath" -}}
+{{- if .Values.probes.readinessPath }}{{ .Values.probes.readinessPath }}
+{{- else if has (include "sluice.onError" .) (list "fail-open" "local") }}/healthz
+{{- else }}/readyz
+{{- end }}
+{{- end }}
+
+{{/* sluice.seconds: a Go duration ("30s", "1m30s", "500ms") as whole seconds, rounded up. */}}
+{{- define "sluice.seconds" -}}
+{{- $ms := 0.0 }}
+{{- range regexFindAll "[0-9.]+(ms|h|m|s)" (toString .) -1 }}
+{{- $n := float64 (regexFind "^[0-9.]+" .) }}
+{{- $unit := regexFind "(ms|h|m|s)$" . }}
+{{- $ms = addf $ms (mulf $n (get (dict "ms" 1 "s" 1000 "m" 60000 "h" 3600000) $unit)) }}
+{{- end }}
+{{- ceil (divf $ms 1000) | int }}
+{{- end }}
+
+{{/* sluice.drainSeconds: the configuration's server.drain_timeout in seconds (30 when unset). */}}
+{{- define "sluice.drainSeconds" -}}
+{{- $server := dict }}
+{{- if and (kindIs "map" .Values.config) (kindIs "map" .Values.config.server) }}{{ $server = .Values.config.server }}{{ end }}
+{{- if hasKey $server "drain_timeout" }}{{ include "sluice.seconds" $server.drain_timeout }}{{ else }}30{{ end }}
+{{- end }}
+
+{{/*
+sluice.terminationGrace: terminationGracePeriodSeconds, or the preStop sleep, the drain and 5
+seconds to exit: the kubelet's SIGKILL comes that long after the pod began terminating, the
+preStop sleep included.
+*/}}
+{{- define "sluice.terminationGrace" -}}
+{{- $need := add (int .Values.lifecycle.preStopSleepSeconds) (int (include "sluice.drainSeconds" .)) 5 }}
+{{- if kindIs "invalid" .Values.terminationGracePeriodSeconds }}{{ $need }}
+{{- else }}{{ .Values.terminationGracePeriodSeconds }}
+{{- end }}
+{{- end }}
+
+{{/*
+sluice.bytes: a Kubernetes memory quantity (268435456, 256Mi, 1Gi, 500M, 0.5Gi) in bytes; ""
+for one it does not read.
+*/}}
+{{- define "sluice.bytes" -}}
+{{- $q := toString . }}
+{{- $units := dict "" 1 "k" 1000 "K" 1000 "M" 1000000 "G" 1000000000 "T" 1000000000000 "Ki" 1024 "Mi" 1048576 "Gi" 1073741824 "Ti" 1099511627776 }}
+{{- if regexMatch "^[0-9]+(\\.[0-9]+)?(k|K|M|G|T|Ki|Mi|Gi|Ti)?$" $q }}
+{{- mulf (float64 (regexFind "^[0-9.]+" $q)) (get $units (regexFind "[a-zA-Z]*$" $q)) | floor | int64 }}
+{{- end }}
+{{- end }}
+
+{{/* sluice.pdbSet: "true" when a PodDisruptionBudget field (minAvailable, maxUnavailable) is set. */}}
+{{- define "sluice.pdbSet" -}}
+{{- if and (not (kindIs "invalid" .)) (ne (toString .) "") }}true{{ end }}
+{{- end }}
+
+{{/*
+sluice.goMemLimit: GOMEMLIMIT in bytes, goMemLimitPercent of the memory limit, so that the
+garbage collector works harder before the kernel kills the container; "" without a limit.
+*/}}
+{{- define "sluice.goMemLimit" -}}
+{{- $memory := dig "limits" "memory" "" .Values.resources }}
+{{- if and .Values.goMemLimitPercent $memory }}
+{{- divf (mulf (float64 (include "sluice.bytes" $memory)) .Values.goMemLimitPercent) 100 | floor | int64 }}
+{{- end }}
+{{- end }}
+
+{{/* sluice.minReplicas: the fewest pods there are: replicaCount, or autoscaling.minReplicas. */}}
+{{- define "sluice.minReplicas" -}}
+{{- if .Values.autoscaling.enabled }}{{ .Values.autoscaling.minReplicas }}{{ else }}{{ .Values.replicaCount }}{{ end }}
+{{- end }}
+
+{{/* sluice.serviceAccountName: the ServiceAccount the pods run as. */}}
+{{- define "sluice.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}{{ default (include "sluice.fullname" .) .Values.serviceAccount.name }}
+{{- else }}{{ default "default" .Values.serviceAccount.name }}
+{{- end }}
 {{- end }}
 
 {{/* sluice.validate fails the render on values that cannot work. */}}
@@ -95,16 +206,38 @@ annotations use the same ports), the Redis store from values.redis, and the rls 
 {{- if hasKey .Values.rls.envoyConfig "sluice.yaml" }}
 {{- fail "rls.envoyConfig: \"sluice.yaml\" is the configuration's own file name" }}
 {{- end }}
+{{- $replicas := int (include "sluice.minReplicas" .) }}
+{{- if and .Values.autoscaling.enabled (lt (int .Values.autoscaling.maxReplicas) (int .Values.autoscaling.minReplicas)) }}
+{{- fail "autoscaling.maxReplicas must be at least autoscaling.minReplicas" }}
+{{- end }}
 {{- $pdb := .Values.podDisruptionBudget }}
 {{- if $pdb.enabled }}
-{{- if and (hasKey $pdb "minAvailable") (hasKey $pdb "maxUnavailable") }}
+{{- $min := include "sluice.pdbSet" $pdb.minAvailable }}
+{{- $max := include "sluice.pdbSet" $pdb.maxUnavailable }}
+{{- if and $min $max }}
 {{- fail "podDisruptionBudget: set minAvailable or maxUnavailable, not both" }}
 {{- end }}
-{{- if and (hasKey $pdb "minAvailable") (ge (int $pdb.minAvailable) (int .Values.replicaCount)) }}
-{{- fail "podDisruptionBudget.minAvailable must be less than replicaCount, or no pod may ever be evicted (node drains block)" }}
+{{- if $min }}
+{{- $v := toString $pdb.minAvailable }}
+{{- if hasSuffix "%" $v }}
+{{- if ge (int (trimSuffix "%" $v)) 100 }}
+{{- fail "podDisruptionBudget.minAvailable must be less than 100%, or no pod may ever be evicted (node drains block)" }}
 {{- end }}
-{{- if and (hasKey $pdb "maxUnavailable") (lt (int $pdb.maxUnavailable) 1) }}
-{{- fail "podDisruptionBudget.maxUnavailable must be at least 1, or no pod may ever be evicted (node drains block)" }}
+{{- else if ge (int $v) $replicas }}
+{{- fail "podDisruptionBudget.minAvailable must be less than replicaCount (autoscaling.minReplicas with autoscaling), or no pod may ever be evicted (node drains block)" }}
 {{- end }}
+{{- end }}
+{{- if $max }}
+{{- if lt (int (trimSuffix "%" (toString $pdb.maxUnavailable))) 1 }}
+{{- fail "podDisruptionBudget.maxUnavailable must be at least 1 (or 1%), or no pod may ever be evicted (node drains block)" }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- if lt (int (include "sluice.terminationGrace" .)) (add (int .Values.lifecycle.preStopSleepSeconds) (int (include "sluice.drainSeconds" .))) }}
+{{- fail (printf "terminationGracePeriodSeconds %v is shorter than lifecycle.preStopSleepSeconds (%v) and server.drain_timeout (%vs): requests in flight would be killed; leave it null to compute it" .Values.terminationGracePeriodSeconds .Values.lifecycle.preStopSleepSeconds (include "sluice.drainSeconds" .)) }}
+{{- end }}
+{{- $memory := dig "limits" "memory" "" .Values.resources }}
+{{- if and .Values.goMemLimitPercent $memory (not (include "sluice.bytes" $memory)) }}
+{{- fail (printf "resources.limits.memory %q: not a quantity the chart reads for GOMEMLIMIT (write it as 256Mi, 1Gi or bytes), or set goMemLimitPercent: 0" (toString $memory)) }}
 {{- end }}
 {{- end }}
