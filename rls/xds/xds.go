@@ -185,6 +185,10 @@ func (c *Client) stream(ctx context.Context, version *string) (got bool, err err
 	}
 	c.connected.Set(1)
 	c.opts.Log.Info("xds: subscribed", "server", c.opts.Server, "node_id", c.opts.NodeID, "version", *version)
+	// go-control-plane's server sends a version again as soon as it is NACKed: the NACK of a
+	// version already refused waits, doubling from RetryInitial up to RetryMax, so that the two
+	// do not loop. The server's next version comes after that wait.
+	nacked, nackWait := "", c.opts.RetryInitial
 	for {
 		resp, err := s.Recv()
 		if err != nil {
@@ -194,11 +198,24 @@ func (c *Client) stream(ctx context.Context, version *string) (got bool, err err
 		ack := &discoverypb.DiscoveryRequest{Node: c.node, TypeUrl: ResourceType, ResponseNonce: resp.GetNonce()}
 		conf, err := decode(resp)
 		if err != nil {
-			c.rejected.Inc()
-			c.opts.Log.Error("xds: update rejected; the previous rules keep running", "version", resp.GetVersionInfo(), "error", err)
+			if v := resp.GetVersionInfo(); v != nacked || v == "" {
+				nacked, nackWait = v, c.opts.RetryInitial
+				c.rejected.Inc()
+				c.opts.Log.Error("xds: update rejected; the previous rules keep running", "version", v, "error", err)
+			} else {
+				t := time.NewTimer(nackWait)
+				select {
+				case <-ctx.Done():
+					t.Stop()
+					return got, ctx.Err()
+				case <-t.C:
+				}
+				nackWait = min(2*nackWait, c.opts.RetryMax)
+			}
 			ack.VersionInfo = *version
 			ack.ErrorDetail = &statuspb.Status{Code: int32(codes.InvalidArgument), Message: err.Error()}
 		} else {
+			nacked = ""
 			c.apply(conf)
 			c.applied.Inc()
 			c.loadedOnce.Do(func() { close(c.loaded) })
