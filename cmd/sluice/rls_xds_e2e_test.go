@@ -7,7 +7,11 @@ package main
 
 import (
 	"fmt"
+	"path/filepath"
+	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	rlsconfpb "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
 	"google.golang.org/grpc/codes"
@@ -124,7 +128,7 @@ store: {type: redis, addrs: [%s], refusal_cache: 0}
 	v = xs.Set(t, xdsDomain("a", 9, 9, rlsconfpb.RateLimitUnit_MINUTE), bad)
 	msgs := xs.WaitNacked(t, v, 2)
 	t.Logf("NACKs: %q", msgs)
-	p.waitMetric(t, "sluice_rls_xds_updates_total", map[string]string{"result": "rejected"}, 1, 10e9)
+	p.waitMetric(t, "sluice_rls_xds_updates_total", map[string]string{"result": "rejected"}, 1, 10*time.Second)
 	t.Run("an invalid update is refused whole", func(t *testing.T) { both(t, changed) })
 
 	xs.Stop()
@@ -139,5 +143,50 @@ store: {type: redis, addrs: [%s], refusal_cache: 0}
 	})
 	if got := p.metric(t, "sluice_rls_xds_connected", nil); got != 1 {
 		t.Errorf("sluice_rls_xds_connected %v, want 1", got)
+	}
+}
+
+// A reload that changes rls.xds, or turns it into files, keeps the running subscription (logged):
+// the rules still come from the server, as the node first subscribed.
+func TestRLSXDSReload(t *testing.T) {
+	rs := redistest.Start(t)
+	xs := xdstest.Start(t, false)
+	var addr string
+	cfg := func(rlsPart string) configFunc {
+		return func(listen, admin string) string {
+			if addr == "" {
+				a, err := freeAddr()
+				if err != nil {
+					t.Fatal(err)
+				}
+				addr = a
+			}
+			return fmt.Sprintf("listen: \"\"\nadmin_listen: %s\nrls:\n  listen: %s\n%sstore: {type: redis, addrs: [%s], refusal_cache: 0}\n", admin, addr, rlsPart, rs.Addr)
+		}
+	}
+	dir := t.TempDir()
+	p := startSluice(t, dir, "sluice.yaml", cfg(fmt.Sprintf("  xds: {server: %s, node_id: %s}\n", xs.Addr, xs.NodeID)))
+	c := peertest.NewClient(t, addr)
+	xs.WaitAcked(t, xs.Set(t, xdsDomain("a", 3, 1, rlsconfpb.RateLimitUnit_MINUTE)), 1)
+	admin := strings.TrimPrefix(p.admin, "http://")
+
+	envoy := filepath.Join(dir, "envoy.yaml")
+	writeFile(t, envoy, "domain: files\ndescriptors: [{key: k, rate_limit: {unit: minute, requests_per_unit: 1}}]\n")
+	for i, part := range []string{
+		fmt.Sprintf("  xds: {server: %s, node_id: another}\n", xs.Addr),
+		"  envoy_config: [" + envoy + "]\n",
+	} {
+		writeFile(t, p.config, cfg(part)("", admin))
+		p.signal(syscall.SIGHUP)
+		p.waitMetric(t, "sluice_config_reloads_total", map[string]string{"result": "ok"}, float64(i+1), 10*time.Second)
+		if n := strings.Count(p.stderr.String(), "rls.xds (and whether the rules come from files or xDS) takes effect at the next restart"); n != i+1 {
+			t.Fatalf("reload %d: %d warnings:\n%s", i+1, n, p.stderr.String())
+		}
+		v := xs.Set(t, xdsDomain("a", uint32(5+i), 1, rlsconfpb.RateLimitUnit_MINUTE))
+		xs.WaitAcked(t, v, 1)
+		resp, err := rlsAsk(t, c, "a", 0, kx)
+		if err != nil || resp.Statuses[0].CurrentLimit.GetRequestsPerUnit() != uint32(5+i) {
+			t.Fatalf("reload %d: the rules are not the subscription's: %v %v", i+1, resp, err)
+		}
 	}
 }
