@@ -119,15 +119,14 @@ func Start(o Options, apply func(*envoyconf.Config)) (*Client, error) {
 	c := &Client{
 		opts: o, apply: apply, conn: conn, done: make(chan struct{}), loaded: make(chan struct{}),
 		node: &corepb.Node{Id: o.NodeID, Metadata: md, UserAgentName: "sluice"},
-		applied: prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_rls_xds_updates_total",
-			Help: "Rate limit configuration updates received over xDS, by result (applied, or rejected: NACKed, the previous rules keep running).", ConstLabels: prometheus.Labels{"result": "applied"}}),
-		rejected: prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_rls_xds_updates_total",
-			Help: "Rate limit configuration updates received over xDS, by result (applied, or rejected: NACKed, the previous rules keep running).", ConstLabels: prometheus.Labels{"result": "rejected"}}),
 		connected: prometheus.NewGauge(prometheus.GaugeOpts{Name: "sluice_rls_xds_connected",
 			Help: "1 while the subscription's stream to the xDS management server is open, else 0."}),
 	}
+	updates := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_rls_xds_updates_total",
+		Help: "Rate limit configuration updates received over xDS, by result: applied, or rejected (NACKed; the previous rules keep running)."}, []string{"result"})
+	c.applied, c.rejected = updates.WithLabelValues("applied"), updates.WithLabelValues("rejected")
 	if o.Registerer != nil {
-		o.Registerer.MustRegister(c.applied, c.rejected, c.connected)
+		o.Registerer.MustRegister(updates, c.connected)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	c.cancel = cancel
