@@ -261,13 +261,41 @@ type Server struct {
 }
 
 // RLS is Envoy's rate limit service (envoy.service.ratelimit.v3 over gRPC): where it listens and
-// the envoyproxy/ratelimit configuration files it reads (domains, descriptors, limits).
+// where its rules come from (domains, descriptors, limits): envoyproxy/ratelimit configuration
+// files, or an xDS management server; one or the other.
 type RLS struct {
 	Listen      string   // host:port; default DefaultRLSListen
-	EnvoyConfig []string // the files, resolved against the configuration's directory
+	EnvoyConfig []string // the files, resolved against the configuration's directory; none with XDS
 	EnvoyLines  []int    // the line each file is named on
+	XDS         *XDS     // nil: the rules are the files
 	Line        int
 }
+
+// XDS is the management server the rate limit service subscribes to for its rules (RateLimitConfig
+// resources over state-of-the-world ADS), as envoyproxy/ratelimit does with CONFIG_TYPE=GRPC_XDS_SOTW.
+type XDS struct {
+	Server       string            // host:port
+	NodeID       string            // the node the server keeps the rules for
+	NodeMetadata map[string]string // may be nil
+	TLS          *XDSTLS           // nil: plaintext
+	// The wait before connecting again: RetryInitial, doubling up to RetryMax (jittered).
+	RetryInitial, RetryMax time.Duration
+	Line                   int
+}
+
+// XDSTLS is TLS to the management server; its files are resolved against the configuration's
+// directory and checked at load.
+type XDSTLS struct {
+	CA         string // the CA the server's certificate is checked against; "": the system's
+	Cert, Key  string // the client certificate and its key; both or neither
+	ServerName string // the name to check the server's certificate for; "": the server's host
+}
+
+// Defaults of rls.xds.
+const (
+	DefaultXDSRetryInitial = time.Second
+	DefaultXDSRetryMax     = 30 * time.Second
+)
 
 // Tracing exports OpenTelemetry traces: a span per proxied request (the decision, the status),
 // a child span per store call, and the W3C traceparent passed on to the upstream.
@@ -539,7 +567,11 @@ func (c *Config) String() string {
 		fmt.Fprintf(&b, ", upstream %s", c.Upstream.Redacted())
 	}
 	if c.RLS != nil {
-		fmt.Fprintf(&b, ", rls %s (%d envoy_config files)", c.RLS.Listen, len(c.RLS.EnvoyConfig))
+		if x := c.RLS.XDS; x != nil {
+			fmt.Fprintf(&b, ", rls %s (xds %s as %q)", c.RLS.Listen, x.Server, x.NodeID)
+		} else {
+			fmt.Fprintf(&b, ", rls %s (%d envoy_config files)", c.RLS.Listen, len(c.RLS.EnvoyConfig))
+		}
 	}
 	fmt.Fprintf(&b, ", store %s", c.Store.Type)
 	if c.Store.Type == StoreRedis {

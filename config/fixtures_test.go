@@ -29,7 +29,7 @@ var (
 
 // fixtures returns a directory holding rsa.pem (an RSA public key), ec256.pem and ec384.pem
 // (ECDSA public keys), ed25519.pem, cert.pem and key.pem (a self-signed certificate and its key),
-// operators-ca.pem (the certificate again, as a client CA), garbage.pem (no PEM), private.pem (an
+// operators-ca.pem and xds-ca.pem (the certificate again, as a CA), garbage.pem (no PEM), private.pem (an
 // EC private key, not a public one).
 func fixtures(t testing.TB) string {
 	t.Helper()
@@ -91,7 +91,7 @@ func makeFixtures() (string, error) {
 		name, typ string
 		der       []byte
 	}{{"cert.pem", "CERTIFICATE", cert}, {"key.pem", "EC PRIVATE KEY", keyDER}, {"private.pem", "EC PRIVATE KEY", keyDER},
-		{"operators-ca.pem", "CERTIFICATE", cert}} {
+		{"operators-ca.pem", "CERTIFICATE", cert}, {"xds-ca.pem", "CERTIFICATE", cert}} {
 		if err := write(f.name, f.typ, f.der); err != nil {
 			return "", err
 		}

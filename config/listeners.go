@@ -13,6 +13,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"time"
 
 	"go.yaml.in/yaml/v3"
 )
@@ -209,9 +210,16 @@ func (p *parser) rls(n *yaml.Node) *RLS {
 			r.Listen = s
 		}
 	}
+	if xn := p.get(m, "xds"); xn != nil {
+		r.XDS = p.xds(xn)
+		if m.has("envoy_config") {
+			p.errorf(m.values["envoy_config"], path, nil, "envoy_config and xds are both set: the rules come from files or from a management server, not both (leave one out)")
+		}
+		return r
+	}
 	n = p.get(m, "envoy_config")
 	if n == nil {
-		p.errorf(m.node, path, nil, "envoy_config is required: the envoyproxy/ratelimit configuration files, e.g. envoy_config: [ratelimit.yaml]")
+		p.errorf(m.node, path, nil, "envoy_config or xds is required: the envoyproxy/ratelimit configuration files, e.g. envoy_config: [ratelimit.yaml], or an xDS management server, e.g. xds: {server: envoy-gateway:18001, node_id: envoy-ratelimit}")
 		return r
 	}
 	items, ok := p.seq(n, path, "envoy_config")
@@ -235,6 +243,136 @@ func (p *parser) rls(n *yaml.Node) *RLS {
 		r.EnvoyLines = append(r.EnvoyLines, it.Line)
 	}
 	return r
+}
+
+// xds reads rls.xds: the management server the rules come from.
+func (p *parser) xds(n *yaml.Node) *XDS {
+	const path = "rls.xds"
+	m := p.mapping(n, n, "", path)
+	if m == nil {
+		return nil
+	}
+	p.checkKnown(m, path, xdsFields...)
+	x := &XDS{RetryInitial: DefaultXDSRetryInitial, RetryMax: DefaultXDSRetryMax, Line: n.Line}
+	if sn := p.get(m, "server"); sn == nil {
+		p.errorf(m.node, path, nil, "server is required: the management server's host:port, e.g. envoy-gateway:18001")
+	} else if s, ok := p.str(sn, path, "server"); ok {
+		host, port, err := net.SplitHostPort(s)
+		if v, perr := strconv.ParseUint(port, 10, 16); err != nil || host == "" || perr != nil || v == 0 {
+			p.errorf(sn, path, nil, "server %q is not host:port with a host and a port from 1 to 65535 (e.g. envoy-gateway:18001)", s)
+		} else {
+			x.Server = s
+		}
+	}
+	if nn := p.get(m, "node_id"); nn == nil {
+		p.errorf(m.node, path, nil, "node_id is required: the node the server keeps the rules for (Envoy Gateway's: envoy-ratelimit)")
+	} else if s, ok := p.str(nn, path, "node_id"); ok {
+		if s == "" {
+			p.errorf(nn, path, nil, "node_id must not be empty")
+		}
+		x.NodeID = s
+	}
+	if mn := p.get(m, "node_metadata"); mn != nil {
+		mm := p.mapping(mn, mn, path, "node_metadata")
+		if mm != nil {
+			x.NodeMetadata = map[string]string{}
+			for _, k := range mm.keys {
+				vn := p.get(mm, k.Value)
+				if vn == nil {
+					p.errorf(k, path, nil, "node_metadata.%s has no value", k.Value)
+					continue
+				}
+				if v, ok := p.str(vn, path, "node_metadata."+k.Value); ok {
+					x.NodeMetadata[k.Value] = v
+				}
+			}
+		}
+	}
+	if tn := p.get(m, "tls"); tn != nil {
+		x.TLS = p.xdsTLS(tn)
+	}
+	if rn := p.get(m, "connect_retry"); rn != nil {
+		const rpath = path + ".connect_retry"
+		rm := p.mapping(rn, rn, path, "connect_retry")
+		p.checkKnown(rm, rpath, retryFields...)
+		for _, f := range []struct {
+			name string
+			dst  *time.Duration
+		}{{"initial", &x.RetryInitial}, {"max", &x.RetryMax}} {
+			if fn := p.get(rm, f.name); fn != nil {
+				if d, ok := p.duration(fn, rpath, f.name); ok && d <= 0 {
+					p.errorf(fn, rpath, nil, "%s %s must be greater than 0", f.name, d)
+				} else if ok {
+					*f.dst = d
+				}
+			}
+		}
+		if x.RetryMax < x.RetryInitial {
+			p.errorf(rn, rpath, nil, "max %s is less than initial %s", x.RetryMax, x.RetryInitial)
+		}
+	}
+	return x
+}
+
+// xdsTLS reads rls.xds.tls and checks its files: the CA holds a certificate, the client
+// certificate and key are a pair (the key is parsed and dropped).
+func (p *parser) xdsTLS(n *yaml.Node) *XDSTLS {
+	const path = "rls.xds.tls"
+	m := p.mapping(n, n, "", path)
+	if m == nil {
+		return nil
+	}
+	p.checkKnown(m, path, xdsTLSFields...)
+	t := &XDSTLS{}
+	nodes := map[string]*yaml.Node{}
+	for _, f := range []struct {
+		name string
+		dst  *string
+		file bool
+	}{{"ca", &t.CA, true}, {"cert", &t.Cert, true}, {"key", &t.Key, true}, {"server_name", &t.ServerName, false}} {
+		fn := p.get(m, f.name)
+		if fn == nil {
+			continue
+		}
+		nodes[f.name] = fn
+		if s, ok := p.str(fn, path, f.name); ok {
+			if s == "" {
+				p.errorf(fn, path, nil, "%s must not be empty (or leave it out)", f.name)
+			} else if f.file {
+				*f.dst = p.path(s)
+			} else {
+				*f.dst = s
+			}
+		}
+	}
+	if t.CA != "" {
+		if pem, err := readFile(t.CA); err != nil {
+			p.errorf(nodes["ca"], path, err, "ca %q cannot be read: %v", t.CA, err)
+		} else if !x509.NewCertPool().AppendCertsFromPEM(pem) {
+			p.errorf(nodes["ca"], path, nil, "ca %q holds no PEM certificate", t.CA)
+		}
+	}
+	switch {
+	case t.Cert != "" && t.Key == "":
+		p.errorf(m.node, path, nil, "key is required with cert")
+	case t.Key != "" && t.Cert == "":
+		p.errorf(m.node, path, nil, "cert is required with key")
+	case t.Cert != "":
+		cert, err := readFile(t.Cert)
+		if err != nil {
+			p.errorf(nodes["cert"], path, err, "cert %q cannot be read: %v", t.Cert, err)
+		}
+		key, kerr := readFile(t.Key)
+		if kerr != nil {
+			p.errorf(nodes["key"], path, kerr, "key %q cannot be read: %v", t.Key, kerr)
+		}
+		if err == nil && kerr == nil {
+			if _, err := tls.X509KeyPair(cert, key); err != nil {
+				p.errorf(nodes["cert"], path, err, "cert and key are not a PEM certificate and its private key: %v", err)
+			}
+		}
+	}
+	return t
 }
 
 // forwardAuth reads the forward_auth section: how /v1/forward-auth answers a refused request.

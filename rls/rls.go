@@ -49,7 +49,9 @@ type Service struct {
 	legacy atomic.Bool
 }
 
-// New returns a Service answering by conf, deciding with decide.
+// New returns a Service answering by conf, deciding with decide. With conf nil (rules that are
+// still to come, over xDS), every request fails (Unknown: no rate limit configuration loaded)
+// until Swap.
 func New(conf *envoyconf.Config, decide Decide) *Service {
 	s := &Service{decide: decide}
 	s.conf.Store(conf)
@@ -73,6 +75,9 @@ const (
 // ShouldRateLimit decides a request's descriptors.
 func (s *Service) ShouldRateLimit(ctx context.Context, in *rlspb.RateLimitRequest) (*rlspb.RateLimitResponse, error) {
 	conf := s.conf.Load()
+	if conf == nil { // rules over xDS, before the first update: the reference's answer
+		return nil, status.Error(codes.Unknown, "no rate limit configuration loaded")
+	}
 	if in.GetDomain() == "" {
 		return nil, status.Error(codes.InvalidArgument, "rate limit domain must not be empty")
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"reflect"
 	"slices"
 
 	"google.golang.org/grpc"
@@ -13,19 +14,24 @@ import (
 	"github.com/sluicehq/sluice/gateway"
 	"github.com/sluicehq/sluice/rls"
 	"github.com/sluicehq/sluice/rls/envoyconf"
+	"github.com/sluicehq/sluice/rls/xds"
 )
 
 // rlsServer is Envoy's rate limit service as sluice serve runs it: the service (on the gateway's
-// decision layer, store and metrics), its gRPC server and the gRPC health service.
+// decision layer, store and metrics), its gRPC server and the gRPC health service, and the xDS
+// subscription its rules come from, if they do.
 type rlsServer struct {
 	svc    *rls.Service
 	grpc   *grpc.Server
 	health *health.Server
+	xds    *xds.Client // nil: the rules are files
 }
 
-// startRLS makes the rate limit service of cfg.RLS (nil if cfg has none) and has every reload of
-// srv read its files again: a reload whose files are invalid fails whole, and the running
-// configuration stays. Whether the service runs, and where it listens, changes at a restart.
+// startRLS makes the rate limit service of cfg.RLS (nil if cfg has none). With files, every
+// reload of srv reads them again: a reload whose files are invalid fails whole, and the running
+// configuration stays. With rls.xds, the subscription starts here and each update it receives is
+// applied as a reload; the service answers every request with an error until the first. Whether
+// the service runs, where it listens and where its rules come from change at a restart.
 func startRLS(cfg *config.Config, srv *gateway.Server, log *slog.Logger) (*rlsServer, error) {
 	if cfg.RLS == nil {
 		srv.OnReload(func(c *config.Config) (func(), error) {
@@ -36,21 +42,38 @@ func startRLS(cfg *config.Config, srv *gateway.Server, log *slog.Logger) (*rlsSe
 		})
 		return nil, nil
 	}
-	conf, err := envoyconf.Load(cfg.RLS.EnvoyConfig...)
-	if err != nil {
-		return nil, configError{err}
+	var conf *envoyconf.Config
+	if cfg.RLS.XDS == nil {
+		var err error
+		if conf, err = envoyconf.Load(cfg.RLS.EnvoyConfig...); err != nil {
+			return nil, configError{err}
+		}
 	}
 	svc := rls.New(conf, srv.Decide)
 	svc.SetLegacyHeaders(cfg.Limits.LegacyHeaders)
 	gs, hs := svc.Server()
+	r := &rlsServer{svc: svc, grpc: gs, health: hs}
+	if x := cfg.RLS.XDS; x != nil {
+		var err error
+		if r.xds, err = startXDS(x, svc, srv, log); err != nil {
+			return nil, configError{err}
+		}
+	}
 	running := *cfg.RLS
 	srv.OnReload(func(c *config.Config) (func(), error) {
 		if c.RLS == nil {
-			log.Warn("rls was removed; the rate limit service runs until the next restart, on its files as they are now", "file", c.File)
+			log.Warn("rls was removed; the rate limit service runs until the next restart, on its rules as they are now", "file", c.File)
 			c.RLS = &running
 		} else if c.RLS.Listen != running.Listen {
 			log.Warn("rls.listen takes effect at the next restart; the running one stays", "file", c.File, "listen", running.Listen)
 			c.RLS.Listen = running.Listen
+		}
+		if !sameXDS(c.RLS.XDS, running.XDS) {
+			log.Warn("rls.xds (and whether the rules come from files or xDS) takes effect at the next restart; the running source stays", "file", c.File)
+			c.RLS.XDS, c.RLS.EnvoyConfig, c.RLS.EnvoyLines = running.XDS, running.EnvoyConfig, running.EnvoyLines
+		}
+		if running.XDS != nil { // the rules are the subscription's
+			return func() { svc.SetLegacyHeaders(c.Limits.LegacyHeaders) }, nil
 		}
 		conf, err := envoyconf.Load(c.RLS.EnvoyConfig...)
 		if err != nil {
@@ -63,13 +86,39 @@ func startRLS(cfg *config.Config, srv *gateway.Server, log *slog.Logger) (*rlsSe
 			log.Info("Envoy rate limit service configuration reloaded", "envoy_config", fmt.Sprint(files))
 		}, nil
 	})
-	return &rlsServer{svc: svc, grpc: gs, health: hs}, nil
+	return r, nil
 }
 
-// stop says NOT_SERVING on the health service, lets the calls in flight finish until ctx is done,
-// then cuts them.
+// startXDS subscribes svc to the management server of x, its metrics on srv's registry.
+func startXDS(x *config.XDS, svc *rls.Service, srv *gateway.Server, log *slog.Logger) (*xds.Client, error) {
+	o := xds.Options{Server: x.Server, NodeID: x.NodeID, NodeMetadata: x.NodeMetadata,
+		RetryInitial: x.RetryInitial, RetryMax: x.RetryMax, Log: log, Registerer: srv.Registry()}
+	if t := x.TLS; t != nil {
+		var err error
+		if o.TLS, err = xds.TLSConfig(t.CA, t.Cert, t.Key, t.ServerName); err != nil {
+			return nil, err
+		}
+	}
+	return xds.Start(o, svc.Swap)
+}
+
+// sameXDS reports whether a and b subscribe alike (wherever they are written).
+func sameXDS(a, b *config.XDS) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	a2, b2 := *a, *b
+	a2.Line, b2.Line = 0, 0
+	return reflect.DeepEqual(a2, b2)
+}
+
+// stop says NOT_SERVING on the health service, ends the xDS subscription, lets the calls in
+// flight finish until ctx is done, then cuts them.
 func (r *rlsServer) stop(ctx context.Context) {
 	r.health.Shutdown()
+	if r.xds != nil {
+		r.xds.Stop()
+	}
 	done := make(chan struct{})
 	go func() { r.grpc.GracefulStop(); close(done) }()
 	select {

@@ -43,8 +43,9 @@ Retry-After, the IETF RateLimit fields and a problem body. The admin listener se
 /healthz, /readyz, POST /v1/check (the decision API), /v1/forward-auth (the auth sub-requests of
 nginx, Caddy and Traefik: docs/forward-auth.md), GET /v1/stats and the operator page that shows
 it (/operator/: who is being limited now), and the browser simulation (/). With an rls section it
-is also Envoy's rate limit service (envoy.service.ratelimit.v3 over gRPC), reading
-envoyproxy/ratelimit's configuration files (docs/envoy.md); listen: "" runs no proxy.
+is also Envoy's rate limit service (envoy.service.ratelimit.v3 over gRPC), its rules
+envoyproxy/ratelimit's configuration files or an xDS management server's (rls.xds, as Envoy
+Gateway serves them; docs/envoy.md); listen: "" runs no proxy.
 
 Without --config (or SLUICE_CONFIG, the file's path) it runs a demo: the memory store, a
 built-in demo backend, and a default policy; it prints what to try with curl.

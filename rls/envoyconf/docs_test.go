@@ -1,9 +1,11 @@
 package envoyconf
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"regexp"
+	"strings"
 	"testing"
 	"time"
 
@@ -18,8 +20,20 @@ func TestDocsExamples(t *testing.T) {
 		t.Fatal(err)
 	}
 	blocks := regexp.MustCompile("(?s)```yaml\n(.*?)```").FindAllSubmatch(doc, -1)
-	if len(blocks) != 5 {
-		t.Fatalf("%d yaml blocks in docs/envoy.md, want 5", len(blocks))
+	if len(blocks) != 6 {
+		t.Fatalf("%d yaml blocks in docs/envoy.md, want 6", len(blocks))
+	}
+	// The last is the configuration of rules over xDS: valid but for its certificate files,
+	// which are the ones a pod would have.
+	_, err = config.Parse(blocks[5][1], "sluice.yaml")
+	var errs config.Errors
+	if !errors.As(err, &errs) || len(errs) != 3 {
+		t.Fatalf("the xds example: want the three certificate files unreadable, got %v", err)
+	}
+	for _, e := range errs {
+		if !strings.Contains(e.Msg, "/certs/") || !strings.Contains(e.Msg, "cannot be read") {
+			t.Errorf("the xds example: %v", e)
+		}
 	}
 	// The first is sluice's own configuration of the service, the second Envoy's: the others
 	// are the files' format.

@@ -182,7 +182,7 @@ func merge(domains bool, cfgs []*Config) (*Config, error) {
 			}
 			if !domains {
 				errs = append(errs, &config.Error{File: d.file, Line: d.line, Column: d.col,
-					Msg: fmt.Sprintf("domain %s is also the domain of %s (line %d): each domain is defined in one file", quote(name), prev.file, prev.line)})
+					Msg: fmt.Sprintf("domain %s is also the domain of %s%s: each domain is defined in one file", quote(name), prev.file, atLine(prev.line))})
 				continue
 			}
 			merged, dupErrs := mergeDomain(prev, d)
@@ -210,8 +210,8 @@ func mergeDomain(a, b *domain) (*domain, config.Errors) {
 	for _, n := range b.root.order {
 		if prev, ok := m.root.children[n.finalKey]; ok {
 			errs = append(errs, &config.Error{File: n.file, Line: n.line, Column: n.col,
-				Msg: fmt.Sprintf("descriptor %s is already defined in %s (line %d): duplicate descriptor composite key %s",
-					quote(segment(n.key, n.value)), prev.file, prev.line, quote(a.name+"."+n.finalKey))})
+				Msg: fmt.Sprintf("descriptor %s is already defined in %s%s: duplicate descriptor composite key %s",
+					quote(segment(n.key, n.value)), prev.file, atLine(prev.line), quote(a.name+"."+n.finalKey))})
 			continue
 		}
 		m.root.children[n.finalKey] = n

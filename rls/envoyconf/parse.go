@@ -551,8 +551,8 @@ func (p *parser) descriptors(n *yaml.Node, parent *node, depth int, path, compos
 		dup := false
 		if prev, ok := parent.children[nd.finalKey]; ok && keyOK {
 			dup = true
-			p.errorf(item, here, "descriptor %s is already defined at this level (line %d): duplicate descriptor composite key %s",
-				quote(segment(nd.key, nd.value)), prev.line, quote(composite+nd.finalKey))
+			p.errorf(item, here, "descriptor %s is already defined at this level%s: duplicate descriptor composite key %s",
+				quote(segment(nd.key, nd.value)), atLine(prev.line), quote(composite+nd.finalKey))
 		}
 
 		for _, f := range []struct {
@@ -617,6 +617,14 @@ func shortPath(path string) string {
 		tail = tail[i+len(" > "):]
 	}
 	return "... > " + tail
+}
+
+// atLine is " (line N)", or "" for a descriptor read from xDS, which has no lines.
+func atLine(n int) string {
+	if n == 0 {
+		return ""
+	}
+	return fmt.Sprintf(" (line %d)", n)
 }
 
 // segment is one level of a rule's name: key, or key=value.
