@@ -206,11 +206,7 @@ func (d *Decider) DecideInto(ctx context.Context, req *Request, v *Verdict) {
 	allowed, err := d.Store.DecideAll(ctx, req.Who.Key, limits, out)
 	took := time.Since(start)
 	if err != nil {
-		v.Release()
-		*v = Verdict{Outcome: Failed, Err: err, Problem: failure(req, err)}
-		if d.Observer != nil {
-			d.Observer.Failed(req, err)
-		}
+		d.fail(req, v, err)
 		return
 	}
 	for i := range req.Limits {
@@ -218,11 +214,7 @@ func (d *Decider) DecideInto(ctx context.Context, req *Request, v *Verdict) {
 		v.Decisions[i].Policy.Name = req.Limits[i].PolicyName
 	}
 	if err := d.charge(ctx, req, allowed, out); err != nil {
-		v.Release()
-		*v = Verdict{Outcome: Failed, Err: err, Problem: failure(req, err)}
-		if d.Observer != nil {
-			d.Observer.Failed(req, err)
-		}
+		d.fail(req, v, err)
 		return
 	}
 	switch {
@@ -248,6 +240,15 @@ func (d *Decider) DecideInto(ctx context.Context, req *Request, v *Verdict) {
 	}
 	if d.Observer != nil {
 		d.Observer.Decided(req, v, took)
+	}
+}
+
+// fail makes *v the verdict of a request the store could not decide.
+func (d *Decider) fail(req *Request, v *Verdict, err error) {
+	v.Release()
+	*v = Verdict{Outcome: Failed, Err: err, Problem: failure(req, err)}
+	if d.Observer != nil {
+		d.Observer.Failed(req, err)
 	}
 }
 

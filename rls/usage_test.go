@@ -6,6 +6,8 @@ import (
 	"time"
 
 	commonpb "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	grpcstatus "google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/sluicehq/sluice"
@@ -17,27 +19,28 @@ import (
 	redisstore "github.com/sluicehq/sluice/store/redis"
 )
 
-// usageConf has a counter per algorithm the service offers for usage (hours and days, so that
-// no window of the Redis stores, on Redis's clock, ends during a test but once in many years).
+// usageConf has a counter per algorithm the service offers for usage. The windows are years, and
+// the bucket refills a token in 2.4 hours, so that on Redis's clock no window ends during a test
+// (unless it runs across the instant a year starts) and no whole token is refilled.
 const usageConf = `
 domain: usage
 descriptors:
   - key: fixed
-    rate_limit: {unit: hour, requests_per_unit: 10}
+    rate_limit: {unit: year, requests_per_unit: 10}
   - key: sliding
     algorithm: sliding-window
-    rate_limit: {unit: hour, requests_per_unit: 10}
+    rate_limit: {unit: year, requests_per_unit: 10}
   - key: log
     algorithm: sliding-log
-    rate_limit: {unit: hour, requests_per_unit: 10}
+    rate_limit: {unit: year, requests_per_unit: 10}
   - key: bucket
     algorithm: token-bucket
     rate_limit: {unit: day, requests_per_unit: 10}
   - key: plain
-    rate_limit: {unit: hour, requests_per_unit: 3}
+    rate_limit: {unit: year, requests_per_unit: 3}
   - key: shadow
     shadow_mode: true
-    rate_limit: {unit: hour, requests_per_unit: 10}
+    rate_limit: {unit: year, requests_per_unit: 10}
 `
 
 // usageStores are the stores the usage tests run on: memory (on a manual clock), one Redis, and
@@ -200,6 +203,53 @@ func TestUsageBesidePlainDescriptors(t *testing.T) {
 				if got := statuses(s, t, step.hits, step.ds...); fmt.Sprint(got) != fmt.Sprint(step.want) {
 					t.Fatalf("%s: %v, want %v", step.note, got, step.want)
 				}
+			}
+		})
+	}
+}
+
+// When Redis is down, usage follows the store's failure mode: with a local fallback the charges
+// count on this instance's share (the next check refused as on the store); failing open, nothing
+// is counted (no settlement is tried on the store) and everything is OK; failing closed, a check or a charge is an error (Unavailable),
+// never an answer that would pass for one.
+func TestUsageWhenTheStoreFails(t *testing.T) {
+	rs := redistest.Start(t)
+	for _, c := range []struct {
+		mode sluice.FailureMode
+		want []string
+	}{
+		{sluice.FailLocal, []string{"OK 10", "OK 4", "OVER_LIMIT 0", "OVER_LIMIT 0"}},
+		{sluice.FailOpen, []string{"OK 10", "OK 4", "OK 4", "OK 10"}}, // (each as if alone on an empty counter)
+		{sluice.FailClosed, []string{"Unavailable", "Unavailable", "Unavailable", "Unavailable"}},
+	} {
+		t.Run(fmt.Sprint(c.mode), func(t *testing.T) {
+			st, err := redisstore.New(redisstore.Options{Addrs: []string{rs.Addr}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(st.Close)
+			rs.Kill()
+			opt := sluice.WithFailureMode(c.mode)
+			if c.mode == sluice.FailLocal {
+				opt = sluice.WithLocalFallback(memory.New(), 1) // (FailLocal, on this store)
+			}
+			g, err := sluice.Guard(st, opt)
+			if err != nil {
+				t.Fatal(err)
+			}
+			s := usageService(t, g)
+			var got []string
+			for _, n := range []uint64{0, 6, 6, 0} {
+				resp, err := s.ShouldRateLimit(t.Context(), &rlspb.RateLimitRequest{Domain: "usage",
+					Descriptors: []*commonpb.RateLimitDescriptor{use(desc("fixed", "f"), n)}})
+				if err != nil {
+					got = append(got, grpcstatus.Code(err).String())
+					continue
+				}
+				got = append(got, fmt.Sprint(resp.Statuses[0].Code, " ", resp.Statuses[0].LimitRemaining))
+			}
+			if fmt.Sprint(got) != fmt.Sprint(c.want) {
+				t.Fatalf("check, charge 6, charge 6, check: %v, want %v", got, c.want)
 			}
 		})
 	}

@@ -11,7 +11,7 @@ import (
 // (test/integration/integration_test.go at Version) give the first ones, on their files
 // (testdata/basic.yaml, another.yaml, share_threshold.yaml, reload.yaml); the examples of the
 // peer's README the next (testdata/readme_example*.yaml); sluice's own files (units, nested,
-// wildcard, modes, addend .yaml) pin down what those leave open. Every answer here is the peer's,
+// wildcard, modes, addend, cost .yaml) pin down what those leave open. Every answer here is the peer's,
 // as TestPeerPassesItsOwnSequences proves on every run.
 //
 // What the peer answers, in short (see each sequence's About):
