@@ -47,12 +47,13 @@ descriptors:
 // a Redis Cluster of three masters (a request's counters in several hash slots).
 func usageStores(t *testing.T) map[string]sluice.Store {
 	rs := redistest.Start(t)
-	single, err := redisstore.New(redisstore.Options{Addrs: []string{rs.Addr}})
+	// A loaded machine may take longer than the default bound of a call: these tests are not about it.
+	single, err := redisstore.New(redisstore.Options{Addrs: []string{rs.Addr}, Timeout: 10 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(single.Close)
-	cluster, err := redisstore.New(redisstore.Options{Addrs: redistest.StartCluster(t, 3).Addrs()})
+	cluster, err := redisstore.New(redisstore.Options{Addrs: redistest.StartCluster(t, 3).Addrs(), Timeout: 10 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
