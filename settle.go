@@ -49,6 +49,24 @@ func SettleDecision(ctx context.Context, store Store, key string, p Policy, d De
 	if !d.Allowed || d.Fallback == FallbackOpen || reserved == actual {
 		return nil
 	}
+	return settleWhere(ctx, store, key, p, d, reserved, actual)
+}
+
+// ChargeDecision charges cost on key under p, beyond the limit if need be, where decision d of
+// that key (one that consumed nothing: refused, or a peek of cost 0) was decided: usage that
+// must be counted whatever the answer was, such as the cost Envoy reports once a response has
+// ended. It is the settlement of a charge of 0 whose real cost was cost, one atomic step on the
+// store; nothing for a decision allowed unchecked by FailOpen, or a cost of 0.
+func ChargeDecision(ctx context.Context, store Store, key string, p Policy, d Decision, cost int64) error {
+	if d.Fallback == FallbackOpen || cost == 0 {
+		return nil
+	}
+	d.At = SettleNow // charged at the settlement's instant: the decision's may lie in a window past
+	return settleWhere(ctx, store, key, p, d, 0, cost)
+}
+
+// settleWhere settles on the store that charged d: the guard's local fallback, or the store.
+func settleWhere(ctx context.Context, store Store, key string, p Policy, d Decision, reserved, actual int64) error {
 	for {
 		if g, ok := store.(*guard); ok {
 			if d.Fallback == FallbackLocal {

@@ -42,6 +42,11 @@ type Request struct {
 	// Costs, if not nil, is each limit's own cost (in Limits' order), instead of Cost for all:
 	// Envoy's descriptors each carry their own hits_addend.
 	Costs []int64
+	// Charges, if not nil, is each limit's usage (in Limits' order; 0: none), counted whatever
+	// the answer: what its decision did not consume of it (all of it when the request is refused,
+	// or its cost was 0) is charged afterwards, beyond the limit if need be. Envoy's cost reported
+	// once a response has ended is counted so, as envoyproxy/ratelimit counts it.
+	Charges []int64
 	// After, if not nil, settles the cost once the upstream's response is known (Finish): the
 	// route's cost_from, count_only and refund_on.
 	After *config.After
@@ -201,16 +206,16 @@ func (d *Decider) DecideInto(ctx context.Context, req *Request, v *Verdict) {
 	allowed, err := d.Store.DecideAll(ctx, req.Who.Key, limits, out)
 	took := time.Since(start)
 	if err != nil {
-		v.Release()
-		*v = Verdict{Outcome: Failed, Err: err, Problem: failure(req, err)}
-		if d.Observer != nil {
-			d.Observer.Failed(req, err)
-		}
+		d.fail(req, v, err)
 		return
 	}
 	for i := range req.Limits {
 		v.Decisions[i] = answer.Applied{Policy: req.Limits[i].Policy, Decision: out[i]}
 		v.Decisions[i].Policy.Name = req.Limits[i].PolicyName
+	}
+	if err := d.charge(ctx, req, allowed, out); err != nil {
+		d.fail(req, v, err)
+		return
 	}
 	switch {
 	case !allowed:
@@ -236,6 +241,39 @@ func (d *Decider) DecideInto(ctx context.Context, req *Request, v *Verdict) {
 	if d.Observer != nil {
 		d.Observer.Decided(req, v, took)
 	}
+}
+
+// fail makes *v the verdict of a request the store could not decide.
+func (d *Decider) fail(req *Request, v *Verdict, err error) {
+	v.Release()
+	*v = Verdict{Outcome: Failed, Err: err, Problem: failure(req, err)}
+	if d.Observer != nil {
+		d.Observer.Failed(req, err)
+	}
+}
+
+// charge charges each limit's usage (Request.Charges) that its decision out[i] did not consume:
+// the decision consumed its cost only if the request was allowed and so was it. Each is one
+// atomic step on the store (sluice.ChargeDecision), after the decision; a charge the store could
+// not make fails the request, as a decision would (an unconfirmed one was made).
+func (d *Decider) charge(ctx context.Context, req *Request, allowed bool, out []sluice.Decision) error {
+	for i, n := range req.Charges {
+		if allowed && out[i].Allowed {
+			n -= req.LimitCost(i)
+		}
+		if n <= 0 {
+			continue
+		}
+		l := &req.Limits[i]
+		key := l.Key
+		if key == "" {
+			key = req.Who.Key
+		}
+		if err := sluice.ChargeDecision(ctx, d.Store, key, l.Policy, out[i], n); err != nil && !errors.Is(err, sluice.ErrUnconfirmed) {
+			return err
+		}
+	}
+	return nil
 }
 
 // failure is the answer to a request the store could not decide.

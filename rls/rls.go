@@ -92,6 +92,7 @@ func (s *Service) ShouldRateLimit(ctx context.Context, in *rlspb.RateLimitReques
 	matches := make([]envoyconf.Match, len(ds))
 	found := make([]bool, len(ds))
 	costs := make([]int64, len(ds))
+	usage := make([]bool, len(ds)) // descriptor i has its own hits_addend: usage, charged whatever the answer
 	entries := make([]envoyconf.Entry, 0, 4)
 	for i, d := range ds {
 		if len(d.GetEntries()) > maxEntries {
@@ -120,7 +121,7 @@ func (s *Service) ShouldRateLimit(ctx context.Context, in *rlspb.RateLimitReques
 		matches[i], found[i] = conf.Match(in.GetDomain(), entries, override)
 		h := hits
 		if d.GetHitsAddend() != nil {
-			h = d.GetHitsAddend().GetValue()
+			h, usage[i] = d.GetHitsAddend().GetValue(), true
 		}
 		if h > math.MaxInt64 {
 			return nil, status.Errorf(codes.InvalidArgument, "descriptor %d: hits_addend %d is over 2^63-1", i, h)
@@ -136,11 +137,17 @@ func (s *Service) ShouldRateLimit(ctx context.Context, in *rlspb.RateLimitReques
 	// counter twice in one request is one limit of their summed cost (saturating at 2^63-1, a
 	// cost no limit can ever hold); each of its statuses says what remained after its own hits,
 	// in the request's order, as the reference counts.
+	//
+	// A descriptor with its own hits_addend is usage, as Envoy sends it (a cost, or a check of
+	// 0): its hits are counted whatever the answer, beyond the limit if need be (Request.Charges),
+	// and it is over when its counter then passes the limit, as the reference counts. A counter
+	// that usage charges is charged with every hit of the request on it.
 	req := decision.Request{Client: "rls/" + in.GetDomain(), NoHold: true}
 	at := make([]int, len(ds))      // descriptor i's index in req.Limits, or -1
 	later := make([]int64, len(ds)) // the cost of the descriptors after i on the same counter
 	never := make([]bool, len(ds))  // descriptor i can never pass
 	peek := false
+	var charged []bool // limit k is charged by usage
 	for i := range ds {
 		at[i] = -1
 		m := &matches[i]
@@ -156,6 +163,7 @@ func (s *Service) ShouldRateLimit(ctx context.Context, in *rlspb.RateLimitReques
 		if dup >= 0 {
 			at[i] = dup
 			req.Costs[dup] = addSat(req.Costs[dup], costs[i])
+			charged[dup] = charged[dup] || usage[i]
 			for j := range i {
 				if at[j] == dup {
 					later[j] = addSat(later[j], costs[i])
@@ -168,6 +176,13 @@ func (s *Service) ShouldRateLimit(ctx context.Context, in *rlspb.RateLimitReques
 		p.Name = "rls" // the state is kept under the counter's key (m.Key) and this
 		req.Limits = append(req.Limits, decision.Limit{Policy: p, PolicyName: nameOf(m), Key: m.Key, DryRun: m.ShadowMode || m.QuotaMode})
 		req.Costs = append(req.Costs, costs[i])
+		charged = append(charged, usage[i])
+	}
+	req.Charges = make([]int64, len(req.Limits))
+	for k, c := range req.Costs {
+		if charged[k] {
+			req.Charges[k] = min(c, algorithm.MaxLimit) // (counts stop there)
+		}
 	}
 	for k, c := range req.Costs {
 		var d sluice.Decision
@@ -181,9 +196,17 @@ func (s *Service) ShouldRateLimit(ctx context.Context, in *rlspb.RateLimitReques
 			}
 		}
 	}
-	if peek {
-		clear(req.Costs)
-		clear(later)
+	if peek { // usage is still charged, each status saying what it left
+		for k := range req.Costs {
+			if !charged[k] {
+				req.Costs[k] = 0
+			}
+		}
+		for i := range ds {
+			if at[i] >= 0 && !charged[at[i]] {
+				later[i] = 0
+			}
+		}
 	}
 	if len(req.Limits) > 0 {
 		req.Who = identity.Identity{Key: req.Limits[0].Key, Source: "rls"}

@@ -11,7 +11,7 @@ import (
 // (test/integration/integration_test.go at Version) give the first ones, on their files
 // (testdata/basic.yaml, another.yaml, share_threshold.yaml, reload.yaml); the examples of the
 // peer's README the next (testdata/readme_example*.yaml); sluice's own files (units, nested,
-// wildcard, modes, addend .yaml) pin down what those leave open. Every answer here is the peer's,
+// wildcard, modes, addend, cost .yaml) pin down what those leave open. Every answer here is the peer's,
 // as TestPeerPassesItsOwnSequences proves on every run.
 //
 // What the peer answers, in short (see each sequence's About):
@@ -38,6 +38,7 @@ func Sequences() []Sequence {
 	all = append(all, wildcardSequences()...)
 	all = append(all, modeSequences()...)
 	all = append(all, addendSequences()...)
+	all = append(all, costSequences()...)
 	all = append(all, overrideSequences()...)
 	all = append(all, errorSequences()...)
 	return all
@@ -498,6 +499,90 @@ func addendSequences() []Sequence {
 			step("twice", req("addend", kd("f"), kd("f")), answer(ok(k, 4), ok(k, 3))),
 			step("three times", req("addend", kd("f"), kd("f"), kd("f")), answer(ok(k, 2), ok(k, 1), ok(k, 0))),
 			step("over", req("addend", kd("f")), answer(over(k))),
+		},
+	}}
+}
+
+// costSequences are usage charged after the response, as Envoy Gateway's cost sends it: a check
+// (the descriptor's own hits_addend 0) before the request, the charge (hits_addend N) at its end.
+// The peer counts a charge even past the limit (answering it OVER_LIMIT), so the next check is
+// refused; a check counts nothing, and is OK at the limit exactly.
+func costSequences() []Sequence {
+	tokens, requests, model, team := lim(10, Minute), lim(3, Minute), lim(100, Hour), lim(20, Hour)
+	tok := func(user string, n uint64) Descriptor { return withAddend(D(E("tokens", user)), n) }
+	const route = "httproute/default/llm/rule/0/match/0/llm"
+	user := func(u string, n uint64) Descriptor { return withAddend(D(E(route, route), E("rule-0-match-0", u)), n) }
+	return []Sequence{{
+		Name: "cost/check-then-charge",
+		About: "limit 10: check OK, charge 6, check OK, charge 6 (12 counted: OVER_LIMIT), then a check and a plain request " +
+			"are OVER_LIMIT; at the limit exactly a check is OK with nothing left",
+		Configs: []string{"cost.yaml"},
+		Steps: []Step{
+			step("check", req("cost", tok("a", 0)), answer(ok(tokens, 10))),
+			step("charge 6", req("cost", tok("a", 6)), answer(ok(tokens, 4))),
+			step("check", req("cost", tok("a", 0)), answer(ok(tokens, 4))),
+			step("charge 6 passes the limit, counted", req("cost", tok("a", 6)), answer(over(tokens))),
+			step("check after 12 of 10", req("cost", tok("a", 0)), answer(over(tokens))),
+			step("a plain request", req("cost", D(E("tokens", "a"))), answer(over(tokens))),
+			step("charge 10 of 10", req("cost", tok("b", 10)), answer(ok(tokens, 0))),
+			step("a check at the limit", req("cost", tok("b", 0)), answer(ok(tokens, 0))),
+			step("charge 1 more", req("cost", tok("b", 1)), answer(over(tokens))),
+			step("a check past the limit", req("cost", tok("b", 0)), answer(over(tokens))),
+			step("charge 12 at once on a fresh counter", req("cost", tok("c", 12)), answer(over(tokens))),
+			step("a check: the 12 were counted", req("cost", tok("c", 0)), answer(over(tokens))),
+		},
+	}, {
+		Name: "cost/several-descriptors",
+		About: "a check and a charge of two descriptors at once (a route rule's per-user limit and a model's wildcard): " +
+			"each counts its charge, and the one whose charge passes its limit refuses the next check",
+		Configs: []string{"cost.yaml"},
+		Steps: []Step{
+			step("check both", req("cost", user("u1", 0), withAddend(D(E("model", "gpt-4")), 0)), answer(ok(tokens, 10), ok(model, 100))),
+			step("charge 7 to both", req("cost", user("u1", 7), withAddend(D(E("model", "gpt-4")), 7)), answer(ok(tokens, 3), ok(model, 93))),
+			step("check both", req("cost", user("u1", 0), withAddend(D(E("model", "gpt-4")), 0)), answer(ok(tokens, 3), ok(model, 93))),
+			step("charge 7 to both: the user's passes its limit", req("cost", user("u1", 7), withAddend(D(E("model", "gpt-4")), 7)),
+				answer(over(tokens), ok(model, 86))),
+			step("check both", req("cost", user("u1", 0), withAddend(D(E("model", "gpt-4")), 0)), answer(over(tokens), ok(model, 86))),
+			step("another user's check", req("cost", user("u2", 0), withAddend(D(E("model", "gpt-4")), 0)), answer(ok(tokens, 10), ok(model, 86))),
+		},
+	}, {
+		Name: "cost/wildcards",
+		About: "usage on wildcard rules: a value-less key and a wildcard count each value apart; a shared wildcard " +
+			"(share_threshold) counts every value's charges on one counter",
+		Configs: []string{"cost.yaml"},
+		Steps: []Step{
+			step("user x charged 11 of 10", req("cost", user("x", 11)), answer(over(tokens))),
+			step("user x's check", req("cost", user("x", 0)), answer(over(tokens))),
+			step("user y's check: a counter of its own", req("cost", user("y", 0)), answer(ok(tokens, 10))),
+			step("gpt-4 charged 101 of 100", req("cost", withAddend(D(E("model", "gpt-4")), 101)), answer(over(model))),
+			step("gpt-5's check: a counter of its own", req("cost", withAddend(D(E("model", "gpt-5")), 0)), answer(ok(model, 100))),
+			step("eng-a charged 15 of 20", req("cost", withAddend(D(E("team", "eng-a")), 15)), answer(ok(team, 5))),
+			step("eng-b charged 10: the shared counter passes 20", req("cost", withAddend(D(E("team", "eng-b")), 10)), answer(over(team))),
+			step("eng-c's check", req("cost", withAddend(D(E("team", "eng-c")), 0)), answer(over(team))),
+		},
+	}, {
+		Name: "cost/charge-beside-a-plain-descriptor",
+		About: "a request of two descriptors, one charged (its own hits_addend), the other plain (the request's): the charge " +
+			"is counted even when the plain one is over",
+		Configs: []string{"cost.yaml"},
+		Steps: []Step{
+			step("plain, and a charge of 6", req("cost", D(E("requests", "w")), tok("w", 6)), answer(ok(requests, 2), ok(tokens, 4))),
+			step("plain, and a check", req("cost", D(E("requests", "w")), tok("w", 0)), answer(ok(requests, 1), ok(tokens, 4))),
+			step("plain alone", req("cost", D(E("requests", "w"))), answer(ok(requests, 0))),
+			step("plain over, and a charge of 3: counted", req("cost", D(E("requests", "w")), tok("w", 3)), answer(over(requests), ok(tokens, 1))),
+			step("a check", req("cost", tok("w", 0)), answer(ok(tokens, 1))),
+			step("a charge of 2 passes the limit", req("cost", tok("w", 2)), answer(over(tokens))),
+			step("a check", req("cost", tok("w", 0)), answer(over(tokens))),
+		},
+	}, {
+		Name: "cost/over-check-beside-a-plain-descriptor",
+		About: "a request of a plain descriptor and a check that is over: the request is OVER_LIMIT, and the peer counts " +
+			"the plain descriptor's hit all the same",
+		Configs: []string{"cost.yaml"},
+		Steps: []Step{
+			step("a charge of 12 of 10", req("cost", tok("v", 12)), answer(over(tokens))),
+			step("plain, and the check", req("cost", D(E("requests", "v")), tok("v", 0)), answer(ok(requests, 2), over(tokens))),
+			step("plain alone: the refused request's hit counted", req("cost", D(E("requests", "v"))), answer(ok(requests, 1))),
 		},
 	}}
 }
