@@ -209,6 +209,9 @@ func (p *parser) rls(n *yaml.Node) *RLS {
 			r.Listen = s
 		}
 	}
+	if n := p.get(m, "tls"); n != nil {
+		r.TLS = p.tls(n, path+".tls", adminTLSFields)
+	}
 	n = p.get(m, "envoy_config")
 	if n == nil {
 		p.errorf(m.node, path, nil, "envoy_config is required: the envoyproxy/ratelimit configuration files, e.g. envoy_config: [ratelimit.yaml]")

@@ -79,7 +79,7 @@ var (
 	routeFields    = []string{"method", "path_prefix", "cost", "policy", "scope", "cost_from", "count_only", "refund_on", "priority"}
 	limitsFields   = []string{"max_delay", "legacy_headers"}
 	serverFields   = []string{"body_timeout", "body_min_rate", "drain_timeout"}
-	rlsFields      = []string{"listen", "envoy_config"}
+	rlsFields      = []string{"listen", "envoy_config", "tls"}
 	faFields       = []string{"refused_status"}
 	logFields      = []string{"format", "level", "access"}
 	adminFields    = []string{"token_env", "metrics_listen", "tls"}
