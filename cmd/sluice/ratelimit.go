@@ -203,7 +203,9 @@ func (e *envReader) str(name, def string) string {
 
 func (e *envReader) set(name string) bool { return e.str(name, "") != "" }
 
-func (e *envReader) errorf(format string, args ...any) { e.errs = append(e.errs, fmt.Errorf(format, args...)) }
+func (e *envReader) errorf(format string, args ...any) {
+	e.errs = append(e.errs, fmt.Errorf(format, args...))
+}
 
 func (e *envReader) bool(name string, def bool) bool {
 	v := e.str(name, "")

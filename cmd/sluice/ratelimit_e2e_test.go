@@ -61,16 +61,7 @@ type ratelimitProc struct {
 // must exit 0.
 func startRatelimit(t *testing.T, env ...string) *ratelimitProc {
 	t.Helper()
-	bin := filepath.Join(t.TempDir(), ratelimitName)
-	if err := os.Link(sluiceBinary(t), bin); err != nil {
-		data, err := os.ReadFile(sluiceBinary(t))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(bin, data, 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
+	bin := ratelimitBinary(t)
 	ports := peertest.FreePorts(t, 3)
 	p := &ratelimitProc{grpc: net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[0])),
 		health: "http://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[1])) + "/healthcheck",
@@ -111,6 +102,41 @@ func startRatelimit(t *testing.T, env ...string) *ratelimitProc {
 		if time.Now().After(deadline) {
 			t.Fatalf("ratelimit's /healthcheck did not answer 200 OK (last %d %q):\n%s", code, body, p.stderr.String())
 		}
+	}
+}
+
+// ratelimitBinary is the test's sluice binary as DIR/ratelimit: a hard link, or a copy.
+func ratelimitBinary(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), ratelimitName)
+	if err := os.Link(sluiceBinary(t), bin); err != nil {
+		data, err := os.ReadFile(sluiceBinary(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(bin, data, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return bin
+}
+
+// Bad values exit with code 2 before anything starts, each variable named, and no secret shown.
+func TestRatelimitBadEnvironment(t *testing.T) {
+	cmd := exec.Command(ratelimitBinary(t))
+	cmd.Env = []string{"GORACE=atexit_sleep_ms=0", "REDIS_SOCKET_TYPE=tcp", "REDIS_URL=127.0.0.1:1", "REDIS_AUTH=user:pw-Not-Shown",
+		"GRPC_PORT=grpc", "LOG_FORMAT=xml", "RUNTIME_ROOT=" + t.TempDir()}
+	out, err := cmd.CombinedOutput()
+	if code := cmd.ProcessState.ExitCode(); code != 2 {
+		t.Fatalf("exit code %d (%v), want 2:\n%s", code, err, out)
+	}
+	for _, want := range []string{`GRPC_PORT "grpc" must be a port number`, `LOG_FORMAT "xml" must be text or json`} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("no %q in:\n%s", want, out)
+		}
+	}
+	if strings.Contains(string(out), "pw-Not-Shown") {
+		t.Errorf("the password is shown:\n%s", out)
 	}
 }
 
@@ -207,9 +233,13 @@ func swapLimit(t *testing.T, c *peertest.Client) uint32 {
 }
 
 // GRPC_SERVER_USE_TLS with GRPC_CLIENT_TLS_CACERT, as Envoy Gateway starts the reference: the rate
-// limit service speaks gRPC over TLS and lets in only clients with a certificate of that CA.
+// limit service speaks gRPC over TLS and lets in only clients with a certificate of that CA. With
+// it, REDIS_AUTH on a Redis that wants a password (which no log line shows, at LOG_LEVEL=debug),
+// and USE_PROMETHEUS with a path of its own.
 func TestRatelimitTLS(t *testing.T) {
-	rs := redistest.Start(t)
+	const password = "rl-Redis-pw-7f3a"
+	rs := redistest.Start(t, "--requirepass", password)
+	metrics := "127.0.0.1:" + strconv.Itoa(peertest.FreePorts(t, 1)[0])
 	dir := t.TempDir()
 	ca, other := newTestCA(t, "eg-ca"), newTestCA(t, "other-ca")
 	write := func(name string, b []byte) string {
@@ -225,7 +255,8 @@ func TestRatelimitTLS(t *testing.T) {
 	write("ratelimit/config/swap.yaml", []byte(swapConfig(2)))
 	p := startRatelimit(t, "RUNTIME_ROOT="+dir, "RUNTIME_SUBDIRECTORY=ratelimit", "REDIS_SOCKET_TYPE=tcp", "REDIS_URL="+rs.Addr,
 		"GRPC_HOST=127.0.0.1", "HOST=127.0.0.1", "GRPC_SERVER_USE_TLS=true", "GRPC_SERVER_TLS_CERT="+write("tls.crt", cert),
-		"GRPC_SERVER_TLS_KEY="+write("tls.key", key), "GRPC_CLIENT_TLS_CACERT="+write("ca.crt", ca.pem))
+		"GRPC_SERVER_TLS_KEY="+write("tls.key", key), "GRPC_CLIENT_TLS_CACERT="+write("ca.crt", ca.pem),
+		"REDIS_AUTH="+password, "LOG_LEVEL=debug", "USE_PROMETHEUS=true", "PROMETHEUS_ADDR="+metrics, "PROMETHEUS_PATH=/stats/prometheus")
 
 	ask := func(clientCA *testCA) error {
 		pool := x509.NewCertPool()
@@ -269,5 +300,20 @@ func TestRatelimitTLS(t *testing.T) {
 	defer plain.Close()
 	if _, err := rlsAsk(t, plain, "swap", 1, peertest.E("k", "v")); err == nil {
 		t.Error("a plaintext client was answered")
+	}
+	if n, err := rs.DoAuth(password, "DBSIZE"); err != nil || n == "0" {
+		t.Errorf("Redis holds %s keys (%v): the answer was not decided on it", n, err)
+	}
+	resp, err := e2eClient.Get("http://" + metrics + "/stats/prometheus")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), "sluice_decisions_total") {
+		t.Errorf("PROMETHEUS_PATH: %d\n%s", resp.StatusCode, body)
+	}
+	if strings.Contains(p.stderr.String(), password) {
+		t.Errorf("the Redis password is in the log:\n%s", p.stderr.String())
 	}
 }
