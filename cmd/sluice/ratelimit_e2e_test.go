@@ -258,32 +258,7 @@ func TestRatelimitTLS(t *testing.T) {
 		"GRPC_SERVER_TLS_KEY="+write("tls.key", key), "GRPC_CLIENT_TLS_CACERT="+write("ca.crt", ca.pem),
 		"REDIS_AUTH="+password, "LOG_LEVEL=debug", "USE_PROMETHEUS=true", "PROMETHEUS_ADDR="+metrics, "PROMETHEUS_PATH=/stats/prometheus")
 
-	ask := func(clientCA *testCA) error {
-		pool := x509.NewCertPool()
-		pool.AppendCertsFromPEM(ca.pem)
-		c := &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
-		if clientCA != nil {
-			cp, kp := clientCA.issue(t, "envoy", false)
-			pair, err := tls.X509KeyPair(cp, kp)
-			if err != nil {
-				t.Fatal(err)
-			}
-			c.Certificates = []tls.Certificate{pair}
-		}
-		conn, err := grpc.NewClient(p.grpc, grpc.WithTransportCredentials(credentials.NewTLS(c)))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer conn.Close()
-		ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
-		defer cancel()
-		resp, err := rlspb.NewRateLimitServiceClient(conn).ShouldRateLimit(ctx,
-			peertest.Request{Domain: "swap", Descriptors: []peertest.Descriptor{peertest.D(peertest.E("k", "v"))}}.Proto())
-		if err == nil && resp.GetOverallCode() != rlspb.RateLimitResponse_OK {
-			t.Errorf("answer %v", resp)
-		}
-		return err
-	}
+	ask := func(clientCA *testCA) error { return askTLS(t, p.grpc, ca, clientCA) }
 	if err := ask(ca); err != nil {
 		t.Errorf("a client with the CA's certificate: %v", err)
 	}
@@ -315,5 +290,60 @@ func TestRatelimitTLS(t *testing.T) {
 	}
 	if strings.Contains(p.stderr.String(), password) {
 		t.Errorf("the Redis password is in the log:\n%s", p.stderr.String())
+	}
+}
+
+// askTLS sends domain swap's descriptor k=v over TLS to addr, trusting ca, with a client
+// certificate of clientCA (nil: none), and returns the call's error; an answer other than OK
+// fails the test.
+func askTLS(t *testing.T, addr string, ca, clientCA *testCA) error {
+	t.Helper()
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(ca.pem)
+	c := &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+	if clientCA != nil {
+		cp, kp := clientCA.issue(t, "envoy", false)
+		pair, err := tls.X509KeyPair(cp, kp)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Certificates = []tls.Certificate{pair}
+	}
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(credentials.NewTLS(c)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+	defer cancel()
+	resp, err := rlspb.NewRateLimitServiceClient(conn).ShouldRateLimit(ctx,
+		peertest.Request{Domain: "swap", Descriptors: []peertest.Descriptor{peertest.D(peertest.E("k", "v"))}}.Proto())
+	if err == nil && resp.GetOverallCode() != rlspb.RateLimitResponse_OK {
+		t.Errorf("answer %v", resp)
+	}
+	return err
+}
+
+// sluice serve's rls.tls: gRPC over TLS, and with client_ca_file only for clients with a
+// certificate of that CA.
+func TestServeE2ERLSTLS(t *testing.T) {
+	dir := t.TempDir()
+	ca := newTestCA(t, "envoy-ca")
+	cert, key := ca.issue(t, "sluice", true)
+	for name, b := range map[string][]byte{"cert.pem": cert, "key.pem": key, "ca.pem": ca.pem} {
+		if err := os.WriteFile(filepath.Join(dir, name), b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var addr string
+	cfg := rlsConfig(t, dir, swapConfig(3), "store: {type: memory}\n", &addr)
+	startSluice(t, dir, "sluice.yaml", func(listen, admin string) string {
+		return strings.Replace(cfg(listen, admin), "envoy_config: [envoy.yaml]}", "envoy_config: [envoy.yaml], tls: {cert_file: cert.pem, key_file: key.pem, client_ca_file: ca.pem}}", 1)
+	})
+	if err := askTLS(t, addr, ca, ca); err != nil {
+		t.Errorf("a client with the CA's certificate: %v", err)
+	}
+	if err := askTLS(t, addr, ca, nil); err == nil {
+		t.Error("a client without a certificate was answered")
 	}
 }
