@@ -3,7 +3,8 @@ package main
 // sluice as envoyproxy/ratelimit's drop-in: started as /bin/ratelimit (or `sluice ratelimit`), it
 // reads the reference's environment variables, turns them into a sluice configuration (YAML text,
 // parsed by config.Parse like any file, so that every check applies) and runs the rate limit
-// service alone: the gRPC service, the reference's HTTP /healthcheck, and /metrics if asked.
+// service alone: the gRPC service, the reference's HTTP /healthcheck and /json, and /metrics if
+// asked.
 
 import (
 	"context"
@@ -26,12 +27,15 @@ import (
 	"syscall"
 	"time"
 
+	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/spf13/cobra"
 	"go.yaml.in/yaml/v3"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/gateway"
+	"github.com/sluicehq/sluice/rls"
 	"github.com/sluicehq/sluice/rls/envoyconf"
 )
 
@@ -59,8 +63,9 @@ as /bin/ratelimit (its image has that name) does the same, so that sluice's imag
 reference's where Istio's sample or Envoy Gateway starts it.
 
 It serves Envoy's rate limit service on GRPC_HOST:GRPC_PORT (0.0.0.0:8081; TLS with
-GRPC_SERVER_USE_TLS), GET /healthcheck on HOST:PORT (0.0.0.0:8080: 200 "OK", or 500), and with
-USE_PROMETHEUS=true sluice's metrics on PROMETHEUS_ADDR (:9090) at PROMETHEUS_PATH (/metrics).
+GRPC_SERVER_USE_TLS), GET /healthcheck (200 "OK", or 500) and POST /json on HOST:PORT
+(0.0.0.0:8080), and with USE_PROMETHEUS=true sluice's metrics on PROMETHEUS_ADDR (:9090) at
+PROMETHEUS_PATH (/metrics).
 The configuration files under RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/RUNTIME_APPDIRECTORY are read
 again whenever one changes (a Kubernetes ConfigMap's update included); an invalid change is
 logged and the running files stay. Variables sluice does not support are named in one warning at
@@ -597,6 +602,9 @@ func ratelimit(ctx context.Context, lookup func(string) (string, bool), stderr i
 	svc.health.SetServingStatus(ratelimitName, healthpb.HealthCheckResponse_SERVING)
 
 	h := &refHealth{admin: srv.Admin(), active: p.activeRedis, loaded: !p.oneConfig || !p.xds}
+	mux := http.NewServeMux()
+	mux.Handle("GET /healthcheck", h)
+	mux.Handle("POST /json", refJSON(svc.svc))
 	var lns []net.Listener
 	listen := func(addr, what string) (net.Listener, error) {
 		ln, err := net.Listen("tcp", addr)
@@ -621,7 +629,7 @@ func ratelimit(ctx context.Context, lookup func(string) (string, bool), stderr i
 	if err != nil {
 		return err
 	}
-	servers := []*http.Server{{Handler: h, ReadHeaderTimeout: 10 * time.Second}}
+	servers := []*http.Server{{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: time.Minute}}
 	serving := []net.Listener{healthLn}
 	if p.metrics != "" {
 		ln, err := listen(p.metrics, "PROMETHEUS_ADDR")
@@ -649,6 +657,7 @@ func ratelimit(ctx context.Context, lookup func(string) (string, bool), stderr i
 		"metrics", p.metrics, "envoy_config", cfg.RLS.EnvoyConfig)
 
 	files, stamp := cfg.RLS.EnvoyConfig, filesStamp(cfg.RLS.EnvoyConfig)
+	failed := "" // the last reload's error, logged once until it changes
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
 	for {
@@ -666,11 +675,15 @@ func ratelimit(ctx context.Context, lookup func(string) (string, bool), stderr i
 				var conf *envoyconf.Config
 				if conf, err = envoyconf.Load(files...); err == nil {
 					svc.svc.Swap(conf)
+					failed = ""
 					log.Info("Envoy rate limit service configuration reloaded", "envoy_config", fmt.Sprint(files))
 					continue
 				}
 			}
-			log.Error("Envoy rate limit service configuration not reloaded; the previous one keeps running", "error", err.Error())
+			if err.Error() != failed {
+				failed = err.Error()
+				log.Error("Envoy rate limit service configuration not reloaded; the previous one keeps running", "error", failed)
+			}
 		case sig := <-signals:
 			// As the reference: /healthcheck fails from now on; the calls in flight finish.
 			h.stopping.Store(true)
@@ -707,10 +720,6 @@ type refHealth struct {
 }
 
 func (h *refHealth) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if r.URL.Path != "/healthcheck" {
-		http.NotFound(w, r)
-		return
-	}
 	if !h.stopping.Load() && h.loaded && h.storeOK(r) {
 		io.WriteString(w, "OK") //nolint:errcheck // the client's loss
 		return
@@ -742,3 +751,37 @@ type statusRecorder struct {
 func (s *statusRecorder) Header() http.Header         { return s.header }
 func (s *statusRecorder) Write(b []byte) (int, error) { return len(b), nil }
 func (s *statusRecorder) WriteHeader(code int)        { s.status = code }
+
+// refJSON is the reference's POST /json: a RateLimitRequest in protobuf's JSON, answered with the
+// RateLimitResponse in JSON, status 429 when over the limit, 400 for a request that cannot be
+// read or that the service refuses.
+func refJSON(svc *rls.Service) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, 1<<20))
+		var req rlspb.RateLimitRequest
+		if err == nil {
+			err = protojson.Unmarshal(body, &req)
+		}
+		var resp *rlspb.RateLimitResponse
+		if err == nil {
+			resp, err = svc.ShouldRateLimit(r.Context(), &req)
+		}
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		out, err := protojson.Marshal(resp)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		switch resp.GetOverallCode() {
+		case rlspb.RateLimitResponse_OVER_LIMIT:
+			w.WriteHeader(http.StatusTooManyRequests)
+		case rlspb.RateLimitResponse_UNKNOWN:
+			w.WriteHeader(http.StatusInternalServerError)
+		}
+		w.Write(out) //nolint:errcheck // the client's loss
+	})
+}

@@ -235,7 +235,7 @@ func swapLimit(t *testing.T, c *peertest.Client) uint32 {
 // GRPC_SERVER_USE_TLS with GRPC_CLIENT_TLS_CACERT, as Envoy Gateway starts the reference: the rate
 // limit service speaks gRPC over TLS and lets in only clients with a certificate of that CA. With
 // it, REDIS_AUTH on a Redis that wants a password (which no log line shows, at LOG_LEVEL=debug),
-// and USE_PROMETHEUS with a path of its own.
+// USE_PROMETHEUS with a path of its own, and the reference's POST /json.
 func TestRatelimitTLS(t *testing.T) {
 	const password = "rl-Redis-pw-7f3a"
 	rs := redistest.Start(t, "--requirepass", password)
@@ -275,6 +275,19 @@ func TestRatelimitTLS(t *testing.T) {
 	defer plain.Close()
 	if _, err := rlsAsk(t, plain, "swap", 1, peertest.E("k", "v")); err == nil {
 		t.Error("a plaintext client was answered")
+	}
+	// The reference's POST /json beside /healthcheck: the limit of 2 has one left, then none.
+	for _, want := range []int{http.StatusOK, http.StatusTooManyRequests} {
+		resp, err := e2eClient.Post(strings.TrimSuffix(p.health, "healthcheck")+"json", "application/json",
+			strings.NewReader(`{"domain":"swap","descriptors":[{"entries":[{"key":"k","value":"v"}]}]}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != want || !strings.Contains(string(body), `"overallCode"`) {
+			t.Errorf("POST /json: %d %s, want %d", resp.StatusCode, body, want)
+		}
 	}
 	if n, err := rs.DoAuth(password, "DBSIZE"); err != nil || n == "0" {
 		t.Errorf("Redis holds %s keys (%v): the answer was not decided on it", n, err)
