@@ -476,11 +476,10 @@ func tracingConfig(e *envReader) *rlTracing {
 	default:
 		e.errorf("TRACING_EXPORTER_PROTOCOL %q must be http or grpc", p)
 	}
-	if v := e.str("TRACING_SAMPLING_RATE", "1"); v != "" {
-		f, err := strconv.ParseFloat(v, 64)
-		if err != nil || f < 0 || f > 1 {
-			e.errorf("TRACING_SAMPLING_RATE %q must be a number from 0 to 1", v)
-		}
+	v := e.str("TRACING_SAMPLING_RATE", "1")
+	if f, err := strconv.ParseFloat(v, 64); err != nil || f < 0 || f > 1 {
+		e.errorf("TRACING_SAMPLING_RATE %q must be a number from 0 to 1", v)
+	} else {
 		t.Sample = f
 	}
 	name := "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"
