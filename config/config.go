@@ -93,13 +93,14 @@ type Config struct {
 	budgets map[string]sluice.LocalBudget
 }
 
-// TLS is a listener's certificate and key (PEM files), checked at load: the proxy's (tls) or
-// the admin listener's (admin.tls).
+// TLS is a listener's certificate and key (PEM files), checked at load: the proxy's (tls), the
+// admin listener's (admin.tls) or the rate limit service's (rls.tls).
 type TLS struct {
 	CertFile string // resolved against the configuration's directory
 	KeyFile  string
-	// ClientCAFile (admin.tls only), if set, holds the CAs whose client certificates the admin
-	// listener accepts: every request but the probes and /v1/forward-auth must present one (mTLS).
+	// ClientCAFile (admin.tls and rls.tls only), if set, holds the CAs whose client certificates
+	// the listener accepts: on the admin listener every request but the probes and
+	// /v1/forward-auth must present one; on rls every connection must (mTLS).
 	ClientCAFile string
 }
 
@@ -268,6 +269,7 @@ type RLS struct {
 	EnvoyConfig []string // the files, resolved against the configuration's directory; none with XDS
 	EnvoyLines  []int    // the line each file is named on
 	XDS         *XDS     // nil: the rules are the files
+	TLS         *TLS     // nil: plaintext gRPC; with ClientCAFile, every client must present a certificate of those CAs
 	Line        int
 }
 

@@ -210,6 +210,9 @@ func (p *parser) rls(n *yaml.Node) *RLS {
 			r.Listen = s
 		}
 	}
+	if n := p.get(m, "tls"); n != nil {
+		r.TLS = p.tls(n, path+".tls", adminTLSFields)
+	}
 	if xn := p.get(m, "xds"); xn != nil {
 		r.XDS = p.xds(xn)
 		if m.has("envoy_config") {

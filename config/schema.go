@@ -79,7 +79,7 @@ var (
 	routeFields    = []string{"method", "path_prefix", "cost", "policy", "scope", "cost_from", "count_only", "refund_on", "priority"}
 	limitsFields   = []string{"max_delay", "legacy_headers"}
 	serverFields   = []string{"body_timeout", "body_min_rate", "drain_timeout"}
-	rlsFields      = []string{"listen", "envoy_config", "xds"}
+	rlsFields      = []string{"listen", "envoy_config", "xds", "tls"}
 	xdsFields      = []string{"server", "node_id", "node_metadata", "tls", "connect_retry"}
 	xdsTLSFields   = []string{"ca", "cert", "key", "server_name"}
 	retryFields    = []string{"initial", "max"}

@@ -2,7 +2,8 @@
 # Builds sluice's container image with podman: the static binary first, outside the container
 # build (no base image and no registry needed), then the image FROM scratch around it
 # (deploy/container/Containerfile). Tags it sluice:dev and sluice:<version>, the version being
-# `git describe` of this checkout (v1.2.3, v1.2.3-4-gabc1234, or the commit; -dirty with changes).
+# `git describe` of this checkout (v1.2.3, v1.2.3-4-gabc1234, or the commit; -dirty with changes),
+# and at a release tag v1.2.3 also sluice:1.2.3.
 #
 #   scripts/build-image.sh                 # sluice:dev, sluice:<version>
 #   IMAGE=registry.example.com/sluice scripts/build-image.sh
@@ -28,15 +29,23 @@ ctx=$(mktemp -d)
 trap 'rm -rf "$ctx"' EXIT
 # Static (no cgo: no libc in the image), no build paths in it, the version stamped in.
 # cmd/sluice embeds the time zone database itself (time/tzdata): there is no /usr/share/zoneinfo.
-CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X main.version=$version" -o "$ctx/sluice" ./cmd/sluice
+# The binary is staged twice, as /sluice and as /bin/ratelimit (the name envoyproxy/ratelimit's
+# image starts, with which sluice reads that image's environment), hard links of one file in one
+# directory copied in one step: the layer holds it once.
+mkdir -p "$ctx/bin/bin"
+CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X main.version=$version" -o "$ctx/bin/sluice" ./cmd/sluice
+ln "$ctx/bin/sluice" "$ctx/bin/bin/ratelimit"
 cp "$ca" "$ctx/ca-certificates.crt"
 cp deploy/container/sluice.yaml deploy/container/passwd deploy/container/group "$ctx/"
 chmod 0644 "$ctx/ca-certificates.crt" "$ctx/sluice.yaml" "$ctx/passwd" "$ctx/group"
-chmod 0755 "$ctx/sluice"
+chmod 0755 "$ctx/bin/sluice" "$ctx/bin/bin"
 
 # The version is a valid tag only without characters a tag may not hold (a tag: [A-Za-z0-9_.-]).
 tag=$(printf %s "$version" | tr -c 'A-Za-z0-9_.-' '-')
+tags=(-t "$image:dev" -t "$image:$tag")
+# A release (tag v1.2.3) is also tagged 1.2.3: the form a Helm chart's appVersion has.
+case $tag in v[0-9]*) tags+=(-t "$image:${tag#v}") ;; esac
 podman build --quiet -f deploy/container/Containerfile \
 	--label org.opencontainers.image.version="$version" \
 	--label org.opencontainers.image.source=https://github.com/sluicehq/sluice \
-	-t "$image:dev" -t "$image:$tag" "$ctx"
+	"${tags[@]}" "$ctx"

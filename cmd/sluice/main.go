@@ -6,6 +6,7 @@
 //	sluice web [--listen ADDR | --export DIR]
 //	sluice version (or sluice --version)
 //	sluice completion bash|zsh|fish|powershell
+//	sluice ratelimit (or the binary named ratelimit: /bin/ratelimit in the image)
 //
 // Exit codes: 0 success (and --help), 1 the command failed at its work (e.g. writing its
 // output), 2 a bad command line or bad input (flags, pattern, trace, policy); errors are one
@@ -17,6 +18,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"strings"
 	_ "time/tzdata" // the time zone database, for hosts and images without /usr/share/zoneinfo
 
@@ -31,7 +33,16 @@ const (
 )
 
 func main() {
-	os.Exit(run(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
+	os.Exit(run(commandLine(os.Args), os.Stdin, os.Stdout, os.Stderr))
+}
+
+// commandLine is the command line run runs: argv's arguments, after "ratelimit" when the binary is
+// called ratelimit (as envoyproxy/ratelimit's image starts /bin/ratelimit, with no arguments).
+func commandLine(argv []string) []string {
+	if filepath.Base(argv[0]) == ratelimitName {
+		return append([]string{ratelimitName}, argv[1:]...)
+	}
+	return argv[1:]
 }
 
 // run runs the command line args (without the program name) and returns the exit code. Errors
@@ -68,7 +79,8 @@ func (f failure) Error() string { return f.err.Error() }
 func (f failure) Unwrap() error { return f.err }
 
 // newRootCommand builds the command tree. Subcommands add themselves here, one constructor each
-// (newServeCommand, newCheckCommand, newSimulateCommand, newWebCommand, newVersionCommand).
+// (newServeCommand, newCheckCommand, newSimulateCommand, newWebCommand, newVersionCommand,
+// newRatelimitCommand).
 func newRootCommand(stdin io.Reader) *cobra.Command {
 	root := &cobra.Command{
 		Use:   "sluice",
@@ -99,7 +111,7 @@ Exit codes: 0 success, 1 the command failed at its work, 2 a bad command line or
 	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error {
 		return fmt.Errorf("%w (see %s --help)", err, cmd.CommandPath())
 	})
-	root.AddCommand(newServeCommand(), newCheckCommand(), newSimulateCommand(stdin), newVersionCommand(), newWebCommand())
+	root.AddCommand(newServeCommand(), newCheckCommand(), newSimulateCommand(stdin), newVersionCommand(), newWebCommand(), newRatelimitCommand())
 	return root
 }
 

@@ -2,8 +2,10 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"log/slog"
+	"net"
 	"reflect"
 	"slices"
 
@@ -127,4 +129,23 @@ func (r *rlsServer) stop(ctx context.Context) {
 		r.grpc.Stop()
 		<-done
 	}
+}
+
+// rlsTLS wraps the rate limit service's listener ln in t's TLS (nil: ln as it is). gRPC clients
+// want ALPN's h2; with t.ClientCAFile every connection must present a certificate those CAs
+// signed, as envoyproxy/ratelimit's GRPC_CLIENT_TLS_CACERT has it: the service has no probe that
+// needs to get in without one (the gRPC health service is for its clients).
+func rlsTLS(ln net.Listener, t *config.TLS) (net.Listener, error) {
+	if t == nil {
+		return ln, nil
+	}
+	c, err := listenerTLS(t)
+	if err != nil {
+		return nil, err
+	}
+	if c.ClientCAs != nil {
+		c.ClientAuth = tls.RequireAndVerifyClientCert
+	}
+	c.NextProtos = []string{"h2"}
+	return tls.NewListener(ln, c), nil
 }

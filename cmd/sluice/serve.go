@@ -182,6 +182,10 @@ func serve(ctx context.Context, path string, watch time.Duration, o overrides, s
 		if rlsLn, err = listen(cfg.RLS.Listen, "rls"); err != nil {
 			return err
 		}
+		if rlsLn, err = rlsTLS(rlsLn, cfg.RLS.TLS); err != nil {
+			closeAll()
+			return configError{fmt.Errorf("%s: rls.tls: %w", cfg.File, err)}
+		}
 	}
 	var metricsLn net.Listener
 	if cfg.Admin.MetricsListen != "" {
@@ -224,7 +228,7 @@ func serve(ctx context.Context, path string, watch time.Duration, o overrides, s
 	}
 	if rlsLn != nil {
 		go func() { errs <- svc.grpc.Serve(rlsLn) }()
-		log.Info("Envoy rate limit service listening (gRPC)", "addr", rlsLn.Addr().String(), "envoy_config", cfg.RLS.EnvoyConfig)
+		log.Info("Envoy rate limit service listening (gRPC)", "addr", rlsLn.Addr().String(), "tls", cfg.RLS.TLS != nil, "envoy_config", cfg.RLS.EnvoyConfig)
 	}
 	scheme := "http"
 	if cfg.TLS != nil {
