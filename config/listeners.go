@@ -332,7 +332,7 @@ func (p *parser) xdsTLS(n *yaml.Node) *XDSTLS {
 		name string
 		dst  *string
 		file bool
-	}{{"ca", &t.CA, true}, {"cert", &t.Cert, true}, {"key", &t.Key, true}, {"server_name", &t.ServerName, false}} {
+	}{{"ca_file", &t.CA, true}, {"cert_file", &t.Cert, true}, {"key_file", &t.Key, true}, {"server_name", &t.ServerName, false}} {
 		fn := p.get(m, f.name)
 		if fn == nil {
 			continue
@@ -350,28 +350,28 @@ func (p *parser) xdsTLS(n *yaml.Node) *XDSTLS {
 	}
 	if t.CA != "" {
 		if pem, err := readFile(t.CA); err != nil {
-			p.errorf(nodes["ca"], path, err, "ca %q cannot be read: %v", t.CA, err)
+			p.errorf(nodes["ca_file"], path, err, "ca_file %q cannot be read: %v", t.CA, err)
 		} else if !x509.NewCertPool().AppendCertsFromPEM(pem) {
-			p.errorf(nodes["ca"], path, nil, "ca %q holds no PEM certificate", t.CA)
+			p.errorf(nodes["ca_file"], path, nil, "ca_file %q holds no PEM certificate", t.CA)
 		}
 	}
 	switch {
 	case t.Cert != "" && t.Key == "":
-		p.errorf(m.node, path, nil, "key is required with cert")
+		p.errorf(m.node, path, nil, "key_file is required with cert_file")
 	case t.Key != "" && t.Cert == "":
-		p.errorf(m.node, path, nil, "cert is required with key")
+		p.errorf(m.node, path, nil, "cert_file is required with key_file")
 	case t.Cert != "":
 		cert, err := readFile(t.Cert)
 		if err != nil {
-			p.errorf(nodes["cert"], path, err, "cert %q cannot be read: %v", t.Cert, err)
+			p.errorf(nodes["cert_file"], path, err, "cert_file %q cannot be read: %v", t.Cert, err)
 		}
 		key, kerr := readFile(t.Key)
 		if kerr != nil {
-			p.errorf(nodes["key"], path, kerr, "key %q cannot be read: %v", t.Key, kerr)
+			p.errorf(nodes["key_file"], path, kerr, "key_file %q cannot be read: %v", t.Key, kerr)
 		}
 		if err == nil && kerr == nil {
 			if _, err := tls.X509KeyPair(cert, key); err != nil {
-				p.errorf(nodes["cert"], path, err, "cert and key are not a PEM certificate and its private key: %v", err)
+				p.errorf(nodes["cert_file"], path, err, "cert_file and key_file are not a PEM certificate and its private key: %v", err)
 			}
 		}
 	}

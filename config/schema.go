@@ -81,7 +81,7 @@ var (
 	serverFields   = []string{"body_timeout", "body_min_rate", "drain_timeout"}
 	rlsFields      = []string{"listen", "envoy_config", "xds", "tls"}
 	xdsFields      = []string{"server", "node_id", "node_metadata", "tls", "connect_retry"}
-	xdsTLSFields   = []string{"ca", "cert", "key", "server_name"}
+	xdsTLSFields   = []string{"ca_file", "cert_file", "key_file", "server_name"}
 	retryFields    = []string{"initial", "max"}
 	faFields       = []string{"refused_status"}
 	logFields      = []string{"format", "level", "access"}

@@ -24,12 +24,12 @@ var xdsErrorCases = []struct {
 	{"xds: unknown field", up + "rls:\n  xds: {server: cp:18001, node_id: n, nodeid: m}\n", []wantErr{at(3, `unknown field "nodeid"; did you mean "node_id"?`)}},
 	{"xds: node_metadata a list", up + "rls:\n  xds: {server: cp:18001, node_id: n, node_metadata: [a]}\n", []wantErr{at(3, "node_metadata must be a mapping")}},
 	{"xds: node_metadata value", up + "rls:\n  xds: {server: cp:18001, node_id: n, node_metadata: {a: [b]}}\n", []wantErr{at(3, "node_metadata.a must be a string")}},
-	{"xds: cert without key", up + "rls:\n  xds:\n    server: cp:18001\n    node_id: n\n    tls: {cert: $DIR/cert.pem}\n", []wantErr{at(6, "rls.xds.tls: key is required with cert")}},
-	{"xds: missing ca", up + "rls:\n  xds:\n    server: cp:18001\n    node_id: n\n    tls:\n      ca: /nonexistent/ca.pem\n", []wantErr{at(7, `rls.xds.tls: ca "/nonexistent/ca.pem" cannot be read`)}},
-	{"xds: ca not PEM", up + "rls:\n  xds:\n    server: cp:18001\n    node_id: n\n    tls:\n      ca: $DIR/garbage.pem\n", []wantErr{at(7, "holds no PEM certificate")}},
-	{"xds: cert and key not a pair", up + "rls:\n  xds:\n    server: cp:18001\n    node_id: n\n    tls:\n      cert: $DIR/cert.pem\n      key: $DIR/garbage.pem\n",
-		[]wantErr{at(7, "cert and key are not a PEM certificate and its private key")}},
-	{"xds: unknown tls field", up + "rls:\n  xds:\n    server: cp:18001\n    node_id: n\n    tls: {ca_file: x}\n", []wantErr{at(6, `rls.xds.tls: unknown field "ca_file"`)}},
+	{"xds: cert without key", up + "rls:\n  xds:\n    server: cp:18001\n    node_id: n\n    tls: {cert_file: $DIR/cert.pem}\n", []wantErr{at(6, "rls.xds.tls: key_file is required with cert_file")}},
+	{"xds: missing ca", up + "rls:\n  xds:\n    server: cp:18001\n    node_id: n\n    tls:\n      ca_file: /nonexistent/ca.pem\n", []wantErr{at(7, `rls.xds.tls: ca_file "/nonexistent/ca.pem" cannot be read`)}},
+	{"xds: ca not PEM", up + "rls:\n  xds:\n    server: cp:18001\n    node_id: n\n    tls:\n      ca_file: $DIR/garbage.pem\n", []wantErr{at(7, "holds no PEM certificate")}},
+	{"xds: cert and key not a pair", up + "rls:\n  xds:\n    server: cp:18001\n    node_id: n\n    tls:\n      cert_file: $DIR/cert.pem\n      key_file: $DIR/garbage.pem\n",
+		[]wantErr{at(7, "cert_file and key_file are not a PEM certificate and its private key")}},
+	{"xds: unknown tls field", up + "rls:\n  xds:\n    server: cp:18001\n    node_id: n\n    tls: {ca: x}\n", []wantErr{at(6, `rls.xds.tls: unknown field "ca"`)}},
 	{"xds: retry not a duration", up + "rls:\n  xds:\n    server: cp:18001\n    node_id: n\n    connect_retry: {initial: 5}\n", []wantErr{at(6, "rls.xds.connect_retry: initial 5 has no unit")}},
 	{"xds: retry zero", up + "rls:\n  xds:\n    server: cp:18001\n    node_id: n\n    connect_retry: {max: 0s}\n", []wantErr{at(6, "max 0s must be greater than 0")}},
 	{"xds: retry max below initial", up + "rls:\n  xds:\n    server: cp:18001\n    node_id: n\n    connect_retry: {initial: 10s, max: 1s}\n", []wantErr{at(6, "max 1s is less than initial 10s")}},
@@ -48,9 +48,9 @@ func TestRLSXDS(t *testing.T) {
     node_id: envoy-ratelimit
     node_metadata: {zone: a, tier: "1"}
     tls:
-      ca: $DIR/xds-ca.pem
-      cert: $DIR/cert.pem
-      key: $DIR/key.pem
+      ca_file: $DIR/xds-ca.pem
+      cert_file: $DIR/cert.pem
+      key_file: $DIR/key.pem
       server_name: envoy-gateway
     connect_retry: {initial: 200ms, max: 5s}
 `)

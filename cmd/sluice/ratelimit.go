@@ -140,9 +140,9 @@ type (
 		ConnectRetry rlRetry           `yaml:"connect_retry"`
 	}
 	rlXDSTLS struct {
-		CA         string `yaml:"ca,omitempty"`
-		Cert       string `yaml:"cert,omitempty"`
-		Key        string `yaml:"key,omitempty"`
+		CA         string `yaml:"ca_file,omitempty"`
+		Cert       string `yaml:"cert_file,omitempty"`
+		Key        string `yaml:"key_file,omitempty"`
 		ServerName string `yaml:"server_name,omitempty"`
 	}
 	rlRetry struct {

@@ -138,9 +138,9 @@ rls:
             k2: v=2
             zone: a
         tls:
-            ca: /certs/ca.crt
-            cert: /certs/tls.crt
-            key: /certs/tls.key
+            ca_file: /certs/ca.crt
+            cert_file: /certs/tls.crt
+            key_file: /certs/tls.key
         connect_retry:
             initial: 3s
             max: 60s

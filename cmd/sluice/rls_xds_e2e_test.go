@@ -71,7 +71,7 @@ rls:
     server: %s
     node_id: %s
     node_metadata: {role: test}
-    tls: {ca: %s, cert: %s, key: %s, server_name: %s}
+    tls: {ca_file: %s, cert_file: %s, key_file: %s, server_name: %s}
     connect_retry: {initial: 100ms, max: 1s}
 store: {type: redis, addrs: [%s], refusal_cache: 0}
 `, admin, a, xs.Addr, xs.NodeID, xs.CA, xs.Cert, xs.Key, xs.ServerName, rs.Addr)

@@ -251,20 +251,20 @@ func TLSConfig(caFile, certFile, keyFile, serverName string) (*tls.Config, error
 	if caFile != "" {
 		pem, err := os.ReadFile(caFile)
 		if err != nil {
-			return nil, fmt.Errorf("xds: tls.ca: %w", err)
+			return nil, fmt.Errorf("xds: tls.ca_file: %w", err)
 		}
 		t.RootCAs = x509.NewCertPool()
 		if !t.RootCAs.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("xds: tls.ca %q holds no PEM certificate", caFile)
+			return nil, fmt.Errorf("xds: tls.ca_file %q holds no PEM certificate", caFile)
 		}
 	}
 	if (certFile == "") != (keyFile == "") {
-		return nil, errors.New("xds: tls.cert and tls.key go together")
+		return nil, errors.New("xds: tls.cert_file and tls.key_file go together")
 	}
 	if certFile != "" {
 		cert, err := tls.LoadX509KeyPair(certFile, keyFile)
 		if err != nil {
-			return nil, fmt.Errorf("xds: tls.cert and tls.key: %w", err)
+			return nil, fmt.Errorf("xds: tls.cert_file and tls.key_file: %w", err)
 		}
 		t.Certificates = []tls.Certificate{cert}
 	}

@@ -155,10 +155,10 @@ func TestOptionsErrors(t *testing.T) {
 	if _, err := Start(Options{Server: "127.0.0.1:1"}, nil); err == nil || !strings.Contains(err.Error(), "node id") {
 		t.Errorf("no node id: %v", err)
 	}
-	if _, err := TLSConfig("", "cert.pem", "", ""); err == nil || !strings.Contains(err.Error(), "tls.key") {
+	if _, err := TLSConfig("", "cert.pem", "", ""); err == nil || !strings.Contains(err.Error(), "tls.key_file") {
 		t.Errorf("cert without key: %v", err)
 	}
-	if _, err := TLSConfig("/nonexistent/ca.pem", "", "", ""); err == nil || !strings.Contains(err.Error(), "tls.ca") {
+	if _, err := TLSConfig("/nonexistent/ca.pem", "", "", ""); err == nil || !strings.Contains(err.Error(), "tls.ca_file") {
 		t.Errorf("missing CA: %v", err)
 	}
 }
