@@ -600,7 +600,18 @@ func ratelimit(ctx context.Context, lookup func(string) (string, bool), stderr i
 	// The reference's gRPC health service answers for "ratelimit".
 	svc.health.SetServingStatus(ratelimitName, healthpb.HealthCheckResponse_SERVING)
 
-	h := &refHealth{admin: srv.Admin(), active: p.activeRedis, loaded: !p.oneConfig || !p.xds}
+	h := &refHealth{admin: srv.Admin(), active: p.activeRedis}
+	if p.oneConfig && svc.xds != nil { // healthy once the first update over xDS has been applied
+		go func() {
+			select {
+			case <-svc.xds.Loaded():
+				h.loaded.Store(true)
+			case <-ctx.Done():
+			}
+		}()
+	} else {
+		h.loaded.Store(true)
+	}
 	mux := http.NewServeMux()
 	mux.Handle("GET /healthcheck", h)
 	mux.Handle("POST /json", refJSON(svc.svc))
@@ -713,13 +724,13 @@ func ratelimit(ctx context.Context, lookup func(string) (string, bool), stderr i
 type refHealth struct {
 	admin    http.Handler // the admin listener's, for its /readyz
 	active   bool
-	loaded   bool
+	loaded   atomic.Bool
 	answered atomic.Bool
 	stopping atomic.Bool
 }
 
 func (h *refHealth) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if !h.stopping.Load() && h.loaded && h.storeOK(r) {
+	if !h.stopping.Load() && h.loaded.Load() && h.storeOK(r) {
 		io.WriteString(w, "OK") //nolint:errcheck // the client's loss
 		return
 	}

@@ -15,22 +15,10 @@ import (
 	"github.com/sluicehq/sluice/internal/redistest"
 )
 
-// peerExceptions are the sequences sluice answers differently, on purpose, and why (docs/envoy.md,
-// "Differences from envoyproxy/ratelimit"). A listed sequence that stops differing fails the test
-// too, so that the list stays true.
-var peerExceptions = map[string]string{
-	// All or nothing: a request over the limit consumes nothing on its plain descriptors (those
-	// without a hits_addend of their own), so the ones that were under their limit are not
-	// counted, nor the hits that crossed it (the reference counts them). Usage (a descriptor's
-	// own hits_addend) is counted by both.
-	"integration/two-descriptors-one-over":      "a refused request consumes nothing",
-	"readme/example2-nested-and-aggregate":      "a refused request consumes nothing",
-	"addend/descriptor-level":                   "a refused request consumes nothing",
-	"cost/over-check-beside-a-plain-descriptor": "a refused request consumes nothing on its plain descriptors",
-	"addend/over-the-limit-is-counted":          "a plain request's refused hits are not counted",
-	"override/shares-the-counter":               "each limit has its own counter",
-	"errors/bad-requests":                       "bad requests are InvalidArgument, not Unknown",
-}
+// peerExceptions are the sequences sluice answers differently from the peer, on purpose
+// (peertest.Differences). A listed sequence that stops differing fails the test too, so that the
+// list stays true.
+var peerExceptions = peertest.Differences
 
 func TestRLSMatchesPeer(t *testing.T) {
 	rs := redistest.Start(t)

@@ -2,6 +2,7 @@ package peertest
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"testing"
 
@@ -9,6 +10,7 @@ import (
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 )
@@ -154,6 +156,26 @@ func Dial(addr string) (*Client, error) {
 		return nil, fmt.Errorf("peertest: dialling %s: %w", addr, err)
 	}
 	return &Client{conn: conn, rls: rlspb.NewRateLimitServiceClient(conn)}, nil
+}
+
+// DialTLS is Dial over TLS with tc (a client certificate in it, for a service that requires one).
+func DialTLS(addr string, tc *tls.Config) (*Client, error) {
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(credentials.NewTLS(tc)))
+	if err != nil {
+		return nil, fmt.Errorf("peertest: dialling %s: %w", addr, err)
+	}
+	return &Client{conn: conn, rls: rlspb.NewRateLimitServiceClient(conn)}, nil
+}
+
+// NewClientTLS is DialTLS for a test: it fails the test on an error and closes the Client at its end.
+func NewClientTLS(tb testing.TB, addr string, tc *tls.Config) *Client {
+	tb.Helper()
+	c, err := DialTLS(addr, tc)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { _ = c.Close() })
+	return c
 }
 
 // NewClient is Dial for a test: it fails the test on an error and closes the Client at its end.

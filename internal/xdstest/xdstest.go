@@ -58,6 +58,8 @@ type Server struct {
 
 	cache   cache.SnapshotCache
 	tls     *tls.Config
+	caCert  *x509.Certificate // with TLS: the CA, which also signs PodCerts'
+	caKey   *ecdsa.PrivateKey
 	mu      sync.Mutex
 	gs      *grpc.Server
 	version int
@@ -274,6 +276,7 @@ func (s *Server) makeCerts(tb testing.TB) {
 	})
 	s.CA, s.Cert, s.Key = filepath.Join(dir, "ca.pem"), filepath.Join(dir, "client.pem"), filepath.Join(dir, "client-key.pem")
 	s.ServerName = ServerName
+	s.caCert, s.caKey = caCert, caKey
 	writePEM(tb, s.CA, "CERTIFICATE", caDER)
 	writePEM(tb, s.Cert, "CERTIFICATE", cliDER)
 	writePEM(tb, s.Key, "PRIVATE KEY", pkcs8(tb, cliKey))
@@ -285,6 +288,36 @@ func (s *Server) makeCerts(tb testing.TB) {
 		ClientAuth:   tls.RequireAndVerifyClientCert,
 		MinVersion:   tls.VersionTLS12,
 	}
+}
+
+// PodCerts writes, into a directory of its own, the files of the Secret Envoy Gateway mounts at
+// /certs in its rate limit deployment: ca.crt (s's CA), and tls.crt and tls.key, one certificate
+// (for ServerName and 127.0.0.1) that the rate limit service both serves its gRPC with and
+// presents to s as its client certificate. The files are readable by every user (a container's
+// user is not the test's). s must have been started with TLS.
+func (s *Server) PodCerts(tb testing.TB) string {
+	tb.Helper()
+	if s.caCert == nil {
+		tb.Fatal("xdstest: PodCerts needs a server started with TLS")
+	}
+	key, _, der := newCert(tb, "envoy-ratelimit", s.caCert, s.caKey, func(c *x509.Certificate) {
+		c.DNSNames, c.IPAddresses = []string{ServerName}, []net.IP{net.IPv4(127, 0, 0, 1)}
+		c.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}
+	})
+	dir := tb.TempDir()
+	writePEM(tb, filepath.Join(dir, "ca.crt"), "CERTIFICATE", s.caCert.Raw)
+	writePEM(tb, filepath.Join(dir, "tls.crt"), "CERTIFICATE", der)
+	writePEM(tb, filepath.Join(dir, "tls.key"), "PRIVATE KEY", pkcs8(tb, key))
+	for _, f := range []string{dir, filepath.Join(dir, "ca.crt"), filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")} {
+		mode := os.FileMode(0o644)
+		if f == dir {
+			mode = 0o755
+		}
+		if err := os.Chmod(f, mode); err != nil {
+			tb.Fatal(err)
+		}
+	}
+	return dir
 }
 
 // newCert makes a certificate for cn, signed by parent (self-signed if nil), edited by edit.
