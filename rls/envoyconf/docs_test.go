@@ -1,6 +1,7 @@
 package envoyconf
 
 import (
+	"bytes"
 	"errors"
 	"os"
 	"path/filepath"
@@ -8,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"go.yaml.in/yaml/v3"
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/config"
@@ -20,8 +23,17 @@ func TestDocsExamples(t *testing.T) {
 		t.Fatal(err)
 	}
 	blocks := regexp.MustCompile("(?s)```yaml\n(.*?)```").FindAllSubmatch(doc, -1)
-	if len(blocks) != 6 {
-		t.Fatalf("%d yaml blocks in docs/envoy.md, want 6", len(blocks))
+	if len(blocks) != 8 {
+		t.Fatalf("%d yaml blocks in docs/envoy.md, want 8", len(blocks))
+	}
+	// The last two are Kubernetes': Envoy Gateway's configuration and Istio's container, with
+	// sluice's image in place of the reference's.
+	for i, want := range map[int]string{6: "rateLimitDeployment", 7: "/bin/ratelimit"} {
+		var v any
+		if err := yaml.Unmarshal(blocks[i][1], &v); err != nil || !bytes.Contains(blocks[i][1], []byte(want)) ||
+			!bytes.Contains(blocks[i][1], []byte("image: registry.example.com/sluice:")) {
+			t.Errorf("the Kubernetes example %d: %v; want YAML with %s and sluice's image", i, err, want)
+		}
 	}
 	// The last is the configuration of rules over xDS: valid but for its certificate files,
 	// which are the ones a pod would have.
