@@ -258,10 +258,11 @@ func (d *Decider) fail(req *Request, v *Verdict, err error) {
 // not make fails the request, as a decision would (an unconfirmed one was made).
 func (d *Decider) charge(ctx context.Context, req *Request, allowed bool, out []sluice.Decision) error {
 	for i, n := range req.Charges {
+		consumed := int64(0)
 		if allowed && out[i].Allowed {
-			n -= req.LimitCost(i)
+			consumed = req.LimitCost(i)
 		}
-		if n <= 0 {
+		if n -= consumed; n <= 0 {
 			continue
 		}
 		l := &req.Limits[i]
@@ -269,8 +270,14 @@ func (d *Decider) charge(ctx context.Context, req *Request, allowed bool, out []
 		if key == "" {
 			key = req.Who.Key
 		}
-		if err := sluice.ChargeDecision(ctx, d.Store, key, l.Policy, out[i], n); err != nil && !errors.Is(err, sluice.ErrUnconfirmed) {
+		err := sluice.ChargeDecision(ctx, d.Store, key, l.Policy, out[i], n)
+		if err != nil && !errors.Is(err, sluice.ErrUnconfirmed) {
 			return err
+		}
+		// Applied: the limit now costs consumed + n on the store, as a settlement would leave it.
+		d.observeSettled(req, i, out[i], consumed, consumed+n, err)
+		if o, ok := d.Observer.(UsageObserver); ok {
+			o.Charged(req, i, n)
 		}
 	}
 	return nil

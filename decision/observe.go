@@ -23,3 +23,10 @@ func (d *Decider) observeSettled(req *Request, i int, dec sluice.Decision, estim
 		o.LimitSettled(req, i, dec, estimate, actual)
 	}
 }
+
+// UsageObserver is implemented by an Observer that counts usage (Request.Charges): it is told of
+// every charge applied on the store beyond what the request's decision consumed.
+type UsageObserver interface {
+	// Charged says that req.Limits[i] was charged n more than its decision consumed.
+	Charged(req *Request, i int, n int64)
+}

@@ -28,6 +28,7 @@ type Metrics struct {
 	holds          prometheus.Histogram     // leaky-bucket holds of admitted requests
 	upstream       *prometheus.HistogramVec // class: the upstream's answers by status class, and their time
 	settlements    *prometheus.CounterVec   // client, outcome: costs settled after the response (settle.go)
+	usage          *prometheus.CounterVec   // client, policy: usage charged past decisions (Envoy's hits_addend)
 	shedding       *shedMetrics             // load shedding (shed.go)
 
 	// byPolicy caches decisions' counters per client and policy label: looking them up in the
@@ -93,6 +94,9 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "The store call of each decided request (one atomic call for all its policies: the Redis round trip, or the memory store's lock), in seconds.", Buckets: []float64{.00001, .00005, .0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1}}),
 		upstreamErrors: prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_upstream_errors_total",
 			Help: "Allowed requests the upstream did not answer (502/504)."}),
+		usage: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_usage_charged_total",
+			Help: "Usage charged after the fact, by client and policy: the hits of Envoy descriptors with a hits_addend of their own (a rate limit cost, a token quota) that their decision did not consume, counted even past the limit."},
+			[]string{"client", "policy"}),
 		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_config_reloads_total",
 			Help: "Configuration reloads by result: ok, or failed (the old configuration keeps running)."}, []string{"result"}),
 	}
@@ -113,7 +117,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m.diag = newDiagnosis()
 	m.settlements = newSettlements(reg)
 	m.shedding = newShedMetrics(reg)
-	reg.MustRegister(m.decisions, m.earlyRetries, m.abandoned, m.latency, m.upstreamErrors, m.reloads,
+	reg.MustRegister(m.decisions, m.usage, m.earlyRetries, m.abandoned, m.latency, m.upstreamErrors, m.reloads,
 		m.lastReload, m.lastReloadOK, m.holds, m.upstream, m.failures, buildInfo())
 	return m
 }

@@ -29,3 +29,8 @@ func (o observer) Settled(req *decision.Request, outcome decision.SettleOutcome)
 // The store wrappers pass settlements on (sluice.SettleDecision looks through them).
 func (w *watchedStore) Unwrap() sluice.Store { return w.Store }
 func (t tracedStore) Unwrap() sluice.Store   { return t.Store }
+
+// Charged counts usage charged past a decision (decision.UsageObserver).
+func (o observer) Charged(req *decision.Request, i int, n int64) {
+	o.g.metrics.usage.WithLabelValues(req.Client, req.Limits[i].PolicyName).Add(float64(n))
+}

@@ -20,11 +20,15 @@ import (
 	"time"
 
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	rlsconfpb "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/status"
 
 	"github.com/sluicehq/sluice/internal/peertest"
 	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/internal/xdstest"
 )
 
 // istioEnv is the environment Istio's sample (samples/ratelimit/rate-limit-service.yaml) gives
@@ -61,6 +65,14 @@ type ratelimitProc struct {
 // must exit 0.
 func startRatelimit(t *testing.T, env ...string) *ratelimitProc {
 	t.Helper()
+	p := launchRatelimit(t, env...)
+	p.waitHealthy(t)
+	return p
+}
+
+// launchRatelimit is startRatelimit without the wait for /healthcheck.
+func launchRatelimit(t *testing.T, env ...string) *ratelimitProc {
+	t.Helper()
 	bin := ratelimitBinary(t)
 	ports := peertest.FreePorts(t, 3)
 	p := &ratelimitProc{grpc: net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[0])),
@@ -88,11 +100,17 @@ func startRatelimit(t *testing.T, env ...string) *ratelimitProc {
 			t.Errorf("ratelimit reported a data race:\n%s", p.stderr.String())
 		}
 	})
+	return p
+}
+
+// waitHealthy waits until GET /healthcheck answers 200 "OK".
+func (p *ratelimitProc) waitHealthy(t *testing.T) {
+	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
 	for {
 		code, body := p.healthcheck()
 		if code == http.StatusOK && body == "OK" {
-			return p
+			return
 		}
 		select {
 		case <-p.done:
@@ -359,4 +377,32 @@ func TestServeE2ERLSTLS(t *testing.T) {
 	if err := askTLS(t, addr, ca, nil); err == nil {
 		t.Error("a client without a certificate was answered")
 	}
+}
+
+// Rules over xDS with HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED: /healthcheck answers 500 until the
+// first update from the management server is applied, then 200, as the reference's does.
+func TestRatelimitXDSHealthyOnceLoaded(t *testing.T) {
+	rs := redistest.Start(t)
+	xs := xdstest.Start(t, false)
+	p := launchRatelimit(t, "REDIS_SOCKET_TYPE=tcp", "REDIS_URL="+rs.Addr, "USE_STATSD=false",
+		"CONFIG_TYPE=GRPC_XDS_SOTW", "CONFIG_GRPC_XDS_SERVER_URL="+xs.Addr, "CONFIG_GRPC_XDS_NODE_ID="+xs.NodeID,
+		"HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED=true", "FORCE_START_WITHOUT_INITIAL_CONFIG=true")
+	c := peertest.NewClient(t, p.grpc)
+	// Serving (it answers), but not healthy: the request fails as without rules.
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		_, err := c.ShouldRateLimit(t.Context(), "a", [][]peertest.Entry{{peertest.E("k", "x")}}, 0)
+		if status.Code(err) == codes.Unknown {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("before any rules: %v, want Unknown\n%s", err, p.stderr.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if code, _ := p.healthcheck(); code != http.StatusInternalServerError {
+		t.Fatalf("/healthcheck before any rules: %d, want 500", code)
+	}
+	xs.WaitAcked(t, xs.Set(t, xdsDomain("a", 3, 1, rlsconfpb.RateLimitUnit_MINUTE)), 1)
+	p.waitHealthy(t)
 }
