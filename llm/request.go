@@ -327,6 +327,9 @@ const includeUsage = `"include_usage":true`
 // is not such a request, or not a JSON object, is returned as it is, with false.
 //
 // The Responses API is left alone: it reports a stream's usage anyway, and rejects the option.
+// An Anthropic messages request looks like a chat completion and would be changed: call
+// InjectUsage only for an upstream of OpenAI's format (Anthropic's reports a stream's usage
+// unasked, and rejects fields it does not know).
 func InjectUsage(body []byte) ([]byte, bool) {
 	top, ok := members(body)
 	if !ok {
