@@ -259,6 +259,10 @@ type Server struct {
 	BodyTimeout  time.Duration // > 0; default DefaultBodyTimeout
 	BodyMinRate  int64         // bytes per second, ≥ 0; default DefaultBodyMinRate
 	DrainTimeout time.Duration // ≥ 0: on SIGTERM, how long requests in flight may take to finish; default DefaultDrainTimeout
+	// ShutdownDelay ≥ 0: on SIGTERM, how long sluice goes on serving, /readyz answering 503,
+	// before it stops listening and drains: the time a load balancer takes to stop sending it
+	// requests. 0 (the default): none.
+	ShutdownDelay time.Duration
 }
 
 // RLS is Envoy's rate limit service (envoy.service.ratelimit.v3 over gRPC): where it listens and

@@ -225,6 +225,7 @@ var errorCases = []struct {
 	{"server: body_timeout zero", up + "server:\n  body_timeout: 0s\n", []wantErr{at(3, "server: body_timeout 0s must be > 0")}},
 	{"server: body_min_rate", up + "server: {body_min_rate: -1, drain_timeout: -1s}\n",
 		[]wantErr{at(2, "server: body_min_rate -1 must be from 0"), at(2, "server: drain_timeout -1s must be ≥ 0")}},
+	{"server: shutdown_delay", up + "server:\n  shutdown_delay: -5s\n", []wantErr{at(3, "server: shutdown_delay -5s must be ≥ 0")}},
 	{"server: body_min_rate type", up + "server: {body_min_rate: 1KiB}\n", []wantErr{at(2, `body_min_rate "1KiB" must be an integer`)}},
 	{"server: unknown", up + "server: {body_timout: 1s}\n", []wantErr{at(2, `server: unknown field "body_timout"`, `did you mean "body_timeout"`)}},
 

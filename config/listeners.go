@@ -193,6 +193,15 @@ func (p *parser) server(n *yaml.Node, s *Server) {
 			}
 		}
 	}
+	if n := p.get(m, "shutdown_delay"); n != nil {
+		if d, ok := p.duration(n, path, "shutdown_delay"); ok {
+			if d < 0 {
+				p.errorf(n, path, nil, "shutdown_delay %v must be ≥ 0", d)
+			} else {
+				s.ShutdownDelay = d
+			}
+		}
+	}
 }
 
 // rls reads the rls section: Envoy's rate limit service (gRPC) and its envoyproxy/ratelimit

@@ -78,7 +78,7 @@ var (
 	clientFields   = []string{"name", "api_key_sha256", "jwt_subject", "policy"}
 	routeFields    = []string{"method", "path_prefix", "cost", "policy", "scope", "cost_from", "count_only", "refund_on", "priority"}
 	limitsFields   = []string{"max_delay", "legacy_headers"}
-	serverFields   = []string{"body_timeout", "body_min_rate", "drain_timeout"}
+	serverFields   = []string{"body_timeout", "body_min_rate", "drain_timeout", "shutdown_delay"}
 	rlsFields      = []string{"listen", "envoy_config", "xds", "tls"}
 	xdsFields      = []string{"server", "node_id", "node_metadata", "tls", "connect_retry"}
 	xdsTLSFields   = []string{"ca_file", "cert_file", "key_file", "server_name"}

@@ -634,15 +634,15 @@ func helmCheck(t *testing.T, objs []helmObj, want helmExpect) []string {
 		}
 	}
 
-	// Shutdown: the preStop sleep keeps the pod serving while its endpoints go (sluice closes
-	// its listeners at SIGTERM, which follows the sleep), and the grace covers the sleep and
-	// server.drain_timeout, or SIGKILL cuts the requests in flight.
+	// Shutdown: the preStop sleep, or sluice's own server.shutdown_delay, keeps the pod serving
+	// while its endpoints go (without either, sluice closes its listeners at SIGTERM), and the
+	// grace covers them and server.drain_timeout, or SIGKILL cuts the requests in flight.
 	sleep, _ := strconv.Atoi(helmStr(helmGet(c, "lifecycle", "preStop", "sleep", "seconds")))
-	if sleep < 1 {
+	if sleep < 1 && cfg.Server.ShutdownDelay <= 0 {
 		bad("no preStop sleep: sluice stops listening at SIGTERM while the Service still sends it requests")
 	}
 	grace, _ := strconv.Atoi(helmStr(helmGet(pod, "spec", "terminationGracePeriodSeconds")))
-	if need := time.Duration(sleep)*time.Second + cfg.Server.DrainTimeout; time.Duration(grace)*time.Second <= need {
+	if need := time.Duration(sleep)*time.Second + cfg.Server.ShutdownDelay + cfg.Server.DrainTimeout; time.Duration(grace)*time.Second <= need {
 		bad("terminationGracePeriodSeconds %d, want more than the preStop sleep (%ds) and server.drain_timeout (%s)", grace, sleep, cfg.Server.DrainTimeout)
 	}
 
@@ -1370,6 +1370,8 @@ func TestHelmShutdown(t *testing.T) {
 		{"lifecycle: {preStopSleepSeconds: 3}\nconfig: {upstream: http://api:80, server: {drain_timeout: 500ms}}\n", 3, 9},
 		{"terminationGracePeriodSeconds: 120\n", 10, 120},
 		{"lifecycle: {preStopSleepSeconds: 0}\n", 0, 35},
+		// An older cluster: no preStop sleep, sluice's own delay instead.
+		{"lifecycle: {preStopSleepSeconds: 0}\nconfig: {upstream: http://api:80, server: {shutdown_delay: 10s}}\n", 0, 45},
 	} {
 		objs := helmMust(t, tc.values)
 		c := helmContainer(objs)
@@ -1378,7 +1380,7 @@ func TestHelmShutdown(t *testing.T) {
 		if sleep != tc.sleep || grace != tc.grace {
 			t.Errorf("%q: preStop sleep %d, grace %d; want %d, %d", tc.values, sleep, grace, tc.sleep, tc.grace)
 		}
-		if tc.sleep > 0 {
+		if tc.sleep > 0 || strings.Contains(tc.values, "shutdown_delay") {
 			for _, p := range helmCheck(t, objs, helmExpect{replicas: 3}) {
 				t.Errorf("%q: %s", tc.values, p)
 			}

@@ -47,7 +47,13 @@ type Server struct {
 	adjust   func(*config.Config) error
 
 	listen, adminListen atomic.Pointer[string] // the addresses listened on (Proxy.Serve, AdminServer)
+	stopping            atomic.Bool            // shutting down: /readyz answers 503 (Stopping)
 }
+
+// Stopping makes /readyz answer 503 from now on: the process is shutting down (its
+// server.shutdown_delay), and a load balancer should stop sending it requests, which it still
+// serves.
+func (s *Server) Stopping() { s.stopping.Store(true) }
 
 // Store is the store a Server decides on, opened by its caller (cmd/sluice opens the configured
 // one, memory or Redis, and guards it with the configured failure mode: sluice.Guard).
@@ -374,6 +380,11 @@ func (s *Server) Admin() http.Handler {
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.registry, promhttp.HandlerOpts{EnableOpenMetrics: true}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { fmt.Fprintln(w, "ok") })
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		if s.stopping.Load() {
+			answer.WriteProblem(w, answer.Problem{Type: answer.TypeBlank, Title: http.StatusText(http.StatusServiceUnavailable),
+				Status: http.StatusServiceUnavailable, Detail: "shutting down: requests are still served until server.shutdown_delay has passed"})
+			return
+		}
 		ctx, cancel := context.WithTimeout(r.Context(), time.Second)
 		defer cancel()
 		if err := s.ready(ctx); err != nil {

@@ -57,8 +57,9 @@ turns the admin listener off (an empty variable counts as not set).
 The configuration is reloaded on SIGHUP and when the file changes; an invalid one is logged
 with its lines and the running one stays, the Envoy files included (listen, admin_listen, tls
 and rls.listen change at a restart).
-SIGTERM or SIGINT shut down gracefully: requests in flight may finish for server.drain_timeout
-(default 30s), then they are cut. A request body must keep coming: server.body_timeout and
+SIGTERM or SIGINT shut down gracefully: with server.shutdown_delay, sluice first serves on that
+long with /readyz answering 503 (a second signal ends the wait); then requests in flight may
+finish for server.drain_timeout (default 30s), and are cut. A request body must keep coming: server.body_timeout and
 server.body_min_rate bound a slow one. /readyz is 200 when decisions go to the store. A bad
 configuration at start exits with code 2. See docs/config.md.`,
 		Args: cobra.NoArgs,
@@ -257,6 +258,28 @@ func serve(ctx context.Context, path string, watch time.Duration, o overrides, s
 				_ = srv.Reload()
 				level.Set(srv.Config().Log.Level) // the running configuration's: the new one if it took
 				continue
+			}
+			if delay := srv.Config().Server.ShutdownDelay; delay > 0 {
+				// Serve on, unready, while load balancers take this instance out; a second
+				// signal ends the wait.
+				srv.Stopping()
+				log.Info("shutting down after server.shutdown_delay; /readyz answers 503, requests are still served", "signal", sig.String(), "shutdown_delay", delay.String())
+				wait := time.NewTimer(delay)
+			delaying:
+				for {
+					select {
+					case <-wait.C:
+						break delaying
+					case s := <-signals:
+						if s == syscall.SIGHUP {
+							_ = srv.Reload()
+							continue
+						}
+						wait.Stop()
+						sig = s
+						break delaying
+					}
+				}
 			}
 			drain := srv.Config().Server.DrainTimeout
 			log.Info("shutting down; requests in flight may finish", "signal", sig.String(), "drain_timeout", drain.String())

@@ -1359,3 +1359,53 @@ func TestServeE2ERedisDownAtStart(t *testing.T) {
 		t.Fatalf("the log does not say Redis was down at start:\n%s", p.stderr.String())
 	}
 }
+
+// TestServeE2EShutdownDelay: with server.shutdown_delay, SIGTERM first makes /readyz answer 503
+// while the proxy still serves (a load balancer takes the instance out meanwhile); a second
+// signal ends the wait, and the process drains and exits 0.
+func TestServeE2EShutdownDelay(t *testing.T) {
+	t.Parallel()
+	up := newUpstream(t)
+	p := startSluice(t, t.TempDir(), "sluice.yaml", func(listen, admin string) string {
+		return fmt.Sprintf(`listen: %s
+admin_listen: %s
+upstream: %s
+server: {shutdown_delay: 10m}
+identity:
+  - ip: {}
+policies:
+  - {name: anon, algorithm: token-bucket, limit: 100, period: 1s}
+default_policy: anon
+`, listen, admin, up.URL)
+	})
+	p.signal(syscall.SIGTERM)
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		resp, err := e2eClient.Get(p.admin + "/readyz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusServiceUnavailable {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("/readyz after SIGTERM: %v %v, want 503\nstderr:\n%s", resp, err, p.stderr.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	// Unready, and still serving: well within the 10 minutes.
+	r, err := tryGet(p.proxy, "/during-the-delay")
+	if err != nil {
+		t.Fatalf("a request during shutdown_delay: %v", err)
+	}
+	if err := checkAllowed(r, "/during-the-delay", "anon", 100, 1); err != nil {
+		t.Errorf("a request during shutdown_delay: %v", err)
+	}
+	p.signal(syscall.SIGTERM) // the second signal: no more waiting
+	if code := p.wait(15 * time.Second); code != 0 {
+		t.Errorf("exit code %d after the second SIGTERM; want 0\nstderr:\n%s", code, p.stderr.String())
+	}
+	if !strings.Contains(p.stderr.String(), "shutdown_delay") {
+		t.Errorf("the log does not say it waits for shutdown_delay:\n%s", p.stderr.String())
+	}
+}

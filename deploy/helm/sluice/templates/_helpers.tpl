@@ -133,11 +133,18 @@ outage and must stay in the Service (with /readyz every pod would leave it at on
 {{- ceil (divf $ms 1000) | int }}
 {{- end }}
 
-{{/* sluice.drainSeconds: the configuration's server.drain_timeout in seconds (30 when unset). */}}
+{{/*
+sluice.drainSeconds: how long sluice may take from SIGTERM to its exit: the configuration's
+server.shutdown_delay (0 when unset) and server.drain_timeout (30 when unset), in seconds.
+*/}}
 {{- define "sluice.drainSeconds" -}}
 {{- $server := dict }}
 {{- if and (kindIs "map" .Values.config) (kindIs "map" .Values.config.server) }}{{ $server = .Values.config.server }}{{ end }}
-{{- if hasKey $server "drain_timeout" }}{{ include "sluice.seconds" $server.drain_timeout }}{{ else }}30{{ end }}
+{{- $drain := 30 }}
+{{- if hasKey $server "drain_timeout" }}{{ $drain = int (include "sluice.seconds" $server.drain_timeout) }}{{ end }}
+{{- $delay := 0 }}
+{{- if hasKey $server "shutdown_delay" }}{{ $delay = int (include "sluice.seconds" $server.shutdown_delay) }}{{ end }}
+{{- add $drain $delay }}
 {{- end }}
 
 {{/*
