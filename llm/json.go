@@ -313,7 +313,7 @@ func (s *scan) write(p []byte) {
 // keyBytes adds k to the key being scanned.
 func (s *scan) keyBytes(k []byte) {
 	if s.klen+len(k) > maxKey {
-		s.klen = maxKey + 1
+		s.klen = maxKey + 1 // too long (or not kept): matches no path
 		return
 	}
 	s.klen += copy(s.key[s.klen:], k)
@@ -326,10 +326,8 @@ func (s *scan) stringEnd() {
 		return
 	}
 	s.state, s.cur = sColon, nil
-	if s.depth <= maxTrack && s.klen <= maxKey {
-		if o := s.at[s.depth]; o != nil {
-			s.cur = o.child(s.key[:s.klen])
-		}
+	if s.klen <= maxKey {
+		s.cur = s.at[s.depth].child(s.key[:s.klen])
 	}
 }
 
@@ -378,6 +376,9 @@ func (s *scan) token(b byte) {
 			return
 		}
 		s.state, s.isKey, s.klen = sString, true, 0
+		if s.depth > maxTrack || s.at[s.depth] == nil {
+			s.klen = maxKey + 1 // no path goes through this object: its keys are not kept
+		}
 	case sColon:
 		if b != ':' {
 			s.state = sBad
@@ -434,7 +435,7 @@ func (s *scan) value(b byte) {
 // bytes were one whole JSON value.
 func (s *scan) end() bool {
 	if s.state == sNumber && s.depth == 0 {
-		s.write([]byte{' '})
+		s.write(lf) // whitespace
 	}
 	return s.state == sDone
 }

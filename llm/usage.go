@@ -12,8 +12,9 @@
 // or total tokens, or a weighted sum of them in exact integer arithmetic.
 //
 // Usage is found only in a whole, well-formed body or event: a body cut short, garbage, or an
-// error response (whose body has no usage) reports Found false, and the caller keeps its
-// estimate.
+// error response (whose body has no usage: OpenAI's {"error": …}, Anthropic's error event)
+// reports Found false, and the caller keeps its estimate. A Meter does not look at the status:
+// an error response that does report a usage reports it, and the caller decides what it costs.
 package llm
 
 import (
@@ -58,6 +59,7 @@ const (
 	// message_start event for the counts a message_delta leaves out.
 	Anthropic
 	// Field is a number at a configured Path, in the body or in the last event that has it.
+	// It is the Usage's Total (its other counts are zero): its Count is CountTotal.
 	Field
 )
 
@@ -121,7 +123,6 @@ func NewMeter(f Format, field Path, contentType string) *Meter {
 		m.sc.root = field.root
 	}
 	m.sc.reset()
-	m.ev.bom = 0
 	return m
 }
 
