@@ -171,6 +171,7 @@ func payloads(t testing.TB) []payload {
 		{"openai garbage after the body", OpenAI, "", js, chatJSON + "}", Usage{}},
 		{"anthropic message", Anthropic, "", js, messagesJSON, Usage{3195, 503, 1000, 3698, true}},
 		{"anthropic stream", Anthropic, "", es, messagesSSE, Usage{4025, 15, 4000, 4040, true}},
+		{"anthropic stream whose message_delta has every count", Anthropic, "", es, strings.Replace(messagesSSE, `"usage":{"output_tokens":15}`, `"usage":{"input_tokens":25,"cache_creation_input_tokens":30,"cache_read_input_tokens":4000,"output_tokens":15}`, 1), Usage{4055, 15, 4000, 4070, true}},
 		{"anthropic stream cut after message_start", Anthropic, "", es, messagesSSECut, Usage{}},
 		{"anthropic stream without its last empty line", Anthropic, "", es, strings.TrimSuffix(messagesSSE, "\n\nevent: message_stop\ndata: {\"type\":\"message_stop\"}\n\n") + "\n", Usage{4025, 9, 4000, 4034, true}},
 		{"anthropic error", Anthropic, "", js, anthropicError, Usage{}},
