@@ -159,11 +159,11 @@ func (m *Meter) Usage() Usage {
 	case OpenAI:
 		u = Usage{Input: v[oIn], Output: v[oOut], CachedInput: v[oCached], Total: v[oTotal]}
 		if g.seen&(1<<oTotal) == 0 {
-			u.Total = add(u.Input, u.Output)
+			u.Total = addCount(u.Input, u.Output)
 		}
 	case Anthropic:
-		in := add(add(v[aIn], v[aRead]), v[aWrite])
-		u = Usage{Input: in, Output: v[aOut], CachedInput: v[aRead], Total: add(in, v[aOut])}
+		in := addCount(addCount(v[aIn], v[aRead]), v[aWrite])
+		u = Usage{Input: in, Output: v[aOut], CachedInput: v[aRead], Total: addCount(in, v[aOut])}
 	case Field:
 		u.Total = v[0]
 	}
@@ -171,8 +171,8 @@ func (m *Meter) Usage() Usage {
 	return u
 }
 
-// add adds counts, saturating at 2^53.
-func add(a, b int64) int64 { return min(a+b, maxCount) }
+// addCount adds token counts, saturating at 2^53 (add, request.go, saturates at the int64's end).
+func addCount(a, b int64) int64 { return min(add(a, b), maxCount) }
 
 // Count is which tokens are a response's cost.
 type Count int
