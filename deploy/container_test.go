@@ -72,16 +72,7 @@ default_policy: anonymous
 		t.Fatal(err)
 	}
 
-	name := containerName(t)
-	pm.run(t, "run", "--detach", "--name", name, "--network", "host", "--read-only",
-		"--volume", dir+":/etc/sluice:ro", "--env", "TZ=Asia/Kolkata", image)
-	t.Cleanup(func() {
-		if t.Failed() {
-			out, _ := pm.output("logs", name)
-			t.Logf("podman logs %s:\n%s", name, out)
-		}
-		_, _ = pm.output("rm", "--force", "--time", "0", name)
-	})
+	name := pm.start(t, "--read-only", "--volume", dir+":/etc/sluice:ro", "--env", "TZ=Asia/Kolkata", image)
 
 	admin := fmt.Sprintf("http://127.0.0.1:%d", adminPort)
 	proxy := fmt.Sprintf("http://127.0.0.1:%d", proxyPort)
@@ -338,6 +329,23 @@ func containerFreePort(t *testing.T) int {
 	}
 	defer ln.Close()
 	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// start runs a container of args (podman run's options, the image and its arguments) in the
+// background, on the host's network, under a name no other test's has, which it returns. The
+// container is removed when the test ends, its log shown if the test failed.
+func (pm *containerEngine) start(t *testing.T, args ...string) string {
+	t.Helper()
+	name := containerName(t)
+	pm.run(t, append([]string{"run", "--detach", "--name", name, "--network", "host"}, args...)...)
+	t.Cleanup(func() {
+		if t.Failed() {
+			out, _ := pm.output("logs", name)
+			t.Logf("podman logs %s:\n%s", name, out)
+		}
+		_, _ = pm.output("rm", "--force", "--time", "0", name)
+	})
+	return name
 }
 
 // containerName is a name no other test's container has.

@@ -105,20 +105,11 @@ func TestImageAsEnvoyGatewayRateLimit(t *testing.T) {
 	certs := xs.PodCerts(t)
 	grpcPort, httpPort := containerFreePort(t), containerFreePort(t)
 
-	name := containerName(t)
-	args := []string{"run", "--detach", "--name", name, "--network", "host", "--read-only",
-		"--user", "65534:65534", "--volume", certs + ":/certs:ro", "--entrypoint", "/bin/ratelimit"}
+	args := []string{"--read-only", "--user", "65534:65534", "--volume", certs + ":/certs:ro", "--entrypoint", "/bin/ratelimit"}
 	for _, kv := range envoyGatewayEnv(xs.Addr, rs.Addr, grpcPort, httpPort) {
 		args = append(args, "--env", kv)
 	}
-	pm.run(t, append(args, image)...)
-	t.Cleanup(func() {
-		if t.Failed() {
-			out, _ := pm.output("logs", name)
-			t.Logf("podman logs %s:\n%s", name, out)
-		}
-		_, _ = pm.output("rm", "--force", "--time", "0", name)
-	})
+	name := pm.start(t, append(args, image)...)
 	// Healthy before any rules (FORCE_START_WITHOUT_INITIAL_CONFIG), as the reference.
 	containerWaitReady(t, pm, name, fmt.Sprintf("http://127.0.0.1:%d/healthcheck", httpPort))
 
@@ -238,20 +229,11 @@ func TestImageAsIstioRateLimit(t *testing.T) {
 	volume := configMapVolume(t, files)
 	grpcPort, httpPort := containerFreePort(t), containerFreePort(t)
 
-	name := containerName(t)
-	args := []string{"run", "--detach", "--name", name, "--network", "host", "--read-only",
-		"--volume", volume + ":/data/ratelimit/config:ro", "--entrypoint", "/bin/ratelimit"}
+	args := []string{"--read-only", "--volume", volume + ":/data/ratelimit/config:ro", "--entrypoint", "/bin/ratelimit"}
 	for _, kv := range istioEnv(rs.Addr, grpcPort, httpPort) {
 		args = append(args, "--env", kv)
 	}
-	pm.run(t, append(args, image)...)
-	t.Cleanup(func() {
-		if t.Failed() {
-			out, _ := pm.output("logs", name)
-			t.Logf("podman logs %s:\n%s", name, out)
-		}
-		_, _ = pm.output("rm", "--force", "--time", "0", name)
-	})
+	name := pm.start(t, append(args, image)...)
 	containerWaitReady(t, pm, name, fmt.Sprintf("http://127.0.0.1:%d/healthcheck", httpPort))
 
 	peer := peertest.NewClient(t, peertest.Start(t, rs.Addr, files...))

@@ -2,16 +2,12 @@ package gateway
 
 import (
 	"io"
-	"log/slog"
 	"net"
 	"net/http"
 	"strconv"
 	"testing"
 
 	"github.com/valyala/fasthttp"
-
-	"github.com/sluicehq/sluice/config"
-	"github.com/sluicehq/sluice/identity"
 )
 
 // BenchmarkForward is a whole forwarded request on the fasthttp engine over loopback: a client,
@@ -34,23 +30,7 @@ func BenchmarkForward(b *testing.B) {
 	})}
 	go upSrv.Serve(upLn)
 	defer upSrv.Close()
-	cfg, err := config.Parse([]byte(`
-upstream: http://`+upLn.Addr().String()+`
-identity:
-  - api_key: {}
-policies:
-  - {name: open, algorithm: token-bucket, limit: 1000000000, period: 1s}
-clients:
-  - {name: bench, api_key_sha256: `+identity.HashAPIKey("bench-key")+`, policy: open}
-`), "bench.yaml")
-	if err != nil {
-		b.Fatal(err)
-	}
-	srv, err := NewTestServer(cfg, "", slog.New(slog.NewTextHandler(io.Discard, nil)))
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer srv.Close()
+	srv := benchServer(b, "http://"+upLn.Addr().String())
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		b.Fatal(err)

@@ -16,23 +16,7 @@ import (
 // identify (an API key), judge (one token-bucket policy on the memory store, metrics, early
 // retries) and the RateLimit fields, without the proxying.
 func BenchmarkDecisionPath(b *testing.B) {
-	cfg, err := config.Parse([]byte(`
-upstream: http://127.0.0.1:9
-identity:
-  - api_key: {}
-policies:
-  - {name: open, algorithm: token-bucket, limit: 1000000000, period: 1s}
-clients:
-  - {name: bench, api_key_sha256: `+identity.HashAPIKey("bench-key")+`, policy: open}
-`), "bench.yaml")
-	if err != nil {
-		b.Fatal(err)
-	}
-	srv, err := NewTestServer(cfg, "", slog.New(slog.NewTextHandler(io.Discard, nil)))
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer srv.Close()
+	srv := benchServer(b, "http://127.0.0.1:9")
 	g := srv.current.Load()
 	var ctx fasthttp.RequestCtx
 	ctx.Init(&fasthttp.Request{}, &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 5000}, nil)
@@ -50,4 +34,28 @@ clients:
 		g.fields(&ctx.Response.Header, v.Decisions)
 		v.Release()
 	}
+}
+
+// benchServer is a Server in front of upstream on the memory store: one token-bucket policy
+// that refuses nothing, for the client with API key "bench-key". It closes when b ends.
+func benchServer(b *testing.B, upstream string) *Server {
+	b.Helper()
+	cfg, err := config.Parse([]byte(`
+upstream: `+upstream+`
+identity:
+  - api_key: {}
+policies:
+  - {name: open, algorithm: token-bucket, limit: 1000000000, period: 1s}
+clients:
+  - {name: bench, api_key_sha256: `+identity.HashAPIKey("bench-key")+`, policy: open}
+`), "bench.yaml")
+	if err != nil {
+		b.Fatal(err)
+	}
+	srv, err := NewTestServer(cfg, "", slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(srv.Close)
+	return srv
 }

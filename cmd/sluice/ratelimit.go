@@ -697,14 +697,7 @@ func ratelimit(ctx context.Context, lookup func(string) (string, bool), stderr i
 		case sig := <-signals:
 			// As the reference: /healthcheck fails from now on; the calls in flight finish.
 			h.stopping.Store(true)
-			drain := cfg.Server.DrainTimeout
-			log.Info("shutting down; requests in flight may finish", "signal", sig.String(), "drain_timeout", drain.String())
-			shutdown, cancel := context.WithTimeout(context.Background(), drain)
-			defer cancel()
-			for _, hs := range servers {
-				go hs.Shutdown(shutdown) //nolint:errcheck // the process exits
-			}
-			svc.stop(shutdown)
+			drain(log, sig, cfg.Server.DrainTimeout, nil, svc, servers...)
 			return nil
 		case err := <-errs:
 			if err == nil || errors.Is(err, http.ErrServerClosed) {

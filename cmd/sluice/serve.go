@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -281,34 +282,7 @@ func serve(ctx context.Context, path string, watch time.Duration, o overrides, s
 					}
 				}
 			}
-			drain := srv.Config().Server.DrainTimeout
-			log.Info("shutting down; requests in flight may finish", "signal", sig.String(), "drain_timeout", drain.String())
-			shutdown, cancel := context.WithTimeout(context.Background(), drain)
-			defer cancel()
-			// Requests in flight finish (held ones too) within server.drain_timeout; idle
-			// connections close at once. Those still running then are cut: the process exits.
-			done := make(chan struct{}, 4)
-			running := 0
-			for _, hs := range []*http.Server{admin, metrics} {
-				if hs != nil {
-					running++
-					go func() { _ = hs.Shutdown(shutdown); done <- struct{}{} }()
-				}
-			}
-			if svc != nil {
-				running++
-				go func() { svc.stop(shutdown); done <- struct{}{} }()
-			}
-			var err error
-			if proxy != nil {
-				err = proxy.ShutdownWithContext(shutdown)
-			}
-			for ; running > 0; running-- {
-				<-done
-			}
-			if err != nil || shutdown.Err() != nil {
-				log.Warn("drain_timeout passed with requests in flight; they are cut", "drain_timeout", drain.String())
-			}
+			drain(log, sig, srv.Config().Server.DrainTimeout, proxy, svc, admin, metrics)
 			return nil
 		case <-tick:
 			if now := statFile(path); now != stamp {
@@ -324,6 +298,32 @@ func serve(ctx context.Context, path string, watch time.Duration, o overrides, s
 		case <-ctx.Done():
 			return nil
 		}
+	}
+}
+
+// drain shuts the listeners down at sig: requests in flight (held ones too) may finish within
+// timeout (server.drain_timeout), idle connections close at once, and those still running then
+// are cut, the process exiting. proxy, svc and the servers may be nil.
+func drain(log *slog.Logger, sig os.Signal, timeout time.Duration, proxy *gateway.Proxy, svc *rlsServer, servers ...*http.Server) {
+	log.Info("shutting down; requests in flight may finish", "signal", sig.String(), "drain_timeout", timeout.String())
+	shutdown, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	var wg sync.WaitGroup
+	for _, hs := range servers {
+		if hs != nil {
+			wg.Go(func() { _ = hs.Shutdown(shutdown) })
+		}
+	}
+	if svc != nil {
+		wg.Go(func() { svc.stop(shutdown) })
+	}
+	var err error
+	if proxy != nil {
+		err = proxy.ShutdownWithContext(shutdown)
+	}
+	wg.Wait()
+	if err != nil || shutdown.Err() != nil {
+		log.Warn("drain_timeout passed with requests in flight; they are cut", "drain_timeout", timeout.String())
 	}
 }
 

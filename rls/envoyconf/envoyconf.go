@@ -107,6 +107,12 @@ func Load(files ...string) (*Config, error) {
 		}
 		cfgs = append(cfgs, c)
 	}
+	return mergeAll(cfgs, errs)
+}
+
+// mergeAll merges the domains of cfgs (one file's or resource's each) into one Config, or
+// returns every error: errs (found reading them) and the merge's.
+func mergeAll(cfgs []*Config, errs config.Errors) (*Config, error) {
 	c, err := merge(false, cfgs)
 	if err != nil {
 		errs = append(errs, err.(config.Errors)...)

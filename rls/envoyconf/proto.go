@@ -35,14 +35,7 @@ func FromProto(rs ...*rlsconfpb.RateLimitConfig) (*Config, error) {
 		finishDomain(d)
 		cfgs = append(cfgs, &Config{domains: map[string]*domain{d.name: d}, warnings: finish(p.warns)})
 	}
-	c, err := merge(false, cfgs)
-	if err != nil {
-		errs = append(errs, err.(config.Errors)...)
-	}
-	if len(errs) > 0 {
-		return nil, errs
-	}
-	return c, nil
+	return mergeAll(cfgs, errs)
 }
 
 // protoDoc is r as the YAML document of its file.
