@@ -8,6 +8,8 @@ import (
 	"io"
 	"math"
 	"strconv"
+
+	"github.com/sluicehq/sluice/internal/sat"
 )
 
 // ErrTooLarge is a request body over the limit ParseRequest was given (an HTTP 413).
@@ -290,29 +292,14 @@ func Estimate(r Request, rule EstimateRule) int64 {
 	if prompt%bpt != 0 {
 		promptTokens++
 	}
-	e := mul(max(out, 0), max(r.Choices, 1))
-	e = add(e, promptTokens)
-	e = add(e, max(r.PromptTokens, 0))
-	e = add(e, mul(max(r.Media, 0), max(rule.MediaTokens, 0)))
+	e := sat.Mul(max(out, 0), max(r.Choices, 1))
+	e = sat.Add(e, promptTokens)
+	e = sat.Add(e, max(r.PromptTokens, 0))
+	e = sat.Add(e, sat.Mul(max(r.Media, 0), max(rule.MediaTokens, 0)))
 	if rule.Max > 0 {
 		e = min(e, rule.Max)
 	}
 	return e
-}
-
-// add and mul are a+b and a*b for a, b ≥ 0, saturating at math.MaxInt64.
-func add(a, b int64) int64 {
-	if a > math.MaxInt64-b {
-		return math.MaxInt64
-	}
-	return a + b
-}
-
-func mul(a, b int64) int64 {
-	if a != 0 && b > math.MaxInt64/a {
-		return math.MaxInt64
-	}
-	return a * b
 }
 
 // includeUsage is the stream option that makes an OpenAI-style upstream end a stream with a chunk

@@ -1,26 +1,11 @@
-// Package llm reads the tokens an LLM API's response reports it used, as the response passes
-// on its way to the client, and turns them into a cost.
-//
-// A Meter is given the response body's bytes as they are copied to the client (it is an
-// io.Writer that never fails, never blocks and keeps a fixed few hundred bytes whatever the
-// body's size: nothing of the body is held) and, once the body has ended, reports its Usage.
-// A JSON body (OpenAI's chat completions, completions, embeddings and Responses API,
-// Anthropic's messages) reports its "usage" object; a stream of server-sent events reports the
-// usage of its events: OpenAI's final chunk (sent when the request set
-// stream_options.include_usage), the "response" of the Responses API's last event, Anthropic's
-// message_start and message_delta. Cost turns a Usage into the route's cost: its input, output
-// or total tokens, or a weighted sum of them in exact integer arithmetic.
-//
-// Usage is found only in a whole, well-formed body or event: a body cut short, garbage, or an
-// error response (whose body has no usage: OpenAI's {"error": …}, Anthropic's error event)
-// reports Found false, and the caller keeps its estimate. A Meter does not look at the status:
-// an error response that does report a usage reports it, and the caller decides what it costs.
 package llm
 
 import (
 	"fmt"
 	"math/bits"
 	"strings"
+
+	"github.com/sluicehq/sluice/internal/sat"
 )
 
 // Usage is the tokens a response reports, as its provider counts them.
@@ -171,8 +156,8 @@ func (m *Meter) Usage() Usage {
 	return u
 }
 
-// addCount adds token counts, saturating at 2^53 (add, request.go, saturates at the int64's end).
-func addCount(a, b int64) int64 { return min(add(a, b), maxCount) }
+// addCount adds token counts, saturating at 2^53.
+func addCount(a, b int64) int64 { return min(sat.Add(a, b), maxCount) }
 
 // Count is which tokens are a response's cost.
 type Count int

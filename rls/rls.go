@@ -33,6 +33,7 @@ import (
 	"github.com/sluicehq/sluice/answer"
 	"github.com/sluicehq/sluice/decision"
 	"github.com/sluicehq/sluice/identity"
+	"github.com/sluicehq/sluice/internal/sat"
 	"github.com/sluicehq/sluice/rls/envoyconf"
 )
 
@@ -162,11 +163,11 @@ func (s *Service) ShouldRateLimit(ctx context.Context, in *rlspb.RateLimitReques
 		dup := slices.IndexFunc(req.Limits, func(l decision.Limit) bool { return l.Key == m.Key })
 		if dup >= 0 {
 			at[i] = dup
-			req.Costs[dup] = addSat(req.Costs[dup], costs[i])
+			req.Costs[dup] = sat.Add(req.Costs[dup], costs[i])
 			charged[dup] = charged[dup] || usage[i]
 			for j := range i {
 				if at[j] == dup {
-					later[j] = addSat(later[j], costs[i])
+					later[j] = sat.Add(later[j], costs[i])
 				}
 			}
 			continue
@@ -238,7 +239,7 @@ func (s *Service) ShouldRateLimit(ctx context.Context, in *rlspb.RateLimitReques
 		over := never[i]
 		if at[i] >= 0 {
 			d := v.Decisions[at[i]].Decision
-			st.LimitRemaining = clampUint32(addSat(d.Remaining, later[i]))
+			st.LimitRemaining = clampUint32(sat.Add(d.Remaining, later[i]))
 			st.DurationUntilReset = durationpb.New(untilReset(m, d))
 			over = over || !d.Allowed
 		} else {
@@ -346,14 +347,6 @@ func headers(ds []answer.Applied, legacy bool) []*corepb.HeaderValue {
 }
 
 func header(k, v string) *corepb.HeaderValue { return &corepb.HeaderValue{Key: k, Value: v} }
-
-// addSat is a+b for costs (both ≥ 0), saturating at the largest int64 instead of wrapping.
-func addSat(a, b int64) int64 {
-	if a > math.MaxInt64-b {
-		return math.MaxInt64
-	}
-	return a + b
-}
 
 // nameOf is what answers and metrics call a match's limit: its name, or the rule's.
 func nameOf(m *envoyconf.Match) string {

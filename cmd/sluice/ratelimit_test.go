@@ -1,6 +1,7 @@
 package main
 
 import (
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -201,7 +202,7 @@ func TestRatelimitPlanRedis(t *testing.T) {
 					t.Errorf("the configuration holds the password %q:\n%s", s, p.yaml)
 				}
 			}
-			if len(c.env2) == 0 && len(p.secrets) != 0 || len(c.env2) != 0 && !mapsEqual(p.secrets, c.env2) {
+			if !maps.Equal(p.secrets, c.env2) {
 				t.Errorf("secrets %v, want %v", p.secrets, c.env2)
 			}
 			for k, v := range p.secrets {
@@ -212,18 +213,6 @@ func TestRatelimitPlanRedis(t *testing.T) {
 			}
 		})
 	}
-}
-
-func mapsEqual(a, b map[string]string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for k, v := range a {
-		if b[k] != v {
-			return false
-		}
-	}
-	return true
 }
 
 // A bad value, or one asking for what sluice cannot do, is an error naming its variable; every
