@@ -24,6 +24,9 @@ import (
 type Applied struct {
 	Policy   sluice.Policy
 	Decision sluice.Decision
+	// Unit is what the policy counts, plural, for the words of an answer: "" is requests; a
+	// route in front of an LLM API counts "tokens" or "micro-dollars".
+	Unit string
 }
 
 // Field names, as the draft and RFC 9110 spell them. The header map holds them in Go's canonical

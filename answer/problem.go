@@ -43,6 +43,12 @@ type Problem struct {
 	ViolatedPolicies []string // "violated-policies": the names of the policies that refused (the quota-exceeded type defines it)
 	Client           string   // "client": the configured client's name; "" for an anonymous client
 	RetryAfter       int64    // "retry-after": seconds to wait, as in the Retry-After field; 0 when there is nothing to wait for
+
+	// RetryAfterMs is the wait in milliseconds (0: RetryAfter's seconds), sent as
+	// Retry-After-Ms beside Retry-After in an LLM API's shape.
+	RetryAfterMs int64
+	// Shape is the body's shape: a problem (the default), or an LLM API's error (llm.go).
+	Shape Shape
 }
 
 // QuotaExceeded is the 429 problem for a request that one or more policies refused. client is the
@@ -86,10 +92,11 @@ func QuotaExceeded(client string, decisions []Applied) Problem {
 		default:
 			d.WriteString(", ")
 		}
-		fmt.Fprintf(&d, "%q (%s)", a.Policy.Name, describe(a.Policy))
+		fmt.Fprintf(&d, "%q (%s)", a.Policy.Name, describe(a.Policy, a.Unit))
 	}
 	if wait := Wait(decisions); wait >= 0 {
 		p.RetryAfter = max(1, Seconds(wait))
+		p.RetryAfterMs = max(1, wait.Milliseconds())
 		if exact(refused) {
 			fmt.Fprintf(&d, "; retry after %d s (the same request sent sooner is refused too)", p.RetryAfter)
 		} else { // a concurrency slot frees when a request in flight ends: the wait is a hint
@@ -139,8 +146,8 @@ func CostExceedsLimit(client string, a Applied, cost int64) Problem {
 		Status:           http.StatusBadRequest,
 		ViolatedPolicies: []string{a.Policy.Name},
 		Client:           client,
-		Detail: fmt.Sprintf("this request counts as %d requests, but policy %q (%s) never lets %s make more than %d at once, so it can never be approved and retrying will not help; ask the API's operator for a larger quota",
-			cost, a.Policy.Name, describe(a.Policy), who(client), a.Policy.Capacity()),
+		Detail: fmt.Sprintf("this request counts as %d %s, but policy %q (%s) never lets %s make more than %d at once, so it can never be approved and retrying will not help; ask the API's operator for a larger quota",
+			cost, unitOr(a.Unit), a.Policy.Name, describe(a.Policy, a.Unit), who(client), a.Policy.Capacity()),
 	}
 }
 
@@ -178,9 +185,9 @@ func who(client string) string {
 
 // describe says what a policy allows: "100 requests per 1m" or "10000 requests per day in
 // Europe/Berlin", with the burst of a token bucket and the queue of a leaky bucket.
-func describe(p sluice.Policy) string {
-	unit := "requests"
-	if p.Limit == 1 {
+func describe(p sluice.Policy, units string) string {
+	unit := unitOr(units)
+	if p.Limit == 1 && units == "" {
 		unit = "request"
 	}
 	if p.Algorithm == sluice.Concurrency {
@@ -200,6 +207,14 @@ func describe(p sluice.Policy) string {
 		s += fmt.Sprintf(", evenly spaced, with room for %d waiting", p.Burst)
 	}
 	return s
+}
+
+// unitOr is units, or "requests" for "".
+func unitOr(units string) string {
+	if units == "" {
+		return "requests"
+	}
+	return units
 }
 
 // period formats a duration as a person would write it: 1m, 24h, 1h30m, 500ms.
@@ -229,11 +244,22 @@ func WriteProblem(w http.ResponseWriter, p Problem) {
 // Head sets the header fields of p's response (as WriteProblem sends them, but Content-Length)
 // with set, and returns its status: for an engine that does not write to an http.ResponseWriter.
 func (p Problem) Head(set func(name, value string)) (status int) {
-	set("Content-Type", ContentType)
+	if p.Shape == ShapeProblem {
+		set("Content-Type", ContentType)
+	} else {
+		set("Content-Type", "application/json")
+	}
 	set("Cache-Control", "no-store")
 	set("X-Content-Type-Options", "nosniff")
 	if p.RetryAfter > 0 {
 		set(FieldRetryAfter, strconv.FormatInt(p.RetryAfter, 10))
+		if p.Shape != ShapeProblem {
+			ms := p.RetryAfterMs
+			if ms <= 0 {
+				ms = p.RetryAfter * 1000
+			}
+			set(FieldRetryAfterMs, strconv.FormatInt(ms, 10))
+		}
 	}
 	if p.Status < 100 || p.Status > 999 {
 		return http.StatusInternalServerError
@@ -247,6 +273,9 @@ func (p Problem) MarshalJSON() ([]byte, error) { return p.AppendJSON(nil), nil }
 // AppendJSON appends p's JSON encoding to b. It is written by hand, not by reflection, because a
 // refusal should cost less than the request it refuses.
 func (p Problem) AppendJSON(b []byte) []byte {
+	if p.Shape != ShapeProblem {
+		return p.appendLLM(b)
+	}
 	typ := p.Type
 	if typ == "" {
 		typ = TypeBlank

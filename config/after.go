@@ -179,6 +179,10 @@ func (p *parser) after(m *mapping, path string, rt *Route) *After {
 // serves the response itself, and sluice never sees it, so such a route could not settle there.
 func (p *parser) afterNotForwardAuth(c *Config, fa *yaml.Node, r *refs) {
 	for _, rt := range c.Routes {
+		if rt.Usage != nil {
+			p.errorf(&yaml.Node{Line: rt.Usage.Line, Column: 1}, r.route[rt], nil,
+				"usage needs the upstream's response, which forward-auth never sees (forward_auth is configured at line %d): serve this route through the proxy listener (listen), or remove usage", fa.Line)
+		}
 		if rt.After == nil {
 			continue
 		}

@@ -82,8 +82,11 @@ type Config struct {
 	Admin         Admin
 	Tracing       *Tracing      // nil: no traces
 	LoadShedding  *LoadShedding // nil: no throttling by load (config/shed.go)
+	// Models are the models' prices and policies, for usage routes (config/usage.go).
+	Models []*Model
 
 	policies  map[string]*Policy
+	models    map[string]*Model // Models by name
 	byName    map[string]*Client
 	byKey     map[[sha256.Size]byte]*Client
 	bySubject map[string]*Client
@@ -209,7 +212,10 @@ type Policy struct {
 	// (its key, Identity.Key); not nil, one counter per distinct tuple of these attributes of the
 	// request, empty being one counter for every request (see KeyPart).
 	KeyBy []KeyPart
-	Line  int
+	// Counts is what the policy counts (counts): requests, a usage route's tokens, or their
+	// price in micro-dollars; UnitDefault: tokens on a usage route, requests elsewhere.
+	Counts Unit
+	Line   int
 }
 
 // Client is one configured client: who it is and its contract.
@@ -233,6 +239,9 @@ type Route struct {
 	Policy     []string // if set, replaces the client's policies on this route
 	Scope      string   // if set, the route's requests count under this name instead of the policy's
 	After      *After   // if set, the cost is settled once the upstream's response is known (after.go)
+	// Usage, if set, makes the route's cost its tokens: an estimate read from the request's body,
+	// settled to the usage its response reports (config/usage.go).
+	Usage *Usage
 	// Priority, if set, is load shedding's priority of every request on this route, whoever sends
 	// it, over its client's (config/shed.go); it needs load_shedding.
 	Priority *shed.Priority
@@ -373,6 +382,9 @@ type AppliedPolicy struct {
 	// KeyBy is the policy's key_by (nil: counted per client, Key ""): the decision layer fills
 	// Key from the request's attributes when it is not nil.
 	KeyBy []KeyPart
+	// Unit is what the policy counts here: requests, or on a usage route tokens or
+	// micro-dollars (never UnitDefault).
+	Unit Unit
 }
 
 // resolution is a list of policies resolved for one case, in both shapes the gateway asks for.

@@ -26,11 +26,12 @@ const (
 	KeyMethod                           // the request's method
 	KeyJWTClaim                         // a claim (KeyPart.Name) of the request's verified token
 	KeyRemoteAddress                    // the client's address as the ip source masks it, whoever names the client
+	KeyJSONBody                         // a field (KeyPart.Name) of a usage route's JSON request body: only "model"
 )
 
 // keyAttrNames are the attributes as key_by spells them, by KeyAttr.
 var keyAttrNames = [...]string{KeyClient: "client", KeyHeader: "header", KeyQuery: "query", KeyPath: "path",
-	KeyPathPrefix: "path_prefix", KeyMethod: "method", KeyJWTClaim: "jwt_claim", KeyRemoteAddress: "remote_address"}
+	KeyPathPrefix: "path_prefix", KeyMethod: "method", KeyJWTClaim: "jwt_claim", KeyRemoteAddress: "remote_address", KeyJSONBody: "json_body"}
 
 func (a KeyAttr) String() string {
 	if int(a) < len(keyAttrNames) && keyAttrNames[a] != "" {
@@ -63,7 +64,7 @@ const (
 )
 
 // keyByFields are the fields of a key_by element written as a mapping.
-var keyByFields = []string{"header", "query", "path_prefix", "jwt_claim", "shared", "client", "path", "method", "remote_address"}
+var keyByFields = []string{"header", "query", "path_prefix", "jwt_claim", "json_body", "shared", "client", "path", "method", "remote_address"}
 
 // keyBy reads a policy's key_by (a list; not null). The default, [client], is nil.
 func (p *parser) keyBy(n *yaml.Node, path string, c *Config) []KeyPart {
@@ -89,7 +90,7 @@ func (p *parser) keyBy(n *yaml.Node, path string, c *Config) []KeyPart {
 		}
 		id := part.Attr.String()
 		switch part.Attr {
-		case KeyHeader, KeyQuery, KeyJWTClaim:
+		case KeyHeader, KeyQuery, KeyJWTClaim, KeyJSONBody:
 			id += " " + part.Name
 		case KeyPath, KeyPathPrefix:
 			id = "path" // path_prefix of any length and path split by the same thing
@@ -116,7 +117,7 @@ func (p *parser) keyBy(n *yaml.Node, path string, c *Config) []KeyPart {
 }
 
 // attrList lists the attributes for errors.
-var attrList = "client, header, query, path, path_prefix, method, jwt_claim, remote_address"
+var attrList = "client, header, query, path, path_prefix, method, jwt_claim, json_body, remote_address"
 
 // keyPart reads one element of key_by: an attribute without an argument (client, path, method,
 // remote_address), or a mapping of one attribute with its argument, and shared.
@@ -132,9 +133,10 @@ func (p *parser) keyPart(item *yaml.Node, path, field string, c *Config) (KeyPar
 			part.Attr = KeyMethod
 		case "remote_address":
 			part.Attr = KeyRemoteAddress
-		case "header", "query", "path_prefix", "jwt_claim":
+		case "header", "query", "path_prefix", "jwt_claim", "json_body":
 			p.errorf(item, path, nil, "%s %s needs its argument: write %s", field, item.Value, map[string]string{
-				"header": "- header: X-Tenant", "query": "- query: region", "path_prefix": "- path_prefix: 2", "jwt_claim": "- jwt_claim: org"}[item.Value])
+				"header": "- header: X-Tenant", "query": "- query: region", "path_prefix": "- path_prefix: 2", "jwt_claim": "- jwt_claim: org",
+				"json_body": "- json_body: model"}[item.Value])
 			return part, false
 		default:
 			msg := fmt.Sprintf("%s %s is not an attribute (want %s)", field, literal(item), attrList)
@@ -202,6 +204,16 @@ func (p *parser) keyPart(item *yaml.Node, path, field string, c *Config) (KeyPar
 				p.errorf(v, sub, nil, "jwt_claim %q is never read: identity has no jwt source to verify the token", cl)
 				good = false
 			}
+		}
+	case "json_body":
+		part.Attr = KeyJSONBody
+		if f, ok := p.keyName(v, key, sub, "json_body"); !ok {
+			good = false
+		} else if f != "model" {
+			p.errorf(v, sub, nil, "json_body %q: only model is read from a request's body (a usage route's; never the prompt)", f)
+			good = false
+		} else {
+			part.Name = f
 		}
 	case "path_prefix":
 		part.Attr = KeyPathPrefix

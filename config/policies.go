@@ -133,9 +133,33 @@ func (p *parser) policies(n *yaml.Node, c *Config) {
 				good = false
 			}
 		}
+		if n := p.get(m, "counts"); n != nil {
+			if s, ok := p.str(n, path, "counts"); ok {
+				switch s {
+				case "requests":
+					pol.Counts = UnitRequests
+				case "tokens":
+					pol.Counts = UnitTokens
+				case "usd":
+					pol.Counts = UnitUSD
+				default:
+					p.errorf(n, path, nil, "counts %q is unknown (want requests, tokens or usd)", s)
+				}
+				if pol.Counts.usageOnly() && pol.Algorithm == sluice.Concurrency {
+					p.errorf(n, path, nil, "counts: %s is not for a concurrency policy (it counts requests in flight)", s)
+				}
+			}
+		}
 		if limitN == nil {
 			p.errorf(m.node, path, nil, "limit is required: the requests (cost units) allowed per period")
 			good = false
+		} else if pol.Counts == UnitUSD {
+			if v, ok := p.usdLimit(limitN, path); ok {
+				pol.Limit = v
+				probe("limit", func(pr *sluice.Policy) { pr.Limit = v })
+			} else {
+				good = false
+			}
 		} else if v, ok := p.int(limitN, path, "limit"); ok {
 			pol.Limit = v
 			probe("limit", func(pr *sluice.Policy) { pr.Limit = v })
@@ -460,6 +484,15 @@ func (p *parser) routes(n *yaml.Node, c *Config, r *refs) {
 			}
 		}
 		rt.After = p.after(m, path, rt)
+		if n := p.get(m, "usage"); n != nil {
+			rt.Usage = p.usage(n, path) // (config/usage.go)
+			if rt.After != nil && rt.After.Field != "refund_on" {
+				p.errorf(&yaml.Node{Line: rt.After.Line, Column: 1}, path, nil, "%s and usage exclude each other: a usage route's cost is the usage its response reports", rt.After.Field)
+			}
+			if cn := p.get(m, "cost"); cn != nil {
+				p.errorf(cn, path, nil, "cost and usage exclude each other: a usage route's cost is its tokens (a policy with counts: requests counts each request once)")
+			}
+		}
 		if n := p.get(m, "priority"); n != nil {
 			r.prio[rt] = n
 			if s, ok := p.str(n, path, "priority"); ok {
@@ -529,24 +562,27 @@ func (p *parser) known(c *Config) string {
 // resolveAll builds the lookups and every resolution, once the file is known to be valid, and
 // checks that every route's cost can fit the policies that apply on it.
 func (p *parser) resolveAll(c *Config, r *refs) {
-	c.defaults = c.resolution(c.DefaultPolicy, "")
+	c.defaults = c.resolution(c.DefaultPolicy, "", false)
 	for _, cl := range c.Clients {
 		if len(cl.Policy) > 0 {
-			cl.resolution = c.resolution(cl.Policy, "")
+			cl.resolution = c.resolution(cl.Policy, "", false)
 		} else {
 			cl.resolution = c.defaults
 		}
 	}
+	p.usageResolutions(c, r) // (config/usage.go)
 	for _, rt := range c.Routes {
+		usage := rt.Usage != nil
 		if len(rt.Policy) > 0 {
-			res := c.resolution(rt.Policy, rt.Scope)
+			res := c.resolution(rt.Policy, rt.Scope, usage)
 			rt.own = &res
-		} else if rt.Scope != "" {
+		} else if rt.Scope != "" || usage {
+			// (a usage route counts tokens where the client's policies elsewhere count requests)
 			rt.scoped = make([]resolution, len(c.Clients)+1)
 			for j, cl := range c.Clients {
-				rt.scoped[j] = c.resolution(cl.resolutionNames(c), rt.Scope)
+				rt.scoped[j] = c.resolution(cl.resolutionNames(c), rt.Scope, usage)
 			}
-			rt.scoped[len(c.Clients)] = c.resolution(c.DefaultPolicy, rt.Scope)
+			rt.scoped[len(c.Clients)] = c.resolution(c.DefaultPolicy, rt.Scope, usage)
 		}
 		// A cost that no state could ever approve is a configuration error, not a 429 forever.
 		checked := map[string]bool{}
@@ -558,7 +594,11 @@ func (p *parser) resolveAll(c *Config, r *refs) {
 				checked[a.PolicyName] = true
 				var d sluice.Decision
 				pol := c.policies[a.PolicyName].Policy
-				if err := algorithm.CheckCost(&pol, rt.Cost, &d); err != nil {
+				cost := rt.Cost
+				if a.Unit != UnitRequests { // (a usage route's estimates: config/usage.go)
+					continue
+				}
+				if err := algorithm.CheckCost(&pol, cost, &d); err != nil {
 					at := r.cost[rt]
 					if at == nil {
 						at = &yaml.Node{Line: rt.Line}
@@ -606,10 +646,13 @@ func (cl *Client) resolutionNames(c *Config) []string {
 }
 
 // resolution resolves names (all known) under scope.
-func (c *Config) resolution(names []string, scope string) resolution {
+func (c *Config) resolution(names []string, scope string, usage bool) resolution {
 	res := resolution{policies: make([]sluice.Policy, 0, len(names)), applied: make([]AppliedPolicy, 0, len(names))}
 	for _, name := range names {
 		pol := c.policies[name]
+		if !usage && pol.Counts.usageOnly() {
+			continue // tokens and money are counted on usage routes only
+		}
 		sp := pol.Policy
 		switch {
 		case scope == "":
@@ -625,7 +668,7 @@ func (c *Config) resolution(names []string, scope string) resolution {
 			c.budgets[sp.Name] = pol.LocalBudget
 		}
 		res.policies = append(res.policies, sp)
-		res.applied = append(res.applied, AppliedPolicy{Policy: sp, PolicyName: name, DryRun: pol.DryRun, KeyBy: pol.KeyBy})
+		res.applied = append(res.applied, AppliedPolicy{Policy: sp, PolicyName: name, DryRun: pol.DryRun, KeyBy: pol.KeyBy, Unit: unitOf(pol, usage)})
 	}
 	return res
 }

@@ -8,6 +8,8 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/algorithm"
+	"github.com/sluicehq/sluice/config"
+	"github.com/sluicehq/sluice/llm"
 )
 
 // Response is what became of a request that passed, as the proxy saw it once the upstream's
@@ -15,6 +17,9 @@ import (
 type Response struct {
 	Status int                 // the response's status (0 if none)
 	Header func(string) string // the response's header field by name ("" if absent); nil: none
+	// Usage is the usage the response's body reported, on a usage route (nil: its body was not
+	// metered; Found false: it reported none).
+	Usage *llm.Usage
 	// Aborted: the upstream gave no response — it failed or timed out, its response was cut
 	// short (it closed the connection before the body's end), the client left before its header,
 	// or the request was never forwarded (its client left while it was held).
@@ -29,10 +34,11 @@ const (
 	Settled                            // settled with the real cost, or refunded
 	SettleGarbled                      // cost_from's header was missing or not an integer in 0..2^53: the estimate stands
 	SettleFailed                       // the store could not settle (it failed; the breaker is open): the estimate stands
+	SettleNoUsage                      // a usage route's response reported no usage: the estimate stands (or no_usage: refund refunded it)
 )
 
 func (o SettleOutcome) String() string {
-	return [...]string{"kept", "settled", "garbled", "failed"}[o]
+	return [...]string{"kept", "settled", "garbled", "failed", "no_usage"}[o]
 }
 
 // SettleObserver is implemented by an Observer that counts settlements (the gateway's metrics).
@@ -56,6 +62,10 @@ type SettleObserver interface {
 // atomic step per limit. A front end calls it after the upstream's response has been written, or
 // the request ended without one, and before v.Release().
 func (d *Decider) Finish(ctx context.Context, req *Request, v *Verdict, resp Response) {
+	if req.Usage != nil {
+		d.finishUsage(ctx, req, v, resp)
+		return
+	}
 	a := req.After
 	if a == nil || !v.Passes() || len(v.Decisions) != len(req.Limits) {
 		return
@@ -80,7 +90,7 @@ func (d *Decider) Finish(ctx context.Context, req *Request, v *Verdict, resp Res
 		}
 	}
 	if actual >= 0 {
-		outcome = d.settleAll(ctx, req, v, actual)
+		outcome = d.settleAll(ctx, req, v, func(int) int64 { return actual })
 	}
 	if o, ok := d.Observer.(SettleObserver); ok {
 		o.Settled(req, outcome)
@@ -95,22 +105,63 @@ func (d *Decider) Refund(ctx context.Context, req *Request, v *Verdict) {
 	if !v.Passes() || len(v.Decisions) != len(req.Limits) {
 		return
 	}
-	outcome := d.settleAll(ctx, req, v, 0)
+	outcome := d.settleAll(ctx, req, v, func(int) int64 { return 0 })
 	if o, ok := d.Observer.(SettleObserver); ok && outcome != SettleKept {
 		o.Settled(req, outcome)
 	}
 }
 
-// settleAll settles every limit the request charged with the real cost actual: each on the
-// store (sluice.SettleDecision: where its decision charged, at the decision's instant) with its
-// own estimate, one atomic step per limit. Concurrency limits charged slots, not units: their
-// slots are given back by ReleaseSlots.
-func (d *Decider) settleAll(ctx context.Context, req *Request, v *Verdict, actual int64) SettleOutcome {
+// finishUsage is Finish for a request on a usage route: each limit is settled to what the
+// response's usage (Response.Usage) says it cost, in its unit (a limit counting requests keeps
+// its one). A response that reported no usage (an error, a stream cut short or left by its
+// client, an upstream that never answered) keeps its estimate, or is refunded if the route says
+// no_usage: refund (its requests still count); refund_on refunds everything.
+func (d *Decider) finishUsage(ctx context.Context, req *Request, v *Verdict, resp Response) {
+	if !v.Passes() || len(v.Decisions) != len(req.Limits) {
+		return
+	}
+	var u llm.Usage
+	if resp.Usage != nil && !resp.Aborted {
+		u = *resp.Usage
+	}
+	outcome := SettleNoUsage
+	switch {
+	case req.After != nil && req.After.Refunds(resp.Status, resp.Aborted):
+		u = llm.Usage{}
+		outcome = d.settleAll(ctx, req, v, func(int) int64 { return 0 })
+	case u.Found:
+		outcome = d.settleAll(ctx, req, v, func(i int) int64 { return req.usageActual(i, u) })
+		if outcome == SettleKept {
+			outcome = Settled // (the estimate was exact)
+		}
+	case req.Usage.Rule.Refund:
+		if d.settleAll(ctx, req, v, func(i int) int64 {
+			if req.Limits[i].Unit == config.UnitRequests {
+				return -1
+			}
+			return 0
+		}) == SettleFailed {
+			outcome = SettleFailed
+		}
+	}
+	if o, ok := d.Observer.(SettleObserver); ok {
+		o.Settled(req, outcome)
+	}
+	if o, ok := d.Observer.(LLMObserver); ok {
+		o.UsageSettled(req, u, outcome)
+	}
+}
+
+// settleAll settles every limit the request charged with its real cost actual(i) (-1: its
+// estimate stands): each on the store (sluice.SettleDecision: where its decision charged, at the
+// decision's instant) with its own estimate, one atomic step per limit. Concurrency limits
+// charged slots, not units: their slots are given back by ReleaseSlots.
+func (d *Decider) settleAll(ctx context.Context, req *Request, v *Verdict, cost func(i int) int64) SettleOutcome {
 	outcome := SettleKept
 	for i := range req.Limits {
 		l, dec := &req.Limits[i], v.Decisions[i].Decision
-		estimate := req.LimitCost(i)
-		if !dec.Allowed || estimate == actual || l.Policy.Algorithm == sluice.Concurrency {
+		estimate, actual := req.LimitCost(i), cost(i)
+		if !dec.Allowed || actual < 0 || estimate == actual || l.Policy.Algorithm == sluice.Concurrency {
 			continue // charged nothing (a dry-run limit that refused), or charged right
 		}
 		key := l.Key

@@ -50,6 +50,9 @@ type Request struct {
 	// After, if not nil, settles the cost once the upstream's response is known (Finish): the
 	// route's cost_from, count_only and refund_on.
 	After *config.After
+	// Usage, if not nil, is a usage route's (usage.go): its costs are tokens or micro-dollars,
+	// settled to the usage its response reports.
+	Usage *Usage
 	// Route is the request's route (nil: none): load shedding reads its priority.
 	Route *config.Route
 	// Releases: the front end calls ReleaseSlots when the response ends, so the slots of
@@ -210,7 +213,7 @@ func (d *Decider) DecideInto(ctx context.Context, req *Request, v *Verdict) {
 		return
 	}
 	for i := range req.Limits {
-		v.Decisions[i] = answer.Applied{Policy: req.Limits[i].Policy, Decision: out[i]}
+		v.Decisions[i] = answer.Applied{Policy: req.Limits[i].Policy, Decision: out[i], Unit: req.Limits[i].Unit.Noun()}
 		v.Decisions[i].Policy.Name = req.Limits[i].PolicyName
 	}
 	if err := d.charge(ctx, req, allowed, out); err != nil {
@@ -224,6 +227,7 @@ func (d *Decider) DecideInto(ctx context.Context, req *Request, v *Verdict) {
 		// MaxDelay).
 		v.Outcome = Refused
 		v.Problem = answer.QuotaExceeded(req.Who.Client, v.Refusing(req))
+		v.Problem.Shape = req.shape()
 	default:
 		v.Outcome = Allowed
 		for i, a := range v.Decisions {
@@ -247,6 +251,7 @@ func (d *Decider) DecideInto(ctx context.Context, req *Request, v *Verdict) {
 func (d *Decider) fail(req *Request, v *Verdict, err error) {
 	v.Release()
 	*v = Verdict{Outcome: Failed, Err: err, Problem: failure(req, err)}
+	v.Problem.Shape = req.shape()
 	if d.Observer != nil {
 		d.Observer.Failed(req, err)
 	}
@@ -303,7 +308,7 @@ func failure(req *Request, err error) answer.Problem {
 			if algorithm.CheckCost(&l.Policy, c, &d) != nil {
 				p := l.Policy
 				p.Name = l.PolicyName
-				return answer.CostExceedsLimit(req.Who.Client, answer.Applied{Policy: p, Decision: d}, c)
+				return answer.CostExceedsLimit(req.Who.Client, answer.Applied{Policy: p, Decision: d, Unit: l.Unit.Noun()}, c)
 			}
 		}
 		return answer.BadRequest("the request's cost cannot be decided")

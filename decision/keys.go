@@ -43,7 +43,7 @@ const (
 
 // keyLetters are the attributes' letters in keys, by config.KeyAttr.
 var keyLetters = [...]byte{config.KeyClient: 'c', config.KeyHeader: 'h', config.KeyQuery: 'q', config.KeyPath: 'p',
-	config.KeyPathPrefix: 's', config.KeyMethod: 'm', config.KeyJWTClaim: 'j', config.KeyRemoteAddress: 'r'}
+	config.KeyPathPrefix: 's', config.KeyMethod: 'm', config.KeyJWTClaim: 'j', config.KeyRemoteAddress: 'r', config.KeyJSONBody: 'b'}
 
 // attrs are the attributes of one request that keys are made of.
 type attrs struct {
@@ -51,6 +51,7 @@ type attrs struct {
 	r            identity.Request // nil (For): header, query, claims and address are absent
 	method, path string
 	claims       []string // the verified token's claims, in Policies.claimNames' order; nil: none
+	model        string   // a usage route's body's model ("": none, or not a usage route)
 
 	remote     string // the masked remote address, once read
 	remoteRead bool
@@ -97,6 +98,8 @@ func (p *Policies) key(parts []config.KeyPart, a *attrs) string {
 				v = a.claims[p.claimIndex[part.Name]]
 			}
 			b = appendSecret(b, v, part.Shared)
+		case config.KeyJSONBody: // (only model: config.keyPart)
+			b = appendSecret(b, a.model, part.Shared)
 		case config.KeyPath:
 			b = appendLiteral(b, a.path)
 		case config.KeyPathPrefix:

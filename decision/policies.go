@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"fmt"
 	"net/http"
+	"slices"
 
 	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/identity"
@@ -64,10 +65,10 @@ func (p *Policies) Chain() identity.Chain { return p.chain }
 func (p *Policies) Resolve(r identity.Request, method, path string) Request {
 	var req Request
 	if p.claimNames == nil {
-		req = p.resolve(p.chain.Identify(r), r, nil, method, path)
+		req = p.resolve(p.chain.Identify(r), r, nil, method, path, nil, "")
 	} else {
 		who, claims := p.chain.IdentifyClaims(r, p.claimNames)
-		req = p.resolve(who, r, claims, method, path)
+		req = p.resolve(who, r, claims, method, path, nil, "")
 	}
 	p.seen(r, &req)
 	return req
@@ -77,11 +78,12 @@ func (p *Policies) Resolve(r identity.Request, method, path string) Request {
 // query, jwt_claim and remote_address are absent (its client, path, path_prefix and method are
 // who's, path's and method's).
 func (p *Policies) For(who identity.Identity, method, path string) Request {
-	return p.resolve(who, nil, nil, method, path)
+	return p.resolve(who, nil, nil, method, path, nil, "")
 }
 
-// resolve is Resolve of an identified request (r nil: none), with its token's claims.
-func (p *Policies) resolve(who identity.Identity, r identity.Request, claims []string, method, path string) Request {
+// resolve is Resolve of an identified request (r nil: none), with its token's claims, and on a
+// usage route its usage (u) and the model its body names (ResolveUsage; else nil and "").
+func (p *Policies) resolve(who identity.Identity, r identity.Request, claims []string, method, path string, u *Usage, model string) Request {
 	var client *config.Client
 	name := "anonymous"
 	if who.Client != "" {
@@ -95,13 +97,16 @@ func (p *Policies) resolve(who identity.Identity, r identity.Request, claims []s
 		cost = route.Cost
 	}
 	limits := p.limits(client, route)
+	if u != nil && u.Model != nil && len(u.Model.Applied()) > 0 { // the model's own policies join
+		limits = append(slices.Clip(limits), u.Model.Applied()...)
+	}
 	for i := range limits {
 		if limits[i].KeyBy != nil { // only then a copy: the others decide without allocating
-			limits = p.keyed(limits, &attrs{who: who, r: r, method: method, path: path, claims: claims})
+			limits = p.keyed(limits, &attrs{who: who, r: r, method: method, path: path, claims: claims, model: model})
 			break
 		}
 	}
-	req := Request{Who: who, Client: name, Limits: limits, Cost: cost}
+	req := Request{Who: who, Client: name, Limits: limits, Cost: cost, Usage: u}
 	if route != nil {
 		req.After, req.Route = route.After, route
 	}

@@ -267,10 +267,15 @@ type EstimateRule struct {
 	Max int64
 }
 
-// Estimate is the tokens r reserves: its output maximum (or rule.DefaultOutput) for each
-// completion it asks for, plus its prompt, capped by rule.Max. The prompt is its text's bytes
-// divided by rule.BytesPerToken, rounded up, its token ids one each, and its media parts
-// rule.MediaTokens each. The arithmetic is on integers and saturates; negative counts are 0.
+// Estimate is the tokens r reserves: EstimateUsage's total.
+func Estimate(r Request, rule EstimateRule) int64 { return EstimateUsage(r, rule).Total }
+
+// EstimateUsage is the usage r reserves, as a Usage (Found), so that it is counted as a
+// response's usage is (Cost): its output is its output maximum (or rule.DefaultOutput) for each
+// completion it asks for; its input is its prompt: the text's bytes divided by
+// rule.BytesPerToken, rounded up, its token ids one each, and its media parts rule.MediaTokens
+// each. rule.Max caps the total, the output giving way first. The arithmetic is on integers and
+// saturates; negative counts are 0.
 //
 // No tokenizer is used. An estimate is only a reservation: the charge is settled to the usage the
 // upstream reports, so an exact prompt count would change what is held for the length of one
@@ -278,7 +283,7 @@ type EstimateRule struct {
 // behind an OpenAI-style route may be Llama or Qwen under vLLM), would cost a pass of BPE over
 // every prompt on the request path, and none for OpenAI's cl100k or o200k is among the Go
 // modules this project can take without loading its vocabulary from the network at run time.
-func Estimate(r Request, rule EstimateRule) int64 {
+func EstimateUsage(r Request, rule EstimateRule) Usage {
 	bpt := rule.BytesPerToken
 	if bpt <= 0 {
 		bpt = DefaultBytesPerToken
@@ -288,18 +293,18 @@ func Estimate(r Request, rule EstimateRule) int64 {
 		out = rule.DefaultOutput
 	}
 	prompt := max(r.PromptBytes, 0)
-	promptTokens := prompt / bpt
+	in := prompt / bpt
 	if prompt%bpt != 0 {
-		promptTokens++
+		in++
 	}
-	e := sat.Mul(max(out, 0), max(r.Choices, 1))
-	e = sat.Add(e, promptTokens)
-	e = sat.Add(e, max(r.PromptTokens, 0))
-	e = sat.Add(e, sat.Mul(max(r.Media, 0), max(rule.MediaTokens, 0)))
+	in = sat.Add(in, max(r.PromptTokens, 0))
+	in = sat.Add(in, sat.Mul(max(r.Media, 0), max(rule.MediaTokens, 0)))
+	o := sat.Mul(max(out, 0), max(r.Choices, 1))
 	if rule.Max > 0 {
-		e = min(e, rule.Max)
+		in = min(in, rule.Max)
+		o = min(o, rule.Max-in)
 	}
-	return e
+	return Usage{Input: in, Output: o, Total: sat.Add(in, o), Found: true}
 }
 
 // includeUsage is the stream option that makes an OpenAI-style upstream end a stream with a chunk
