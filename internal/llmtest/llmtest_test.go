@@ -1,6 +1,7 @@
 package llmtest
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/base64"
 	"encoding/binary"
@@ -342,5 +343,152 @@ func TestStreams(t *testing.T) {
 				t.Fatalf("events %v, want %v", got, tc.names)
 			}
 		})
+	}
+}
+
+// TestNoUsage: a stream cut short, a stream or a body without usage, and an OpenAI stream whose
+// request did not ask for its usage all meter to Found false, and the upstream records how each
+// ended.
+func TestNoUsage(t *testing.T) {
+	s := Start(t)
+	n := 0
+	for _, tc := range streams {
+		for _, hdr := range []string{"X-Test-Cut: 3", "X-Test-Cut: 0", "X-Test-No-Usage: 1"} {
+			resp := post(t, s, tc.path, tc.body, hdr, "X-Test-Usage: input=120,output=53")
+			u, body := meter(t, resp, tc.format)
+			n++
+			end := s.WaitEnds(n)[n-1]
+			if u.Found {
+				t.Errorf("%s with %s: meter found %+v in %s", tc.path, hdr, u, body)
+			}
+			switch hdr {
+			case "X-Test-Cut: 3":
+				if !end.Cut || end.Events != 3 || len(parseEvents(t, body)) != 3 {
+					t.Errorf("%s with %s: ended %+v after %q", tc.path, hdr, end, body)
+				}
+			case "X-Test-Cut: 0":
+				if !end.Cut || end.Events != 0 || len(body) != 0 {
+					t.Errorf("%s with %s: ended %+v after %q", tc.path, hdr, end, body)
+				}
+			default:
+				if end.Cut || end.Gone || bytes.Contains(body, []byte(`_tokens"`)) {
+					t.Errorf("%s with %s: ended %+v with %s", tc.path, hdr, end, body)
+				}
+			}
+		}
+	}
+	for _, tc := range []struct{ path, body, hdr string }{
+		{"/v1/chat/completions", `{"stream":true}`, "X-Test-Events: 2"},
+		{"/v1/completions", `{"stream":true,"stream_options":{"include_usage":false}}`, "X-Test-Events: 2"},
+		{"/v1/chat/completions", `{}`, "X-Test-Cut: 40"},
+		{"/v1/chat/completions", `{}`, "X-Test-No-Usage: 1"},
+		{"/v1/embeddings", `{"input":"x"}`, "X-Test-No-Usage: 1"},
+		{"/v1/responses", `{}`, "X-Test-No-Usage: 1"},
+		{"/v1/messages", `{}`, "X-Test-Cut: 100"},
+		{"/v1/messages", `{}`, "X-Test-No-Usage: 1"},
+	} {
+		f := llm.OpenAI
+		if tc.path == "/v1/messages" {
+			f = llm.Anthropic
+		}
+		u, body := meter(t, post(t, s, tc.path, tc.body, tc.hdr), f)
+		if u.Found || bytes.Contains(body, []byte(`"usage":{`)) {
+			t.Errorf("%s %s with %s: meter found %+v in %s", tc.path, tc.body, tc.hdr, u, body)
+		}
+		if strings.HasPrefix(tc.hdr, "X-Test-Cut") && len(body) != 40 && len(body) != 100 {
+			t.Errorf("%s with %s: %d bytes arrived", tc.path, tc.hdr, len(body))
+		}
+	}
+}
+
+// TestErrors: an error is answered in the endpoint's provider's shape and status, with the retry
+// headers asked for, and meters to no usage.
+func TestErrors(t *testing.T) {
+	s := Start(t)
+	for _, tc := range []struct {
+		path   string
+		hdr    []string
+		status int
+		body   string
+	}{
+		{"/v1/chat/completions", []string{"X-Test-Error: rate_limit", "X-Test-Retry-After: 2", "X-Test-Retry-After-Ms: 1500"}, 429,
+			`{"error":{"message":"Rate limit reached for requests","type":"rate_limit_exceeded","param":null,"code":"rate_limit_exceeded"}}`},
+		{"/v1/responses", []string{"X-Test-Status: 500"}, 500,
+			`{"error":{"message":"Internal server error","type":"server_error","param":null,"code":null}}`},
+		{"/v1/embeddings", []string{"X-Test-Error: authentication"}, 401,
+			`{"error":{"message":"Invalid API key","type":"invalid_request_error","param":null,"code":"invalid_api_key"}}`},
+		{"/v1/messages", []string{"X-Test-Error: rate_limit", "X-Test-Retry-After: 2"}, 429,
+			`{"type":"error","error":{"type":"rate_limit_error","message":"Rate limit reached for requests"}}`},
+		{"/v1/messages", []string{"X-Test-Error: overloaded"}, 529,
+			`{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}`},
+		{"/v1/messages", []string{"X-Test-Status: 418", "X-Test-Error: server"}, 418,
+			`{"type":"error","error":{"type":"api_error","message":"Internal server error"}}`},
+	} {
+		resp := post(t, s, tc.path, `{"stream":true}`, tc.hdr...)
+		f := llm.OpenAI
+		if tc.path == "/v1/messages" {
+			f = llm.Anthropic
+		}
+		u, body := meter(t, resp, f)
+		if resp.StatusCode != tc.status || string(body) != tc.body || u.Found || resp.Header.Get("Content-Type") != "application/json" {
+			t.Errorf("%s %v: %d %s (usage %+v), want %d %s", tc.path, tc.hdr, resp.StatusCode, body, u, tc.status, tc.body)
+		}
+		for _, h := range tc.hdr {
+			for _, k := range []string{"Retry-After", "Retry-After-Ms"} {
+				if v, ok := strings.CutPrefix(h, "X-Test-"+k+": "); ok && resp.Header.Get(k) != v {
+					t.Errorf("%s %v: %s %q, want %q", tc.path, tc.hdr, k, resp.Header.Get(k), v)
+				}
+			}
+		}
+	}
+}
+
+// TestBadHeaders: a header that does not parse is a 400 naming it.
+func TestBadHeaders(t *testing.T) {
+	s := Start(t)
+	for _, h := range []string{"X-Test-Usage: input=1,outptu=2", "X-Test-Usage: input=1,cached=2", "X-Test-Usage: input=-1",
+		"X-Test-Events: many", "X-Test-Event-Bytes: 0", "X-Test-Cut: -1", "X-Test-Interval: 5", "X-Test-No-Usage: yes",
+		"X-Test-Error: teapot", "X-Test-Status: 200"} {
+		resp := post(t, s, "/v1/chat/completions", `{}`, h)
+		body, _ := io.ReadAll(resp.Body)
+		name, _, _ := strings.Cut(h, ":")
+		if resp.StatusCode != http.StatusBadRequest || !strings.Contains(string(body), name) {
+			t.Errorf("%s: %d %s", h, resp.StatusCode, body)
+		}
+	}
+	if resp := post(t, s, "/v1/models", `{}`); resp.StatusCode != http.StatusNotFound {
+		t.Errorf("/v1/models: %d, want 404", resp.StatusCode)
+	}
+}
+
+// TestRecords: the upstream records every request it received, headers and body as sent.
+func TestRecords(t *testing.T) {
+	s := Start(t)
+	post(t, s, "/v1/chat/completions", `{"model":"a"}`, "Authorization: Bearer k1")
+	post(t, s, "/v1/messages", `{"model":"b"}`, "X-Api-Key: k2", "X-Test-Error: rate_limit")
+	reqs := s.Requests()
+	if s.Count() != 2 || len(reqs) != 2 ||
+		reqs[0].Path != "/v1/chat/completions" || string(reqs[0].Body) != `{"model":"a"}` || reqs[0].Header.Get("Authorization") != "Bearer k1" ||
+		reqs[1].Path != "/v1/messages" || string(reqs[1].Body) != `{"model":"b"}` || reqs[1].Header.Get("X-Api-Key") != "k2" {
+		t.Fatalf("count %d, requests %+v", s.Count(), reqs)
+	}
+}
+
+// TestClientGone: a client that leaves mid-stream ends the upstream's answer, which records that
+// its client left and how many events it wrote.
+func TestClientGone(t *testing.T) {
+	s := Start(t)
+	for i, tc := range streams {
+		resp := post(t, s, tc.path, tc.body, "X-Test-Events: 100000", "X-Test-Interval: 1ms")
+		r := bufio.NewReader(resp.Body)
+		for range 3 {
+			if _, err := r.ReadString('\n'); err != nil {
+				t.Fatal(err)
+			}
+		}
+		resp.Body.Close()
+		if e := s.WaitEnds(i + 1)[i]; !e.Gone || e.Cut || e.Events == 0 || e.Events >= 100000 || e.Path != tc.path {
+			t.Errorf("%s: ended %+v", tc.path, e)
+		}
 	}
 }
