@@ -2,8 +2,10 @@
 // OpenAI's API (chat completions, completions, embeddings, the Responses API) and Anthropic's
 // (messages) answer, in JSON and as server-sent event streams, with the usage, the length, the
 // pace and the failures each test chooses. It also runs the official SDKs (the openai and
-// @anthropic-ai/sdk packages from npm, under Node) as clients (client.go), so that a test can show
-// that what reaches a real client through sluice is what the upstream sent.
+// @anthropic-ai/sdk packages from npm, pinned in node/package-lock.json) as clients: RunClient
+// makes one call with node/client.mjs and returns the text, the usage, the error and the retries
+// the SDK saw, so that a test can show that what reaches a real client through sluice is what the
+// upstream sent. EnsureNode installs the SDKs (npm ci) when node_modules is missing or stale.
 //
 // # Endpoints
 //
