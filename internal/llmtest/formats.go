@@ -24,13 +24,14 @@ const (
 
 var endpoints = map[string]struct {
 	format format
+	stream bool // answers a stream when asked
 	fn     func(*answer, *call)
 }{
-	"/v1/chat/completions": {openai, chat},
-	"/v1/completions":      {openai, completion},
-	"/v1/embeddings":       {openai, embeddings},
-	"/v1/responses":        {openai, responses},
-	"/v1/messages":         {anthropic, messages},
+	"/v1/chat/completions": {openai, true, chat},
+	"/v1/completions":      {openai, true, completion},
+	"/v1/embeddings":       {openai, false, embeddings},
+	"/v1/responses":        {openai, true, responses},
+	"/v1/messages":         {anthropic, true, messages},
 }
 
 func jsonUnmarshal(b []byte, v any) error {
@@ -81,7 +82,7 @@ func chat(a *answer, c *call) {
 	}
 	var d []byte
 	for i := range c.events {
-		d = append(chunk(append(d[:0], `{"content":"`...), i, c.size), `"}`...)
+		d = append(c.chunk(append(d[:0], `{"content":"`...), i), `"}`...)
 		if !a.event("", choice(d, "null")) {
 			return
 		}
@@ -121,7 +122,7 @@ func completion(a *answer, c *call) {
 		b = append(append(b[:0], head...), `{"text":"`...)
 		finish := `"stop"`
 		if i < c.events {
-			b, finish = chunk(b, i, c.size), "null"
+			b, finish = c.chunk(b, i), "null"
 		}
 		b = append(append(append(b, `","index":0,"logprobs":null,"finish_reason":`...), finish...), `}`+tail...)
 		if !a.event("", b) {
@@ -200,7 +201,7 @@ func responses(a *answer, c *call) {
 	}
 	var d []byte
 	for i := range c.events {
-		d = chunk(d[:0], i, c.size)
+		d = c.chunk(d[:0], i)
 		if !ev("response.output_text.delta", `,%s,"delta":"%s","logprobs":[]`, item, d) {
 			return
 		}
@@ -241,7 +242,7 @@ func messages(a *answer, c *call) {
 		return
 	}
 	for i := range c.events {
-		b = append(chunk(append(b[:0], `{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"`...), i, c.size), `"}}`...)
+		b = append(c.chunk(append(b[:0], `{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"`...), i), `"}}`...)
 		if !a.event("content_block_delta", b) {
 			return
 		}
@@ -317,12 +318,35 @@ func parseError(h http.Header) (*apiError, error) {
 	return e, nil
 }
 
+// body returns the error's status and body in format f.
+func (e *apiError) body(f format) (int, []byte) {
+	k := errorKinds[e.kind]
+	status := e.status
+	if status == 0 {
+		status = k.status[f]
+	}
+	if f == anthropic {
+		return status, fmt.Appendf(nil, `{"type":"error","error":{"type":"%s","message":"%s"}}`, k.aType, k.msg)
+	}
+	code := "null"
+	if k.oCode != "" {
+		code = strconv.Quote(k.oCode)
+	}
+	return status, fmt.Appendf(nil, `{"error":{"message":"%s","type":"%s","param":null,"code":%s}}`, k.msg, k.oType, code)
+}
+
+// event returns the error as a stream's event in format f: its name and data.
+func (e *apiError) event(f format) (string, []byte) {
+	_, b := e.body(f)
+	if f == anthropic {
+		return "error", b
+	}
+	return "", b
+}
+
 // write writes the error in format f, and returns its status.
 func (e *apiError) write(w http.ResponseWriter, f format) int {
-	k := errorKinds[e.kind]
-	if e.status == 0 {
-		e.status = k.status[f]
-	}
+	status, b := e.body(f)
 	h := w.Header()
 	h.Set("Content-Type", "application/json")
 	if e.retryAfter != "" {
@@ -331,17 +355,7 @@ func (e *apiError) write(w http.ResponseWriter, f format) int {
 	if e.retryAfterM != "" {
 		h.Set("Retry-After-Ms", e.retryAfterM)
 	}
-	var b []byte
-	if f == anthropic {
-		b = fmt.Appendf(b, `{"type":"error","error":{"type":"%s","message":"%s"}}`, k.aType, k.msg)
-	} else {
-		code := "null"
-		if k.oCode != "" {
-			code = strconv.Quote(k.oCode)
-		}
-		b = fmt.Appendf(b, `{"error":{"message":"%s","type":"%s","param":null,"code":%s}}`, k.msg, k.oType, code)
-	}
-	w.WriteHeader(e.status)
+	w.WriteHeader(status)
 	w.Write(b)
-	return e.status
+	return status
 }

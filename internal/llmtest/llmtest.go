@@ -40,6 +40,10 @@
 //	                          counts: a role chunk, message_start…), or after 3 bytes of a JSON
 //	                          body: no usage, no terminator, a malformed chunked body
 //	X-Test-No-Usage: 1        report no usage at all, in the JSON body or in the stream
+//	X-Test-Error-After: 3     end a stream after 3 events with an error event (the X-Test-Error
+//	                          kind, default overloaded) in the provider's shape: Anthropic's
+//	                          "event: error", OpenAI's data: {"error": …}; the status stays 200
+//	                          (a JSON answer is the error, up front)
 //	X-Test-Error: rate_limit  answer an error in the endpoint's format instead: rate_limit (429),
 //	                          invalid_request (400), authentication (401), server (500),
 //	                          overloaded (OpenAI 503, Anthropic 529)
@@ -57,20 +61,21 @@
 //
 // # What the SDKs do with Retry-After (openai 6.30.1, @anthropic-ai/sdk 1.15.0)
 //
-// Both retry 408, 409, 429 and 5xx (and obey x-should-retry: true/false over the status), 2
-// retries by default (maxRetries). Before a retry both read retry-after-ms first (a float, in
-// milliseconds), and only when it is absent, unparsable or 0, Retry-After (a float of seconds, or
+// Both retry 408, 409, 429 and 5xx (x-should-retry: true or false overrides the status), 2 times
+// by default (maxRetries). Before a retry both read retry-after-ms first (a float, in
+// milliseconds) and, only when it is absent, unparsable or 0, Retry-After (a float of seconds, or
 // an HTTP date). Without either they back off 0.5 s × 2^retry, at most 8 s, less up to 25 %
 // jitter. They differ in the bounds:
 //   - openai waits whatever the headers say, with no cap: a retry-after-ms of 120000 is a
-//     two-minute wait (older releases fell back to the backoff above 60 s; this one does not),
-//     and a negative value retries at once.
+//     two-minute wait (openai 4.x took its backoff instead for any wait of 60 s or more; 6.x
+//     does not). A wait of 0 or less retries at once, and one over 2^31-1 ms too (Node's
+//     setTimeout fires after 1 ms when its delay overflows).
 //   - @anthropic-ai/sdk waits what the headers say only when it is over 0 and at most 2^31-1 ms
 //     (about 24.8 days); anything else (0, negative, a date in the past) gets the backoff.
 //
 // So a gateway that sends retry-after-ms exactly and Retry-After rounded up to whole seconds is
 // waited for to the millisecond by both; one that sends only Retry-After costs its clients up to a
-// second more each.
+// second more each, and one that sends 0 makes the openai SDK retry at once.
 //
 // # Watching the upstream
 //
@@ -115,6 +120,8 @@ type End struct {
 	Cut bool
 	// Gone reports that the client left before the answer's end.
 	Gone bool
+	// Error reports that the stream ended with an error event (X-Test-Error-After).
+	Error bool
 }
 
 // Handler is the fake LLM API as an http.Handler (for a benchmark binary that serves it itself);
@@ -195,7 +202,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	seq := h.record(Request{Method: r.Method, Path: r.URL.Path, Header: r.Header.Clone(), Body: body})
-	a := &answer{w: w, ctx: r.Context(), end: End{Path: r.URL.Path, Status: http.StatusOK}, cut: -1}
+	a := &answer{w: w, ctx: r.Context(), end: End{Path: r.URL.Path, Status: http.StatusOK}, cut: -1, errAfter: -1}
 	defer func() { h.end(a.end) }() // also when a cut panics with http.ErrAbortHandler
 	write, ok := endpoints[r.URL.Path]
 	switch {
@@ -215,7 +222,12 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	a.interval, a.cut = c.interval, c.cut
-	if c.err != nil {
+	c.stream = c.stream && write.stream
+	switch {
+	case c.err != nil && c.stream && c.errAfter >= 0:
+		a.errAfter = c.errAfter
+		a.errName, a.errData = c.err.event(write.format)
+	case c.err != nil:
 		a.end.Status = c.err.write(w, write.format)
 		return
 	}
@@ -278,8 +290,10 @@ type call struct {
 	interval time.Duration
 	cut      int // -1: none
 	err      *apiError
-	inputs   int  // embeddings: the number of inputs
-	base64   bool // embeddings: encoding_format "base64"
+	errAfter int    // -1: none
+	pattern  []byte // the text events are cut from (chunk)
+	inputs   int    // embeddings: the number of inputs
+	base64   bool   // embeddings: encoding_format "base64"
 }
 
 // Defaults of a call.
@@ -290,7 +304,7 @@ const (
 )
 
 func parseCall(h http.Header, body []byte, seq int) (*call, error) {
-	c := &call{seq: seq, events: DefaultEvents, size: DefaultEventSize, cut: -1}
+	c := &call{seq: seq, events: DefaultEvents, size: DefaultEventSize, cut: -1, errAfter: -1}
 	var req struct {
 		Model         string `json:"model"`
 		Stream        bool   `json:"stream"`
@@ -362,8 +376,16 @@ func parseCall(h http.Header, body []byte, seq int) (*call, error) {
 	default:
 		return nil, fmt.Errorf("llmtest: X-Test-No-Usage: %q is not 1 or 0", v)
 	}
+	if h.Get("X-Test-Error-After") != "" {
+		if c.errAfter, err = num("X-Test-Error-After", 0); err != nil {
+			return nil, err
+		}
+	}
 	if c.err, err = parseError(h); err != nil {
 		return nil, err
+	}
+	if c.err == nil && c.errAfter >= 0 {
+		c.err = &apiError{kind: "overloaded"}
 	}
 	return c, nil
 }
@@ -400,21 +422,24 @@ func parseUsage(s string) (Usage, error) {
 // Text is the completion an answer of n events of size bytes each writes: letters and spaces,
 // the same for every format, so a test knows the text its client must assemble.
 func Text(n, size int) string {
-	var b bytes.Buffer
+	c := call{size: size}
+	var b []byte
 	for i := range n {
-		b.Write(chunk(nil, i, size))
+		b = c.chunk(b, i)
 	}
-	return b.String()
+	return string(b)
 }
 
 const alphabet = "abcdefghijklmnopqrstuvwxyz "
 
-// chunk appends the text of event i to b. It needs no escaping in JSON.
-func chunk(b []byte, i, size int) []byte {
-	for j := range size {
-		b = append(b, alphabet[(i+j)%len(alphabet)])
+// chunk appends the text of event i to b: size bytes of the alphabet repeated, from the i-th
+// letter. It needs no escaping in JSON, and costs a copy: a stream of a gigabyte is cheap to write.
+func (c *call) chunk(b []byte, i int) []byte {
+	if c.pattern == nil {
+		c.pattern = bytes.Repeat([]byte(alphabet), c.size/len(alphabet)+2)
 	}
-	return b
+	o := i % len(alphabet)
+	return append(b, c.pattern[o:o+c.size]...)
 }
 
 // answer writes an answer: a JSON body, or a stream of events flushed one by one, cut as the
@@ -424,6 +449,9 @@ type answer struct {
 	ctx      context.Context
 	interval time.Duration
 	cut      int
+	errAfter int // the events before the error event; -1: none
+	errName  string
+	errData  []byte
 	end      End
 	buf      []byte
 }
@@ -462,6 +490,11 @@ func (a *answer) event(name string, data []byte) bool {
 			a.w.WriteHeader(http.StatusOK)
 		}
 		a.abort()
+	}
+	if a.end.Events == a.errAfter {
+		a.errAfter = -1
+		a.end.Error = a.event(a.errName, a.errData)
+		return false
 	}
 	if a.interval > 0 {
 		t := time.NewTimer(a.interval)

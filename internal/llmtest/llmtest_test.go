@@ -353,7 +353,7 @@ func TestNoUsage(t *testing.T) {
 	s := Start(t)
 	n := 0
 	for _, tc := range streams {
-		for _, hdr := range []string{"X-Test-Cut: 3", "X-Test-Cut: 0", "X-Test-No-Usage: 1"} {
+		for _, hdr := range []string{"X-Test-Cut: 3", "X-Test-Cut: 0", "X-Test-No-Usage: 1", "X-Test-Error-After: 3"} {
 			resp := post(t, s, tc.path, tc.body, hdr, "X-Test-Usage: input=120,output=53")
 			u, body := meter(t, resp, tc.format)
 			n++
@@ -369,6 +369,17 @@ func TestNoUsage(t *testing.T) {
 			case "X-Test-Cut: 0":
 				if !end.Cut || end.Events != 0 || len(body) != 0 {
 					t.Errorf("%s with %s: ended %+v after %q", tc.path, hdr, end, body)
+				}
+			case "X-Test-Error-After: 3":
+				evs := parseEvents(t, body)
+				last := evs[len(evs)-1]
+				want := `{"error":{"message":"Overloaded","type":"server_error","param":null,"code":null}}`
+				if tc.format == llm.Anthropic {
+					want = `{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}`
+				}
+				if !end.Error || end.Cut || end.Events != 4 || len(evs) != 4 || last.data != want || (last.name == "error") != (tc.format == llm.Anthropic) ||
+					resp.StatusCode != http.StatusOK {
+					t.Errorf("%s with %s: ended %+v, status %d, after %q", tc.path, hdr, end, resp.StatusCode, body)
 				}
 			default:
 				if end.Cut || end.Gone || bytes.Contains(body, []byte(`_tokens"`)) {
@@ -415,6 +426,8 @@ func TestErrors(t *testing.T) {
 			`{"error":{"message":"Rate limit reached for requests","type":"rate_limit_exceeded","param":null,"code":"rate_limit_exceeded"}}`},
 		{"/v1/responses", []string{"X-Test-Status: 500"}, 500,
 			`{"error":{"message":"Internal server error","type":"server_error","param":null,"code":null}}`},
+		{"/v1/embeddings", []string{"X-Test-Error-After: 2"}, 503, // no stream: the error comes up front
+			`{"error":{"message":"Overloaded","type":"server_error","param":null,"code":null}}`},
 		{"/v1/embeddings", []string{"X-Test-Error: authentication"}, 401,
 			`{"error":{"message":"Invalid API key","type":"invalid_request_error","param":null,"code":"invalid_api_key"}}`},
 		{"/v1/messages", []string{"X-Test-Error: rate_limit", "X-Test-Retry-After: 2"}, 429,
