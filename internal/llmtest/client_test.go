@@ -49,15 +49,21 @@ func TestSDKs(t *testing.T) {
 	}
 }
 
-// TestSDKCut: a stream the upstream cuts short is an error to both SDKs, not a short answer.
+// TestSDKCut: a stream the upstream cuts short, or ends with an error event, is an error to both
+// SDKs, not a short answer.
 func TestSDKCut(t *testing.T) {
 	s := Start(t)
-	for _, sdk := range []string{"openai", "anthropic"} {
-		r := RunClient(t, ClientCall{SDK: sdk, BaseURL: s.URL, Stream: true, IncludeUsage: true, Headers: map[string]string{"X-Test-Cut": "3"}})
-		if r.OK || r.Usage != nil || r.Attempts != 1 {
-			t.Errorf("%s: got %+v after a cut stream", sdk, r)
+	for _, tc := range []struct{ sdk, hdr, code string }{
+		{"openai", "X-Test-Cut", ""},
+		{"anthropic", "X-Test-Cut", ""},
+		{"openai", "X-Test-Error-After", "server_error"},
+		{"anthropic", "X-Test-Error-After", "overloaded_error"},
+	} {
+		r := RunClient(t, ClientCall{SDK: tc.sdk, BaseURL: s.URL, Stream: true, IncludeUsage: true, Headers: map[string]string{tc.hdr: "3"}})
+		if r.OK || r.Usage != nil || r.Attempts != 1 || r.ErrorCode != tc.code {
+			t.Errorf("%s with %s: got %+v", tc.sdk, tc.hdr, r)
 		}
-		t.Logf("%s: a cut stream is %s: %s", sdk, r.ErrorType, r.ErrorMessage)
+		t.Logf("%s with %s: %s %q: %s", tc.sdk, tc.hdr, r.ErrorType, r.ErrorCode, r.ErrorMessage)
 	}
 }
 
