@@ -39,6 +39,12 @@ if ! command -v chromium >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; th
 	command -v npm >/dev/null 2>&1 || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nodejs npm >/dev/null
 fi
 
+# The official openai and @anthropic-ai/sdk packages, the real clients of the LLM tests
+# (internal/llmtest), from their lock file. The tests install them too when they are missing or
+# stale (llmtest.EnsureNode), but here the npm registry is known to be reachable.
+echo "== npm ci (internal/llmtest/node)"
+(cd internal/llmtest/node && npm ci --no-audit --no-fund >/dev/null)
+
 # Real nginx and Caddy for the forward-auth recipes' tests (cmd/sluice, docs/forward-auth.md):
 # the tests run them as their own processes on free loopback ports.
 if { ! command -v nginx >/dev/null 2>&1 && [ ! -x /usr/sbin/nginx ]; } || ! command -v caddy >/dev/null 2>&1; then
