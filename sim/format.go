@@ -27,6 +27,12 @@ import (
 //	                CSV: two last columns, SettledCSVHeader, that `sluice simulate` adds for a
 //	                trace with an actual column): the request's real cost, and the remaining its
 //	                settlement left (never below 0); empty in CSV for a request without one
+//	end_ms,         with durations only (Options.Durations; JSON: left out without them; CSV: four
+//	in_flight,      last columns, StreamCSVHeader, that `sluice simulate` adds for a trace with a
+//	reserved,       duration_ms column or a workload): when the request's response ended, and it
+//	wait_ms         was settled (its actual and balance are then); the responses of its key
+//	                running once it was decided, and Σ their estimates; and if its settlement
+//	                left the key nothing, the wait before a request of cost 1 could pass
 //	fallback        in a Fleet's Outage only: open, local or closed, how the instance decided
 //	                without its store (JSON: left out when the store decided; CSV: a last
 //	                column that `sluice simulate --outage` adds, empty when the store decided)
@@ -44,6 +50,9 @@ import (
 //	total_delay_ms              Σ delay_ms (the mean delay is total_delay_ms / delayed)
 //	settled, settled_cost,      with real costs only: the approved requests settled, Σ their
 //	actual_cost                 estimates (cost) and Σ their real costs
+//	max_in_flight,              with durations only: the most responses one key had running,
+//	max_reserved,               the most their estimates held, the settlements that left their
+//	waits, max_wait_ms          key waiting, and the longest such wait
 //	fallback                    only when some were: {"open","local","closed"}, the requests
 //	                            decided without the store in a Fleet's Outage, by failure mode
 //	max_latency_ms,             with a Fleet's StoreLatency only: the longest and the Σ of
@@ -71,6 +80,17 @@ func (r Row) SettledCSVRecord() []string {
 	return []string{strconv.FormatInt(r.Actual, 10), strconv.FormatInt(r.Balance, 10)}
 }
 
+// StreamCSVHeader returns the CSV columns of durations: end_ms,in_flight,reserved,wait_ms.
+func StreamCSVHeader() []string { return []string{"end_ms", "in_flight", "reserved", "wait_ms"} }
+
+// StreamCSVRecord returns r's fields in the order of StreamCSVHeader (empty without durations).
+func (r Row) StreamCSVRecord() []string {
+	if !r.Streams {
+		return []string{"", "", "", ""}
+	}
+	return []string{FormatMillis(r.EndMicros), strconv.FormatInt(r.InFlight, 10), strconv.FormatInt(r.Reserved, 10), FormatMillis(r.WaitMicros)}
+}
+
 func (r Row) retryAfterMillis() string {
 	if r.RetryAfterMicros == NeverMicros {
 		return "-1"
@@ -89,6 +109,10 @@ func (r Row) MarshalJSON() ([]byte, error) {
 	if r.HasLatency {
 		latency = json.Number(FormatMillis(r.LatencyMicros))
 	}
+	var st *streamJSON
+	if r.Streams {
+		st = &streamJSON{json.Number(FormatMillis(r.EndMicros)), r.InFlight, r.Reserved, json.Number(FormatMillis(r.WaitMicros))}
+	}
 	return json.Marshal(struct {
 		TMs          json.Number `json:"t_ms"`
 		Key          string      `json:"key"`
@@ -100,10 +124,11 @@ func (r Row) MarshalJSON() ([]byte, error) {
 		Instance     int         `json:"instance,omitempty"`
 		Actual       *int64      `json:"actual,omitempty"`
 		Balance      *int64      `json:"balance,omitempty"`
-		Fallback     string      `json:"fallback,omitempty"`
-		LatencyMs    json.Number `json:"latency_ms,omitempty"`
+		*streamJSON
+		Fallback  string      `json:"fallback,omitempty"`
+		LatencyMs json.Number `json:"latency_ms,omitempty"`
 	}{json.Number(FormatMillis(r.TMicros)), r.Key, r.Cost, r.Allowed, r.Remaining,
-		json.Number(r.retryAfterMillis()), json.Number(FormatMillis(r.DelayMicros)), r.Instance, actual, balance, r.Fallback, latency})
+		json.Number(r.retryAfterMillis()), json.Number(FormatMillis(r.DelayMicros)), r.Instance, actual, balance, st, r.Fallback, latency})
 }
 
 // MarshalJSON writes s as {"offered":..,"allowed":..,"refused":..,"delayed":..,"never":..,
@@ -116,6 +141,10 @@ func (s Summary) MarshalJSON() ([]byte, error) {
 	var maxLatency, totalLatency json.Number
 	if s.Latency {
 		maxLatency, totalLatency = json.Number(FormatMillis(s.MaxLatencyMicros)), json.Number(FormatMillis(s.TotalLatencyMicros))
+	}
+	var st *streamsJSON
+	if s.Streams {
+		st = &streamsJSON{s.MaxInFlight, s.MaxReserved, s.Waits, json.Number(FormatMillis(s.MaxWaitMicros))}
 	}
 	var fb *fallbacks
 	if s.Open+s.Local+s.Closed > 0 {
@@ -134,11 +163,28 @@ func (s Summary) MarshalJSON() ([]byte, error) {
 		Settled      *int64      `json:"settled,omitempty"`
 		SettledCost  *int64      `json:"settled_cost,omitempty"`
 		ActualCost   *int64      `json:"actual_cost,omitempty"`
+		*streamsJSON
 		Fallback     *fallbacks  `json:"fallback,omitempty"`
 		MaxLatency   json.Number `json:"max_latency_ms,omitempty"`
 		TotalLatency json.Number `json:"total_latency_ms,omitempty"`
 	}{s.Offered, s.Allowed, s.Refused, s.Delayed, s.Never, s.OfferedCost, s.AllowedCost,
-		json.Number(FormatMillis(s.MaxDelayMicros)), json.Number(FormatMillis(s.TotalDelayMicros)), settled, settledCost, actualCost, fb, maxLatency, totalLatency})
+		json.Number(FormatMillis(s.MaxDelayMicros)), json.Number(FormatMillis(s.TotalDelayMicros)), settled, settledCost, actualCost, st, fb, maxLatency, totalLatency})
+}
+
+// streamJSON is a row's fields with durations (Row.Streams).
+type streamJSON struct {
+	EndMs    json.Number `json:"end_ms"`
+	InFlight int64       `json:"in_flight"`
+	Reserved int64       `json:"reserved"`
+	WaitMs   json.Number `json:"wait_ms"`
+}
+
+// streamsJSON is a summary's fields with durations (Summary.Streams).
+type streamsJSON struct {
+	MaxInFlight int64       `json:"max_in_flight"`
+	MaxReserved int64       `json:"max_reserved"`
+	Waits       int64       `json:"waits"`
+	MaxWaitMs   json.Number `json:"max_wait_ms"`
 }
 
 // fallbacks is a summary's "fallback": its requests decided without the store, by failure mode.

@@ -445,11 +445,12 @@ func (o *simulateOptions) requests(changed func(string) bool, stdin io.Reader) (
 		if r == nil {
 			return nil, "", errors.New("--trace -: no standard input")
 		}
-		reqs, actual, err := sim.ParseSettledTrace(r)
-		o.actual = actual // the trace's real costs (nil: it has no actual column)
+		tr, err := sim.ReadTrace(r)
+		o.actual, o.durations = tr.Actual, tr.Durations // nil: the trace has no such column
 		if err != nil {
 			return nil, "", err
 		}
+		reqs := tr.Requests
 		if len(reqs) == 0 {
 			return nil, "", fmt.Errorf("--trace %s: the trace has no requests", o.trace)
 		}
