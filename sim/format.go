@@ -30,7 +30,7 @@ import (
 //	end_ms,         with durations only (Options.Durations; JSON: left out without them; CSV: four
 //	in_flight,      last columns, StreamCSVHeader, that `sluice simulate` adds for a trace with a
 //	reserved,       duration_ms column or a workload): when the request's response ended, and it
-//	wait_ms         was settled (its actual and balance are then); the responses of its key
+//	wait_ms         was settled (its actual and balance are then; t_ms if refused); the responses of its key
 //	                running once it was decided, and Σ their estimates; and if its settlement
 //	                left the key nothing, the wait before a request of cost 1 could pass
 //	fallback        in a Fleet's Outage only: open, local or closed, how the instance decided
@@ -50,9 +50,6 @@ import (
 //	total_delay_ms              Σ delay_ms (the mean delay is total_delay_ms / delayed)
 //	settled, settled_cost,      with real costs only: the approved requests settled, Σ their
 //	actual_cost                 estimates (cost) and Σ their real costs
-//	max_in_flight,              with durations only: the most responses one key had running,
-//	max_reserved,               the most their estimates held, the settlements that left their
-//	waits, max_wait_ms          key waiting, and the longest such wait
 //	fallback                    only when some were: {"open","local","closed"}, the requests
 //	                            decided without the store in a Fleet's Outage, by failure mode
 //	max_latency_ms,             with a Fleet's StoreLatency only: the longest and the Σ of
@@ -142,10 +139,6 @@ func (s Summary) MarshalJSON() ([]byte, error) {
 	if s.Latency {
 		maxLatency, totalLatency = json.Number(FormatMillis(s.MaxLatencyMicros)), json.Number(FormatMillis(s.TotalLatencyMicros))
 	}
-	var st *streamsJSON
-	if s.Streams {
-		st = &streamsJSON{s.MaxInFlight, s.MaxReserved, s.Waits, json.Number(FormatMillis(s.MaxWaitMicros))}
-	}
 	var fb *fallbacks
 	if s.Open+s.Local+s.Closed > 0 {
 		fb = &fallbacks{s.Open, s.Local, s.Closed}
@@ -163,12 +156,11 @@ func (s Summary) MarshalJSON() ([]byte, error) {
 		Settled      *int64      `json:"settled,omitempty"`
 		SettledCost  *int64      `json:"settled_cost,omitempty"`
 		ActualCost   *int64      `json:"actual_cost,omitempty"`
-		*streamsJSON
 		Fallback     *fallbacks  `json:"fallback,omitempty"`
 		MaxLatency   json.Number `json:"max_latency_ms,omitempty"`
 		TotalLatency json.Number `json:"total_latency_ms,omitempty"`
 	}{s.Offered, s.Allowed, s.Refused, s.Delayed, s.Never, s.OfferedCost, s.AllowedCost,
-		json.Number(FormatMillis(s.MaxDelayMicros)), json.Number(FormatMillis(s.TotalDelayMicros)), settled, settledCost, actualCost, st, fb, maxLatency, totalLatency})
+		json.Number(FormatMillis(s.MaxDelayMicros)), json.Number(FormatMillis(s.TotalDelayMicros)), settled, settledCost, actualCost, fb, maxLatency, totalLatency})
 }
 
 // streamJSON is a row's fields with durations (Row.Streams).
@@ -177,14 +169,6 @@ type streamJSON struct {
 	InFlight int64       `json:"in_flight"`
 	Reserved int64       `json:"reserved"`
 	WaitMs   json.Number `json:"wait_ms"`
-}
-
-// streamsJSON is a summary's fields with durations (Summary.Streams).
-type streamsJSON struct {
-	MaxInFlight int64       `json:"max_in_flight"`
-	MaxReserved int64       `json:"max_reserved"`
-	Waits       int64       `json:"waits"`
-	MaxWaitMs   json.Number `json:"max_wait_ms"`
 }
 
 // fallbacks is a summary's "fallback": its requests decided without the store, by failure mode.

@@ -103,11 +103,18 @@ func (o Options) Run(policy sluice.Policy, reqs []Request) (Result, error) {
 
 // Simulate is the package's Simulate (or, with a Fleet, SimulateFleet) under o.
 func (o Options) Simulate(policy sluice.Policy, reqs []Request, emit func(Row) error) (Summary, error) {
+	if o.Durations != nil {
+		st, err := o.NewStreamSession(policy, len(reqs))
+		if err != nil {
+			return Summary{}, err
+		}
+		return st.simulate(reqs, emit, o.Actual, o.Durations)
+	}
 	s, err := o.NewSession(policy, len(reqs))
 	if err != nil {
 		return Summary{}, err
 	}
-	return s.simulate(reqs, emit, o.Actual, o.Durations)
+	return s.simulate(reqs, emit, o.Actual)
 }
 
 // Compare runs reqs under each of policies in turn (ComparePolicies' or CalendarPolicies'), under

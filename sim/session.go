@@ -1,12 +1,10 @@
 package sim
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"slices"
 	"time"
 
 	"github.com/sluicehq/sluice"
@@ -30,33 +28,9 @@ type Session struct {
 	shared   *sharedStore      // a Fleet's shared store; nil: none
 	latency  int64             // µs: a Fleet's StoreLatency
 	ctx      context.Context
-	n        int              // requests decided so far
-	last     int64            // µs: the latest instant decided or peeked at; times may not go below it
-	origin   int64            // µs since the Unix epoch of virtual time 0 (Options.Start)
-	held     []held           // approved requests whose responses are still running, by end (then request)
-	running  map[string]*load // per key: what its held requests hold
-	ended    []Ended          // held requests settled since the last call to Ended
-}
-
-// held is an approved request whose response is still running (DecideStream): its estimate stays
-// charged until the response ends at end, when it is settled with its real cost.
-type held struct {
-	end    int64 // µs
-	seq    int   // its place among the session's requests, from 0
-	actual int64 // NoActual: the estimate stands
-	lim    *sluice.Limiter
-	r      *sluice.Reservation
-	row    Row
-}
-
-// load is what one key's running responses hold: how many, and Σ their estimates.
-type load struct{ streams, reserved int64 }
-
-// Ended is the row of a request whose response ran for a while (DecideStream), completed by its
-// settlement when the response ended: Seq is the request's place among the session's, from 0.
-type Ended struct {
-	Seq int
-	Row Row
+	n        int   // requests decided so far
+	last     int64 // µs: the latest instant decided or peeked at; times may not go below it
+	origin   int64 // µs since the Unix epoch of virtual time 0 (Options.Start)
 }
 
 // Fleet is several gateway instances sharing one store, each spending local budgets of the
@@ -140,37 +114,34 @@ func (s *Session) Decide(rq Request) (Row, error) { return s.DecideSettled(rq, N
 // 0..2^53, rq.Cost being the estimate): approved, it is settled with it at once, at rq's time,
 // and the row says the balance that leaves (see Options.Actual).
 func (s *Session) DecideSettled(rq Request, actual int64) (Row, error) {
-	return s.decide(rq, actual, 0, false)
+	row, lim, r, err := s.reserve(rq, actual)
+	if err != nil {
+		return Row{}, err
+	}
+	if actual != NoActual {
+		if err := s.settle(lim, r, &row); err != nil {
+			return Row{}, fmt.Errorf("sim: request %d (t_ms %s, key %q): settling: %w", s.n+1, FormatMillis(rq.TMicros), rq.Key, err)
+		}
+	}
+	s.n++
+	return row, nil
 }
 
-// DecideStream is DecideSettled for a request whose response lasts durMicros (≥ 0; 0: it is
-// served at once). First it settles the running responses that end at or before rq's time (see
-// Ended), then decides rq. Approved with a duration, rq holds its estimate while its response
-// runs: the returned row is Held, and its settlement, with actual (NoActual: the estimate
-// stands), comes when the clock reaches rq.TMicros + durMicros — at a later request, a Peek, or
-// Finish — and its completed row then from Ended. Every row DecideStream returns says what the
-// key's running responses hold once it is decided (Row.Streams).
-func (s *Session) DecideStream(rq Request, actual, durMicros int64) (Row, error) {
-	return s.decide(rq, actual, durMicros, true)
-}
-
-func (s *Session) decide(rq Request, actual, durMicros int64, streams bool) (Row, error) {
+// reserve sets the clock to rq's time and decides rq (with its real cost actual: through the
+// reservation r of the limiter lim, that settles it). It returns an error if rq cannot be
+// decided next; the session is then unchanged.
+func (s *Session) reserve(rq Request, actual int64) (row Row, lim *sluice.Limiter, r *sluice.Reservation, err error) {
 	i := s.n + 1
 	switch {
 	case rq.TMicros < 0 || rq.TMicros > MaxTimeMicros:
-		return Row{}, fmt.Errorf("sim: request %d: time %d µs is outside 0..2^53", i, rq.TMicros)
+		return Row{}, nil, nil, fmt.Errorf("sim: request %d: time %d µs is outside 0..2^53", i, rq.TMicros)
 	case rq.TMicros < s.last:
-		return Row{}, fmt.Errorf("sim: request %d: time %s ms is before the previous request's %s ms (requests must be in time order)",
+		return Row{}, nil, nil, fmt.Errorf("sim: request %d: time %s ms is before the previous request's %s ms (requests must be in time order)",
 			i, FormatMillis(rq.TMicros), FormatMillis(s.last))
 	case rq.Cost < 0:
-		return Row{}, fmt.Errorf("sim: request %d: cost %d must be ≥ 0", i, rq.Cost)
+		return Row{}, nil, nil, fmt.Errorf("sim: request %d: cost %d must be ≥ 0", i, rq.Cost)
 	case actual != NoActual && (actual < 0 || actual > algorithm.MaxLimit):
-		return Row{}, fmt.Errorf("sim: request %d: actual cost %d must be in 0..2^53", i, actual)
-	case durMicros < 0 || durMicros > MaxTimeMicros-rq.TMicros:
-		return Row{}, fmt.Errorf("sim: request %d: duration %d µs must be ≥ 0 and end by 2^53 µs", i, durMicros)
-	}
-	if err := s.settleUntil(rq.TMicros); err != nil {
-		return Row{}, err
+		return Row{}, nil, nil, fmt.Errorf("sim: request %d: actual cost %d must be in 0..2^53", i, actual)
 	}
 	s.last = rq.TMicros
 	s.clock.Set(time.UnixMicro(s.origin + rq.TMicros))
@@ -184,15 +155,13 @@ func (s *Session) decide(rq Request, actual, durMicros int64, streams bool) (Row
 		calls = s.shared.calls
 	}
 	var d sluice.Decision
-	var err error
-	var r *sluice.Reservation
 	if actual != NoActual {
 		r, err = lim.Reserve(s.ctx, rq.Key, rq.Cost) // settled now, or when its response ends
 		d = r.Decision()
 	} else {
 		d, err = lim.AllowN(s.ctx, rq.Key, rq.Cost)
 	}
-	row := Row{Request: rq, Allowed: d.Allowed, Remaining: d.Remaining,
+	row = Row{Request: rq, Allowed: d.Allowed, Remaining: d.Remaining,
 		RetryAfterMicros: micros(d.RetryAfter), DelayMicros: micros(d.Delay), Instance: instance, Fallback: fallbackName(d.Fallback)}
 	switch {
 	case s.outage != nil && errors.Is(err, sluice.ErrStoreUnavailable):
@@ -202,7 +171,7 @@ func (s *Session) decide(rq Request, actual, durMicros int64, streams bool) (Row
 	case errors.Is(err, sluice.ErrCostExceedsLimit):
 		row.Allowed, row.RetryAfterMicros, row.DelayMicros = false, NeverMicros, 0
 	case err != nil:
-		return Row{}, fmt.Errorf("sim: request %d (t_ms %s, key %q): %w", i, FormatMillis(rq.TMicros), rq.Key, err)
+		return Row{}, nil, nil, fmt.Errorf("sim: request %d (t_ms %s, key %q): %w", i, FormatMillis(rq.TMicros), rq.Key, err)
 	case d.Allowed:
 		row.RetryAfterMicros = 0
 	}
@@ -210,33 +179,13 @@ func (s *Session) decide(rq Request, actual, durMicros int64, streams bool) (Row
 		// The decision's calls only: a settlement comes after the request was served.
 		row.HasLatency, row.LatencyMicros = true, (s.shared.calls-calls)*s.latency
 	}
-	if streams {
-		row.Streams, row.EndMicros = true, rq.TMicros+durMicros
-	}
-	lasts := durMicros > 0 && row.Allowed
-	if lasts {
-		row.held = true
-		row.Settles, row.Actual = actual != NoActual, max(actual, 0)
-	} else if actual != NoActual {
+	if actual != NoActual {
 		row.Settles, row.Actual = true, actual
-		if err := s.settle(lim, r, &row); err != nil {
-			return Row{}, fmt.Errorf("sim: request %d (t_ms %s, key %q): settling: %w", i, FormatMillis(rq.TMicros), rq.Key, err)
-		}
 	}
-	if streams {
-		l := s.load(rq.Key, lasts, rq.Cost)
-		row.InFlight, row.Reserved = l.streams, l.reserved
-	}
-	if lasts {
-		s.hold(held{end: row.EndMicros, seq: s.n, actual: actual, lim: lim, r: r, row: row})
-	}
-
-	s.n++
-	return row, nil
+	return row, lim, r, nil
 }
 
-// Peek settles the responses that end at or before tMicros (see Ended), sets the clock to
-// tMicros and asks the limiter about a request of cost 0 on key, which
+// Peek sets the clock to tMicros and asks the limiter about a request of cost 0 on key, which
 // reports the key's state and changes nothing: Remaining is the cost that could still pass at
 // tMicros, ResetAfter the time until the key is back to full quota (for the buckets: until the
 // queue ahead has drained). Like Decide, it returns an error for a time outside 0..MaxTimeMicros
@@ -247,9 +196,6 @@ func (s *Session) Peek(tMicros int64, key string) (sluice.Decision, error) {
 		return sluice.Decision{}, fmt.Errorf("sim: peek: time %d µs is outside 0..2^53", tMicros)
 	case tMicros < s.last:
 		return sluice.Decision{}, fmt.Errorf("sim: peek: time %s ms is before the last one decided, %s ms", FormatMillis(tMicros), FormatMillis(s.last))
-	}
-	if err := s.settleUntil(tMicros); err != nil {
-		return sluice.Decision{}, err
 	}
 	s.last = tMicros
 	s.clock.Set(time.UnixMicro(s.origin + tMicros))
@@ -265,9 +211,7 @@ func (s *Session) Policy() sluice.Policy { return s.limiter.Policy() }
 
 // settle settles an approved request's reservation r with its real cost, at the clock's instant
 // (its decision's, or its response's end), and records the balance it leaves (a peek); a refused
-// one settles nothing and its balance is its own Remaining. A settlement that leaves nothing also
-// records how long the key must wait for a request of cost 1 (a refused probe changes nothing; a
-// Fleet's instances are not probed: one could take a budget from the store for it).
+// one settles nothing and its balance is its own Remaining.
 func (s *Session) settle(lim *sluice.Limiter, r *sluice.Reservation, row *Row) error {
 	row.Balance = row.Remaining
 	if !row.Allowed {
@@ -281,83 +225,5 @@ func (s *Session) settle(lim *sluice.Limiter, r *sluice.Reservation, row *Row) e
 		return err
 	}
 	row.Balance = d.Remaining
-	if !row.Streams || d.Remaining > 0 || s.limiters != nil {
-		return nil
-	}
-	if d, err = lim.AllowN(s.ctx, row.Key, 1); err != nil {
-		return err
-	}
-	if d.Allowed { // a leaky bucket with room to queue: take the probe back
-		return fmt.Errorf("a probe of cost 1 was approved with 0 remaining")
-	}
-	row.WaitMicros = micros(d.RetryAfter)
 	return nil
-}
-
-// load counts a request of cost on key into what the key's running responses hold if it runs
-// (adds), and returns what they hold.
-func (s *Session) load(key string, adds bool, cost int64) load {
-	l := s.running[key]
-	if l == nil && !adds {
-		return load{}
-	}
-	if l == nil {
-		if s.running == nil {
-			s.running = map[string]*load{}
-		}
-		l = &load{}
-		s.running[key] = l
-	}
-	if adds {
-		l.streams++
-		l.reserved += cost
-	}
-	return *l
-}
-
-// hold keeps h until its response ends, in order of ends (then of requests).
-func (s *Session) hold(h held) {
-	i, _ := slices.BinarySearchFunc(s.held, h, func(a, b held) int {
-		return cmp.Or(cmp.Compare(a.end, b.end), cmp.Compare(a.seq, b.seq))
-	})
-	s.held = slices.Insert(s.held, i, h)
-}
-
-// settleUntil settles, in order, the held requests whose responses end at or before tMicros,
-// each at its end on the virtual clock, and keeps their rows for Ended.
-func (s *Session) settleUntil(tMicros int64) error {
-	for len(s.held) > 0 && s.held[0].end <= tMicros {
-		h := s.held[0]
-		s.held = s.held[1:]
-		s.last = h.end
-		s.clock.Set(time.UnixMicro(s.origin + h.end))
-		l := s.running[h.row.Key]
-		l.streams--
-		l.reserved -= h.row.Cost
-		if l.streams == 0 {
-			delete(s.running, h.row.Key)
-		}
-		row := h.row
-		row.held = false
-		if h.actual != NoActual {
-			if err := s.settle(h.lim, h.r, &row); err != nil {
-				return fmt.Errorf("sim: request %d (t_ms %s, key %q): settling at its end, %s ms: %w",
-					h.seq+1, FormatMillis(row.TMicros), row.Key, FormatMillis(h.end), err)
-			}
-		}
-		s.ended = append(s.ended, Ended{Seq: h.seq, Row: row})
-	}
-	return nil
-}
-
-// Finish settles every response still running, each at its end, in order of ends; their rows
-// are then in Ended. The session may go on after it, from the last end.
-func (s *Session) Finish() error { return s.settleUntil(MaxTimeMicros) }
-
-// Ended returns the rows of the requests whose responses have ended (and been settled) since the
-// last call, in the order of their ends.
-func (s *Session) Ended() []Ended {
-	e := s.ended
-	s.ended = nil
-	return e
 }

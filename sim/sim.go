@@ -77,26 +77,23 @@ type Row struct {
 	// approved; Balance is then the Remaining its settlement left (a refused one's own
 	// Remaining), never below 0: a key in debt shows 0, and how long the debt lasts is the next
 	// refusals' RetryAfterMicros.
-	Settles bool
-	Actual  int64
-	Balance int64
-	// Streams: the request's response lasts from TMicros to EndMicros (Options.Durations), and
-	// an approved one holds its estimate until then, when it is settled; Balance is then the
-	// Remaining at its end. InFlight and Reserved are what the key's running responses hold once
-	// it is decided (it included, if approved and lasting): how many, and Σ their estimates.
-	// WaitMicros: its settlement left the key nothing (Balance 0), and the next request of cost
-	// 1 must wait that long, as things stood then — how long an underestimate settled beyond
-	// the limit keeps the balance below zero (0 with a Fleet: its instances are not probed).
-	Streams            bool
+	//
+	// Streams: the request's response lasts from TMicros to EndMicros (Options.Durations; a
+	// refused one's EndMicros is its TMicros: it has no response), and an approved one holds its
+	// estimate until then, when it is settled; Balance is then the Remaining at its end.
+	// InFlight and Reserved are what the key's running responses hold once it is decided (it
+	// included, if approved and lasting): how many, and Σ their estimates. WaitMicros: its
+	// settlement left the key nothing (Balance 0), and the next request of cost 1 must wait that
+	// long, as things stood then — how long an underestimate settled beyond the limit keeps the
+	// balance below zero (0 with a Fleet: its instances are not probed).
+	Settles, Streams   bool
+	held               bool // decided, its settlement still to come (Session.Ended)
+	Actual             int64
+	Balance            int64
 	EndMicros          int64
 	InFlight, Reserved int64
 	WaitMicros         int64
-	held               bool // decided, its settlement still to come (Session.Ended)
 }
-
-// Held reports whether the request was approved and its response is still running: its row is
-// completed when the response ends (Session.Ended).
-func (r Row) Held() bool { return r.held }
 
 // Delayed reports whether the request was allowed, but only after a delay.
 func (r Row) Delayed() bool { return r.Allowed && r.DelayMicros > 0 }
@@ -119,9 +116,9 @@ type Summary struct {
 	Settled          int64 // approved requests settled with a real cost (Options.Actual)
 	SettledCost      int64 // Σ estimate (cost) of the settled requests
 	ActualCost       int64 // Σ real cost of the settled requests
-	// With durations (Options.Durations, Row.Streams): the most responses one key had running at
-	// once and the most its running responses reserved; the settlements that left their key
-	// waiting (Row.WaitMicros > 0), and the longest such wait.
+	// With durations (Options.Durations, Row.Streams; counted by Run and Simulate, not Add): the
+	// most responses one key had running at once and the most its running responses reserved;
+	// the settlements that left their key waiting (Row.WaitMicros > 0), and the longest such wait.
 	Streams                  bool
 	MaxInFlight, MaxReserved int64
 	Waits, MaxWaitMicros     int64
@@ -136,15 +133,6 @@ type Summary struct {
 func (s *Summary) Add(r Row) {
 	s.Offered++
 	s.OfferedCost += r.Cost
-	if r.Streams {
-		s.Streams = true
-		s.MaxInFlight = max(s.MaxInFlight, r.InFlight)
-		s.MaxReserved = max(s.MaxReserved, r.Reserved)
-		if r.WaitMicros > 0 {
-			s.Waits++
-			s.MaxWaitMicros = max(s.MaxWaitMicros, r.WaitMicros)
-		}
-	}
 	if r.HasLatency {
 		s.Latency = true
 		s.TotalLatencyMicros += r.LatencyMicros
@@ -176,6 +164,21 @@ func (s *Summary) Add(r Row) {
 		s.Delayed++
 		s.TotalDelayMicros += r.DelayMicros
 		s.MaxDelayMicros = max(s.MaxDelayMicros, r.DelayMicros)
+	}
+}
+
+// addStream counts r's response into s, if it has durations (Row.Streams): Run and Simulate do,
+// Add does not (the browser simulation, which has no durations, links Add).
+func (s *Summary) addStream(r Row) {
+	if !r.Streams {
+		return
+	}
+	s.Streams = true
+	s.MaxInFlight = max(s.MaxInFlight, r.InFlight)
+	s.MaxReserved = max(s.MaxReserved, r.Reserved)
+	if r.WaitMicros > 0 {
+		s.Waits++
+		s.MaxWaitMicros = max(s.MaxWaitMicros, r.WaitMicros)
 	}
 }
 
@@ -211,57 +214,26 @@ func SimulateFleet(policy sluice.Policy, f Fleet, reqs []Request, emit func(Row)
 // NoActual is an actual cost that is not known: the request keeps its cost.
 const NoActual int64 = -1
 
-// simulate decides reqs on s in turn, passing each row to emit (may be nil) in request order.
-// With durations, a row whose response is still running waits, with the rows after it, until
-// the response has ended and been settled; the run ends with every response settled.
-func (s *Session) simulate(reqs []Request, emit func(Row) error, actuals, durations []int64) (Summary, error) {
+// simulate decides reqs on s in turn, passing each row to emit (may be nil).
+func (s *Session) simulate(reqs []Request, emit func(Row) error, actuals []int64) (Summary, error) {
 	var sum Summary
-	var rows []Row // decided, not yet emitted: rows[0] is request done's
-	done := 0
-	flush := func() error {
-		for _, e := range s.Ended() {
-			rows[e.Seq-done] = e.Row
-		}
-		n := 0
-		for ; n < len(rows) && !rows[n].held; n++ {
-			sum.Add(rows[n])
-			if emit != nil {
-				if err := emit(rows[n]); err != nil {
-					return err
-				}
-			}
-		}
-		rows = rows[:copy(rows, rows[n:])]
-		done += n
-		return nil
-	}
 	for i, rq := range reqs {
-		actual, dur := NoActual, int64(0)
+		actual := NoActual
 		if i < len(actuals) {
 			actual = actuals[i]
 		}
-		if i < len(durations) {
-			dur = durations[i]
-		}
-		var row Row
-		var err error
-		if durations != nil {
-			row, err = s.DecideStream(rq, actual, dur)
-		} else {
-			row, err = s.DecideSettled(rq, actual)
-		}
+		row, err := s.DecideSettled(rq, actual)
 		if err != nil {
 			return sum, err
 		}
-		rows = append(rows, row)
-		if err := flush(); err != nil {
-			return sum, err
+		sum.Add(row)
+		if emit != nil {
+			if err := emit(row); err != nil {
+				return sum, err
+			}
 		}
 	}
-	if err := s.Finish(); err != nil {
-		return sum, err
-	}
-	return sum, flush()
+	return sum, nil
 }
 
 // micros converts a Decision duration to µs; sluice.Never becomes NeverMicros.
