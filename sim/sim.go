@@ -18,7 +18,7 @@
 // (Session.DecideSettled takes one request so). A request's response may also last a while
 // (Options.Durations; a trace's duration_ms column), as a model's streamed answer does: an
 // approved one then holds its estimate until the response ends and is settled then, so that
-// parallel responses hold their estimates together (Session.DecideStream). Workloads are
+// parallel responses hold their estimates together (a StreamSession). Workloads are
 // built-in LLM workloads of this kind.
 //
 // Run, Simulate and Compare are safe for concurrent use: each run has its own store and clock.
