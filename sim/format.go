@@ -27,6 +27,12 @@ import (
 //	                CSV: two last columns, SettledCSVHeader, that `sluice simulate` adds for a
 //	                trace with an actual column): the request's real cost, and the remaining its
 //	                settlement left (never below 0); empty in CSV for a request without one
+//	end_ms,         with durations only (Options.Durations; JSON: left out without them; CSV: four
+//	in_flight,      last columns, StreamCSVHeader, that `sluice simulate` adds for a trace with a
+//	reserved,       duration_ms column or a workload): when the request's response ended, and it
+//	wait_ms         was settled (its actual and balance are then; t_ms if refused); the responses of its key
+//	                running once it was decided, and Σ their estimates; and if its settlement
+//	                left the key nothing, the wait before a request of cost 1 could pass
 //	fallback        in a Fleet's Outage only: open, local or closed, how the instance decided
 //	                without its store (JSON: left out when the store decided; CSV: a last
 //	                column that `sluice simulate --outage` adds, empty when the store decided)
@@ -71,6 +77,17 @@ func (r Row) SettledCSVRecord() []string {
 	return []string{strconv.FormatInt(r.Actual, 10), strconv.FormatInt(r.Balance, 10)}
 }
 
+// StreamCSVHeader returns the CSV columns of durations: end_ms,in_flight,reserved,wait_ms.
+func StreamCSVHeader() []string { return []string{"end_ms", "in_flight", "reserved", "wait_ms"} }
+
+// StreamCSVRecord returns r's fields in the order of StreamCSVHeader (empty without durations).
+func (r Row) StreamCSVRecord() []string {
+	if !r.Streams {
+		return []string{"", "", "", ""}
+	}
+	return []string{FormatMillis(r.EndMicros), strconv.FormatInt(r.InFlight, 10), strconv.FormatInt(r.Reserved, 10), FormatMillis(r.WaitMicros)}
+}
+
 func (r Row) retryAfterMillis() string {
 	if r.RetryAfterMicros == NeverMicros {
 		return "-1"
@@ -89,6 +106,10 @@ func (r Row) MarshalJSON() ([]byte, error) {
 	if r.HasLatency {
 		latency = json.Number(FormatMillis(r.LatencyMicros))
 	}
+	var st *streamJSON
+	if r.Streams {
+		st = &streamJSON{json.Number(FormatMillis(r.EndMicros)), r.InFlight, r.Reserved, json.Number(FormatMillis(r.WaitMicros))}
+	}
 	return json.Marshal(struct {
 		TMs          json.Number `json:"t_ms"`
 		Key          string      `json:"key"`
@@ -100,10 +121,11 @@ func (r Row) MarshalJSON() ([]byte, error) {
 		Instance     int         `json:"instance,omitempty"`
 		Actual       *int64      `json:"actual,omitempty"`
 		Balance      *int64      `json:"balance,omitempty"`
-		Fallback     string      `json:"fallback,omitempty"`
-		LatencyMs    json.Number `json:"latency_ms,omitempty"`
+		*streamJSON
+		Fallback  string      `json:"fallback,omitempty"`
+		LatencyMs json.Number `json:"latency_ms,omitempty"`
 	}{json.Number(FormatMillis(r.TMicros)), r.Key, r.Cost, r.Allowed, r.Remaining,
-		json.Number(r.retryAfterMillis()), json.Number(FormatMillis(r.DelayMicros)), r.Instance, actual, balance, r.Fallback, latency})
+		json.Number(r.retryAfterMillis()), json.Number(FormatMillis(r.DelayMicros)), r.Instance, actual, balance, st, r.Fallback, latency})
 }
 
 // MarshalJSON writes s as {"offered":..,"allowed":..,"refused":..,"delayed":..,"never":..,
@@ -139,6 +161,14 @@ func (s Summary) MarshalJSON() ([]byte, error) {
 		TotalLatency json.Number `json:"total_latency_ms,omitempty"`
 	}{s.Offered, s.Allowed, s.Refused, s.Delayed, s.Never, s.OfferedCost, s.AllowedCost,
 		json.Number(FormatMillis(s.MaxDelayMicros)), json.Number(FormatMillis(s.TotalDelayMicros)), settled, settledCost, actualCost, fb, maxLatency, totalLatency})
+}
+
+// streamJSON is a row's fields with durations (Row.Streams).
+type streamJSON struct {
+	EndMs    json.Number `json:"end_ms"`
+	InFlight int64       `json:"in_flight"`
+	Reserved int64       `json:"reserved"`
+	WaitMs   json.Number `json:"wait_ms"`
 }
 
 // fallbacks is a summary's "fallback": its requests decided without the store, by failure mode.

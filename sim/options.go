@@ -29,8 +29,17 @@ type Options struct {
 	// being the estimate charged up front. An approved request with a real cost is settled with it
 	// right after its decision, at the same virtual instant (sluice.Reservation.Settle: a larger
 	// cost charged beyond the limit if need be, a smaller one refunded), and its Row says the
-	// balance that leaves. ParseSettledTrace reads them from a trace's actual column.
+	// balance that leaves. ReadTrace reads them from a trace's actual column.
 	Actual []int64
+
+	// Durations, if not nil, give the requests' responses their lengths in µs (a streamed
+	// model's answer lasts seconds): request i's lasts Durations[i] (≥ 0; i beyond the slice:
+	// 0). An approved request then holds its estimate while its response runs, and is settled
+	// with its real cost (Actual) when it ends, at TMicros + Durations[i] on the virtual clock —
+	// before any request at that instant is decided — so that parallel responses hold their
+	// estimates together. Its Row, emitted once it is settled, says what the key's running
+	// responses held (Row.Streams). ReadTrace reads them from a trace's duration_ms column.
+	Durations []int64
 }
 
 // origin is Start in µs since the Unix epoch.
@@ -94,6 +103,13 @@ func (o Options) Run(policy sluice.Policy, reqs []Request) (Result, error) {
 
 // Simulate is the package's Simulate (or, with a Fleet, SimulateFleet) under o.
 func (o Options) Simulate(policy sluice.Policy, reqs []Request, emit func(Row) error) (Summary, error) {
+	if o.Durations != nil {
+		st, err := o.NewStreamSession(policy, len(reqs))
+		if err != nil {
+			return Summary{}, err
+		}
+		return st.simulate(reqs, emit, o.Actual, o.Durations)
+	}
 	s, err := o.NewSession(policy, len(reqs))
 	if err != nil {
 		return Summary{}, err

@@ -114,17 +114,34 @@ func (s *Session) Decide(rq Request) (Row, error) { return s.DecideSettled(rq, N
 // 0..2^53, rq.Cost being the estimate): approved, it is settled with it at once, at rq's time,
 // and the row says the balance that leaves (see Options.Actual).
 func (s *Session) DecideSettled(rq Request, actual int64) (Row, error) {
+	row, lim, r, err := s.reserve(rq, actual)
+	if err != nil {
+		return Row{}, err
+	}
+	if actual != NoActual {
+		if err := s.settle(lim, r, &row); err != nil {
+			return Row{}, fmt.Errorf("sim: request %d (t_ms %s, key %q): settling: %w", s.n+1, FormatMillis(rq.TMicros), rq.Key, err)
+		}
+	}
+	s.n++
+	return row, nil
+}
+
+// reserve sets the clock to rq's time and decides rq (with its real cost actual: through the
+// reservation r of the limiter lim, that settles it). It returns an error if rq cannot be
+// decided next; the session is then unchanged.
+func (s *Session) reserve(rq Request, actual int64) (row Row, lim *sluice.Limiter, r *sluice.Reservation, err error) {
 	i := s.n + 1
 	switch {
 	case rq.TMicros < 0 || rq.TMicros > MaxTimeMicros:
-		return Row{}, fmt.Errorf("sim: request %d: time %d µs is outside 0..2^53", i, rq.TMicros)
+		return Row{}, nil, nil, fmt.Errorf("sim: request %d: time %d µs is outside 0..2^53", i, rq.TMicros)
 	case rq.TMicros < s.last:
-		return Row{}, fmt.Errorf("sim: request %d: time %s ms is before the previous request's %s ms (requests must be in time order)",
+		return Row{}, nil, nil, fmt.Errorf("sim: request %d: time %s ms is before the previous request's %s ms (requests must be in time order)",
 			i, FormatMillis(rq.TMicros), FormatMillis(s.last))
 	case rq.Cost < 0:
-		return Row{}, fmt.Errorf("sim: request %d: cost %d must be ≥ 0", i, rq.Cost)
+		return Row{}, nil, nil, fmt.Errorf("sim: request %d: cost %d must be ≥ 0", i, rq.Cost)
 	case actual != NoActual && (actual < 0 || actual > algorithm.MaxLimit):
-		return Row{}, fmt.Errorf("sim: request %d: actual cost %d must be in 0..2^53", i, actual)
+		return Row{}, nil, nil, fmt.Errorf("sim: request %d: actual cost %d must be in 0..2^53", i, actual)
 	}
 	s.last = rq.TMicros
 	s.clock.Set(time.UnixMicro(s.origin + rq.TMicros))
@@ -138,15 +155,13 @@ func (s *Session) DecideSettled(rq Request, actual int64) (Row, error) {
 		calls = s.shared.calls
 	}
 	var d sluice.Decision
-	var err error
-	var r *sluice.Reservation
 	if actual != NoActual {
-		r, err = lim.Reserve(s.ctx, rq.Key, rq.Cost)
+		r, err = lim.Reserve(s.ctx, rq.Key, rq.Cost) // settled now, or when its response ends
 		d = r.Decision()
 	} else {
 		d, err = lim.AllowN(s.ctx, rq.Key, rq.Cost)
 	}
-	row := Row{Request: rq, Allowed: d.Allowed, Remaining: d.Remaining,
+	row = Row{Request: rq, Allowed: d.Allowed, Remaining: d.Remaining,
 		RetryAfterMicros: micros(d.RetryAfter), DelayMicros: micros(d.Delay), Instance: instance, Fallback: fallbackName(d.Fallback)}
 	switch {
 	case s.outage != nil && errors.Is(err, sluice.ErrStoreUnavailable):
@@ -156,7 +171,7 @@ func (s *Session) DecideSettled(rq Request, actual int64) (Row, error) {
 	case errors.Is(err, sluice.ErrCostExceedsLimit):
 		row.Allowed, row.RetryAfterMicros, row.DelayMicros = false, NeverMicros, 0
 	case err != nil:
-		return Row{}, fmt.Errorf("sim: request %d (t_ms %s, key %q): %w", i, FormatMillis(rq.TMicros), rq.Key, err)
+		return Row{}, nil, nil, fmt.Errorf("sim: request %d (t_ms %s, key %q): %w", i, FormatMillis(rq.TMicros), rq.Key, err)
 	case d.Allowed:
 		row.RetryAfterMicros = 0
 	}
@@ -166,13 +181,8 @@ func (s *Session) DecideSettled(rq Request, actual int64) (Row, error) {
 	}
 	if actual != NoActual {
 		row.Settles, row.Actual = true, actual
-		if err := s.settle(lim, r, &row); err != nil {
-			return Row{}, fmt.Errorf("sim: request %d (t_ms %s, key %q): settling: %w", i, FormatMillis(rq.TMicros), rq.Key, err)
-		}
 	}
-
-	s.n++
-	return row, nil
+	return row, lim, r, nil
 }
 
 // Peek sets the clock to tMicros and asks the limiter about a request of cost 0 on key, which
@@ -199,9 +209,9 @@ func (s *Session) Peek(tMicros int64, key string) (sluice.Decision, error) {
 // Policy returns the session's policy.
 func (s *Session) Policy() sluice.Policy { return s.limiter.Policy() }
 
-// settle settles an approved request's reservation r with its real cost, at the decision's
-// virtual instant, and records the balance it leaves (a peek); a refused one settles nothing and
-// its balance is its own Remaining.
+// settle settles an approved request's reservation r with its real cost, at the clock's instant
+// (its decision's, or its response's end), and records the balance it leaves (a peek); a refused
+// one settles nothing and its balance is its own Remaining.
 func (s *Session) settle(lim *sluice.Limiter, r *sluice.Reservation, row *Row) error {
 	row.Balance = row.Remaining
 	if !row.Allowed {

@@ -13,10 +13,11 @@ import (
 // decision, on the virtual clock: the balance follows them exactly, a debt refuses what follows
 // until its window ends, and a refused request settles nothing.
 func TestSimulateActual(t *testing.T) {
-	reqs, actual, err := ParseSettledTrace(strings.NewReader("t_ms,key,cost,actual\n0,a,1000,250\n100,a,1000,4000\n200,a,1000,\n300,a,1000,9000\n400,a,1000,0\n1500,a,1000,100\n"))
+	tr, err := ReadTrace(strings.NewReader("t_ms,key,cost,actual\n0,a,1000,250\n100,a,1000,4000\n200,a,1000,\n300,a,1000,9000\n400,a,1000,0\n1500,a,1000,100\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
+	reqs, actual := tr.Requests, tr.Actual
 	if want := []int64{250, 4000, NoActual, 9000, 0, 100}; len(actual) != len(want) {
 		t.Fatalf("actual %v, want %v", actual, want)
 	}
@@ -66,14 +67,14 @@ func TestSimulateActual(t *testing.T) {
 	}
 }
 
-func TestParseSettledTraceErrors(t *testing.T) {
+func TestReadTraceErrors(t *testing.T) {
 	for _, c := range []struct{ trace, want string }{
 		{"t_ms,actual\n0,-1\n", `trace line 2: actual "-1" is not a whole number in 0..2^53`},
 		{"t_ms,actual\n0,x\n", `trace line 2: actual "x" is not a whole number`},
 		{"t_ms,actual\n0,9007199254740993\n", "0..2^53"},
 		{"t_ms,actual,actual\n0,1,1\n", `column "actual" appears twice`},
 	} {
-		if _, _, err := ParseSettledTrace(strings.NewReader(c.trace)); err == nil || !strings.Contains(err.Error(), c.want) {
+		if _, err := ReadTrace(strings.NewReader(c.trace)); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%q: %v, want %q", c.trace, err, c.want)
 		}
 	}
@@ -90,10 +91,11 @@ func TestParseSettledTraceErrors(t *testing.T) {
 // each row is one instance's (the store's) — the settlements included. (The shared store wraps
 // the memory store to count its calls and to fail in an outage; it must settle too.)
 func TestFleetSharedStoreSettles(t *testing.T) {
-	reqs, actual, err := ParseSettledTrace(strings.NewReader("t_ms,key,cost,actual\n0,a,1000,250\n100,a,1000,4000\n200,a,1000,\n300,a,1000,9000\n400,a,1000,0\n1500,a,1000,100\n"))
+	tr, err := ReadTrace(strings.NewReader("t_ms,key,cost,actual\n0,a,1000,250\n100,a,1000,4000\n200,a,1000,\n300,a,1000,9000\n400,a,1000,0\n1500,a,1000,100\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
+	reqs, actual := tr.Requests, tr.Actual
 	p := sluice.Policy{Algorithm: sluice.FixedWindow, Limit: 10000, Period: time.Second}
 	one, err := Options{Actual: actual}.Run(p, reqs)
 	if err != nil {

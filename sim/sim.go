@@ -13,9 +13,13 @@
 // the limiter's state in between (the browser simulation plots them).
 //
 // Requests may also have a real cost known once served (Options.Actual; a trace's actual column,
-// ParseSettledTrace): each approved one is settled with it right after its decision, on the
+// ReadTrace): each approved one is settled with it right after its decision, on the
 // virtual clock, and its Row says its real cost and the balance after the settlement
-// (Session.DecideSettled takes one request so).
+// (Session.DecideSettled takes one request so). A request's response may also last a while
+// (Options.Durations; a trace's duration_ms column), as a model's streamed answer does: an
+// approved one then holds its estimate until the response ends and is settled then, so that
+// parallel responses hold their estimates together (a StreamSession). Workloads are
+// built-in LLM workloads of this kind.
 //
 // Run, Simulate and Compare are safe for concurrent use: each run has its own store and clock.
 //
@@ -73,9 +77,22 @@ type Row struct {
 	// approved; Balance is then the Remaining its settlement left (a refused one's own
 	// Remaining), never below 0: a key in debt shows 0, and how long the debt lasts is the next
 	// refusals' RetryAfterMicros.
-	Settles bool
-	Actual  int64
-	Balance int64
+	//
+	// Streams: the request's response lasts from TMicros to EndMicros (Options.Durations; a
+	// refused one's EndMicros is its TMicros: it has no response), and an approved one holds its
+	// estimate until then, when it is settled; Balance is then the Remaining at its end.
+	// InFlight and Reserved are what the key's running responses hold once it is decided (it
+	// included, if approved and lasting): how many, and Σ their estimates. WaitMicros: its
+	// settlement left the key nothing (Balance 0), and the next request of cost 1 must wait that
+	// long, as things stood then — how long an underestimate settled beyond the limit keeps the
+	// balance below zero (0 with a Fleet: its instances are not probed).
+	Settles, Streams   bool
+	held               bool // decided, its settlement still to come (Session.Ended)
+	Actual             int64
+	Balance            int64
+	EndMicros          int64
+	InFlight, Reserved int64
+	WaitMicros         int64
 }
 
 // Delayed reports whether the request was allowed, but only after a delay.
@@ -99,6 +116,12 @@ type Summary struct {
 	Settled          int64 // approved requests settled with a real cost (Options.Actual)
 	SettledCost      int64 // Σ estimate (cost) of the settled requests
 	ActualCost       int64 // Σ real cost of the settled requests
+	// With durations (Options.Durations, Row.Streams; counted by Run and Simulate, not Add): the
+	// most responses one key had running at once and the most its running responses reserved;
+	// the settlements that left their key waiting (Row.WaitMicros > 0), and the longest such wait.
+	Streams                  bool
+	MaxInFlight, MaxReserved int64
+	Waits, MaxWaitMicros     int64
 	// In a Fleet's Outage: the requests decided without the store, by Row.Fallback.
 	Open, Local, Closed int64
 	// With a Fleet's StoreLatency (Latency): Σ and the longest of the rows' LatencyMicros.
@@ -141,6 +164,21 @@ func (s *Summary) Add(r Row) {
 		s.Delayed++
 		s.TotalDelayMicros += r.DelayMicros
 		s.MaxDelayMicros = max(s.MaxDelayMicros, r.DelayMicros)
+	}
+}
+
+// addStream counts r's response into s, if it has durations (Row.Streams): Run and Simulate do,
+// Add does not (the browser simulation, which has no durations, links Add).
+func (s *Summary) addStream(r Row) {
+	if !r.Streams {
+		return
+	}
+	s.Streams = true
+	s.MaxInFlight = max(s.MaxInFlight, r.InFlight)
+	s.MaxReserved = max(s.MaxReserved, r.Reserved)
+	if r.WaitMicros > 0 {
+		s.Waits++
+		s.MaxWaitMicros = max(s.MaxWaitMicros, r.WaitMicros)
 	}
 }
 

@@ -33,28 +33,43 @@ func ParseTrace(r io.Reader) ([]Request, error) {
 	return parseTrace(r, MaxRequests, MaxTraceBytes)
 }
 
-// ParseSettledTrace is ParseTrace for a trace that may also have an actual column: each
-// request's real cost, known once it has been served (its cost being the estimate charged up
-// front), an integer in 0..2^53, or empty if not known. It returns the real costs for Options.Actual:
-// nil if the trace has no actual column, else one per request, NoActual where empty.
+// Trace is what a trace says: its requests, and what it knows of them beyond their cost.
+type Trace struct {
+	Requests []Request
+	// Actual are the real costs of the requests, for Options.Actual: nil if the trace has no
+	// actual column, else one per request, NoActual where empty.
+	Actual []int64
+	// Durations are how long their responses lasted, in µs, for Options.Durations: nil if the
+	// trace has no duration_ms column, else one per request (0 where empty).
+	Durations []int64
+}
+
+// ReadTrace is ParseTrace for a trace that may also say what each request really cost and how
+// long its response lasted (an LLM gateway's log: cost is the estimate charged up front, actual
+// the tokens the response reported, duration_ms how long it streamed):
 //
-//	t_ms,key,cost,actual
-//	0,alice,1000,250
-//	100,alice,1000,4000
-func ParseSettledTrace(r io.Reader) ([]Request, []int64, error) {
-	var actual []int64
-	reqs, err := parseTraceActual(r, MaxRequests, MaxTraceBytes, &actual)
-	return reqs, actual, err
+//	t_ms,key,cost,actual,duration_ms
+//	0,team,4500,1300,8200
+//	2000,team,4500,900,3150.5
+//
+// actual is an integer in 0..2^53, or empty if not known. duration_ms is milliseconds with up to
+// 3 decimals, like t_ms, or empty for 0 (served at once); t_ms + duration_ms is at most
+// MaxTimeMicros.
+func ReadTrace(r io.Reader) (Trace, error) {
+	var tr Trace
+	err := parseTraceInto(r, MaxRequests, MaxTraceBytes, &tr, true)
+	return tr, err
 }
 
 // parseTrace is ParseTrace with its bounds as arguments, so that tests can reach them.
 func parseTrace(r io.Reader, maxRequests int, maxBytes int64) ([]Request, error) {
-	return parseTraceActual(r, maxRequests, maxBytes, nil)
+	var tr Trace
+	err := parseTraceInto(r, maxRequests, maxBytes, &tr, false)
+	return tr.Requests, err
 }
 
-// parseTraceActual is parseTrace that also reads an actual column into *actual, if actual is not
-// nil (*actual stays nil if the trace has none).
-func parseTraceActual(r io.Reader, maxRequests int, maxBytes int64, actual *[]int64) ([]Request, error) {
+// parseTraceInto reads a trace into tr: ParseTrace's columns, and with all ReadTrace's.
+func parseTraceInto(r io.Reader, maxRequests int, maxBytes int64, tr *Trace, all bool) error {
 	cr := csv.NewReader(&boundedReader{r: r, left: maxBytes, max: maxBytes})
 	cr.FieldsPerRecord = -1 // checked here, with a clearer message
 	cr.Comment = '#'
@@ -75,34 +90,35 @@ func parseTraceActual(r io.Reader, maxRequests int, maxBytes int64, actual *[]in
 
 	header, err := cr.Read()
 	if err == io.EOF {
-		return nil, errors.New("trace is empty: want a CSV header line such as t_ms,key,cost")
+		return errors.New("trace is empty: want a CSV header line such as t_ms,key,cost")
 	}
 	if err != nil {
-		return nil, readErr(err)
+		return readErr(err)
 	}
 	header = slices.Clone(header) // the reader reuses its record
 	headerLine, _ := cr.FieldPos(0)
 	cols := map[string]int{"t_ms": -1, "key": -1, "cost": -1}
-	if actual != nil {
-		cols["actual"] = -1
+	optional := "key and cost"
+	if all {
+		cols["actual"], cols["duration_ms"] = -1, -1
+		optional = "key, cost, actual and duration_ms"
 	}
 	for i, name := range header {
 		name = strings.ToLower(strings.TrimSpace(strings.TrimPrefix(name, "\ufeff")))
 		at, known := cols[name]
 		switch {
 		case !known:
-			return nil, fmt.Errorf("trace line %d: unknown column %q (the first line is a header of t_ms and optionally key and cost)", headerLine, name)
+			return fmt.Errorf("trace line %d: unknown column %q (the first line is a header of t_ms and optionally %s)", headerLine, name, optional)
 		case at >= 0:
-			return nil, fmt.Errorf("trace line %d: column %q appears twice", headerLine, name)
+			return fmt.Errorf("trace line %d: column %q appears twice", headerLine, name)
 		}
 		cols[name] = i
 	}
 	if cols["t_ms"] < 0 {
-		return nil, fmt.Errorf("trace line %d: the header has no t_ms column (want t_ms and optionally key and cost)", headerLine)
+		return fmt.Errorf("trace line %d: the header has no t_ms column (want t_ms and optionally key and cost)", headerLine)
 	}
 	width := len(header)
 
-	var reqs []Request
 	keys := map[string]string{} // interned, so that a long trace holds each key once
 	var prev int64
 	for {
@@ -111,7 +127,7 @@ func parseTraceActual(r io.Reader, maxRequests int, maxBytes int64, actual *[]in
 			break
 		}
 		if err != nil {
-			return nil, readErr(err)
+			return readErr(err)
 		}
 		line, _ := cr.FieldPos(0)
 		blank := true
@@ -126,22 +142,22 @@ func parseTraceActual(r io.Reader, maxRequests int, maxBytes int64, actual *[]in
 			return fmt.Errorf("trace line %d: %s", line, fmt.Sprintf(format, args...))
 		}
 		if len(rec) != width {
-			return nil, bad("%d fields, want %d like the header (%s)", len(rec), width, strings.Join(header, ","))
+			return bad("%d fields, want %d like the header (%s)", len(rec), width, strings.Join(header, ","))
 		}
-		if len(reqs) == maxRequests {
-			return nil, bad("more than %d requests (the most one simulation takes)", maxRequests)
+		if len(tr.Requests) == maxRequests {
+			return bad("more than %d requests (the most one simulation takes)", maxRequests)
 		}
 		rq := Request{Key: DefaultKey, Cost: 1}
 		tms := rec[cols["t_ms"]]
 		if tms == "" {
-			return nil, bad("t_ms is empty")
+			return bad("t_ms is empty")
 		}
 		rq.TMicros, err = parseThousandths(tms, MaxTimeMicros)
 		if err != nil {
-			return nil, bad("t_ms %q %v", tms, err)
+			return bad("t_ms %q %v", tms, err)
 		}
 		if rq.TMicros < prev {
-			return nil, bad("t_ms %s is before the previous line's %s (lines must be in time order)", tms, FormatMillis(prev))
+			return bad("t_ms %s is before the previous line's %s (lines must be in time order)", tms, FormatMillis(prev))
 		}
 		prev = rq.TMicros
 		if i := cols["key"]; i >= 0 && rec[i] != "" {
@@ -155,7 +171,7 @@ func parseTraceActual(r io.Reader, maxRequests int, maxBytes int64, actual *[]in
 		if i := cols["cost"]; i >= 0 && rec[i] != "" {
 			rq.Cost, err = strconv.ParseInt(rec[i], 10, 64)
 			if err != nil || rq.Cost < 0 {
-				return nil, bad("cost %q is not a whole number ≥ 0", rec[i])
+				return bad("cost %q is not a whole number ≥ 0", rec[i])
 			}
 		}
 		if i, ok := cols["actual"]; ok && i >= 0 {
@@ -163,14 +179,24 @@ func parseTraceActual(r io.Reader, maxRequests int, maxBytes int64, actual *[]in
 			if rec[i] != "" {
 				a, err = strconv.ParseInt(rec[i], 10, 64)
 				if err != nil || a < 0 || a > 1<<53 {
-					return nil, bad("actual %q is not a whole number in 0..2^53", rec[i])
+					return bad("actual %q is not a whole number in 0..2^53", rec[i])
 				}
 			}
-			*actual = append(*actual, a)
+			tr.Actual = append(tr.Actual, a)
 		}
-		reqs = append(reqs, rq)
+		if i, ok := cols["duration_ms"]; ok && i >= 0 {
+			var d int64
+			if rec[i] != "" {
+				d, err = parseThousandths(rec[i], MaxTimeMicros-rq.TMicros)
+				if err != nil {
+					return bad("duration_ms %q %v", rec[i], err)
+				}
+			}
+			tr.Durations = append(tr.Durations, d)
+		}
+		tr.Requests = append(tr.Requests, rq)
 	}
-	return reqs, nil
+	return nil
 }
 
 // errTraceTooLarge is wrapped by the error of a trace larger than its bound.

@@ -144,10 +144,11 @@ func TestBrowserSettledCosts(t *testing.T) {
 	if errs != nil {
 		t.Fatal(errs)
 	}
-	reqs, actual, err := sim.ParseSettledTrace(bytes.NewReader(res.Trace()))
+	tr, err := sim.ReadTrace(bytes.NewReader(res.Trace()))
 	if err != nil {
 		t.Fatal(err)
 	}
+	reqs, actual := tr.Requests, tr.Actual
 	results, err := sim.Options{Actual: actual}.Compare(sim.ComparePolicies(100, 10*time.Second, 100), reqs)
 	if err != nil {
 		t.Fatal(err)

@@ -30,11 +30,13 @@ type simulation struct {
 	start    time.Time  // --start: the instant the virtual clock's 0 stands for (zero: Unix time 0)
 	local    bool       // --start or --calendar: show each row's local time (and calendar window)
 	actual   []int64    // the trace's real costs (its actual column); nil: none
+	// durations are the trace's responses' durations in µs (its duration_ms column); nil: none
+	durations []int64
 }
 
 // options are the simulation's sim.Options, with the fleet f (may be nil).
 func (s *simulation) options(f *sim.Fleet) sim.Options {
-	return sim.Options{Start: s.start, Fleet: f, Actual: s.actual}
+	return sim.Options{Start: s.start, Fleet: f, Actual: s.actual, Durations: s.durations}
 }
 
 // calendar reports whether the policies count by the calendar (all or none do).
@@ -142,6 +144,9 @@ func (s *simulation) writeCSV(w io.Writer) error {
 	if s.actual != nil {
 		header = append(header, sim.SettledCSVHeader()...)
 	}
+	if s.durations != nil {
+		header = append(header, sim.StreamCSVHeader()...)
+	}
 	outage := s.fleet != nil && s.fleet.Outage != nil
 	if outage {
 		header = append(header, "fallback")
@@ -166,6 +171,9 @@ func (s *simulation) writeCSV(w io.Writer) error {
 			rec = append(rec, s.localValues(r)...)
 			if s.actual != nil {
 				rec = append(rec, r.SettledCSVRecord()...)
+			}
+			if s.durations != nil {
+				rec = append(rec, r.StreamCSVRecord()...)
 			}
 			if outage {
 				rec = append(rec, r.Fallback)
@@ -244,6 +252,15 @@ func newFleetJSON(f sim.Fleet, stores bool) fleetJSON {
 	return j
 }
 
+// streamsJSON is a run's "streams", with durations: the most responses one key had running and
+// the most their estimates held, the settlements that left their key waiting, the longest wait.
+type streamsJSON struct {
+	MaxInFlight int64       `json:"max_in_flight"`
+	MaxReserved int64       `json:"max_reserved"`
+	Waits       int64       `json:"waits"`
+	MaxWaitMs   json.Number `json:"max_wait_ms"`
+}
+
 // writeJSON writes one JSON document, one request per line:
 //
 //	{"policy":{...},"requests":[{...},...],"summary":{...}}
@@ -251,6 +268,7 @@ func newFleetJSON(f sim.Fleet, stores bool) fleetJSON {
 //	{"runs":[{"algorithm":"...","policy":{...},"requests":[...],"summary":{...}},...]}  (--compare)
 //	{"policy":{...},"fleet":{...,"store":"separate"},"requests":[...],"summary":{...},
 //	 "per_instance":[{"instance":1,"summary":{...}},...],"per_client":[{"key":"buggy","summary":{...}},...]}  (--store)
+//	{"policy":{...},"requests":[...],"summary":{...},"streams":{...}}  (durations: --workload, a duration_ms column)
 func (s *simulation) writeJSON(w *bufio.Writer) error {
 	put := func(v any) error {
 		b, err := json.Marshal(v)
@@ -312,6 +330,12 @@ func (s *simulation) writeJSON(w *bufio.Writer) error {
 		w.WriteString("\n],\"summary\":")
 		if err := put(sum); err != nil {
 			return err
+		}
+		if sum.Streams {
+			w.WriteString(`,"streams":`)
+			if err := put(streamsJSON{sum.MaxInFlight, sum.MaxReserved, sum.Waits, json.Number(sim.FormatMillis(sum.MaxWaitMicros))}); err != nil {
+				return err
+			}
 		}
 		if bd != nil {
 			w.WriteString(`,"per_instance":`)
@@ -474,6 +498,12 @@ func (s *simulation) writeTable(w io.Writer) error {
 		summary = append(summary, summaryColumn{"settled", func(s sim.Summary) string { return itoa(s.Settled) }},
 			summaryColumn{"estimated", func(s sim.Summary) string { return itoa(s.SettledCost) }},
 			summaryColumn{"actual", func(s sim.Summary) string { return itoa(s.ActualCost) }})
+	}
+	if s.durations != nil { // what running responses held, and the waits settlements left
+		summary = append(summary, summaryColumn{"max in flight", func(s sim.Summary) string { return itoa(s.MaxInFlight) }},
+			summaryColumn{"max reserved", func(s sim.Summary) string { return itoa(s.MaxReserved) }},
+			summaryColumn{"waits", func(s sim.Summary) string { return itoa(s.Waits) }},
+			summaryColumn{"max wait", func(s sim.Summary) string { return sim.FormatDuration(s.MaxWaitMicros) }})
 	}
 	sg := []*group{{}, {}}
 	head := "algorithm"

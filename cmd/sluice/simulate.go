@@ -25,7 +25,7 @@ Policy: --limit N requests per --period D under --algorithm, or all five with --
   token-bucket    a bucket of --burst tokens (0: N), refilled N per D
   leaky-bucket    a queue drained N per D with room for --burst waiting (0: none): it delays
                   requests while the queue has room, and refuses them only when it is full
---limit and --period (or --calendar, below) are required. Only the two buckets take a --burst:
+--limit and --period (or --calendar, below) are required, but for a --workload's own. Only the two buckets take a --burst:
 with --compare, the window algorithms run without it.
 
 Calendar quotas, --calendar day|week|month|year instead of --period: fixed-window or
@@ -51,13 +51,24 @@ Traffic, exactly one of:
                      cost 1; a simulation takes at most 1000000 requests.
                      Several clients: a segment that starts with NAME: begins that client's own
                      pattern at 0, its key NAME ("buggy: 600/min for 1m; normal: 20/min for 1m").
-  --trace FILE       CSV with a header naming its columns: t_ms (required), key, cost, actual.
-                     t_ms is milliseconds since the start with up to 3 decimals, in time order;
-                     key defaults to "k", cost to 1 (0 peeks). actual, if given, is the
-                     request's real cost, known once it was served (cost is then the estimate
-                     charged up front): an approved request is settled with it at once, the
-                     extra charged beyond the limit if need be, the rest refunded. Blank and
-                     #-comment lines are skipped. "-" reads standard input.
+  --trace FILE       CSV with a header naming its columns: t_ms (required), key, cost, actual,
+                     duration_ms. t_ms is milliseconds since the start with up to 3 decimals, in
+                     time order; key defaults to "k", cost to 1 (0 peeks). actual, if given, is
+                     the request's real cost, known once it was served (cost is then the
+                     estimate charged up front): an approved request is settled with it at once,
+                     the extra charged beyond the limit if need be, the rest refunded.
+                     duration_ms, if given, is how long its response lasted (a model's streamed
+                     answer; up to 3 decimals, empty for 0): an approved request then holds its
+                     estimate until its response ends, and is settled then, before any request
+                     at that instant — an LLM gateway's log replayed. Blank and #-comment lines
+                     are skipped. "-" reads standard input.
+  --workload NAME    a built-in LLM workload, its requests with estimates, real usage and
+                     durations as a trace's, and its policy the default of --limit and --period:
+                       llm-team  a team's key at 100,000 tokens a minute, for 5 minutes: 20
+                                 chat requests a minute estimated at 4,500 tokens (max_tokens
+                                 4,000 and the prompt), really 800-2,000, streaming 2-20 s; at
+                                 2m an agent opens 30 streams at once; at 3m30s a long
+                                 document estimated at 24,000 really uses 120,000 (40 s)
 
 Local budgets, --local-budget N: the policy also runs on --instances instances (default 1)
 sharing one store, the requests dealt to them in turn, each taking N units from the store at
@@ -93,7 +104,8 @@ Output, --format:
          60 rows; a column shows only when it has a count), and a summary per algorithm.
   csv    one row per request: t_ms,key,cost,allowed,remaining,retry_after_ms,delay_ms.
          --compare puts an algorithm column first, the rows of each algorithm in turn.
-  json   {"policy":{...},"requests":[...],"summary":{...}}; --compare:
+  json   {"policy":{...},"requests":[...],"summary":{...}} (and "streams":{...} with
+         durations); --compare:
          {"runs":[{"algorithm":"fixed-window","policy":{...},"requests":[...],"summary":{...}},...]}
 
 Fields (CSV columns and JSON keys alike; times in milliseconds, exact to the µs):
@@ -111,6 +123,13 @@ Fields (CSV columns and JSON keys alike; times in milliseconds, exact to the µs
   latency_ms      with --store-latency: the request's wait for the shared store
   actual, balance with a trace's actual column: the real cost, and the remaining after the
                   settlement (never below 0: a client in debt is refused until it is paid off)
+  end_ms          with durations (a duration_ms column, --workload): when the response ended
+                  and the request was settled (its t_ms if refused: it had no response)
+  in_flight,      with durations: the key's responses running once the request was decided
+  reserved        (it included, if allowed), and the estimates they hold
+  wait_ms         with durations: if the settlement left the key nothing, how long a request
+                  of cost 1 had to wait then (an underestimate settled beyond the limit keeps
+                  the balance below zero this long); 0 with --local-budget or --store
   policy          {"algorithm","limit","period_ms","burst"}, or with --calendar
                   {"algorithm","limit","calendar","time_zone","burst"}; with --start, "start"
                   beside it
@@ -118,6 +137,9 @@ Fields (CSV columns and JSON keys alike; times in milliseconds, exact to the µs
                   (allowed with delay_ms > 0), never (cost can never fit), offered_cost,
                   allowed_cost, max_delay_ms, total_delay_ms; with actual costs also settled
                   (approved requests settled), settled_cost (their estimates), actual_cost
+  streams         with durations, beside the summary: max_in_flight and max_reserved (the
+                  most responses a key had running, and their estimates), waits (settlements
+                  that left a wait_ms), max_wait_ms
 
 Bad flags or input print one line on stderr and exit with code 2.`
 
@@ -126,6 +148,8 @@ const simulateExample = `  sluice simulate --compare --limit 5 --period 1s --bur
   sluice simulate --algorithm leaky-bucket --limit 5 --period 1s --burst 10 \
       --traffic "30 at once" --format csv
   sluice simulate --algorithm sliding-log --limit 100 --period 1m --trace requests.csv --format json
+  sluice simulate --compare --workload llm-team
+  sluice simulate --algorithm token-bucket --limit 100000 --period 1m --trace llm-log.csv --format csv
   sluice simulate --compare --limit 10 --calendar day --time-zone Europe/Berlin \
       --start 2026-03-28T22:00:00+01:00 --traffic "12 in 1h; idle 1h; 12 in 1h"
   sluice simulate --algorithm fixed-window --limit 100 --period 1m --instances 3 --store separate \
@@ -148,7 +172,9 @@ type simulateOptions struct {
 	calendar  string
 	timeZone  string
 	start     string
-	actual    []int64 // read with --trace: its real costs (nil: none)
+	workload  string
+	actual    []int64 // read with --trace or --workload: the real costs (nil: none)
+	durations []int64 // read with --trace or --workload: the responses' durations in µs (nil: none)
 	stores    string  // --store: separate or shared (see simulate_fleet.go)
 	balance   string
 	draw      uint64
@@ -160,7 +186,7 @@ type simulateOptions struct {
 func newSimulateCommand(stdin io.Reader) *cobra.Command {
 	var o simulateOptions
 	cmd := &cobra.Command{
-		Use:     "simulate [flags] (--traffic PATTERN | --trace FILE)",
+		Use:     "simulate [flags] (--traffic PATTERN | --trace FILE | --workload NAME)",
 		Short:   "Show what a rate-limit policy decides for given traffic, on a virtual clock",
 		Long:    simulateLong,
 		Example: simulateExample,
@@ -184,6 +210,7 @@ func newSimulateCommand(stdin io.Reader) *cobra.Command {
 	f.Var(int64Value{&o.burst}, "burst", "token-bucket capacity or leaky-bucket queue room `N` (default 0: see above)")
 	f.StringVar(&o.traffic, "traffic", "", "a traffic `PATTERN` such as \"5/s for 10s; 40 in 1s\" (see above)")
 	f.StringVar(&o.trace, "trace", "", "a CSV trace `FILE` (see above); - reads standard input")
+	f.StringVar(&o.workload, "workload", "", "a built-in LLM workload `NAME`: "+strings.Join(sim.WorkloadNames(), ", ")+" (see above)")
 	f.BoolVar(&o.compare, "compare", false, "run all five algorithms with the same limit, period and burst")
 	f.Var(int64Value{&o.budget}, "local-budget", "spend local budgets of `N` units taken from the shared store, beside the exact run (see above)")
 	f.Var(int64Value{&o.instances}, "instances", "with --local-budget or --store: `N` instances (default 1)")
@@ -202,7 +229,11 @@ func newSimulateCommand(stdin io.Reader) *cobra.Command {
 // run checks the flags, reads the traffic, and writes the simulation in the chosen format.
 func (o *simulateOptions) run(cmd *cobra.Command, stdin io.Reader) error {
 	flags := cmd.Flags()
-	policies, err := o.policies(flags.Changed)
+	changed, err := o.workloadPolicy(flags.Changed)
+	if err != nil {
+		return err
+	}
+	policies, err := o.policies(changed)
 	if err != nil {
 		return err
 	}
@@ -211,7 +242,7 @@ func (o *simulateOptions) run(cmd *cobra.Command, stdin io.Reader) error {
 	default:
 		return fmt.Errorf("--format %s: want table, csv or json", o.format)
 	}
-	reqs, source, err := o.requests(flags.Changed, stdin)
+	reqs, source, err := o.requests(changed, stdin)
 	if err != nil {
 		return err
 	}
@@ -223,12 +254,33 @@ func (o *simulateOptions) run(cmd *cobra.Command, stdin io.Reader) error {
 	if err != nil {
 		return err
 	}
-	out := &simulation{policies: policies, reqs: reqs, source: source, compare: o.compare, fleet: fleet, stores: flags.Changed("store"), actual: o.actual,
+	out := &simulation{policies: policies, reqs: reqs, source: source, compare: o.compare, fleet: fleet, stores: flags.Changed("store"), actual: o.actual, durations: o.durations,
 		start: start, local: flags.Changed("start") || flags.Changed("calendar")}
 	if err := out.write(cmd.OutOrStdout(), o.format); err != nil {
 		return failure{err}
 	}
 	return nil
+}
+
+// workloadPolicy gives --limit and --period a --workload's policy where they are not given,
+// and returns changed as if they had been.
+func (o *simulateOptions) workloadPolicy(changed func(string) bool) (func(string) bool, error) {
+	if !changed("workload") {
+		return changed, nil
+	}
+	w, ok := sim.WorkloadNamed(o.workload)
+	if !ok {
+		return nil, fmt.Errorf("--workload %s: want one of %s", o.workload, strings.Join(sim.WorkloadNames(), ", "))
+	}
+	if !changed("limit") {
+		o.limit = w.Limit
+	}
+	if !changed("period") && !changed("calendar") {
+		o.period = durationValue{w.Period, w.Period.String()}
+	}
+	return func(f string) bool {
+		return changed(f) || f == "limit" || f == "period" && !changed("calendar")
+	}, nil
 }
 
 // policies returns the policies to run (one, or five with --compare), checked flag by flag so
@@ -420,8 +472,13 @@ func (o *simulateOptions) budgetFleet(changed func(string) bool, policies []slui
 // requests reads the traffic of --traffic or --trace, and describes where it came from.
 func (o *simulateOptions) requests(changed func(string) bool, stdin io.Reader) ([]sim.Request, string, error) {
 	switch {
-	case changed("traffic") && changed("trace"):
-		return nil, "", errors.New("--traffic and --trace exclude each other: give one")
+	case changed("traffic") && changed("trace"), changed("workload") && (changed("traffic") || changed("trace")):
+		return nil, "", errors.New("--traffic, --trace and --workload exclude each other: give one")
+	case changed("workload"):
+		w, _ := sim.WorkloadNamed(o.workload) // known: workloadPolicy checked it
+		tr := w.Trace()
+		o.actual, o.durations = tr.Actual, tr.Durations
+		return tr.Requests, "workload " + w.Name + ": " + w.Description, nil
 	case changed("traffic"):
 		reqs, err := sim.ParseClientTraffic(o.traffic)
 		if err != nil {
@@ -445,17 +502,18 @@ func (o *simulateOptions) requests(changed func(string) bool, stdin io.Reader) (
 		if r == nil {
 			return nil, "", errors.New("--trace -: no standard input")
 		}
-		reqs, actual, err := sim.ParseSettledTrace(r)
-		o.actual = actual // the trace's real costs (nil: it has no actual column)
+		tr, err := sim.ReadTrace(r)
+		o.actual, o.durations = tr.Actual, tr.Durations // nil: the trace has no such column
 		if err != nil {
 			return nil, "", err
 		}
+		reqs := tr.Requests
 		if len(reqs) == 0 {
 			return nil, "", fmt.Errorf("--trace %s: the trace has no requests", o.trace)
 		}
 		return reqs, "trace " + name, nil
 	}
-	return nil, "", errors.New(`want --traffic PATTERN or --trace FILE (e.g. --traffic "5/s for 10s; 40 in 1s")`)
+	return nil, "", errors.New(`want --traffic PATTERN, --trace FILE or --workload NAME (e.g. --traffic "5/s for 10s; 40 in 1s")`)
 }
 
 // int64Value is a flag holding a whole number, with a short error message.

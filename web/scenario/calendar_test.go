@@ -282,7 +282,8 @@ func TestSettledRunMatchesCompare(t *testing.T) {
 	}
 
 	// The trace the page offers reads back as the requests and their real costs.
-	reqs, actual, err := sim.ParseSettledTrace(bytes.NewReader(res.Trace()))
+	tr, err := sim.ReadTrace(bytes.NewReader(res.Trace()))
+	reqs, actual := tr.Requests, tr.Actual
 	if err != nil || !reflect.DeepEqual(reqs, res.Requests) || !slices.Equal(actual, res.Actual) {
 		t.Fatalf("the trace reads back as %d requests, %d costs (%v)", len(reqs), len(actual), err)
 	}

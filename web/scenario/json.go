@@ -192,7 +192,7 @@ func (r *Result) SummariesJSON(k int) []byte {
 }
 
 // Trace writes the requests as a CSV trace that `sluice simulate --trace` reads: t_ms,key,cost,
-// and with real costs an actual column (sim.ParseSettledTrace).
+// and with real costs an actual column (sim.ReadTrace).
 func (r *Result) Trace() []byte {
 	var b strings.Builder
 	b.Grow(len(r.Requests) * 16)
