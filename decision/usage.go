@@ -27,13 +27,17 @@ type Usage struct {
 	// Model is the request's model's entry in models (nil: none), for its price.
 	Model *config.Model
 	// Label is the model as metrics and stats name it: the entry's name, "other" for a model
-	// listed by no entry but "*", "" for a request that names none. A model that is not listed is
+	// listed by no entry but "*", "unlisted" for one no entry lists, "" for a request that
+	// names none. A model that is not listed is
 	// never a label: its name is the client's, and labels must stay few.
 	Label string
 	// Estimate is the usage reserved up front.
 	Estimate llm.Usage
 	// Stream: the request asked for a stream.
 	Stream bool
+	// Body is the request's body to forward: the one read, or with stream_options.include_usage
+	// added (the route's inject_usage).
+	Body []byte
 }
 
 // Reading a usage route's body: what the front end needs to know.
@@ -68,11 +72,15 @@ func (p *Policies) ResolveUsage(r identity.Request, method, path string, body []
 	if err != nil {
 		return Request{}, false, bodyProblem(err, shape)
 	}
-	u := &Usage{Rule: rt.Usage, Stream: lr.Stream, Estimate: llm.EstimateUsage(lr, rt.Usage.Estimate)}
+	u := &Usage{Rule: rt.Usage, Stream: lr.Stream, Estimate: llm.EstimateUsage(lr, rt.Usage.Estimate), Body: body}
+	if rt.Usage.InjectUsage && lr.Stream && !lr.IncludeUsage {
+		u.Body, _ = llm.InjectUsage(body)
+	}
 	if lr.Model != "" {
 		u.Model = p.cfg.ModelFor(lr.Model)
 		switch {
 		case u.Model == nil:
+			u.Label = "unlisted"
 		case u.Model.Name == "*":
 			u.Label = "other"
 		default:

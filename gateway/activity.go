@@ -36,6 +36,7 @@ type clientActivity struct {
 	lastRefuse atomic.Int64 // unix µs of the last refusal; 0 if none
 	retryUntil atomic.Int64 // unix µs until which its last refusal said to wait
 	ring       [rateWindow]second
+	models     cowMap[string, *modelUsage] // LLM usage per model label (llmstats.go)
 }
 
 // second counts one second's outcomes; sec says which second the counts belong to.
@@ -88,6 +89,8 @@ type ClientStats struct {
 	Limited        bool       `json:"limited"`
 	LastRefused    *time.Time `json:"last_refused,omitempty"`
 	RetryAfterEnds *time.Time `json:"retry_after_ends,omitempty"`
+	// LLM is its usage of each model on usage routes (none: left out).
+	LLM []ModelStats `json:"llm,omitempty"`
 }
 
 // snapshot returns every client's stats at now, the limited first, then by name, and the seconds
@@ -99,7 +102,7 @@ func (a *activity) snapshot(now time.Time) ([]ClientStats, int) {
 	cur := now.Unix()
 	for name, c := range m {
 		st := ClientStats{Client: name, Allowed: c.totals[outcomeAllowed].Load(), Refused: c.totals[outcomeRefused].Load(),
-			Delayed: c.totals[outcomeDelayed].Load(), EarlyRetries: c.early.Load(), Abandoned: c.abandoned.Load()}
+			Delayed: c.totals[outcomeDelayed].Load(), EarlyRetries: c.early.Load(), Abandoned: c.abandoned.Load(), LLM: c.llmSnapshot()}
 		var sums [numOutcomes]uint64
 		for sec := cur - span; sec < cur; sec++ {
 			s := &c.ring[sec%rateWindow]

@@ -13,6 +13,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sluicehq/sluice/decision"
+	"github.com/sluicehq/sluice/llm"
 )
 
 // THE END OF A REQUEST. A request's life ends when the last byte of its response has been
@@ -24,7 +25,7 @@ import (
 //   - concurrency slots: decision.Decider.ReleaseSlots;
 //   - load shedding: the in-flight slot is given back, the upstream's time to its header is the
 //     latency sample (shedder.release);
-//   - settlements (cost_from, count_only, refund_on): decision.Decider.Finish;
+//   - settlements (cost_from, count_only, refund_on, a usage route's usage): decision.Decider.Finish;
 //   - metrics: a response the upstream cut short counts in sluice_upstream_errors_total (and is
 //     logged, rate limited);
 //   - the access log line (its latency is the whole request's, to the end) and the span.
@@ -72,6 +73,10 @@ type requestEnd struct {
 	status   int                 // the status the client was sent (0: none)
 	header   func(string) string // the upstream's cost_from field, for settlement (nil: none)
 	upstream time.Duration       // the upstream's time to its header (0: it did not answer)
+
+	// usage reads a usage route's response's usage from its body as it passes (usage.go); nil:
+	// none. It is written by whoever copies the body, which also fires the end.
+	usage *llm.Meter
 
 	cut   atomic.Bool // net/http: the upstream's body failed (endBody)
 	w     endWriter   // net/http: the response writer (gateway.go)
@@ -164,7 +169,7 @@ func (e *requestEnd) fire(how ending) {
 	// response free); one that leaves before it, or a response cut short, is a request without a
 	// response (decision.Finish: refund_on refunds it, count_only charges nothing, cost_from
 	// keeps the estimate).
-	resp := decision.Response{Status: status, Header: header}
+	resp := decision.Response{Status: status, Header: header, Usage: e.usageOf()}
 	if upstream == 0 || how == endCut || how == endNoResponse {
 		resp = decision.Response{Aborted: true}
 	}
@@ -229,6 +234,9 @@ type endStream struct {
 
 func (s *endStream) Read(p []byte) (int, error) {
 	n, err := s.body.Read(p)
+	if s.e.usage != nil && n > 0 {
+		s.e.usage.Write(p[:n])
+	}
 	switch {
 	case err == io.EOF:
 		s.eof = true

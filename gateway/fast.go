@@ -47,7 +47,13 @@ func (g *Gateway) ServeFast(ctx *fasthttp.RequestCtx) {
 	e := g.begin(dctx, span, method, path, true)
 	defer e.drop()
 	req, v := &e.req, &e.v
-	*req = g.policies.Resolve(fastRequest{ctx}, b2s(ctx.Method()), b2s(ctx.Path()))
+	if u := g.policies.UsageRoute(b2s(ctx.Method()), b2s(ctx.Path())); u != nil {
+		if !g.resolveUsage(ctx, e, u.MaxBody) {
+			return
+		}
+	} else {
+		*req = g.policies.Resolve(fastRequest{ctx}, b2s(ctx.Method()), b2s(ctx.Path()))
+	}
 	req.Releases = true // (the end releases the slots)
 	g.decider.DecideInto(dctx, req, v)
 	if !v.Passes() {
@@ -200,6 +206,7 @@ func (g *Gateway) forward(ctx *fasthttp.RequestCtx, e *requestEnd) (how ending, 
 	}
 	g.metrics.upstreamAnswered(upResp.StatusCode(), took)
 	e.answered(upResp.StatusCode(), took, func(name string) string { return b2s(upResp.Header.Peek(name)) })
+	e.meter(b2s(upResp.Header.ContentType()), b2s(upResp.Header.ContentEncoding()))
 	upResp.Header.CopyTo(&resp.Header)
 	removeHopHeaders(&resp.Header)
 	// The answer is this server's, in its own protocol: an HTTP/1.0 upstream's status line and

@@ -10,6 +10,7 @@
 package gateway
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -135,10 +136,30 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	e := g.begin(r.Context(), span, r.Method, r.URL.Path, false)
 	defer e.drop()
-	e.req = g.policies.Resolve(identity.HTTP(r), r.Method, path)
+	if u := g.policies.UsageRoute(r.Method, path); u != nil {
+		body, drained, err := readUsageBody(r.Body, r.ContentLength, u.MaxBody)
+		req, ok, prob := g.policies.ResolveUsage(identity.HTTP(r), r.Method, path, body, err)
+		if !ok {
+			if !drained { // (the rest of the body is not read)
+				w.Header().Set("Connection", "close")
+			}
+			prob = g.usageProblem(prob, err, r.RemoteAddr, false)
+			answer.WriteProblem(w, prob)
+			e.answeredBy(prob.Status)
+			e.fire(endWhole)
+			return
+		}
+		e.req = req
+		r.Body, r.ContentLength = io.NopCloser(bytes.NewReader(req.Usage.Body)), int64(len(req.Usage.Body))
+		r.Header.Del("Content-Length")
+		r.TransferEncoding = nil
+		usageHeader(r.Header.Set)
+	} else {
+		e.req = g.policies.Resolve(identity.HTTP(r), r.Method, path)
+	}
 	e.req.Releases = true // (the end releases the slots)
 	e.v = g.decider.Decide(r.Context(), &e.req)
-	if e.req.After != nil || g.shed != nil {
+	if e.req.After != nil || e.req.Usage != nil || g.shed != nil {
 		// decision.Serve releases the verdict before it forwards: keep what a settlement or a
 		// refund needs.
 		e.kept = &decision.Verdict{Outcome: e.v.Outcome, Decisions: slices.Clone(e.v.Decisions)}
@@ -293,6 +314,7 @@ func (t timedTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 		t.metrics.upstreamAnswered(resp.StatusCode, took)
 		if e := endOf(r); e != nil {
 			e.answered(resp.StatusCode, took, resp.Header.Get)
+			e.meter(resp.Header.Get("Content-Type"), resp.Header.Get("Content-Encoding"))
 			if resp.StatusCode != http.StatusSwitchingProtocols { // (an upgrade's body is the connection)
 				resp.Body = &endBody{ReadCloser: resp.Body, e: e, r: r}
 			}
@@ -311,6 +333,9 @@ type endBody struct {
 
 func (b *endBody) Read(p []byte) (int, error) {
 	n, err := b.ReadCloser.Read(p)
+	if b.e.usage != nil && n > 0 {
+		b.e.usage.Write(p[:n])
+	}
 	if err != nil && err != io.EOF && b.r.Context().Err() == nil {
 		b.e.cut.Store(true)
 	}

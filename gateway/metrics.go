@@ -30,6 +30,7 @@ type Metrics struct {
 	settlements    *prometheus.CounterVec   // client, outcome: costs settled after the response (settle.go)
 	usage          *prometheus.CounterVec   // client, policy: usage charged past decisions (Envoy's hits_addend)
 	shedding       *shedMetrics             // load shedding (shed.go)
+	llm            *llmMetrics              // usage routes' tokens and money (llmstats.go)
 
 	// byPolicy caches decisions' counters per client and policy label: looking them up in the
 	// CounterVec hashes the labels and takes a lock on every request.
@@ -117,6 +118,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m.diag = newDiagnosis()
 	m.settlements = newSettlements(reg)
 	m.shedding = newShedMetrics(reg)
+	m.llm = newLLMMetrics(reg)
 	reg.MustRegister(m.decisions, m.usage, m.earlyRetries, m.abandoned, m.latency, m.upstreamErrors, m.reloads,
 		m.lastReload, m.lastReloadOK, m.holds, m.upstream, m.failures, buildInfo())
 	return m
