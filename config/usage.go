@@ -76,6 +76,8 @@ type Usage struct {
 	// read): the upstream's, by default.
 	Errors answer.Shape
 	Line   int
+
+	maxLine int // estimate.max's
 }
 
 // Defaults of a route's usage.
@@ -216,6 +218,9 @@ func (p *parser) usage(n *yaml.Node, path string) *Usage {
 		count("default_output", &u.Estimate.DefaultOutput, 0)
 		count("media_tokens", &u.Estimate.MediaTokens, 0)
 		count("max", &u.Estimate.Max, 1)
+		if mn := p.get(em, "max"); mn != nil {
+			u.maxLine = mn.Line
+		}
 	}
 	if bn := p.get(m, "max_body"); bn != nil {
 		if v, ok := p.int(bn, path, "max_body"); ok {
@@ -375,7 +380,11 @@ func (p *parser) usageResolutions(c *Config, r *refs) {
 		priced = priced || md.Price != nil
 		res := c.resolution(md.Policy, "", true)
 		for i := range res.applied {
-			res.applied[i].Policy.Name += "@" + md.Name
+			a := &res.applied[i]
+			a.Policy.Name += "@" + md.Name
+			if b := c.policies[a.PolicyName].LocalBudget; b.Size > 0 {
+				c.budgets[a.Policy.Name] = b // (resolution made the map: the policy has a budget)
+			}
 		}
 		md.applied = res.applied
 	}
@@ -413,7 +422,7 @@ func (p *parser) usageResolutions(c *Config, r *refs) {
 			var d sluice.Decision
 			sp := pol.Policy
 			if err := algorithm.CheckCost(&sp, rt.Usage.Estimate.Max, &d); err != nil {
-				p.errorf(&yaml.Node{Line: rt.Usage.Line, Column: 1}, r.route[rt], nil,
+				p.errorf(&yaml.Node{Line: rt.Usage.maxLine, Column: 1}, r.route[rt], nil,
 					"usage.estimate.max %d is more than policy %q ever allows at once (%d): a request estimated at the cap could never be approved; lower the cap or raise the policy",
 					rt.Usage.Estimate.Max, name, sp.Capacity())
 			}
