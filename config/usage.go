@@ -409,9 +409,8 @@ func (p *parser) usageResolutions(c *Config, r *refs) {
 				names = append(names, cl.resolutionNames(c)...)
 			}
 		}
-		for _, md := range c.Models {
-			names = append(names, md.Policy...)
-		}
+		// (A model's own policy smaller than the cap refuses that model's large requests with a
+		// 400 that says so, as a provider answers a request too large for its model.)
 		seen := map[string]bool{}
 		for _, name := range names {
 			pol := c.policies[name]
