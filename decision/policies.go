@@ -20,6 +20,7 @@ type Policies struct {
 	claimNames []string
 	claimIndex map[string]int
 	ip         identity.IP
+	usage      bool // some route has usage (UsageRoute)
 }
 
 // NewPolicies returns the Policies of cfg, or the error of an identity source that cannot work
@@ -30,6 +31,9 @@ func NewPolicies(cfg *config.Config) (*Policies, error) {
 		return nil, err
 	}
 	p := &Policies{cfg: cfg, chain: chain}
+	for _, rt := range cfg.Routes {
+		p.usage = p.usage || rt.Usage != nil
+	}
 	for _, id := range cfg.Identity {
 		if id.IP != nil {
 			p.ip = ipSource(id.IP)

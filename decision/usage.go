@@ -49,6 +49,9 @@ var (
 // UsageRoute returns the usage of the route a request of method on path takes, or nil: the front
 // end reads the body of a request whose route has one (at most MaxBody bytes) before it resolves.
 func (p *Policies) UsageRoute(method, path string) *config.Usage {
+	if !p.usage {
+		return nil // (no second route lookup for every request of a configuration without usage)
+	}
 	if rt, ok := p.cfg.Route(method, path); ok && rt != nil {
 		return rt.Usage
 	}
