@@ -20,8 +20,9 @@ var layers = map[string][]string{
 	"gateway":    {"store", "web", "rls", "middleware", "sim", "cmd"},
 	"rls":        {"store", "gateway", "web", "middleware", "sim", "cmd"},
 	"middleware": {"store", "gateway", "web", "rls", "sim", "cmd"},
-	"algorithm":  {""}, // nothing of ours at all
-	"shed":       {""}, // load shedding's limiter: pure, nothing of ours
+	"algorithm":  {""},                                                                                                                    // nothing of ours at all
+	"shed":       {""},                                                                                                                    // load shedding's limiter: pure, nothing of ours
+	"llm":        {"store", "gateway", "decision", "config", "answer", "identity", "rls", "web", "middleware", "sim", "cmd", "algorithm"}, // reads LLM APIs' bodies: pure
 }
 
 // TestImportLayers checks the non-test imports of every package against layers.
