@@ -184,16 +184,7 @@ models:
 	post("beta", small+`}`, "input=1234567,output=250000")
 	p.waitMetric(t, "sluice_llm_requests_total", nil, 4, 30*time.Second)
 
-	resp, err := http.Get(p.admin + "/v1/stats")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var st gateway.Stats
-	err = json.NewDecoder(resp.Body).Decode(&st)
-	resp.Body.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
+	st := p.stats(t)
 	// What the page must show, row by row, from the stats; and the stats are what the traffic was.
 	want := map[string][]string{}
 	var spent []int64
