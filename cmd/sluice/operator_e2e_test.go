@@ -5,14 +5,18 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/chromedp/chromedp"
 
 	"github.com/sluicehq/sluice/gateway"
 	"github.com/sluicehq/sluice/internal/browsertest"
+	"github.com/sluicehq/sluice/internal/llmtest"
 	"github.com/sluicehq/sluice/web"
 )
 
@@ -110,5 +114,124 @@ clients:
 			`document.querySelector('#chart canvas') !== null && [...document.querySelectorAll('#chart .u-legend th')].some(th => th.textContent.includes("partner-over refused"))`)
 		tab.Wait("three points on the chart", `Number(document.body.dataset.points) >= 3`)
 		tab.Screenshot(size.name)
+	}
+}
+
+// The operator page's LLM usage, on a real gateway in front of the fake LLM API: no section while
+// no client has used a usage route; then, once two clients have (one of them a model with a
+// cached-input price, a stream that reports no usage, and over two dollars), a row per client
+// and model whose figures are the ones GET /v1/stats gives (micro-dollars as dollars, exactly),
+// with no row for the client that used none. At 1366 px the table fits; at 390 px the page does
+// not grow wider than the screen. Screenshots go to artifacts/.
+func TestServeE2EOperatorLLMUsage(t *testing.T) {
+	t.Parallel()
+	up := httptest.NewServer(llmtest.NewHandler())
+	t.Cleanup(up.Close)
+	keys := map[string]string{"alpha": "operator-llm-key-a", "beta": "operator-llm-key-b", "gamma": "operator-llm-key-c"}
+	p := startSluice(t, t.TempDir(), "sluice.yaml", func(listen, admin string) string {
+		return fmt.Sprintf(`listen: %s
+admin_listen: %s
+upstream: %s
+identity:
+  - api_key: {header: X-API-Key}
+policies:
+  - {name: tpm, algorithm: fixed-window, limit: 100000000, period: 1000h}
+clients:
+  - {name: alpha, api_key_sha256: %s, policy: tpm}
+  - {name: beta, api_key_sha256: %s, policy: tpm}
+  - {name: gamma, api_key_sha256: %s, policy: tpm}
+routes:
+  - {path_prefix: /v1/chat/completions, usage: {format: openai}}
+models:
+  - {name: gpt-small, price: {input: 1, output: 4}}
+  - {name: gpt-big, price: {input: 10, cached_input: 1, output: 40}}
+`, listen, admin, up.URL, sha256Hex(keys["alpha"]), sha256Hex(keys["beta"]), sha256Hex(keys["gamma"]))
+	})
+	// gamma's traffic is on no usage route.
+	for i := 0; i < 3; i++ {
+		get(t, p.proxy, "/v1/models", "X-API-Key", keys["gamma"])
+	}
+
+	desktop := browsertest.NewTab(t, 1366, 900)
+	desktop.Do("open the operator page", chromedp.Navigate(p.admin+"/operator/"))
+	desktop.Wait("gamma's requests on the page", `document.querySelector('#clients tr[data-client="gamma"]') !== null`)
+	if !browsertest.Eval[bool](desktop, `document.getElementById("llm").hidden`) {
+		t.Fatal("the LLM usage section is shown while no client has used a usage route")
+	}
+
+	post := func(client, body, usage string) {
+		t.Helper()
+		req, _ := http.NewRequest(http.MethodPost, p.proxy+"/v1/chat/completions", strings.NewReader(body))
+		req.Header.Set("X-API-Key", keys[client])
+		req.Header.Set("Content-Type", "application/json")
+		if usage != "" {
+			req.Header.Set("X-Test-Usage", usage)
+		}
+		resp, err := e2eClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if err != nil || resp.StatusCode != 200 {
+			t.Fatalf("%s: %d %v", client, resp.StatusCode, err)
+		}
+	}
+	const small = `{"model":"gpt-small","max_tokens":100,"messages":[{"role":"user","content":"hello"}]`
+	post("alpha", small+`}`, "input=120,output=53")
+	post("alpha", small+`,"stream":true}`, "") // an OpenAI stream that did not ask for its usage
+	post("alpha", strings.Replace(small, "gpt-small", "gpt-big", 1)+`}`, "input=200,output=10,cached=150")
+	post("beta", small+`}`, "input=1234567,output=250000")
+	p.waitMetric(t, "sluice_llm_requests_total", nil, 4, 30*time.Second)
+
+	st := p.stats(t)
+	// What the page must show, row by row, from the stats; and the stats are what the traffic was.
+	want := map[string][]string{}
+	var spent []int64
+	for _, c := range st.Clients {
+		for _, m := range c.LLM {
+			want[c.Client+" "+m.Model] = []string{c.Client, m.Model, fmt.Sprint(m.Requests), fmt.Sprintf("%d (%d)", m.Input, m.CachedInput),
+				fmt.Sprint(m.Output), fmt.Sprint(m.Reserved), fmt.Sprintf("$%d.%06d", m.MicroUSD/1e6, m.MicroUSD%1e6), fmt.Sprint(m.NoUsage), fmt.Sprint(m.Failed)}
+			spent = append(spent, m.MicroUSD)
+		}
+	}
+	if len(want) != 3 || want["alpha gpt-small"] == nil || want["alpha gpt-big"] == nil || want["beta gpt-small"] == nil {
+		t.Fatalf("LLM usage in the stats: %v, want alpha's gpt-small and gpt-big and beta's gpt-small", want)
+	}
+	for row, w := range map[string]string{
+		"alpha gpt-small": "[alpha gpt-small 2 120 (0) 53 204 $0.000332 1 0]", // 120×1 + 53×4; the stream reserved 2+100 and reported nothing
+		"alpha gpt-big":   "[alpha gpt-big 1 200 (150) 10 102 $0.001050 0 0]", // 50×10 + 150×1 + 10×40
+		"beta gpt-small":  "[beta gpt-small 1 1234567 (0) 250000 102 $2.234567 0 0]",
+	} {
+		if got := fmt.Sprint(want[row]); got != w {
+			t.Errorf("stats for %s: %s, want %s", row, got, w)
+		}
+	}
+
+	for _, v := range []struct {
+		name  string
+		tab   *browsertest.Tab
+		width int
+	}{{"operator-llm-desktop", desktop, 1366}, {"operator-llm-phone", nil, 390}} {
+		tab := v.tab
+		if tab == nil {
+			tab = browsertest.NewTab(t, v.width, 1600)
+			tab.Do("open the operator page on a phone's screen", chromedp.EmulateViewport(int64(v.width), 1600, chromedp.EmulateScale(2), chromedp.EmulateMobile),
+				chromedp.Navigate(p.admin+"/operator/"))
+		}
+		tab.Wait("the LLM usage rows", `!document.getElementById("llm").hidden && document.querySelectorAll('#llm-usage tbody tr').length === 3`)
+		got := browsertest.Eval[[][]string](tab, `[...document.querySelectorAll('#llm-usage tbody tr')].map(tr => [tr.dataset.client + " " + tr.dataset.model, ...[...tr.cells].map(c => c.textContent)])`)
+		for _, row := range got {
+			if fmt.Sprint(row[1:]) != fmt.Sprint(want[row[0]]) {
+				t.Errorf("%s: the page's row %s: %q, want %q", v.name, row[0], row[1:], want[row[0]])
+			}
+		}
+		if w := browsertest.Eval[int](tab, `document.documentElement.scrollWidth`); w > v.width {
+			t.Errorf("%s: the page is %d px wide, wider than the window's %d", v.name, w, v.width)
+		}
+		if v.width >= 1366 && !browsertest.Eval[bool](tab, `(s => s.scrollWidth <= s.clientWidth)(document.querySelector('#llm .scroll'))`) {
+			t.Errorf("%s: the LLM usage table does not fit its section", v.name)
+		}
+		tab.Screenshot(v.name)
 	}
 }

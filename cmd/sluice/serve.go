@@ -43,7 +43,8 @@ policies are decided on the store, and it is forwarded, held (leaky bucket) or a
 Retry-After, the IETF RateLimit fields and a problem body. The admin listener serves /metrics,
 /healthz, /readyz, POST /v1/check (the decision API), /v1/forward-auth (the auth sub-requests of
 nginx, Caddy and Traefik: docs/forward-auth.md), GET /v1/stats and the operator page that shows
-it (/operator/: who is being limited now), and the browser simulation (/). With an rls section it
+it (/operator/: who is being limited now, and each client's LLM tokens and dollars per model), and
+the browser simulation (/). With an rls section it
 is also Envoy's rate limit service (envoy.service.ratelimit.v3 over gRPC), its rules
 envoyproxy/ratelimit's configuration files or an xDS management server's (rls.xds, as Envoy
 Gateway serves them; docs/envoy.md); listen: "" runs no proxy.

@@ -14,6 +14,14 @@
     return td;
   }
 
+  // alarm adds a count that should be 0, flagged when it is not.
+  function alarm(tr, n) {
+    const span = document.createElement("span");
+    span.textContent = String(n);
+    if (n > 0) span.className = "badge limited";
+    cell(tr, "", "n").appendChild(span);
+  }
+
   // The instance registry (every Redis store): how many instances share the Redis, and so, with
   // on_error: local, which share of each policy this one decides on alone while Redis is down.
   function renderFleet(f) {
@@ -59,11 +67,7 @@
       tr.appendChild(th);
       cell(tr, s.shares[p] + "%", "n");
       cell(tr, String(s.admitted[p]), "n");
-      const shed = cell(tr, "", "n");
-      const span = document.createElement("span");
-      span.textContent = String(s.shed[p]);
-      if (s.shed[p] > 0) span.className = "badge limited";
-      shed.appendChild(span);
+      alarm(tr, s.shed[p]);
     }
   }
 
@@ -158,6 +162,34 @@
       [ms(x.mean_retry_after_given_ms), "n"]]);
   }
 
+  // Micro-dollars as dollars, exactly: $0.001234 (integer arithmetic, no float rounding).
+  const usd = (m) => "$" + Math.floor(m / 1e6) + "." + String(m % 1e6).padStart(6, "0");
+
+  // LLM usage (each client's "llm"): a row per client and model, shown once any client has one.
+  function renderLLM(clients) {
+    const used = clients.filter((c) => c.llm && c.llm.length > 0);
+    $("llm").hidden = used.length === 0;
+    const tbody = $("llm-usage").tBodies[0];
+    tbody.replaceChildren();
+    for (const c of used) for (const m of c.llm) {
+      const tr = tbody.insertRow();
+      tr.dataset.client = c.client;
+      tr.dataset.model = m.model;
+      const th = document.createElement("th");
+      th.scope = "row";
+      th.textContent = c.client;
+      tr.appendChild(th);
+      cell(tr, m.model);
+      cell(tr, String(m.requests), "n");
+      cell(tr, m.input + " (" + m.cached_input + ")", "n");
+      cell(tr, String(m.output), "n");
+      cell(tr, String(m.reserved), "n");
+      cell(tr, usd(m.micro_usd), "n");
+      cell(tr, String(m.no_usage), "n");
+      alarm(tr, m.failed);
+    }
+  }
+
   function render(st) {
     $("config").textContent = st.config;
     const store = $("store");
@@ -231,6 +263,7 @@
       cell(tr, String(c.abandoned), "n");
       cell(tr, when(c.retry_after_ends));
     }
+    renderLLM(st.clients);
     renderDiagnosis(st.diagnosis); // last: the sections above do not wait on it
     document.body.dataset.updated = st.time;
   }
