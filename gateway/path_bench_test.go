@@ -61,3 +61,17 @@ clients:
 	b.Cleanup(srv.Close)
 	return srv
 }
+
+// benchListen serves srv on the fasthttp engine on a loopback port until b ends, and returns
+// its address.
+func benchListen(b *testing.B, srv *Server) string {
+	b.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	fs := srv.FastServer()
+	go fs.Serve(ln)
+	b.Cleanup(func() { fs.Shutdown() })
+	return ln.Addr().String()
+}

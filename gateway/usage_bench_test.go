@@ -2,7 +2,6 @@ package gateway
 
 import (
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -30,16 +29,8 @@ func BenchmarkUsageStream(b *testing.B) {
 		{"plain", nil},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
-			srv := benchServer(b, up.URL, bc.extra...)
-			ln, err := net.Listen("tcp", "127.0.0.1:0")
-			if err != nil {
-				b.Fatal(err)
-			}
-			fs := srv.FastServer()
-			go fs.Serve(ln)
-			defer fs.Shutdown()
+			url := "http://" + benchListen(b, benchServer(b, up.URL, bc.extra...)) + "/v1/chat/completions"
 			c := &http.Client{Transport: &http.Transport{DisableCompression: true}}
-			url := "http://" + ln.Addr().String() + "/v1/chat/completions"
 			body := `{"model":"gpt-bench","stream":true,"stream_options":{"include_usage":true},"max_tokens":1000,"messages":[{"role":"user","content":"Hi"}]}`
 			b.ReportAllocs()
 			for b.Loop() {
