@@ -244,5 +244,9 @@ two (client → sluice → upstream), all on the same CPUs; the usage route also
 body before it forwards it (to estimate it), settles it at the end, and asks the upstream for an
 uncompressed answer (the plain route does none of these; the fake upstream never compresses).
 Through sluice each chunk the upstream flushed is passed on as a chunk of its own: a read and a
-write per event, for a stream written as fast as the upstream can as for one a model paces.""")
+write per event, for a stream written as fast as the upstream can as for one a model paces. A
+stream written as fast as it can (INTERVAL=0s) keeps the upstream and sluice busy from its first
+event on: on a machine with fewer than three CPUs the client then waits for one to read that
+event, which the upstream straight (one busy process) does not make it do; a paced stream
+(INTERVAL=1ms) leaves them idle between events.""")
 EOF
