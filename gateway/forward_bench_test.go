@@ -30,16 +30,9 @@ func BenchmarkForward(b *testing.B) {
 	})}
 	go upSrv.Serve(upLn)
 	defer upSrv.Close()
-	srv := benchServer(b, "http://"+upLn.Addr().String())
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	fs := srv.FastServer()
-	go fs.Serve(ln)
-	defer fs.Shutdown()
-	c := &fasthttp.HostClient{Addr: ln.Addr().String(), MaxConns: 64}
-	url := "http://" + ln.Addr().String() + "/orders"
+	addr := benchListen(b, benchServer(b, "http://"+upLn.Addr().String()))
+	c := &fasthttp.HostClient{Addr: addr, MaxConns: 64}
+	url := "http://" + addr + "/orders"
 	b.ReportAllocs()
 	b.SetParallelism(8)
 	b.RunParallel(func(pb *testing.PB) {

@@ -4,6 +4,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"strings"
 	"testing"
 
 	"github.com/valyala/fasthttp"
@@ -37,8 +38,9 @@ func BenchmarkDecisionPath(b *testing.B) {
 }
 
 // benchServer is a Server in front of upstream on the memory store: one token-bucket policy
-// that refuses nothing, for the client with API key "bench-key". It closes when b ends.
-func benchServer(b *testing.B, upstream string) *Server {
+// that refuses nothing, for the client with API key "bench-key", and the YAML lines extra (routes).
+// It closes when b ends.
+func benchServer(b *testing.B, upstream string, extra ...string) *Server {
 	b.Helper()
 	cfg, err := config.Parse([]byte(`
 upstream: `+upstream+`
@@ -48,7 +50,7 @@ policies:
   - {name: open, algorithm: token-bucket, limit: 1000000000, period: 1s}
 clients:
   - {name: bench, api_key_sha256: `+identity.HashAPIKey("bench-key")+`, policy: open}
-`), "bench.yaml")
+`+strings.Join(extra, "\n")), "bench.yaml")
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -58,4 +60,18 @@ clients:
 	}
 	b.Cleanup(srv.Close)
 	return srv
+}
+
+// benchListen serves srv on the fasthttp engine on a loopback port until b ends, and returns
+// its address.
+func benchListen(b *testing.B, srv *Server) string {
+	b.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	fs := srv.FastServer()
+	go fs.Serve(ln)
+	b.Cleanup(func() { fs.Shutdown() })
+	return ln.Addr().String()
 }
