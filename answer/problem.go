@@ -198,6 +198,9 @@ func describe(p sluice.Policy, units string) string {
 		per = p.CalendarIn() // "day in Europe/Berlin"
 	}
 	s := fmt.Sprintf("%d %s per %s", p.Limit, unit, per)
+	if units == "micro-dollars" {
+		s = Dollars(p.Limit) + " per " + per
+	}
 	switch {
 	case p.Algorithm == sluice.TokenBucket && p.Capacity() != p.Limit:
 		s += fmt.Sprintf(", at most %d at once", p.Capacity())
@@ -207,6 +210,19 @@ func describe(p sluice.Policy, units string) string {
 		s += fmt.Sprintf(", evenly spaced, with room for %d waiting", p.Burst)
 	}
 	return s
+}
+
+// Dollars writes micro-dollars as dollars: 50000000 is "$50.00", 1050 "$0.00105".
+func Dollars(micro int64) string {
+	sign := ""
+	if micro < 0 {
+		sign, micro = "-", -micro
+	}
+	frac := strings.TrimRight(fmt.Sprintf("%06d", micro%1_000_000), "0")
+	for len(frac) < 2 {
+		frac += "0"
+	}
+	return fmt.Sprintf("%s$%d.%s", sign, micro/1_000_000, frac)
 }
 
 // unitOr is units, or "requests" for "".

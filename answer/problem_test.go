@@ -358,3 +358,12 @@ func BenchmarkRefusal(b *testing.B) {
 		WriteProblem(w, QuotaExceeded("partner-a", ds))
 	}
 }
+
+// TestDollars: micro-dollars read as dollars, cents always shown, nothing rounded.
+func TestDollars(t *testing.T) {
+	for n, want := range map[int64]string{0: "$0.00", 50_000_000: "$50.00", 1050: "$0.00105", 2_234_567: "$2.234567", 10: "$0.00001", -1_500_000: "-$1.50"} {
+		if got := Dollars(n); got != want {
+			t.Errorf("Dollars(%d) = %q, want %q", n, got, want)
+		}
+	}
+}
