@@ -43,8 +43,8 @@ var llmClients = [][2]string{
 func llmKey(client string) string { return "sk-e2e-" + client + "-7c1d" }
 
 // llmConfig: tokens and money per 1,000 hours (fixed windows no test run straddles the edge of,
-// so that balances are exact), streams at once, and a token bucket of 100 tokens refilled in 4 s
-// (25 a second), for a refusal the SDKs can wait out. Chat completions and Anthropic's messages
+// so that balances are exact), streams at once, and a token bucket of 100 tokens refilled in 2 s
+// (50 a second), for a refusal the SDKs can wait out. Chat completions and Anthropic's messages
 // count total tokens; completions have inject_usage. gpt-big has its own 3,000 tokens for each
 // client. Prices are in dollars per million tokens: $1 is one micro-dollar a token.
 func llmConfig(upstreamURL, store string) configFunc {
@@ -67,7 +67,7 @@ policies:
   - {name: big-tpm, algorithm: fixed-window, limit: 3000, period: 1000h}
   - {name: pocket, algorithm: fixed-window, limit: $0.01, period: 1000h, counts: usd}
   - {name: one-stream, algorithm: concurrency, limit: 1, lease: 1m}
-  - {name: trickle, algorithm: token-bucket, limit: 100, period: 4s}
+  - {name: trickle, algorithm: token-bucket, limit: 100, period: 2s}
 clients:
 %sroutes:
   - path_prefix: /v1/chat/completions
@@ -105,7 +105,19 @@ var llmHTTP = &http.Client{Timeout: time.Minute}
 // API's X-Test-*.
 func llmPost(t *testing.T, base, path, body, client, header string, headers ...string) *http.Response {
 	t.Helper()
-	req, _ := http.NewRequest(http.MethodPost, base+path, strings.NewReader(body))
+	resp, err := tryLLMPost(base, path, body, client, header, headers...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp
+}
+
+// tryLLMPost is llmPost returning its error, for any goroutine.
+func tryLLMPost(base, path, body, client, header string, headers ...string) (*http.Response, error) {
+	req, err := http.NewRequest(http.MethodPost, base+path, strings.NewReader(body))
+	if err != nil {
+		return nil, err
+	}
 	req.Header.Set("Content-Type", "application/json")
 	if header == "Authorization" {
 		req.Header.Set(header, "Bearer "+llmKey(client))
@@ -115,11 +127,7 @@ func llmPost(t *testing.T, base, path, body, client, header string, headers ...s
 	for i := 0; i+1 < len(headers); i += 2 {
 		req.Header.Set(headers[i], headers[i+1])
 	}
-	resp, err := llmHTTP.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return resp
+	return llmHTTP.Do(req)
 }
 
 // readAll reads and closes resp's body.
@@ -452,6 +460,8 @@ type tap struct {
 	URL     string
 	mu      sync.Mutex
 	answers []tapped
+	once    sync.Once
+	err     error // before's
 }
 
 type tapped struct {
@@ -459,7 +469,9 @@ type tapped struct {
 	ms     int64 // Retry-After-Ms; -1: none
 }
 
-func newTap(t *testing.T, target string) *tap {
+// newTap starts a tap in front of target; before, if not nil, runs once before the first request
+// is passed on (its error is seen's).
+func newTap(t *testing.T, target string, before func() error) *tap {
 	u, err := url.Parse(target)
 	if err != nil {
 		t.Fatal(err)
@@ -477,16 +489,46 @@ func newTap(t *testing.T, target string) *tap {
 		tp.mu.Unlock()
 		return nil
 	}
-	srv := httptest.NewServer(rp)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if before != nil {
+			tp.once.Do(func() {
+				err := before()
+				tp.mu.Lock()
+				tp.err = err
+				tp.mu.Unlock()
+			})
+		}
+		rp.ServeHTTP(w, r)
+	}))
 	t.Cleanup(srv.Close)
 	tp.URL = srv.URL
 	return tp
 }
 
-func (tp *tap) seen() []tapped {
+// seen returns sluice's answers so far, and before's error.
+func (tp *tap) seen() ([]tapped, error) {
 	tp.mu.Lock()
 	defer tp.mu.Unlock()
-	return append([]tapped(nil), tp.answers...)
+	return append([]tapped(nil), tp.answers...), tp.err
+}
+
+// settledErr waits until n of client's requests on usage routes have been settled, for any
+// goroutine.
+func settledErr(p *sluiceProc, client string, n int) error {
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		r, err := tryGet(p.admin, "/metrics")
+		if err != nil {
+			return err
+		}
+		if sampleSum(string(r.body), "sluice_llm_requests_total", map[string]string{"client": client}) >= float64(n) {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s: %d requests not settled within 20 s", client, n)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
 
 // TestLLMServeSDKs: the official SDKs, streaming and not, get through sluice the text and the
@@ -544,9 +586,9 @@ func TestLLMServeSDKs(t *testing.T) {
 					t.Fatalf("the held stream: %d %s", held.StatusCode, readAll(t, held))
 				}
 				defer held.Body.Close()
-				tp := newTap(t, p.proxy)
+				tp := newTap(t, p.proxy, nil)
 				r := llmtest.RunClient(t, llmtest.ClientCall{SDK: sdk, BaseURL: tp.URL, APIKey: llmKey(client), MaxRetries: 1, MaxTokens: 10})
-				seen := tp.seen()
+				seen, _ := tp.seen()
 				if r.OK || r.ErrorType != "RateLimitError" || r.ErrorCode != code || r.Status != 429 || r.Attempts != 2 ||
 					!reflect.DeepEqual(r.Statuses, []int{429, 429}) || len(seen) != 2 {
 					t.Fatalf("got %+v; sluice answered %+v", r, seen)
@@ -560,23 +602,37 @@ func TestLLMServeSDKs(t *testing.T) {
 			})
 
 			t.Run("refused over a token bucket, then passes", func(t *testing.T) {
-				// The bucket holds 100 tokens, refilled 25 a second. A request that used 190 leaves
-				// it 90 in debt; the SDK's next request (3 + 50 tokens reserved) waits about 5.7 s
-				// less node's start, and passes once it has waited what sluice said.
+				// The bucket holds 100 tokens, refilled 50 a second. Just before the SDK's first
+				// request goes on (whenever node is ready), a request that used 190 leaves it 90 in
+				// debt: the SDK's (3 + 50 tokens reserved) is refused for about 2.9 s, and its retry
+				// passes once it has waited what sluice said.
 				client := sdk + "-trickle"
-				body := `{"model":"drain","max_tokens":50,"messages":[{"role":"user","content":"hello"}]}`
-				readAll(t, llmPost(t, p.proxy, path, body, client, header, "X-Test-Usage", "input=40,output=150"))
-				settledFor(t, p, client, 1)
-				tp := newTap(t, p.proxy)
+				tp := newTap(t, p.proxy, func() error {
+					body := `{"model":"drain","max_tokens":50,"messages":[{"role":"user","content":"hello"}]}`
+					resp, err := tryLLMPost(p.proxy, path, body, client, header, "X-Test-Usage", "input=40,output=150")
+					if err != nil {
+						return err
+					}
+					_, err = io.Copy(io.Discard, resp.Body)
+					resp.Body.Close()
+					if err != nil || resp.StatusCode != http.StatusOK {
+						return fmt.Errorf("the request that drains the bucket: %d %v", resp.StatusCode, err)
+					}
+					return settledErr(p, client, 1)
+				})
 				r := llmtest.RunClient(t, llmtest.ClientCall{SDK: sdk, BaseURL: tp.URL, APIKey: llmKey(client), MaxRetries: 1, MaxTokens: 50,
 					Headers: map[string]string{"X-Test-Usage": "input=1,output=1"}})
-				seen := tp.seen()
+				seen, err := tp.seen()
+				if err != nil {
+					t.Fatal(err)
+				}
 				if !r.OK || r.Attempts != 2 || !reflect.DeepEqual(r.Statuses, []int{429, 200}) || len(seen) != 2 {
 					t.Fatalf("got %+v; sluice answered %+v", r, seen)
 				}
 				if ms := seen[0].ms; ms <= 0 || r.Gaps[0] < time.Duration(ms)*time.Millisecond {
 					t.Errorf("sluice sent Retry-After-Ms %d; the SDK retried after %v", ms, r.Gaps[0])
 				}
+				t.Logf("sluice sent Retry-After-Ms %d; the SDK retried after %v", seen[0].ms, r.Gaps[0])
 				if n := upstreamSaw(up, client); n != 2 {
 					t.Errorf("the upstream saw %d of %s's requests, want 2 (the refusal never reached it)", n, client)
 				}
