@@ -371,8 +371,14 @@ func (p *sluiceProc) wait(timeout time.Duration) int {
 // there is none.
 func (p *sluiceProc) metric(t *testing.T, name string, labels map[string]string) float64 {
 	t.Helper()
+	return sampleSum(p.metricsText(t), name, labels)
+}
+
+// sampleSum is the sum of the samples of name whose labels include labels in text, a /metrics
+// page.
+func sampleSum(text, name string, labels map[string]string) float64 {
 	var sum float64
-	for _, line := range strings.Split(p.metricsText(t), "\n") {
+	for _, line := range strings.Split(text, "\n") {
 		n, ls, v, ok := parseSample(line)
 		if !ok || n != name {
 			continue

@@ -76,7 +76,14 @@ routes:
 // balance is the partner's remaining quota under policy, as the store holds it now (a peek).
 func balance(t *testing.T, p *sluiceProc, policy string) int64 {
 	t.Helper()
-	req, _ := http.NewRequest(http.MethodPost, p.admin+"/v1/check", bytes.NewBufferString(fmt.Sprintf(`{"client":"partner","policy":%q,"cost":0}`, policy)))
+	return balanceOf(t, p, "partner", policy)
+}
+
+// balanceOf is client's remaining quota under policy, as the store holds it now: POST /v1/check
+// with cost 0.
+func balanceOf(t *testing.T, p *sluiceProc, client, policy string) int64 {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodPost, p.admin+"/v1/check", bytes.NewBufferString(fmt.Sprintf(`{"client":%q,"policy":%q,"cost":0}`, client, policy)))
 	resp, err := e2eClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
@@ -111,13 +118,7 @@ func TestServeE2ESettle(t *testing.T) {
 				if rs == nil {
 					return -1
 				}
-				v, err := rs.Do("GET", "rate-limit:{partner}:tokens:v2")
-				if err != nil {
-					t.Fatal(err)
-				}
-				f := strings.Fields(v) // "alg limit period window count"
-				n, _ := strconv.ParseInt(f[len(f)-1], 10, 64)
-				return n
+				return windowCount(t, rs, "rate-limit:{partner}:tokens:v2")
 			}
 
 			t.Run("usage header", func(t *testing.T) {
@@ -207,6 +208,24 @@ func TestServeE2ESettle(t *testing.T) {
 			})
 		})
 	}
+}
+
+// windowCount is what the fixed window whose state is key on rs counts now.
+func windowCount(t *testing.T, rs *redistest.Server, key string) int64 {
+	t.Helper()
+	v, err := rs.Do("GET", key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := strings.Fields(v) // "alg limit period window count"
+	if len(f) != 5 {
+		t.Fatalf("Redis %s = %q: not a fixed window's state", key, v)
+	}
+	n, err := strconv.ParseInt(f[4], 10, 64)
+	if err != nil {
+		t.Fatalf("Redis %s = %q: %v", key, v, err)
+	}
+	return n
 }
 
 // mustLen is LLEN of key on rs.
