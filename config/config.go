@@ -472,11 +472,11 @@ func (c *Config) Policy(name string) (sluice.Policy, bool) {
 }
 
 // Applied returns the configured policy called name as it applies outside any route and scope
-// (the decision API asks by policy name).
+// (the decision API asks by policy name), or a model's own policy by its name there, "policy@model".
 func (c *Config) Applied(name string) (AppliedPolicy, bool) {
 	p, ok := c.policies[name]
 	if !ok {
-		return AppliedPolicy{}, false
+		return c.modelApplied(name) // a model's own, "policy@model" (config/usage.go)
 	}
 	return AppliedPolicy{Policy: p.Policy, PolicyName: p.Name, DryRun: p.DryRun, KeyBy: p.KeyBy}, true
 }

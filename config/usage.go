@@ -381,8 +381,10 @@ func (p *parser) usageResolutions(c *Config, r *refs) {
 		res := c.resolution(md.Policy, "", true)
 		for i := range res.applied {
 			a := &res.applied[i]
+			b := c.policies[a.PolicyName].LocalBudget
 			a.Policy.Name += "@" + md.Name
-			if b := c.policies[a.PolicyName].LocalBudget; b.Size > 0 {
+			a.PolicyName = a.Policy.Name // (answers, metrics and /v1/check name the model too)
+			if b.Size > 0 {
 				c.budgets[a.Policy.Name] = b // (resolution made the map: the policy has a budget)
 			}
 		}
@@ -427,4 +429,20 @@ func (p *parser) usageResolutions(c *Config, r *refs) {
 			}
 		}
 	}
+}
+
+// modelApplied returns the model's policy named "policy@model", as it applies on usage routes.
+func (c *Config) modelApplied(name string) (AppliedPolicy, bool) {
+	i := strings.LastIndexByte(name, '@')
+	if i < 0 {
+		return AppliedPolicy{}, false
+	}
+	if md, ok := c.models[name[i+1:]]; ok {
+		for _, a := range md.applied {
+			if a.PolicyName == name {
+				return a, true
+			}
+		}
+	}
+	return AppliedPolicy{}, false
 }

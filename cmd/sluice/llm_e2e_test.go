@@ -385,7 +385,8 @@ func TestLLMServeRefusals(t *testing.T) {
 
 			t.Run("the model's own limit", func(t *testing.T) {
 				// An estimate of 2 + 2,000 fits gpt-big's 3,000; it settles at 1,992, and a second
-				// estimate of 2,002 does not fit the 1,008 left, though crew has 99,796 tokens.
+				// estimate of 2,002 does not fit the 1,008 left, though crew has 99,796 tokens; the refusal names
+				// the model's policy with the model, as /v1/check does.
 				big := `{"model":"gpt-big","max_tokens":2000,"messages":[{"role":"user","content":"hello"}]}`
 				if resp := llmPost(t, p.proxy, "/v1/chat/completions", big, "crew", "Authorization", "X-Test-Usage", "input=2,output=1990"); resp.StatusCode != http.StatusOK {
 					t.Fatalf("gpt-big: %d %s", resp.StatusCode, readAll(t, resp))
@@ -394,7 +395,7 @@ func TestLLMServeRefusals(t *testing.T) {
 				}
 				settledFor(t, p, "crew", 3)
 				resp := llmPost(t, p.proxy, "/v1/chat/completions", big, "crew", "Authorization")
-				if _, err := llmRefusal(resp, readAll(t, resp), false, "big-tpm"); err != nil {
+				if _, err := llmRefusal(resp, readAll(t, resp), false, "big-tpm@gpt-big"); err != nil {
 					t.Errorf("gpt-big over its own limit: %v", err)
 				}
 				small := strings.Replace(big, "gpt-big", "gpt-small", 1)
