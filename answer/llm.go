@@ -86,14 +86,8 @@ func (p Problem) appendLLM(b []byte) []byte {
 		b = appendJSONString(b, typ)
 	}
 	if p.ViolatedPolicies != nil {
-		b = append(b, `,"violated_policies":[`...)
-		for i, name := range p.ViolatedPolicies {
-			if i > 0 {
-				b = append(b, ',')
-			}
-			b = appendJSONString(b, name)
-		}
-		b = append(b, ']')
+		b = append(b, `,"violated_policies":`...)
+		b = appendJSONStrings(b, p.ViolatedPolicies)
 	}
 	if p.RetryAfter > 0 {
 		b = append(b, `,"retry_after":`...)

@@ -315,14 +315,8 @@ func (p Problem) AppendJSON(b []byte) []byte {
 		b = appendJSONString(b, p.Instance)
 	}
 	if p.ViolatedPolicies != nil {
-		b = append(b, `,"violated-policies":[`...)
-		for i, name := range p.ViolatedPolicies {
-			if i > 0 {
-				b = append(b, ',')
-			}
-			b = appendJSONString(b, name)
-		}
-		b = append(b, ']')
+		b = append(b, `,"violated-policies":`...)
+		b = appendJSONStrings(b, p.ViolatedPolicies)
 	}
 	if p.Client != "" {
 		b = append(b, `,"client":`...)
@@ -333,6 +327,18 @@ func (p Problem) AppendJSON(b []byte) []byte {
 		b = strconv.AppendInt(b, p.RetryAfter, 10)
 	}
 	return append(b, '}')
+}
+
+// appendJSONStrings appends ss as a JSON array of strings.
+func appendJSONStrings(b []byte, ss []string) []byte {
+	b = append(b, '[')
+	for i, s := range ss {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = appendJSONString(b, s)
+	}
+	return append(b, ']')
 }
 
 // appendJSONString appends s as a JSON string (RFC 8259) the way encoding/json does: '"', '\' and

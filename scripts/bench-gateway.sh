@@ -15,6 +15,7 @@
 # Redis in the same rounds (targets base-memory, base-redis), with a table of this tree's figures
 # beside the revision's: what a change costs or gains, measured side by side.
 set -euo pipefail
+. "$(dirname "$0")/bench-lib.sh" # log, die, $work and $pids (stopped on exit), stop, free_port, wait_http
 cd "$(dirname "$0")/.."
 if ! command -v go >/dev/null 2>&1 && [ -x /usr/local/go/bin/go ]; then
 	export PATH="/usr/local/go/bin:$PATH"
@@ -28,9 +29,6 @@ THREADS=${THREADS:-2}
 CONNECTIONS=${CONNECTIONS:-50}
 KEY=bench-key-0123456789
 HASH=$(printf %s "$KEY" | sha256sum | cut -d' ' -f1)
-
-log() { printf '%s %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
-die() { log "error: $*"; exit 1; }
 
 # seconds turns a wrk duration (10s, 2m, 1h, 30) into seconds.
 seconds() {
@@ -62,56 +60,6 @@ if ((${#missing[@]})); then
 	"${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 command -v go >/dev/null 2>&1 || die "go not found (looked on PATH and in /usr/local/go/bin)"
-
-work=$(mktemp -d)
-pids=()
-cleanup() {
-	local pid
-	for pid in "${pids[@]}"; do
-		kill -TERM "$pid" 2>/dev/null || true
-	done
-	for pid in "${pids[@]}"; do
-		wait "$pid" 2>/dev/null || true
-	done
-	rm -rf "$work"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-
-# stop ends one process this script started and forgets it.
-stop() {
-	local pid=$1 p keep=()
-	kill -TERM "$pid" 2>/dev/null || true
-	for _ in $(seq 100); do
-		kill -0 "$pid" 2>/dev/null || break
-		sleep 0.05
-	done
-	kill -KILL "$pid" 2>/dev/null || true
-	wait "$pid" 2>/dev/null || true
-	for p in "${pids[@]}"; do
-		[ "$p" = "$pid" ] || keep+=("$p")
-	done
-	pids=("${keep[@]+"${keep[@]}"}")
-}
-
-free_port() {
-	python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
-}
-
-# wait_http polls URL until it answers with any HTTP status, for at most 15 seconds, while the
-# process PID lives; LOG is shown if it does not.
-wait_http() {
-	local url=$1 pid=$2 logfile=$3 deadline=$((SECONDS + 15))
-	while ((SECONDS < deadline)); do
-		kill -0 "$pid" 2>/dev/null || { cat "$logfile" >&2; die "the server for $url exited"; }
-		if curl -s -o /dev/null --max-time 1 "$url"; then
-			return 0
-		fi
-		sleep 0.05
-	done
-	cat "$logfile" >&2
-	die "$url did not answer within 15s"
-}
 
 load_before=$(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || echo unknown)
 

@@ -30,6 +30,8 @@
 # and sluice share the CPUs: run it on an otherwise idle machine (the load average before and after
 # is printed).
 set -euo pipefail
+KEEP_OUT=${LLM_OUT:-}
+. "$(dirname "$0")/bench-lib.sh" # log, die, $work and $pids (stopped on exit), stop, free_port, wait_http
 cd "$(dirname "$0")/.."
 if ! command -v go >/dev/null 2>&1 && [ -x /usr/local/go/bin/go ]; then
 	export PATH="/usr/local/go/bin:$PATH"
@@ -45,9 +47,6 @@ BIG_EVENT_BYTES=${BIG_EVENT_BYTES:-4096}
 KEY=bench-key-0123456789
 HASH=$(printf %s "$KEY" | sha256sum | cut -d' ' -f1)
 
-log() { printf '%s %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
-die() { log "error: $*"; exit 1; }
-
 for tool in go curl python3; do
 	command -v "$tool" >/dev/null 2>&1 || die "$tool is needed"
 done
@@ -57,43 +56,6 @@ done
 ((ROUNDS >= 1 && STREAMS >= 1 && EVENT_BYTES >= 1 && BIG_EVENT_BYTES >= 1)) ||
 	die "ROUNDS, STREAMS, EVENT_BYTES and BIG_EVENT_BYTES are at least 1"
 [[ $INTERVAL =~ ^[0-9]+(\.[0-9]+)?(ns|us|ms|s)$ ]] || die "INTERVAL=$INTERVAL: want a duration such as 0s, 500us or 20ms"
-
-work=$(mktemp -d)
-pids=()
-cleanup() {
-	local pid
-	for pid in "${pids[@]}"; do
-		kill -TERM "$pid" 2>/dev/null || true
-	done
-	for pid in "${pids[@]}"; do
-		wait "$pid" 2>/dev/null || true
-	done
-	if [ -n "${LLM_OUT:-}" ]; then
-		mkdir -p "$LLM_OUT" && cp "$work"/*.json "$work"/*.log "$LLM_OUT"/ 2>/dev/null || true
-	fi
-	rm -rf "$work"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-
-free_port() {
-	python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
-}
-
-# wait_http polls URL until it answers with any HTTP status, for at most 15 seconds, while the
-# process PID lives; LOG is shown if it does not.
-wait_http() {
-	local url=$1 pid=$2 logfile=$3 deadline=$((SECONDS + 15))
-	while ((SECONDS < deadline)); do
-		kill -0 "$pid" 2>/dev/null || { cat "$logfile" >&2; die "the server for $url exited"; }
-		if curl -s -o /dev/null --max-time 1 "$url"; then
-			return 0
-		fi
-		sleep 0.05
-	done
-	cat "$logfile" >&2
-	die "$url did not answer within 15s"
-}
 
 load_before=$(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || echo unknown)
 

@@ -35,6 +35,8 @@
 # The load generator shares the CPUs with the servers and Redis: run it on an otherwise idle
 # machine (the load average before and after is printed).
 set -euo pipefail
+KEEP_OUT=${RLS_OUT:-}
+. "$(dirname "$0")/bench-lib.sh" # log, die, $work and $pids (stopped on exit), stop, free_port, wait_http
 cd "$(dirname "$0")/.."
 if ! command -v go >/dev/null 2>&1 && [ -x /usr/local/go/bin/go ]; then
 	export PATH="/usr/local/go/bin:$PATH"
@@ -53,53 +55,12 @@ SKIP_SLUICE=${SKIP_SLUICE:-0}
 PEER_ENV=${PEER_ENV:-}
 DOMAIN=rls_bench
 
-log() { printf '%s %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
-die() { log "error: $*"; exit 1; }
-
 for tool in go redis-server redis-cli python3; do
 	command -v "$tool" >/dev/null 2>&1 || die "$tool is needed (redis-server and redis-cli: apt-get install redis-server)"
 done
 for n in "$ROUNDS" "$REFUSE_ROUNDS" "$MEMORY_ROUNDS" "$CONCURRENCY" "$CONNS" "$VALUES"; do
 	[[ $n =~ ^[0-9]+$ ]] || die "ROUNDS, REFUSE_ROUNDS, MEMORY_ROUNDS, CONCURRENCY, CONNS and VALUES are whole numbers (got $n)"
 done
-
-work=$(mktemp -d)
-pids=()
-cleanup() {
-	local pid
-	for pid in "${pids[@]}"; do
-		kill -TERM "$pid" 2>/dev/null || true
-	done
-	for pid in "${pids[@]}"; do
-		wait "$pid" 2>/dev/null || true
-	done
-	if [ -n "${RLS_OUT:-}" ]; then
-		mkdir -p "$RLS_OUT" && cp "$work"/*.json "$work"/*.log "$RLS_OUT"/ 2>/dev/null || true
-	fi
-	rm -rf "$work"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-
-# stop ends one process this script started and forgets it.
-stop() {
-	local pid=$1 p keep=()
-	kill -TERM "$pid" 2>/dev/null || true
-	for _ in $(seq 100); do
-		kill -0 "$pid" 2>/dev/null || break
-		sleep 0.05
-	done
-	kill -KILL "$pid" 2>/dev/null || true
-	wait "$pid" 2>/dev/null || true
-	for p in "${pids[@]}"; do
-		[ "$p" = "$pid" ] || keep+=("$p")
-	done
-	pids=("${keep[@]+"${keep[@]}"}")
-}
-
-free_port() {
-	python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
-}
 
 load_before=$(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || echo unknown)
 
