@@ -1,6 +1,7 @@
 package decision
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"net/http"
@@ -71,11 +72,19 @@ func (p *Policies) ResolveUsage(r identity.Request, method, path string, body []
 	if bodyErr != nil {
 		return Request{}, false, bodyProblem(bodyErr, shape)
 	}
-	lr, err := llm.ParseRequest(body, int(rt.Usage.MaxBody))
-	if err != nil {
-		return Request{}, false, bodyProblem(err, shape)
+	// A request without a body (a GET of /v1/models under a /v1 route, say) asks for no tokens:
+	// its estimate is 0, settled to a usage if its response reports one.
+	empty := len(bytes.TrimSpace(body)) == 0
+	var lr llm.Request
+	estimate := llm.Usage{Found: true}
+	if !empty {
+		var err error
+		if lr, err = llm.ParseRequest(body, int(rt.Usage.MaxBody)); err != nil {
+			return Request{}, false, bodyProblem(err, shape)
+		}
+		estimate = llm.EstimateUsage(lr, rt.Usage.Estimate)
 	}
-	u := &Usage{Rule: rt.Usage, Stream: lr.Stream, Estimate: llm.EstimateUsage(lr, rt.Usage.Estimate), Body: body}
+	u := &Usage{Rule: rt.Usage, Stream: lr.Stream, Estimate: estimate, Body: body}
 	if rt.Usage.InjectUsage && lr.Stream && !lr.IncludeUsage {
 		u.Body, _ = llm.InjectUsage(body)
 	}
@@ -103,6 +112,10 @@ func (p *Policies) ResolveUsage(r identity.Request, method, path string, body []
 		case config.UnitTokens:
 			req.Costs[i] = llm.Cost(u.Estimate, u.Rule.Count, u.Rule.Weights)
 		case config.UnitUSD:
+			if empty {
+				req.Costs[i] = 0
+				continue
+			}
 			if u.Model == nil || u.Model.Price == nil {
 				what := "names no model"
 				if lr.Model != "" {
@@ -146,7 +159,9 @@ func (r *Request) usageActual(i int, u llm.Usage) int64 {
 	case config.UnitTokens:
 		return llm.Cost(u, r.Usage.Rule.Count, r.Usage.Rule.Weights)
 	case config.UnitUSD:
-		return llm.Cost(u, llm.CountWeighted, r.Usage.Model.Price.Weights())
+		if m := r.Usage.Model; m != nil && m.Price != nil { // (none: a request without a body)
+			return llm.Cost(u, llm.CountWeighted, m.Price.Weights())
+		}
 	}
 	return -1
 }

@@ -303,3 +303,20 @@ func TestUsageBadBodies(t *testing.T) {
 }
 
 var _ = sync.Mutex{}
+
+// TestUsageWithoutBody: a request without a body on a usage route (a GET of a model list under
+// the route's prefix) is forwarded, charged no tokens and no money, and counts as one request.
+func TestUsageWithoutBody(t *testing.T) {
+	forEachEngine(t, func(t *testing.T, engine string) {
+		f := startLLM(t, engine, "memory")
+		resp := get(t, f.url+"/v1/messages", "Authorization", "Bearer sk-team")
+		resp.Body.Close()
+		f.settled(1)
+		if f.up.Count() != 1 {
+			t.Fatalf("the upstream saw %d requests, want 1 (status %d)", f.up.Count(), resp.StatusCode)
+		}
+		if tok, usd, req := f.left("tpm", 100000), f.left("budget", 1_000_000), f.left("rpm", 1000); tok != 100000 || usd != 1_000_000 || req != 999 {
+			t.Errorf("left: %d tokens, %d micro-dollars, %d requests; want all tokens and money, 999 requests", tok, usd, req)
+		}
+	})
+}
