@@ -25,7 +25,7 @@ import (
 )
 
 // The fasthttp engine. sluice serve forwards with it because it measured about twice the
-// throughput of httputil.ReverseProxy on the same machine (README: Performance); the decision path
+// throughput of httputil.ReverseProxy on the same machine (docs/performance.md); the decision path
 // (identify, judge) is the one ServeHTTP uses.
 
 // ServeFast is the fasthttp engine's handler: it decides as ServeHTTP does, then forwards the

@@ -16,7 +16,7 @@ import (
 	"github.com/sluicehq/sluice/gateway"
 )
 
-// BenchmarkShedOverload is the README's figures for load shedding (scripts/bench-shed.sh runs
+// BenchmarkShedOverload is docs/performance.md's figures for load shedding (scripts/bench-shed.sh runs
 // it): an upstream with 8 workers, 10ms of work per request (800 requests/s at most; more wait
 // in its queue), behind the fasthttp engine with and without load_shedding. The traffic is
 // open-loop: 1s at 200 requests/s (healthy: the baseline), then 3s at 1500/s (almost twice what

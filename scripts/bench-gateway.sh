@@ -8,7 +8,7 @@
 #   e. nginx limit_req keyed by the API key, proxy_pass with keepalive to the same upstream;
 #   f. refusals: sluice (memory) and nginx refusing nearly everything, 429s per second.
 # Each target runs alone (the others are stopped) behind a short warm-up, in ROUNDS (3) interleaved
-# rounds; the Markdown table at the end (medians) is what the README quotes. DURATION (10s) is each
+# rounds; the Markdown table at the end (medians) is what docs/performance.md quotes. DURATION (10s) is each
 # measurement, WARMUP (1s) each warm-up;
 # THREADS (2) and CONNECTIONS (50) are wrk's -t and -c.
 # BASE=<git revision> also builds sluice at that revision and measures it on the memory store and on

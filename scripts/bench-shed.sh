@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Load shedding's figures (README: Throttling by load): the latency of answered requests while an
+# Load shedding's figures (docs/performance.md, Load shedding): the latency of answered requests while an
 # upstream of 8 workers × 10ms (800 requests/s) gets 1500 requests/s, with and without
 # load_shedding. See BenchmarkShedOverload in gateway/shed_bench_test.go.
 set -euo pipefail

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# The benchmarks whose numbers the README quotes, each beside its baselines in the same run.
+# The benchmarks whose numbers docs/performance.md quotes, each beside its baselines in the same run.
 # Our machines are noisy (neighbours come and go within seconds), so the whole set runs many
 # short times in rounds — every implementation once per round, so a noisy spell hits all alike —
 # and benchstat reports each one's median, spread and ratio to the baseline. At the end, the
-# medians again as Markdown tables for the README, with the ratios to the baselines.
+# medians again as Markdown tables for docs/performance.md, with the ratios to the baselines.
 #
 # ROUNDS (memory, default 10), BENCHTIME (memory, default 300ms) and REDIS_ROUNDS (Redis and
 # Redis Cluster, default 7: benchstat needs 6 for a confidence interval) set the length; the
@@ -165,7 +165,7 @@ summary() {
 	}' "$1"
 }
 echo
-echo "== Summary for the README (medians of the rounds above)"
+echo "== Summary for docs/performance.md (medians of the rounds above)"
 echo
 summary "$work/memory.txt" "${ROUNDS:-10}"
 summary "$work/redis.txt" "${REDIS_ROUNDS:-7}"

@@ -17,7 +17,7 @@ import (
 	"unicode/utf8"
 )
 
-// The README's first command (without "go run ./cmd/sluice").
+// The README's simulation command (without "go run ./cmd/sluice").
 var readme = []string{"simulate", "--compare", "--traffic", "5/s for 10s; 40 in 1s; 5/s for 10s", "--limit", "5", "--period", "1s", "--burst", "40"}
 
 var algorithms = []string{"fixed-window", "sliding-log", "sliding-window", "token-bucket", "leaky-bucket"}

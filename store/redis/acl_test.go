@@ -14,11 +14,11 @@ import (
 	"github.com/sluicehq/sluice/internal/redistest"
 )
 
-// The documented ACL is ACLRules, verbatim: every "ACL SETUSER" line of the README and of
+// The documented ACL is ACLRules, verbatim: every "ACL SETUSER" line of docs/stores.md and of
 // docs/config.md grants exactly the rules that TestACLUser proves sufficient.
 func TestDocumentedACL(t *testing.T) {
 	line := regexp.MustCompile("ACL SETUSER sluice on >PASSWORD ([^`\n]*)")
-	for _, file := range []string{"../../README.md", "../../docs/config.md"} {
+	for _, file := range []string{"../../docs/stores.md", "../../docs/config.md"} {
 		b, err := os.ReadFile(file)
 		if err != nil {
 			t.Fatal(err)
