@@ -93,3 +93,16 @@ func printedDemo(t *testing.T, p *sluiceProc) []string {
 	t.Fatalf("the demo printed no `%s demo` command:\n%s", sluiceBinary(t), p.stdout.String())
 	return nil
 }
+
+// TestDemoNotRunning: `sluice demo` with no demo there fails with exit code 1 and says to start it.
+func TestDemoNotRunning(t *testing.T) {
+	addr, err := freeAddr() // nothing listens there
+	if err != nil {
+		t.Fatal(err)
+	}
+	code, stdout, stderr := runCLI(t, "", "demo", "--proxy", "http://"+addr, "--admin", "")
+	if code != 1 || stdout != "" || strings.Count(stderr, "\n") != 1 ||
+		!strings.Contains(stderr, addr+"/hello") || !strings.Contains(stderr, "is the demo running? Start it with `sluice serve`") {
+		t.Errorf("exit code %d, stdout %q, stderr %q; want 1, nothing, and one line naming the URL and saying to start the demo", code, stdout, stderr)
+	}
+}

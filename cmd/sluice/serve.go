@@ -51,7 +51,9 @@ envoyproxy/ratelimit's configuration files or an xDS management server's (rls.xd
 Gateway serves them; docs/envoy.md); listen: "" runs no proxy.
 
 Without --config (or SLUICE_CONFIG, the file's path) it runs a demo: the memory store, a
-built-in demo backend, and a default policy; it prints what to try with curl.
+built-in demo backend, an anonymous token bucket per address, a partner's API key and a
+leaky-bucket queue (docs/config.md, "The demo"); it prints what to try: "sluice demo", whose
+bursts show 429s and held requests on any machine, and curl commands to read the fields.
 
 --listen and --admin-listen, else SLUICE_LISTEN and SLUICE_ADMIN_LISTEN, put their address
 over the file's listen and admin_listen, at the start and at every reload; --admin-listen ""
