@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"cmp"
 	"fmt"
 	"io"
 	"maps"
@@ -37,16 +38,17 @@ func newDemoCommand() *cobra.Command {
 on any machine however fast or busy:
 
   - 25 requests at once to /hello, as one anonymous client: its token bucket saves up to 20
-    requests and gets one back a second, so 20 are answered and 5 refused 429 with Retry-After;
-    with the RateLimit fields of the answers, explained;
+    requests and gets one back a second, so 20 are answered and 5 refused 429 with Retry-After
+    (a few more answered only if the 25 take seconds to arrive); with the RateLimit fields of
+    the answers, explained;
   - 6 requests at once to /queue, a leaky bucket of 2 a second with room for 5 waiting: none is
-    refused, one is answered at once and the others are held their turn (0.5 s to 2.5 s), each
-    answer's time shown, and how many the gateway held, and how long in all, read from the admin
+    refused, one is answered at once and the others are held until their turn (0.5 s to 2.5 s);
+    each answer's time, and how many the gateway held and how long in all, read from the admin
     listener's sluice_hold_seconds.
 
-Start the demo first (sluice serve), then run this in another terminal. --proxy and --admin
-are the demo's listeners when "sluice serve" was given --listen or --admin-listen (its output
-prints this command with them).`,
+Start the demo first (sluice serve), then run this in another terminal; run it again after 20 s,
+when the bucket is full again. --proxy and --admin are the demo's listeners when "sluice serve"
+was given --listen or --admin-listen (it prints this command with them).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			p, err := demoURL("--proxy", proxy)
@@ -95,6 +97,9 @@ func demoTraffic(w io.Writer, proxy, admin *url.URL) error {
 	}
 	writeHello(out, proxy.String()+"/hello", hello)
 	fmt.Fprintln(out)
+	if err := out.Flush(); err != nil { // seen while the queue holds the next burst
+		return failure{err}
+	}
 	var before, after holds
 	var adminErr error
 	if admin != nil {
@@ -132,7 +137,8 @@ type holds struct {
 
 // readHolds reads sluice_hold_seconds from the /metrics page of the admin listener at base.
 func readHolds(base string) (holds, error) {
-	resp, err := http.Get(base + "/metrics")
+	c := &http.Client{Timeout: 10 * time.Second}
+	resp, err := c.Get(base + "/metrics")
 	if err != nil {
 		return holds{}, err
 	}
@@ -200,7 +206,7 @@ func burst(u string, n int) ([]demoAnswer, error) {
 			return nil, failure{fmt.Errorf("%w: is the demo running? Start it with `sluice serve` (no --config)", err)}
 		}
 	}
-	slices.SortFunc(answers, func(a, b demoAnswer) int { return int(a.took - b.took) })
+	slices.SortFunc(answers, func(a, b demoAnswer) int { return cmp.Compare(a.took, b.took) })
 	return answers, nil
 }
 
