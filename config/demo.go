@@ -23,7 +23,7 @@ identity:
   - api_key: {header: X-API-Key}     # the demo client: -H 'X-API-Key: %s'
   - ip: {}                           # everyone else, by address
 policies:
-  - {name: anonymous, algorithm: token-bucket, limit: 10, period: 1s, burst: 20}
+  - {name: anonymous, algorithm: token-bucket, limit: 10, period: 10s, burst: 20}
   - {name: partner, algorithm: sliding-window, limit: 50, period: 10s}
   - {name: queue, algorithm: leaky-bucket, limit: 2, period: 1s, burst: 5}
 default_policy: anonymous
@@ -39,11 +39,14 @@ routes:
 // front of upstream (the URL of a demo backend the caller started, e.g. on a free port):
 //
 //   - the memory store, listening on DefaultListen with the admin listener on DefaultAdminListen;
-//   - anonymous clients, one per IP address: "anonymous", a token bucket of 10 a second, burst 20;
+//   - anonymous clients, one per IP address: "anonymous", a token bucket of 10 per 10 seconds
+//     that saves up to 20: 25 requests at once get 20 answers and 5 refusals unless they take
+//     5 s to arrive, on any machine, and a bucket emptied by hand is full again 20 s later;
 //   - one client, "demo-partner", whose API key is DemoAPIKey (header X-API-Key): "partner",
 //     a sliding window of 50 per 10 seconds;
 //   - POST /reports costs 5; /queue is "queue", a leaky bucket of 2 a second with room for 5,
-//     which holds requests instead of refusing them.
+//     which holds requests instead of refusing them: of 6 sent at once, 5 wait (0.5 s to
+//     2.5 s) unless they arrive half a second apart.
 //
 // The error is Parse's, for an upstream that is not an http or https URL.
 func Demo(upstream string) (*Config, error) {

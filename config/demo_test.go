@@ -18,7 +18,7 @@ func TestDemo(t *testing.T) {
 		t.Errorf("%v", cfg)
 	}
 	anon := cfg.PoliciesFor(nil, nil)
-	if len(anon) != 1 || anon[0] != (sluice.Policy{Name: "anonymous", Algorithm: sluice.TokenBucket, Limit: 10, Period: time.Second, Burst: 20}) {
+	if len(anon) != 1 || anon[0] != (sluice.Policy{Name: "anonymous", Algorithm: sluice.TokenBucket, Limit: 10, Period: 10 * time.Second, Burst: 20}) {
 		t.Errorf("anonymous: %+v", anon)
 	}
 	demo, ok := cfg.ClientByAPIKey(DemoAPIKey)

@@ -1,6 +1,7 @@
 // Command sluice is the rate limiter's command line:
 //
 //	sluice serve [--config FILE] [--listen ADDR] [--admin-listen ADDR]
+//	sluice demo [--proxy URL] [--admin URL]
 //	sluice check --config FILE
 //	sluice simulate [policy flags] (--traffic PATTERN | --trace FILE) [--compare] [--format table|csv|json]
 //	sluice web [--listen ADDR | --export DIR]
@@ -79,7 +80,7 @@ func (f failure) Error() string { return f.err.Error() }
 func (f failure) Unwrap() error { return f.err }
 
 // newRootCommand builds the command tree. Subcommands add themselves here, one constructor each
-// (newServeCommand, newCheckCommand, newSimulateCommand, newWebCommand, newVersionCommand,
+// (newServeCommand, newDemoCommand, newCheckCommand, newSimulateCommand, newWebCommand, newVersionCommand,
 // newRatelimitCommand).
 func newRootCommand(stdin io.Reader) *cobra.Command {
 	root := &cobra.Command{
@@ -90,6 +91,7 @@ and decides the same way on every gateway instance.
 
 Try:
   sluice serve                      # the gateway's demo, on the in-memory store
+  sluice demo                       # then, in another terminal: 429s and held requests
   sluice serve --config sluice.yaml # in front of your API (see docs/config.md)
   sluice check --config sluice.yaml # check a configuration without starting
   sluice simulate --compare --limit 5 --period 1s --burst 40 \
@@ -111,7 +113,7 @@ Exit codes: 0 success, 1 the command failed at its work, 2 a bad command line or
 	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error {
 		return fmt.Errorf("%w (see %s --help)", err, cmd.CommandPath())
 	})
-	root.AddCommand(newServeCommand(), newCheckCommand(), newSimulateCommand(stdin), newVersionCommand(), newWebCommand(), newRatelimitCommand())
+	root.AddCommand(newServeCommand(), newDemoCommand(), newCheckCommand(), newSimulateCommand(stdin), newVersionCommand(), newWebCommand(), newRatelimitCommand())
 	return root
 }
 

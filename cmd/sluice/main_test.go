@@ -351,6 +351,7 @@ func TestHelp(t *testing.T) {
 		{[]string{"simulate", "--help"}, []string{"R/s for D", "N in D", "N at once", "idle D", "--limit", "--period", "--burst",
 			"retry_after_ms", "max_delay_ms", `{"runs":[`}},
 		{[]string{"simulate", "-h"}, []string{"--traffic"}},
+		{[]string{"demo", "--help"}, []string{"sluice serve", "25 requests at once", "429", "Retry-After", "held", "--proxy", "--admin"}},
 		{[]string{"ratelimit", "--help"}, []string{"/bin/ratelimit", "GRPC_HOST:GRPC_PORT", "/healthcheck", "exits with code 2", "docs/envoy.md"}},
 	} {
 		out := ok(t, "", tc.args...)
@@ -408,9 +409,11 @@ func TestBadInput(t *testing.T) {
 		{"bad format", sim(cat(pol, traffic, []string{"--algorithm", "token-bucket", "--format", "xml"})...), "", []string{"--format xml: want table, csv or json"}},
 		{"unquoted pattern", sim(cat(pol, []string{"--algorithm", "token-bucket", "--traffic", "5/s", "for", "10s"})...), "", []string{`simulate takes no arguments, got "for"`, "quote"}},
 		{"unknown command", []string{"simulat"}, "", []string{`unknown command "simulat": did you mean "simulate"?`}},
-		{"unknown command, no suggestion", []string{"frobnicate"}, "", []string{`unknown command "frobnicate": want one of check, completion, ratelimit, serve, simulate, version`}},
+		{"unknown command, no suggestion", []string{"frobnicate"}, "", []string{`unknown command "frobnicate": want one of check, completion, demo, ratelimit, serve, simulate, version`}},
 		{"unknown root flag", []string{"--bogus"}, "", []string{"unknown flag: --bogus"}},
 		{"version with an argument", []string{"version", "x"}, "", []string{`version takes no arguments, got "x"`}},
+		{"demo proxy not a URL", []string{"demo", "--proxy", "127.0.0.1:8080"}, "", []string{`--proxy "127.0.0.1:8080": want an http or https URL`}},
+		{"demo admin not http", []string{"demo", "--admin", "ftp://127.0.0.1:9090"}, "", []string{`--admin "ftp://127.0.0.1:9090": want an http or https URL`}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			code, stdout, stderr := runCLI(t, tc.stdin, tc.args...)

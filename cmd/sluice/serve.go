@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -50,7 +51,9 @@ envoyproxy/ratelimit's configuration files or an xDS management server's (rls.xd
 Gateway serves them; docs/envoy.md); listen: "" runs no proxy.
 
 Without --config (or SLUICE_CONFIG, the file's path) it runs a demo: the memory store, a
-built-in demo backend, and a default policy; it prints what to try with curl.
+built-in demo backend, an anonymous token bucket per address, a partner's API key and a
+leaky-bucket queue (docs/config.md, "The demo"); it prints what to try: "sluice demo", whose
+bursts show 429s and held requests on any machine, and curl commands to read the fields.
 
 --listen and --admin-listen, else SLUICE_LISTEN and SLUICE_ADMIN_LISTEN, put their address
 over the file's listen and admin_listen, at the start and at every reload; --admin-listen ""
@@ -363,19 +366,50 @@ func startDemo() (*config.Config, *http.Server, error) {
 	return cfg, backend, nil
 }
 
+// printDemo says what to try on the demo: the demo command first, whose bursts show a 429 and
+// held requests whatever the machine's speed (a loop of curls can be slow enough for the bucket to
+// refill), then single requests to read the fields, which it explains.
 func printDemo(w io.Writer, proxy, admin string) {
+	demo := self() + " demo"
+	if proxy != "http://"+config.DefaultListen {
+		demo += " --proxy " + proxy
+	}
+	switch admin {
+	case config.DefaultAdminListen:
+	case "":
+		demo += " --admin ''"
+	default:
+		demo += " --admin http://" + admin
+	}
 	fmt.Fprintf(w, `sluice demo: a rate-limiting proxy on %[1]s in front of a built-in demo backend.
-Try:
-  curl -i %[1]s/hello                                        # anonymous: 10/s per IP, burst 20
-  for i in $(seq 25); do curl -s -o /dev/null -w "%%{http_code} " %[1]s/hello; done; echo
+
+See 429s and held requests (in another terminal): 25 requests at once, then 6 to a queue:
+  %[4]s
+
+Or one request at a time, to read the fields:
+  curl -i %[1]s/hello                                        # anonymous, per IP: 10 per 10s, saving up to 20
   curl -i -H 'X-API-Key: %[2]s' %[1]s/hello           # client "demo-partner": 50 per 10s
   curl -i -X POST -H 'X-API-Key: %[2]s' %[1]s/reports  # a report costs 5
-  curl -i %[1]s/queue                                        # a leaky bucket: held, not refused
-  curl -s http://%[3]s/metrics | grep sluice_
+  curl -i %[1]s/queue                                        # a leaky bucket, 2 a second: held behind others, not refused
   curl -s -X POST http://%[3]s/v1/check -d '{"client":"demo-partner","cost":1}'
+  curl -s http://%[3]s/metrics | grep -E '^sluice_(decisions_total|hold_seconds_(count|sum))'
+
+RateLimit-Policy: "anonymous";q=10;w=10 is the policy: q requests per w seconds.
+RateLimit: "anonymous";r=19;t=1 is where you stand: r requests left now, all back in t seconds
+(on a 429, t is when to retry, as Retry-After says). r can be above q: a token bucket saves
+unused requests up to its burst, 20 here.
 Open http://%[3]s/operator/ to see who is being limited, http://%[3]s/ for the simulation.
 Stop with Ctrl-C.
-`, proxy, config.DemoAPIKey, admin)
+`, proxy, config.DemoAPIKey, admin, demo)
+}
+
+// self is how to run this sluice again from a shell: "go run ./cmd/sluice" when `go run` built it
+// (into a go-build temporary directory), else the name it was started by.
+func self() string {
+	if strings.Contains(os.Args[0], "go-build") {
+		return "go run ./cmd/sluice"
+	}
+	return os.Args[0]
 }
 
 // listenerTLS is the TLS configuration of a listener's certificate (config checked the files at

@@ -248,7 +248,7 @@ func launch(t *testing.T, dir, name string, cfg configFunc, ready string, args .
 }
 
 // launchWith is launch with an admin listener served over HTTPS, asked with client (nil: plain
-// HTTP, asked with e2eClient).
+// HTTP, asked with e2eClient). A nil cfg starts the demo (no --config) on the two ports.
 func launchWith(t *testing.T, dir, name string, cfg configFunc, ready string, client *http.Client, args ...string) (*sluiceProc, error) {
 	if len(args) == 0 {
 		args = []string{"--watch", "0"}
@@ -267,15 +267,19 @@ func launchWith(t *testing.T, dir, name string, cfg configFunc, ready string, cl
 		if listen == admin {
 			continue
 		}
-		if err := writeFileErr(path, cfg(listen, admin)); err != nil {
-			return nil, err
+		serve := []string{"serve", "--listen", listen, "--admin-listen", admin} // the demo
+		if cfg != nil {
+			if err := writeFileErr(path, cfg(listen, admin)); err != nil {
+				return nil, err
+			}
+			serve = []string{"serve", "--config", path}
 		}
 		p := &sluiceProc{t: t, config: path, proxy: "http://" + listen, admin: "http://" + admin,
 			stderr: &syncBuffer{}, stdout: &syncBuffer{}, done: make(chan struct{}), client: client}
 		if client != nil {
 			p.admin = "https://" + admin
 		}
-		p.cmd = exec.Command(bin, append([]string{"serve", "--config", path}, args...)...)
+		p.cmd = exec.Command(bin, append(serve, args...)...)
 		p.cmd.Env = sluiceEnv()
 		p.cmd.Stdout, p.cmd.Stderr = p.stdout, p.stderr
 		if err := p.cmd.Start(); err != nil {
