@@ -495,11 +495,15 @@ func refusedNote(refused []string) string {
 	return "; refused lately: " + strings.Join(refused, ", ")
 }
 
-// msDuration is ms milliseconds as a duration to read: to the millisecond, or the 0.1 ms below one.
+// msDuration is ms milliseconds as a duration to read: to the second from a minute up, to the
+// millisecond below, or the 0.1 ms below one.
 func msDuration(ms float64) time.Duration {
 	d := time.Duration(ms * float64(time.Millisecond))
-	if d < time.Millisecond {
+	switch {
+	case d < time.Millisecond:
 		return d.Round(100 * time.Microsecond)
+	case d < time.Minute:
+		return d.Round(time.Millisecond)
 	}
-	return d.Round(time.Millisecond)
+	return d.Round(time.Second)
 }

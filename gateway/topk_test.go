@@ -170,3 +170,13 @@ func TestDiagnosisCounting(t *testing.T) {
 		t.Fatalf("redis: %+v %+v", red.Counting, red.Findings)
 	}
 }
+
+// A finding's durations read at their scale: 0.1 ms below a millisecond, ms below a minute,
+// seconds above (a day's Retry-After to the millisecond was noise).
+func TestMsDuration(t *testing.T) {
+	for ms, want := range map[float64]string{0.04321: "0s", 0.4321: "400µs", 2.345: "2ms", 59999.4: "59.999s", 58058965.3: "16h7m39s"} {
+		if got := msDuration(ms).String(); got != want {
+			t.Errorf("msDuration(%v) = %s, want %s", ms, got, want)
+		}
+	}
+}
