@@ -8,21 +8,24 @@ import (
 )
 
 // Seen is what the operator page's diagnosis (gateway/diagnosis.go) learns of a request besides
-// who it names: its network address whoever it names, and the hash of an API key that named
-// nobody. Never the key itself.
+// who it names: its network address whoever it names, whom that address says it forwards for,
+// and the hash of an API key that named nobody. Never the key itself.
 type Seen struct {
 	// Addr is the client's address as the chain's ip source resolves it (its trusted proxies'
-	// forwarding headers believed), for identified clients too: "many clients behind one
-	// address". Invalid if the chain has no ip source or the peer is not an IP address.
+	// forwarding headers believed), for identified clients too. Invalid if the chain has no ip source or the peer is not an IP address.
 	Addr netip.Addr
+	// Behind is the address the request's forwarding header says Addr forwards for, when Addr is
+	// not a trusted proxy (identity.IP.Behind): not believed, but many of them behind one Addr
+	// are many clients counted as one. Invalid if there is none.
+	Behind netip.Addr
 	// UnknownKey is the SHA-256 of the API key the request carried that matched no client;
 	// HasUnknownKey says there was one.
 	UnknownKey    [sha256.Size]byte
 	HasUnknownKey bool
 }
 
-// seen fills req.Seen from r: the ip source's address, and an API key that named nobody. Only
-// the first source of each kind is asked, as Identify would.
+// seen fills req.Seen from r: the ip source's address and whom it forwards for, and an API key
+// that named nobody. Only the first source of each kind is asked, as Identify would.
 func (p *Policies) seen(r identity.Request, req *Request) {
 	ipDone, keyDone := false, false
 	for _, s := range p.chain {
@@ -30,8 +33,8 @@ func (p *Policies) seen(r identity.Request, req *Request) {
 		case identity.IP:
 			if !ipDone {
 				ipDone = true
-				if a, ok := s.ClientAddr(r); ok {
-					req.Seen.Addr = a
+				if a, behind, ok := s.Behind(r); ok {
+					req.Seen.Addr, req.Seen.Behind = a, behind
 				}
 			}
 		case identity.APIKey:

@@ -20,15 +20,15 @@ import (
 // The diagnosis (GET /v1/stats "diagnosis", the operator page): the usual mistakes of rate
 // limiting, each found from the requests this instance decided, and what to do about it. All of
 // it is bounded whatever clients send: the sketches hold hitterCounters keys each, the address
-// table sharedMaxAddrs addresses of sharedMaxNames clients, and the usage rings one per
-// configured client and policy.
+// table sharedMaxAddrs addresses of sharedMaxNames addresses behind each, and the usage rings one
+// per configured client and policy.
 const (
 	hitterCounters = 64          // Space-Saving counters per sketch, shard and window (topKShards shards)
 	hitterWindow   = time.Minute // a sketch's window; a report covers the last one to two
 	hittersShown   = 10
 	sharedMaxAddrs = 4096
 	sharedMaxNames = 8
-	sharedTTL      = 10 * time.Minute // an address's clients are forgotten this long after its last request
+	sharedTTL      = 10 * time.Minute // an address's clients behind it are forgotten this long after its last request
 	usageWindows   = 60               // the windows of each policy a suggested limit looks back over
 	sharedShown    = 20               // addresses shared by clients, listed
 	perKindShown   = 5                // findings of one kind
@@ -43,7 +43,7 @@ type diagnosis struct {
 	addrRequests, addrRefusals, keyRequests, keyRefusals *topK
 	// Early retries by rate-limit key; sums: µs since the refusal, µs of its Retry-After.
 	retriers *topK
-	shared   *sharedAddrs
+	shared   *sharedAddrs                  // anonymous addresses, and whom their forwarding headers say they forward for
 	usage    cowMap[[2]string, *usageRing] // configured client, policy
 	shares   *Shares                       // this instance's approvals for the instance registry (shares.go); nil: none
 }
@@ -74,10 +74,12 @@ func (d *diagnosis) decided(req *decision.Request, v *decision.Verdict, now time
 				d.keyRefusals.add(k, now, [2]int64{})
 			}
 		}
+		// Only here: a client named by a key or a token is counted by its name, wherever it
+		// comes from, and many of them behind one address are no mistake.
+		if req.Seen.Addr.IsValid() && req.Seen.Behind.IsValid() {
+			d.shared.record(req.Seen.Addr, req.Seen.Behind, refused, now)
+		}
 		return
-	}
-	if req.Seen.Addr.IsValid() {
-		d.shared.record(req.Seen.Addr, req.Who.Client, refused, now)
 	}
 	passed := v.Passes()
 	for i, a := range v.Decisions {
@@ -96,8 +98,9 @@ func windowed(p sluice.Policy) bool {
 	return p.Algorithm != algorithm.Concurrency && p.Calendar == algorithm.NoCalendar && p.Period > 0
 }
 
-// sharedAddrs is, per network address, the configured clients seen from it lately: sharded by
-// address (so that identified requests seldom wait on one lock), sharedMaxAddrs in all.
+// sharedAddrs is, per anonymous network address that is not a trusted proxy, the addresses its
+// forwarding header said it forwards for lately: sharded by address (so that requests seldom
+// wait on one lock), sharedMaxAddrs in all.
 type sharedAddrs struct {
 	hash   keyhash.Hasher
 	shards [sharedShards]addrShard
@@ -119,9 +122,9 @@ func newSharedAddrs() *sharedAddrs {
 	return s
 }
 
-func (s *sharedAddrs) record(addr netip.Addr, client string, refused bool, now time.Time) {
+func (s *sharedAddrs) record(addr, behind netip.Addr, refused bool, now time.Time) {
 	a := addr.As16()
-	s.shards[s.hash.Bytes(a[:])%sharedShards].record(addr, client, refused, now)
+	s.shards[s.hash.Bytes(a[:])%sharedShards].record(addr, behind, refused, now)
 }
 
 func (s *sharedAddrs) shared(now time.Time) []SharedAddress {
@@ -151,13 +154,13 @@ func (s *sharedAddrs) size() int {
 
 type addrClients struct {
 	last    time.Time
-	names   [sharedMaxNames]string
+	behind  [sharedMaxNames]netip.Addr
 	refused [sharedMaxNames]bool
 	n       int
-	more    bool // more clients than sharedMaxNames were seen
+	more    bool // more addresses behind it than sharedMaxNames were seen
 }
 
-func (s *addrShard) record(addr netip.Addr, client string, refused bool, now time.Time) {
+func (s *addrShard) record(addr, behind netip.Addr, refused bool, now time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	a := s.m[addr]
@@ -181,7 +184,7 @@ func (s *addrShard) record(addr netip.Addr, client string, refused bool, now tim
 	}
 	a.last = now
 	for i := 0; i < a.n; i++ {
-		if a.names[i] == client {
+		if a.behind[i] == behind {
 			a.refused[i] = a.refused[i] || refused
 			return
 		}
@@ -190,14 +193,15 @@ func (s *addrShard) record(addr netip.Addr, client string, refused bool, now tim
 		a.more = true
 		return
 	}
-	a.names[a.n], a.refused[a.n] = client, refused // a configured name: bounded, not client input
+	a.behind[a.n], a.refused[a.n] = behind, refused
 	a.n++
 }
 
-// SharedAddress is a network address from which several configured clients came.
+// SharedAddress is a network address that several anonymous clients came through, all counted
+// as it: a proxy or gateway that is not among the ip source's trusted proxies.
 type SharedAddress struct {
 	Address string   `json:"address"`
-	Clients []string `json:"clients"` // by name
+	Clients []string `json:"clients"` // the addresses its forwarding header said it forwards for
 	Refused []string `json:"refused"` // those of them refused lately
 	More    bool     `json:"more,omitempty"`
 }
@@ -210,14 +214,15 @@ func (s *addrShard) shared(now time.Time) []SharedAddress {
 		if a.n < 2 || now.Sub(a.last) > sharedTTL {
 			continue
 		}
-		sa := SharedAddress{Address: addr.String(), Clients: append([]string(nil), a.names[:a.n]...), Refused: []string{}, More: a.more}
-		for i := 0; i < a.n; i++ {
-			if a.refused[i] {
-				sa.Refused = append(sa.Refused, a.names[i])
+		behind := slices.Clone(a.behind[:a.n])
+		slices.SortFunc(behind, netip.Addr.Compare)
+		sa := SharedAddress{Address: addr.String(), Clients: []string{}, Refused: []string{}, More: a.more}
+		for _, b := range behind {
+			sa.Clients = append(sa.Clients, b.String())
+			if a.refused[slices.Index(a.behind[:a.n], b)] {
+				sa.Refused = append(sa.Refused, b.String())
 			}
 		}
-		sort.Strings(sa.Clients)
-		sort.Strings(sa.Refused)
 		out = append(out, sa)
 	}
 	return out
@@ -420,8 +425,9 @@ func (d *diagnosis) snapshot(now time.Time, cfg *config.Config, fleet *FleetStat
 	}
 	for _, sa := range out.SharedAddress {
 		add(Finding{Kind: "shared_address", Subject: sa.Address,
-			Summary: fmt.Sprintf("%d configured clients come from %s (%s)%s: a policy keyed by address counts them as one", len(sa.Clients), sa.Address, strings.Join(sa.Clients, ", "), refusedNote(sa.Refused)),
-			Do:      "count these clients by who they are (their API key or token), not by address: no key_by remote_address for them, and an identity source before ip"})
+			Summary: fmt.Sprintf("%s%d anonymous clients come through %s, all counted as it, one quota for all (it is not a trusted proxy): its forwarding header says it forwards for %s%s",
+				atLeast(sa.More), len(sa.Clients), sa.Address, strings.Join(sa.Clients, ", "), refusedNote(sa.Refused)),
+			Do: fmt.Sprintf("if %s is your proxy or load balancer, add it to the ip source's trusted_proxies (and name the header it writes in forwarded_header), so that each client is counted by its own address; if they are partners, give them API keys", sa.Address)})
 	}
 	for key, u := range d.usage.all() {
 		if l, ok := u.low(key[0], key[1], now); ok {
@@ -474,6 +480,14 @@ func (d *diagnosis) snapshot(now time.Time, cfg *config.Config, fleet *FleetStat
 	return out
 }
 
+// atLeast is the note of a list cut at its bound.
+func atLeast(more bool) string {
+	if more {
+		return "at least "
+	}
+	return ""
+}
+
 func refusedNote(refused []string) string {
 	if len(refused) == 0 {
 		return ""
@@ -481,11 +495,15 @@ func refusedNote(refused []string) string {
 	return "; refused lately: " + strings.Join(refused, ", ")
 }
 
-// msDuration is ms milliseconds as a duration to read: to the millisecond, or the 0.1 ms below one.
+// msDuration is ms milliseconds as a duration to read: to the second from a minute up, to the
+// millisecond below, or the 0.1 ms below one.
 func msDuration(ms float64) time.Duration {
 	d := time.Duration(ms * float64(time.Millisecond))
-	if d < time.Millisecond {
+	switch {
+	case d < time.Millisecond:
 		return d.Round(100 * time.Microsecond)
+	case d < time.Minute:
+		return d.Round(time.Millisecond)
 	}
-	return d.Round(time.Millisecond)
+	return d.Round(time.Second)
 }

@@ -83,24 +83,25 @@ func TestTopKWindows(t *testing.T) {
 	}
 }
 
-// The address table stays bounded however many addresses clients come from, and a client past sharedMaxNames
-// from one address is noted as "more", not kept.
+// The address table stays bounded however many addresses clients come from, and an address behind
+// one past sharedMaxNames is noted as "more", not kept.
 func TestSharedAddrsBounded(t *testing.T) {
 	s := newSharedAddrs()
 	now := time.Unix(1_700_000_000, 0)
+	behind := netip.MustParseAddr("192.0.2.1")
 	for i := 0; i < 3*sharedMaxAddrs; i++ {
-		s.record(netip.AddrFrom4([4]byte{10, byte(i >> 16), byte(i >> 8), byte(i)}), "partner-a", false, now)
+		s.record(netip.AddrFrom4([4]byte{10, byte(i >> 16), byte(i >> 8), byte(i)}), behind, false, now)
 	}
 	if n := s.size(); n > sharedMaxAddrs || n < sharedMaxAddrs*3/4 {
 		t.Fatalf("%d addresses kept, want at most %d (and most of them: the shards are nearly even)", n, sharedMaxAddrs)
 	}
 	shared := netip.MustParseAddr("10.0.0.1") // among the first: in the table
 	for i := 0; i < sharedMaxNames+3; i++ {
-		s.record(shared, fmt.Sprintf("partner-%d", i), i == 2, now)
+		s.record(shared, netip.AddrFrom4([4]byte{192, 0, 2, byte(i)}), i == 2, now)
 	}
 	got := s.shared(now)
 	if len(got) != 1 || got[0].Address != "10.0.0.1" || len(got[0].Clients) != sharedMaxNames || !got[0].More ||
-		len(got[0].Refused) != 1 || got[0].Refused[0] != "partner-2" {
+		len(got[0].Refused) != 1 || got[0].Refused[0] != "192.0.2.2" {
 		t.Fatalf("shared: %+v", got)
 	}
 	if got := s.shared(now.Add(sharedTTL + time.Second)); len(got) != 0 {
@@ -167,5 +168,15 @@ func TestDiagnosisCounting(t *testing.T) {
 	red := d.snapshot(now, &config.Config{Store: config.Store{Type: config.StoreRedis}}, &FleetStats{Instances: 3})
 	if !red.Counting.Shared || red.Counting.Instances != 3 || len(red.Findings) != 0 {
 		t.Fatalf("redis: %+v %+v", red.Counting, red.Findings)
+	}
+}
+
+// A finding's durations read at their scale: 0.1 ms below a millisecond, ms below a minute,
+// seconds above (a day's Retry-After to the millisecond was noise).
+func TestMsDuration(t *testing.T) {
+	for ms, want := range map[float64]string{0.04321: "0s", 0.4321: "400µs", 2.345: "2ms", 59999.4: "59.999s", 58058965.3: "16h7m39s"} {
+		if got := msDuration(ms).String(); got != want {
+			t.Errorf("msDuration(%v) = %s, want %s", ms, got, want)
+		}
 	}
 }

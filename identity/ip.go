@@ -96,14 +96,65 @@ func (ip IP) ClientAddr(r Request) (netip.Addr, bool) {
 	if !ip.trusted(peer) {
 		return peer, true
 	}
-	header, _ := forwardedHeader(ip.ForwardedHeader)
-	switch header {
-	case HeaderXForwardedFor:
-		return ip.walk(peer, xffHops(r.HeaderValues(HeaderXForwardedFor))), true
-	case HeaderForwarded:
-		return ip.walk(peer, forwardedHops(r.HeaderValues(HeaderForwarded))), true
+	hops := ip.hops(r)
+	if hops == nil {
+		return peer, true
 	}
-	return peer, true // an invalid configuration believes nothing
+	return ip.walk(peer, hops), true
+}
+
+// hops returns the entries of the one forwarding header believed, nearest first; nil if the
+// request has none, or the configuration is invalid (it believes nothing).
+func (ip IP) hops(r Request) iter.Seq[hop] {
+	header, ok := forwardedHeader(ip.ForwardedHeader)
+	if !ok {
+		return nil
+	}
+	lines := r.HeaderValues(header)
+	switch {
+	case len(lines) == 0:
+		return nil
+	case header == HeaderForwarded:
+		return forwardedHops(lines)
+	}
+	return xffHops(lines)
+}
+
+// Behind returns the client's address as ClientAddr does and, when that client is not a trusted
+// proxy but the request's forwarding header (the one believed from a trusted proxy) has an entry
+// for it to forward, that entry: the address the client says it forwards for. It is not believed
+// (a client writes what it likes), but the same client address saying it forwards for many is a
+// proxy or gateway missing from TrustedProxies, whose clients are all counted as its address.
+// behind is invalid if there is no such entry, or it does not parse.
+func (ip IP) Behind(r Request) (client, behind netip.Addr, ok bool) {
+	peer, ok := r.Peer()
+	if !ok {
+		return netip.Addr{}, netip.Addr{}, false
+	}
+	peer = normalize(peer)
+	hops := ip.hops(r)
+	if hops == nil { // no header: no allocation, as for most requests (walkBehind's loop has some)
+		return peer, netip.Addr{}, true
+	}
+	client, behind = ip.walkBehind(peer, hops)
+	return client, behind, true
+}
+
+// walkBehind follows hops (nearest first) from peer, as walk does, to the first address that is
+// not a trusted proxy (the peer itself if it is not one), and returns it and the entry after it.
+func (ip IP) walkBehind(peer netip.Addr, hops iter.Seq[hop]) (client, behind netip.Addr) {
+	client = peer
+	found := !ip.trusted(peer)
+	for h := range hops {
+		if !h.ok {
+			break
+		}
+		if found {
+			return client, h.addr
+		}
+		client, found = h.addr, !ip.trusted(h.addr)
+	}
+	return client, netip.Addr{}
 }
 
 // walk follows hops (nearest first) from the trusted peer; see IP.

@@ -235,7 +235,7 @@ func FuzzParseForwardedLine(f *testing.F) {
 }
 
 // FuzzIPIdentify: whatever the headers say, an untrusted peer is the client, and a trusted
-// peer's client is the peer or an address written in a header.
+// peer's client is the peer or an address written in a header; Behind finds the same client.
 func FuzzIPIdentify(f *testing.F) {
 	f.Add("203.0.113.7, 10.0.0.5", "for=192.0.2.43, for=10.0.0.9", true)
 	f.Add("garbage", `for="[2001:db8::1]:80"`, true)
@@ -251,6 +251,9 @@ func FuzzIPIdentify(f *testing.F) {
 		if !ok {
 			t.Fatal("no address")
 		}
+		if c, behind, ok := ip.Behind(r); !ok || c != a || behind.IsValid() && (behind.Zone() != "" || behind.Is4In6()) {
+			t.Fatalf("Behind: client %v (ClientAddr: %v), behind %v", c, a, behind)
+		}
 		switch {
 		case !trusted && a != netip.MustParseAddr("198.51.100.1"):
 			t.Fatalf("untrusted peer, client %v", a)
@@ -263,6 +266,38 @@ func FuzzIPIdentify(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestIPBehind: the client ClientAddr finds, and the entry its forwarding header has after it (the
+// address it says it forwards for), whether the client is the peer or found behind trusted
+// proxies; none after a malformed entry, or when every address is a trusted proxy.
+func TestIPBehind(t *testing.T) {
+	ip := IP{TrustedProxies: prefixes(t, "10.0.0.0/8")}
+	fw := IP{TrustedProxies: ip.TrustedProxies, ForwardedHeader: HeaderForwarded}
+	for _, c := range []struct {
+		ip             IP
+		peer           string
+		headers        [][2]string
+		client, behind string // "" for none
+	}{
+		{ip, "198.51.100.1:1", nil, "198.51.100.1", ""},
+		{ip, "198.51.100.1:1", [][2]string{xff("203.0.113.1, 203.0.113.2")}, "198.51.100.1", "203.0.113.2"},
+		{ip, "198.51.100.1:1", [][2]string{xff("203.0.113.1"), xff("::ffff:203.0.113.2")}, "198.51.100.1", "203.0.113.2"},
+		{ip, "198.51.100.1:1", [][2]string{fwd("for=203.0.113.2")}, "198.51.100.1", ""}, // not the header believed
+		{ip, "198.51.100.1:1", [][2]string{xff("garbage")}, "198.51.100.1", ""},
+		{ip, "10.0.0.2:1", [][2]string{xff("203.0.113.1, 198.51.100.1, 10.0.0.3")}, "198.51.100.1", "203.0.113.1"},
+		{ip, "10.0.0.2:1", [][2]string{xff("203.0.113.1, unknown, 10.0.0.3")}, "10.0.0.3", ""},
+		{ip, "10.0.0.2:1", [][2]string{xff("unknown, 198.51.100.1")}, "198.51.100.1", ""},
+		{ip, "10.0.0.2:1", [][2]string{xff("10.0.0.4, 10.0.0.3")}, "10.0.0.4", ""},
+		{fw, "10.0.0.2:1", [][2]string{fwd(`for=203.0.113.1, for="[2001:db8::1]:80"`)}, "2001:db8::1", "203.0.113.1"},
+	} {
+		r := request(t, c.peer, c.headers...)
+		client, behind, ok := c.ip.Behind(r)
+		want, _ := c.ip.ClientAddr(r)
+		if !ok || client != want || client.String() != c.client || behind.IsValid() != (c.behind != "") || c.behind != "" && behind.String() != c.behind {
+			t.Errorf("%s %q: client %v, behind %v; want %s (ClientAddr %v), behind %q", c.peer, c.headers, client, behind, c.client, want, c.behind)
+		}
+	}
 }
 
 // FuzzClientCannotMoveIdentity: whatever a client sends in X-Forwarded-For, Forwarded and

@@ -19,8 +19,9 @@ import (
 // The diagnosis, on a real gateway behind a trusted proxy (this test, from 127.0.0.1, saying
 // each request's address in X-Forwarded-For): an anonymous flood from three addresses and an
 // unknown API key shows them as the heaviest anonymous clients, by requests and by refusals,
-// with the flooders as the worst immediate retriers; two partners coming from one address are
-// flagged; a partner refused at its limit that waits its Retry-After gets a suggested limit; and
+// with the flooders as the worst immediate retriers; anonymous clients behind a proxy that is not
+// trusted (counted as one) are flagged, and two partners named by their keys from one address are
+// not; a partner refused at its limit that waits its Retry-After gets a suggested limit; and
 // the memory store's separate counters are warned of. /v1/stats says it, and the operator page
 // shows the same (Chromium).
 func TestServeE2EDiagnosis(t *testing.T) {
@@ -65,11 +66,12 @@ clients:
 	for i := 0; i < 12; i++ {
 		get(t, p.proxy, "/orders", from("192.0.2.99", "X-API-Key", unknown)...)
 	}
-	// Two partners behind one address (and shop-a from another too).
+	// Two partners from one address, named by their keys: counted apart, no mistake. Three
+	// anonymous clients behind 192.0.2.50, a proxy that is not trusted: counted as one.
 	for i := 0; i < 3; i++ {
-		get(t, p.proxy, "/orders", from("192.0.2.50", "X-API-Key", keyA)...)
-		get(t, p.proxy, "/orders", from("192.0.2.50", "X-API-Key", keyB)...)
 		get(t, p.proxy, "/orders", from("192.0.2.51", "X-API-Key", keyA)...)
+		get(t, p.proxy, "/orders", from("192.0.2.51", "X-API-Key", keyB)...)
+		get(t, p.proxy, "/orders", from(fmt.Sprintf("198.51.100.20%d, 192.0.2.50", i))...)
 	}
 	// A partner that sends until refused, then waits the Retry-After it was given: refused at
 	// its limit of 5 a second three times, never early. (The waiting is the behaviour under test.)
@@ -107,14 +109,15 @@ clients:
 			t.Fatalf("heavy addresses: %+v, want %+v first; by refusals %+v, want %+v", d.Addresses.Requests, want, d.Addresses.Refusals, wantRefused)
 		}
 	}
-	if d.Addresses.TotalRequests != 60+40+30+20+12 {
+	if d.Addresses.TotalRequests != 60+40+30+20+12+3 {
 		t.Fatalf("anonymous requests counted: %d", d.Addresses.TotalRequests)
 	}
 	if k := d.UnknownKeys; len(k.Requests) != 1 || k.Requests[0] != (gateway.Hitter{Key: hash(unknown), Count: 12}) ||
 		len(k.Refusals) != 1 || k.Refusals[0].Count != 7 {
 		t.Fatalf("unknown keys: %+v", k)
 	}
-	if len(d.SharedAddress) != 1 || d.SharedAddress[0].Address != "192.0.2.50" || fmt.Sprint(d.SharedAddress[0].Clients) != "[shop-a shop-b]" {
+	if len(d.SharedAddress) != 1 || d.SharedAddress[0].Address != "192.0.2.50" ||
+		fmt.Sprint(d.SharedAddress[0].Clients) != "[198.51.100.200 198.51.100.201 198.51.100.202]" {
 		t.Fatalf("shared addresses: %+v", d.SharedAddress)
 	}
 	if len(d.LimitTooLow) != 1 {
@@ -164,7 +167,7 @@ clients:
 		if got := browsertest.Eval[string](tab, `document.querySelector('#diag-keys tbody tr').dataset.key`); got != hash(unknown) {
 			t.Fatalf("the unknown key on the page: %q", got)
 		}
-		if got := browsertest.Eval[string](tab, `document.querySelector('#diag-shared tr[data-key="192.0.2.50"] td').textContent`); got != "shop-a, shop-b" {
+		if got := browsertest.Eval[string](tab, `document.querySelector('#diag-shared tr[data-key="192.0.2.50"] td').textContent`); got != "198.51.100.200, 198.51.100.201, 198.51.100.202" {
 			t.Fatalf("the shared address on the page: %q", got)
 		}
 		if got := browsertest.Eval[string](tab, `document.querySelector('#diag-low tr[data-key="steady"] td.suggested').textContent`); got != "6" {

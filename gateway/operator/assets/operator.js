@@ -153,7 +153,7 @@
     const ra = refusedOf(d.addresses), rk = refusedOf(d.unknown_api_keys);
     rows("diag-addresses", d.addresses.by_requests, (x) => x.key, (x) => [[String(x.count), "n"], [String(x.error), "n"], [ra(x), "n"]]);
     rows("diag-keys", d.unknown_api_keys.by_requests, (x) => x.key, (x) => [[String(x.count), "n"], [String(x.error), "n"], [rk(x), "n"]]);
-    rows("diag-shared", d.shared_addresses, (x) => x.address, (x) => [[x.clients.join(", ") + (x.more ? ", …" : "")], [x.refused.join(", ") || "—"]]);
+    rows("diag-shared", d.shared_addresses, (x) => x.address, (x) => [[x.clients.join(", ") + (x.more ? ", …" : ""), "list"], [x.refused.join(", ") || "—", "list"]]);
     rows("diag-low", d.limit_too_low, (x) => x.client, (x) => [[x.policy], [x.limit + " / " + x.period, "n"], [String(x.refused), "n"],
       [String(x.p95_demand), "n"], [String(x.suggested_limit), "n suggested"]]);
     renderShares(d.shares);
@@ -272,6 +272,8 @@
   // per second, then the refused per second of each client that was limited in that time.
   const HISTORY = 120;
   const history = []; // {t, allowed, refused, delayed, byClient: {name: refused/s}}
+  const clock = (s) => new Date(s * 1000).toLocaleTimeString();
+  const AXIS_FONT = "14px system-ui, sans-serif"; // the page's small size (operator.css --small), on a canvas
   const palette = ["#b42318", "#7a2e98", "#c4320a", "#3e4784", "#9f1ab1"];
   let chart = null;
   let chartClients = "";
@@ -307,11 +309,16 @@
       chartClients = key;
       chart = new uPlot({
         width, height: 220,
-        // Always the last two minutes, however few points there are yet.
-        scales: { x: { time: true, range: (u, min, max) => [max - HISTORY, max] } },
-        axes: [{}, { label: "requests/s" }],
+        padding: [null, 40, null, null], // room for the last time's label, centred on the right edge
+        // Always the last two minutes, however few points there are yet; from 0, and a quiet
+        // gateway's zeros on a scale of 1, not of 100.
+        scales: { x: { time: true, range: (u, min, max) => [max - HISTORY, max] }, y: { range: (u, min, max) => [0, Math.max(1, max * 1.1)] } },
+        // One line of time per tick, far enough apart not to touch (uPlot's own adds a second
+        // line of date and hour, which ran into the next tick's).
+        axes: [{ font: AXIS_FONT, space: 90, values: (u, ticks) => ticks.map((t) => clock(t)) },
+          { label: "requests/s", font: AXIS_FONT, labelFont: "bold " + AXIS_FONT }],
         series: [
-          {},
+          { label: "time", value: (u, t) => (t == null ? "—" : clock(t)) },
           { label: "allowed", stroke: "#1a7f37", width: 2, points: { show: false } },
           { label: "refused", stroke: "#b42318", width: 2, points: { show: false } },
           { label: "delayed", stroke: "#bc4c00", width: 2, points: { show: false } },
@@ -322,6 +329,8 @@
       if (chart.width !== width) chart.setSize({ width, height: 220 });
       chart.setData(chartData(limited));
     }
+    // Not hovered, the legend says the latest second's figures (not "--").
+    if (chart.cursor.left < 0) chart.setLegend({ idx: history.length - 1 });
   }
 
   async function poll() {
