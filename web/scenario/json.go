@@ -31,7 +31,7 @@ import (
 //	                     (with a calendar: "calendar" and "time_zone" instead of "period_ms")
 //	           "description": "At most 5 in each 1s window; ...", "capacity": 5,
 //	           "offered": [...], "allowed": [...], "refused": [...], "delayed": [...], "max_delay_us": [...],
-//	           "level": [...], "drain_us": [...],       (one more entry: sampled at the boundaries)
+//	           "level": [...], "drain_us": [...], "ceiling": [...],  (one more entry: sampled at the boundaries)
 //	           "summary": {...}}, ...]}
 //
 // and, when the scenario cannot run, {"errors": [{"field": "limit", "message": "..."}, ...]}.
@@ -158,7 +158,7 @@ func (r *Result) JSON() []byte {
 			values []int64
 		}{
 			{"offered", run.Offered}, {"allowed", run.Allowed}, {"refused", run.Refused}, {"delayed", run.Delayed},
-			{"max_delay_us", run.MaxDelayMicros}, {"level", run.Level}, {"drain_us", run.DrainMicros},
+			{"max_delay_us", run.MaxDelayMicros}, {"level", run.Level}, {"drain_us", run.DrainMicros}, {"ceiling", run.Ceiling},
 		} {
 			b = append(b, `,"`...)
 			b = append(b, a.key...)
