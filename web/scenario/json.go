@@ -25,6 +25,7 @@ import (
 //	 "instances": 3, "store": "shared",      with a fleet only, and of its options those set:
 //	 "balance": "random", "draw": 7, "store_latency_us": 2000,
 //	 "outage": {"from_us": 20000000, "to_us": 40000000, "on_error": "local"},
+//	 "changes": [{"t_us": 4000000, "text": "t=4s,limit=8"}, ...],  with changes only
 //	 "clients": ["buggy", "normal"],         when the traffic names clients (ClientsJSON)
 //	 "runs": [{"algorithm": "fixed-window",   (with a calendar: fixed-window and sliding-window only)
 //	           "policy": {"algorithm": ..., "limit": ..., "period_ms": ..., "burst": ...},
@@ -114,6 +115,20 @@ func (r *Result) JSON() []byte {
 			b = append(b, sim.FailureModeName(o.OnError)...)
 			b = append(b, `"}`...)
 		}
+	}
+	if sc.Changes != nil {
+		b = append(b, `,"changes":[`...)
+		for i, c := range sc.Changes {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = append(b, `{"t_us":`...)
+			b = strconv.AppendInt(b, c.TMicros, 10)
+			b = append(b, `,"text":`...)
+			b = appendString(b, c.String())
+			b = append(b, '}')
+		}
+		b = append(b, ']')
 	}
 	if r.Clients != nil {
 		b = append(b, `,"clients":[`...)
