@@ -382,6 +382,7 @@
     }
     L.until = until;
     L.cut = until === state.t && state.t > 0;
+    $("traffic").value = params.get("traffic");
     state.ranAt = out.query;
     apply(out);
     return true;
@@ -666,7 +667,7 @@
           timeSeries(),
           { label: "a request now would wait", stroke: cssVar("--delayed"), width: 2, points: { show: false }, value: atClock(card, "drain_us", 1000) },
           { label: "longest wait of a request let in", stroke: cssVar("--muted"), width: 0, paths: () => null,
-            value: (u, v, si, i) => trim((i == null ? Math.max(0, ...card.maxDelayMs.slice(0, Math.max(0, state.shown))) : v) || 0),
+            value: (u, v, si, i) => trim((i == null ? Math.max(0, ...(card.maxDelayMs || []).slice(0, Math.max(0, state.shown))) : v) || 0),
             points: { show: true, size: 3, space: 0, fill: cssVar("--muted"), stroke: cssVar("--muted") } },
         ],
       }, [[], [], []], el.querySelector(".delay-chart"));
