@@ -77,6 +77,11 @@ func TestBrowserLiveMode(t *testing.T) {
 	if summariesOf(t, unchanged).Diff(got) == "" {
 		t.Error("the page's summary is that of the run without the change")
 	}
+	// The bars count the same requests: their legend's totals are the summary's.
+	legend := browsertest.Eval[[]string](page.Tab, `[...document.querySelectorAll('#card-token-bucket .traffic-chart .u-legend .u-value')].map(v => v.textContent)`)
+	if tb := got["token-bucket"]; len(legend) != 3 || legend[1] != tb["refused"] || legend[2] != tb["allowed"] {
+		t.Errorf("token-bucket's legend %q; its summary: refused %s, allowed %s", legend, tb["refused"], tb["allowed"])
+	}
 	want := "sluice simulate --compare --limit 5 --period 1s --burst 10 --change " + change.String() +
 		" --traffic '12/s for " + sim.FormatDuration(paused) + "' --format json"
 	if cmds := browsertest.Eval[string](page.Tab, "document.getElementById('commands').textContent"); cmds != want {

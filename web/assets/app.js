@@ -38,6 +38,8 @@
     presets: [],
     cards: new Map(), // algorithm → {el, charts, ...}
     debounce: 0,
+    group: 1, // the time slices a traffic bar sums (live: several)
+    barred: 0, // the time slices the bars and the summary count
     ranAt: "", // the query of the last run asked for, so that an unchanged form does not run again
     changes: [], // the scenario's changes of the limit or the burst ("t=4s,limit=8"), from a live run
     live: null, // in live mode: what has been sent and changed so far (see startLive)
@@ -335,9 +337,11 @@
     slider.setAttribute("aria-valuetext", `${duration(k * r.width_us)} of ${duration(r.end_us)}`);
     if (k === state.shown) return;
     state.shown = k;
+    // A paused live run ends its traffic at the clock: all of it is before now, in the bars and
+    // the summary.
+    state.barred = state.live && state.live.cut ? r.buckets : k;
     for (const card of state.cards.values()) drawCard(card, k);
-    // A paused live run ends its traffic at the clock: all of it is before now.
-    updateSummary(state.live && state.live.cut ? r.buckets : k);
+    updateSummary(state.barred);
   }
 
   // ---- Live mode ------------------------------------------------------------------------------
@@ -628,12 +632,13 @@
     card.chartWidth = () => el.querySelector(".chart").clientWidth;
 
     const bars = uPlot.paths.bars({ align: 1, size: [1, Infinity, 1] });
-    // The hovered slice's count, or with none hovered the total so far.
+    // The hovered bar's count, or with none hovered the total so far.
     const rawValue = (key) => (u, v, si, i) => {
       const a = card.raw && card.raw[key];
-      if (!a) return "–";
-      if (i == null) return a.slice(0, Math.max(0, state.shown)).reduce((x, y) => x + y, 0).toLocaleString("en");
-      return i >= state.shown || a[i] == null ? "–" : a[i].toLocaleString("en");
+      const from = i == null ? 0 : i * state.group;
+      if (!a || from >= state.barred) return "–";
+      const to = i == null ? state.barred : Math.min(state.barred, from + state.group);
+      return a.slice(from, to).reduce((x, y) => x + y, 0).toLocaleString("en");
     };
     card.traffic = new uPlot({
       ...baseOptions(card, "traffic", 190),
@@ -667,7 +672,7 @@
           timeSeries(),
           { label: "a request now would wait", stroke: cssVar("--delayed"), width: 2, points: { show: false }, value: atClock(card, "drain_us", 1000) },
           { label: "longest wait of a request let in", stroke: cssVar("--muted"), width: 0, paths: () => null,
-            value: (u, v, si, i) => trim((i == null ? Math.max(0, ...(card.maxDelayMs || []).slice(0, Math.max(0, state.shown))) : v) || 0),
+            value: (u, v, si, i) => trim((i == null ? Math.max(0, ...(card.maxDelayMs || []).slice(0, state.barred)) : v) || 0),
             points: { show: true, size: 3, space: 0, fill: cssVar("--muted"), stroke: cssVar("--muted") } },
         ],
       }, [[], [], []], el.querySelector(".delay-chart"));
@@ -681,6 +686,11 @@
     const r = state.result;
     const w = r.width_us / 1e6;
     const x = Array.from({ length: r.buckets + 1 }, (_, i) => i * w);
+    // Live, a bar is of several time slices, so that steady traffic reads as a rate over the
+    // plot's stretch, not as stripes of 1 and 0.
+    const [from, to] = xRange();
+    state.group = state.live ? [1, 2, 5, 10, 20, 50, 100].find((g) => g * r.width_us * 60 >= (to - from) * 1e6) || 100 : 1;
+    const xg = Array.from({ length: Math.ceil(r.buckets / state.group) + 1 }, (_, i) => i * state.group * w);
     const shared = { limit: $("limit").value.trim(), period: $("period").value.trim(), burst: $("burst").value.trim() };
     const ran = new Set(r.runs.map((run) => run.algorithm));
     for (const card of state.cards.values()) {
@@ -704,14 +714,15 @@
       const card = state.cards.get(run.algorithm);
       card.raw = run;
       card.x = x;
+      card.xg = xg;
       card.el.querySelector(".description").textContent = run.description;
       for (const key of OWN_KEYS) {
         const input = $(`${run.algorithm}.${key}`);
         if (input) input.placeholder = shared[key] || (key === "burst" ? "0" : "");
       }
-      card.ymax.traffic = Math.max(1, ...run.offered);
+      card.ymax.traffic = Math.max(1, ...group(run.offered, r.buckets, xg.length));
       card.ymax.level = Math.max(...run.ceiling, ...run.level);
-      card.el.querySelector(".traffic-title").textContent = `Requests per ${duration(r.width_us)}`;
+      card.el.querySelector(".traffic-title").textContent = `Requests per ${duration(r.width_us * state.group)}`;
       if (card.delay) {
         card.delayMs = run.drain_us.map((us) => (us === NO_LEVEL ? null : us / 1000));
         card.maxDelayMs = run.max_delay_us.map((us, i) => (run.delayed[i] ? us / 1000 : null));
@@ -727,12 +738,21 @@
     return out;
   }
 
+  // group sums the first k values of a by state.group (a bar per so many time slices), then
+  // nulls up to length.
+  function group(a, k, length) {
+    const out = new Array(length).fill(null);
+    for (let i = 0; i < k; i++) out[Math.floor(i / state.group)] += a[i];
+    return out;
+  }
+
   function drawCard(card, k) {
     const run = card.raw;
     if (!run) return;
     const n = card.x.length; // buckets + 1: the series per bucket have a null at the end
-    const traffic = [card.x, reveal(run.offered, k, n), reveal(run.allowed, k, n)];
-    if (card.delay) traffic.push(reveal(run.delayed, k, n));
+    const bars = (a) => group(a, state.barred, card.xg.length);
+    const traffic = [card.xg, bars(run.offered), bars(run.allowed)];
+    if (card.delay) traffic.push(bars(run.delayed));
     card.traffic.setData(traffic);
     // A gap where the shared store was down (scenario.NoLevel): there was no state to read.
     card.level.setData([card.x, reveal(run.level, k + 1, n).map((v) => (v === NO_LEVEL ? null : v)), run.ceiling]);
