@@ -89,6 +89,36 @@ func TestBrowserLiveMode(t *testing.T) {
 	}
 	page.Screenshot("web-simulation-live")
 
+	// Then, paused and stepped on: a burst sent, the bucket's burst lowered to 3 and the rate to
+	// 4/s at one instant, the clock stepped on. The traffic is three segments now.
+	for range 3 {
+		page.Click("#step")
+	}
+	sent := clockMicros(page)
+	page.Click("#live-send")
+	page.Type("burst", "3")
+	page.Do("entering the burst", chromedp.KeyEvent("\r"))
+	page.Type("live-rate", "4")
+	page.Do("entering the rate", chromedp.KeyEvent("\r"))
+	for range 10 {
+		page.Click("#step")
+	}
+	page.Wait("the new rate's traffic", `location.search.includes('%3B+4/s+for')`)
+	page.Wait("the stepped run's whole summary", `document.getElementById('summary').dataset.complete === 'true'`)
+	end := clockMicros(page)
+	got = page.Summaries()
+	pattern := "12/s for " + sim.FormatDuration(sent) + "; 20 at once; 4/s for " + sim.FormatDuration(end-sent)
+	if reqs, err = sim.ParseTraffic(pattern); err != nil {
+		t.Fatal(err)
+	}
+	changes := []sim.Change{change, {TMicros: sent, Burst: 3, SetBurst: true}}
+	if results, err = (sim.Options{Changes: changes}).Compare(policies, reqs); err != nil {
+		t.Fatal(err)
+	}
+	if d := summariesOf(t, results).Diff(got); d != "" {
+		t.Errorf("%s with changes %v: the page's summary differs from sim's:\n%s", pattern, changes, d)
+	}
+
 	// Leaving live mode keeps the run as a scenario to replay, its change listed.
 	page.Click("#live")
 	page.Wait("the replay", `document.getElementById('live-bar').hidden && !document.getElementById('changes').hidden`)

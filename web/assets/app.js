@@ -461,6 +461,8 @@
   // stopLive leaves live mode: what was sent and changed stays, as a scenario to replay.
   function stopLive() {
     const L = state.live;
+    // What happened up to now, not the horizon run ahead of it.
+    if (state.playing && state.t > 0) liveRun(Math.round(state.t / 1000) * 1000);
     state.live = null;
     for (const el of L.inputs) el.disabled = false;
     $("live-bar").hidden = true;
