@@ -29,8 +29,7 @@ func TestBrowserLiveMode(t *testing.T) {
 	defer srv.Close()
 	page := browsertest.Simulation{Tab: browsertest.NewTab(t, 1366, 900)}
 	page.Open(srv.URL + "/?traffic=5/s+for+10s&limit=5&period=1s&burst=10")
-	page.Click("#play") // paused: live mode then starts paused, at 0
-	page.Wait("the clock to stop", `document.getElementById('play').textContent !== 'Pause'`)
+	page.Click("#end") // the clock stopped: live mode then starts paused, at 0
 	page.Click("#live")
 	page.Wait("live mode", `!document.getElementById('live-bar').hidden && document.getElementById('clock').dataset.us === '0'`)
 	page.Type("live-rate", "12")
