@@ -40,6 +40,10 @@ type Options struct {
 	// estimates together. Its Row, emitted once it is settled, says what the key's running
 	// responses held (Row.Streams). ReadTrace reads them from a trace's duration_ms column.
 	Durations []int64
+
+	// Changes, in time order, change the policy while the simulation runs (see Change): each
+	// applies to the requests from its instant on. Not with a Fleet.
+	Changes []Change
 }
 
 // origin is Start in µs since the Unix epoch.
@@ -83,9 +87,25 @@ func (o Options) Window(p *sluice.Policy, tMicros int64) (start, end int64, ok b
 // (see NewSession and NewFleetSession).
 func (o Options) NewSession(policy sluice.Policy, keys int) (*Session, error) {
 	if o.Fleet != nil {
+		if o.Changes != nil {
+			return nil, fmt.Errorf("sim: changes apply to one instance, not to a fleet")
+		}
 		return newFleetSession(policy, keys, *o.Fleet, o.origin())
 	}
-	return newSession(policy, keys, o.origin())
+	p := policy
+	for i, c := range o.Changes {
+		if i > 0 && c.TMicros < o.Changes[i-1].TMicros {
+			return nil, fmt.Errorf("sim: change %s is before change %s (changes must be in time order)", c, o.Changes[i-1])
+		}
+		if p = c.Apply(p); p.Validate() != nil {
+			return nil, fmt.Errorf("sim: change %s: %v: %w", c, p.Algorithm, p.Validate())
+		}
+	}
+	s, err := newSession(policy, keys, o.origin())
+	if err == nil {
+		s.changes = o.Changes
+	}
+	return s, err
 }
 
 // Run is the package's Run under o.

@@ -28,9 +28,10 @@ type Session struct {
 	shared   *sharedStore      // a Fleet's shared store; nil: none
 	latency  int64             // µs: a Fleet's StoreLatency
 	ctx      context.Context
-	n        int   // requests decided so far
-	last     int64 // µs: the latest instant decided or peeked at; times may not go below it
-	origin   int64 // µs since the Unix epoch of virtual time 0 (Options.Start)
+	n        int      // requests decided so far
+	last     int64    // µs: the latest instant decided or peeked at; times may not go below it
+	origin   int64    // µs since the Unix epoch of virtual time 0 (Options.Start)
+	changes  []Change // Options.Changes still to come, in time order
 }
 
 // Fleet is several gateway instances sharing one store, each spending local budgets of the
@@ -143,6 +144,9 @@ func (s *Session) reserve(rq Request, actual int64) (row Row, lim *sluice.Limite
 	case actual != NoActual && (actual < 0 || actual > algorithm.MaxLimit):
 		return Row{}, nil, nil, fmt.Errorf("sim: request %d: actual cost %d must be in 0..2^53", i, actual)
 	}
+	if err := s.changeTo(rq.TMicros); err != nil {
+		return Row{}, nil, nil, err
+	}
 	s.last = rq.TMicros
 	s.clock.Set(time.UnixMicro(s.origin + rq.TMicros))
 	lim, instance := s.limiter, 0
@@ -196,6 +200,9 @@ func (s *Session) Peek(tMicros int64, key string) (sluice.Decision, error) {
 		return sluice.Decision{}, fmt.Errorf("sim: peek: time %d µs is outside 0..2^53", tMicros)
 	case tMicros < s.last:
 		return sluice.Decision{}, fmt.Errorf("sim: peek: time %s ms is before the last one decided, %s ms", FormatMillis(tMicros), FormatMillis(s.last))
+	}
+	if err := s.changeTo(tMicros); err != nil {
+		return sluice.Decision{}, err
 	}
 	s.last = tMicros
 	s.clock.Set(time.UnixMicro(s.origin + tMicros))

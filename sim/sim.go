@@ -21,6 +21,9 @@
 // parallel responses hold their estimates together (a StreamSession). Workloads are
 // built-in LLM workloads of this kind.
 //
+// The policy may change while a simulation runs (Options.Changes, a Change: a new limit or burst
+// from an instant on, as a configuration reload gives it).
+//
 // Run, Simulate and Compare are safe for concurrent use: each run has its own store and clock.
 //
 // The results have one output schema, shared by `sluice simulate` and the browser simulation:

@@ -3,7 +3,6 @@ package sim
 import (
 	"fmt"
 	"math/bits"
-	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -80,12 +79,45 @@ type segment struct {
 	offset        func(k int64) int64
 }
 
-var (
-	rateForm = regexp.MustCompile(`^([^\s/]+)\s*/\s*(s|min|h)\s+for\s+(\S+)$`)
-	inForm   = regexp.MustCompile(`^(\S+)\s+in\s+(\S+)$`)
-	onceForm = regexp.MustCompile(`^(\S+)\s+at\s+once$`)
-	idleForm = regexp.MustCompile(`^idle\s+(\S+)$`)
-)
+// words splits a segment at runs of the ASCII whitespace \t \n \f \r and space (what \s
+// matches in a regular expression; the page's WebAssembly leaves the regexp package out).
+func words(s string) []string {
+	return strings.FieldsFunc(s, func(r rune) bool { return r == ' ' || r == '\t' || r == '\n' || r == '\f' || r == '\r' })
+}
+
+// matchForm matches text (trimmed) to a segment's form, as a regular expression's submatches
+// would: "R/u for D" gives [text, R, u, D], "N in D" [text, N, D], "N at once" [text, N],
+// "idle D" [text, D]; nil if text is not of that form.
+func matchForm(text, form string) []string {
+	w := words(text)
+	switch form {
+	case "rate":
+		// R (text is trimmed: it starts at once), then "/" with any whitespace around it, the
+		// unit, "for" and D.
+		i := strings.IndexByte(text, '/')
+		if i < 0 {
+			return nil
+		}
+		r, rest := words(text[:i]), words(text[i+1:])
+		if len(r) != 1 || len(rest) != 3 || rateUnits[rest[0]] == 0 || rest[1] != "for" {
+			return nil
+		}
+		return []string{text, r[0], rest[0], rest[2]}
+	case "in":
+		if len(w) == 3 && w[1] == "in" {
+			return []string{text, w[0], w[2]}
+		}
+	case "once":
+		if len(w) == 3 && w[1] == "at" && w[2] == "once" {
+			return []string{text, w[0]}
+		}
+	case "idle":
+		if len(w) == 2 && w[0] == "idle" {
+			return []string{text, w[1]}
+		}
+	}
+	return nil
+}
 
 const segmentForms = `want "R/s for D", "N in D", "N at once" or "idle D" (e.g. "5/s for 10s", "40 in 1s", "20 at once", "idle 5s"; a rate may be per minute or hour: "300/min for 5m")`
 
@@ -93,7 +125,7 @@ const segmentForms = `want "R/s for D", "N in D", "N at once" or "idle D" (e.g. 
 var rateUnits = map[string]uint64{"s": 1e6, "min": 60e6, "h": 3600e6}
 
 func parseSegment(text string) (segment, error) {
-	if m := rateForm.FindStringSubmatch(text); m != nil {
+	if m := matchForm(text, "rate"); m != nil {
 		// R = milli/1000 a unit of u µs: the i-th request at floor(i·u·1000/milli) µs, while
 		// < D, so count = ceil(D·milli/(u·1000)).
 		milli, err := parseThousandths(m[1], 1<<62)
@@ -121,7 +153,7 @@ func parseSegment(text string) (segment, error) {
 		}
 		return segment{count: int64(q), length: d, offset: func(k int64) int64 { return k * int64(per) / milli }}, nil
 	}
-	if m := inForm.FindStringSubmatch(text); m != nil {
+	if m := matchForm(text, "in"); m != nil {
 		n, err := parseCount(m[1])
 		if err != nil {
 			return segment{}, err
@@ -136,14 +168,14 @@ func parseSegment(text string) (segment, error) {
 			return int64(q)
 		}}, nil
 	}
-	if m := onceForm.FindStringSubmatch(text); m != nil {
+	if m := matchForm(text, "once"); m != nil {
 		n, err := parseCount(m[1])
 		if err != nil {
 			return segment{}, err
 		}
 		return segment{count: n, offset: func(int64) int64 { return 0 }}, nil
 	}
-	if m := idleForm.FindStringSubmatch(text); m != nil {
+	if m := matchForm(text, "idle"); m != nil {
 		d, err := parseSegmentDuration(m[1])
 		if err != nil {
 			return segment{}, err

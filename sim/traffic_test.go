@@ -1,6 +1,8 @@
 package sim
 
 import (
+	"math/rand/v2"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -187,6 +189,37 @@ func TestNormalizePattern(t *testing.T) {
 	} {
 		if got := NormalizePattern(in); got != want {
 			t.Errorf("NormalizePattern(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+// matchForm reads a segment as the regular expressions of its forms do: the same submatches
+// for the forms' texts and for random texts of their words, whitespace and punctuation.
+func TestMatchFormIsTheRegexps(t *testing.T) {
+	forms := map[string]*regexp.Regexp{
+		"rate": regexp.MustCompile(`^([^\s/]+)\s*/\s*(s|min|h)\s+for\s+(\S+)$`),
+		"in":   regexp.MustCompile(`^(\S+)\s+in\s+(\S+)$`),
+		"once": regexp.MustCompile(`^(\S+)\s+at\s+once$`),
+		"idle": regexp.MustCompile(`^idle\s+(\S+)$`),
+	}
+	texts := []string{"5/s for 10s", "5 / s for 10s", "5/ min  for\t1m", "0.5/h for 2h", "5/sfor 10s", "5/s for 1/s",
+		"5/d for 1s", "/s for 1s", "a b/s for 1s", "40 in 1s", "40  in\f1s", "in in in", "20 at once", "20 at  once x",
+		"idle 5s", "idle in 5s", "idle\v5s", "5/s for\v10s", "5\v/s for 1s", "idle", "at once"}
+	parts := []string{"5", "0.5", "/", "s", "min", "h", "for", "in", "at", "once", "idle", "10s", " ", "  ", "\t", "\v", "\u00a0", "x/y"}
+	rng := rand.New(rand.NewPCG(3, 4))
+	for range 20000 {
+		var b strings.Builder
+		for range rng.IntN(8) + 1 {
+			b.WriteString(parts[rng.IntN(len(parts))])
+		}
+		texts = append(texts, b.String())
+	}
+	for _, text := range texts {
+		text = strings.TrimSpace(text) // as ParseTraffic gives it
+		for name, re := range forms {
+			if want, got := re.FindStringSubmatch(text), matchForm(text, name); !slices.Equal(got, want) {
+				t.Fatalf("%s form of %q: %q, the regexp %q", name, text, got, want)
+			}
 		}
 	}
 }

@@ -32,11 +32,12 @@ type simulation struct {
 	actual   []int64    // the trace's real costs (its actual column); nil: none
 	// durations are the trace's responses' durations in µs (its duration_ms column); nil: none
 	durations []int64
+	changes   []sim.Change // --change: the policy's changes while it runs
 }
 
 // options are the simulation's sim.Options, with the fleet f (may be nil).
 func (s *simulation) options(f *sim.Fleet) sim.Options {
-	return sim.Options{Start: s.start, Fleet: f, Actual: s.actual, Durations: s.durations}
+	return sim.Options{Start: s.start, Fleet: f, Actual: s.actual, Durations: s.durations, Changes: s.changes}
 }
 
 // calendar reports whether the policies count by the calendar (all or none do).
@@ -421,6 +422,9 @@ func (s *simulation) writeTable(w io.Writer) error {
 		}
 		fmt.Fprintf(w, "sluice simulate: %v, limit %d per %s%s\n", p.Algorithm, p.Limit, per, burst)
 		fmt.Fprintf(w, "policy: %s\n", describe(p))
+	}
+	for _, c := range s.changes {
+		fmt.Fprintf(w, "change: %s\n", c)
 	}
 	if s.local {
 		fmt.Fprintf(w, "start: t=0 is %s\n", s.options(nil).Instant(&p, 0).Format("Mon 2006-01-02 15:04:05.999999 -07:00 (MST)"))

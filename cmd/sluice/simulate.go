@@ -1,10 +1,12 @@
 package main
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -38,6 +40,12 @@ stands for (default 1970-01-01T00:00:00Z): the traffic's times and a trace's t_m
 it. With --start or --calendar the output shows each row's local time (in the calendar's zone,
 else --start's offset), and the calendar windows: the table marks the rows where a new window
 begins, CSV and JSON add the fields time and window (the start of the row's calendar window).
+
+Changes while it runs, --change t=D,limit=N,burst=N (repeated; limit or burst or both): from
+virtual time D on, the policy has those numbers (with --compare, every algorithm's limit and
+the buckets' burst), as a configuration reload would give it: a changed limit starts every key
+afresh, a changed burst carries over what was spent. The browser page's live mode records its
+changes so. One instance only (not with --instances, --store or --local-budget).
 
 Traffic, exactly one of:
   --traffic PATTERN  segments separated by ";", each starting where the previous one ended:
@@ -178,6 +186,7 @@ type simulateOptions struct {
 	stores    string  // --store: separate or shared (see simulate_fleet.go)
 	balance   string
 	draw      uint64
+	changes   []string // --change, as typed
 	outage    string
 	onError   string
 	latency   durationValue
@@ -221,6 +230,7 @@ func newSimulateCommand(stdin io.Reader) *cobra.Command {
 	f.Var(&o.latency, "store-latency", "with --store shared: each call's round trip to the store, a Go duration `D` (e.g. 2ms): how much later requests reach the backend")
 	f.StringVar(&o.outage, "outage", "", "with --store shared: the store fails from one virtual time to another, `FROM-TO` (Go durations: 1m-2m)")
 	f.StringVar(&o.onError, "on-error", "closed", "with --outage: what each instance does while the store is down, `MODE` open, closed or local")
+	f.StringArrayVar(&o.changes, "change", nil, "change the limit or the burst at a virtual time, `t=D,limit=N,burst=N` (repeat it; see above)")
 	f.StringVar(&o.format, "format", "table", "the output `FORMAT`: table, csv or json")
 	f.SortFlags = false
 	return cmd
@@ -254,12 +264,42 @@ func (o *simulateOptions) run(cmd *cobra.Command, stdin io.Reader) error {
 	if err != nil {
 		return err
 	}
-	out := &simulation{policies: policies, reqs: reqs, source: source, compare: o.compare, fleet: fleet, stores: flags.Changed("store"), actual: o.actual, durations: o.durations,
+	changes, err := o.policyChanges(policies, fleet != nil)
+	if err != nil {
+		return err
+	}
+	out := &simulation{changes: changes, policies: policies, reqs: reqs, source: source, compare: o.compare, fleet: fleet, stores: flags.Changed("store"), actual: o.actual, durations: o.durations,
 		start: start, local: flags.Changed("start") || flags.Changed("calendar")}
 	if err := out.write(cmd.OutOrStdout(), o.format); err != nil {
 		return failure{err}
 	}
 	return nil
+}
+
+// policyChanges returns the changes of --change in time order, each checked against every
+// policy it changes (after the changes before it); not with a fleet, whose instances it does
+// not reach.
+func (o *simulateOptions) policyChanges(policies []sluice.Policy, fleet bool) ([]sim.Change, error) {
+	if len(o.changes) > 0 && fleet {
+		return nil, errors.New("--change applies to one instance: not with --instances, --store or --local-budget")
+	}
+	var cs []sim.Change
+	for _, text := range o.changes {
+		c, err := sim.ParseChange(text)
+		if err != nil {
+			return nil, fmt.Errorf("--change %s", err)
+		}
+		cs = append(cs, c)
+	}
+	slices.SortStableFunc(cs, func(a, b sim.Change) int { return cmp.Compare(a.TMicros, b.TMicros) })
+	for _, p := range policies {
+		for _, c := range cs {
+			if p = c.Apply(p); p.Validate() != nil {
+				return nil, fmt.Errorf("--change %s: %v: %v", c, p.Algorithm, p.Validate())
+			}
+		}
+	}
+	return cs, nil
 }
 
 // workloadPolicy gives --limit and --period a --workload's policy where they are not given,

@@ -11,6 +11,8 @@
   // The algorithms that count by the calendar (sim.CalendarAlgorithms): with a calendar, only they run.
   const CALENDAR = new Set(["fixed-window", "sliding-window"]);
   const OWN_KEYS = ["limit", "period", "burst"];
+  // The keys whose fields are folded under "More settings": it opens when a scenario uses one.
+  const MORE_KEYS = SHARED_KEYS.filter((k) => !["traffic", "limit", "period", "burst"].includes(k));
   // Run.Level and Run.DrainMicros where the shared store was down (scenario.NoLevel).
   const NO_LEVEL = -1;
 
@@ -36,7 +38,11 @@
     presets: [],
     cards: new Map(), // algorithm → {el, charts, ...}
     debounce: 0,
+    group: 1, // the time slices a traffic bar sums (live: several)
+    barred: 0, // the time slices the bars and the summary count
     ranAt: "", // the query of the last run asked for, so that an unchanged form does not run again
+    changes: [], // the scenario's changes of the limit or the burst ("t=4s,limit=8"), from a live run
+    live: null, // in live mode: what has been sent and changed so far (see startLive)
   };
 
   // ---- Loading --------------------------------------------------------------------------------
@@ -118,6 +124,7 @@
       const v = el.value.trim();
       if (v !== "" && !el.disabled) params.set(el.name, v);
     }
+    for (const c of state.changes) params.append("change", c);
     return params.toString();
   }
 
@@ -130,6 +137,12 @@
     if (!$("store").value) $("store").value = "shared";
     if (!$("balance").value) $("balance").value = "round-robin";
     if (!$("on-error").value) $("on-error").value = "closed";
+    // What the scenario sets is shown: folded fields that it uses open.
+    if (MORE_KEYS.some((k) => params.get(k))) $("more").open = true;
+    for (const card of state.cards.values()) {
+      if (OWN_KEYS.some((k) => params.get(`${card.alg}.${k}`))) card.el.querySelector(".own").open = true;
+    }
+    state.changes = params.getAll("change");
     syncCalendar();
     syncOutage();
   }
@@ -180,6 +193,7 @@
         general = general || message;
       }
       if (input) input.setAttribute("aria-invalid", "true");
+      for (let d = (out || input) && (out || input).closest("details"); d; d = d.parentElement.closest("details")) d.open = true;
     }
     return general;
   }
@@ -223,6 +237,7 @@
     }
     state.result = out;
     history.replaceState(null, "", "?" + out.query);
+    showChanges();
     setStatus(`${out.requests.toLocaleString("en")} requests, decided by each algorithm in ${Math.max(1, Math.round(out.ms))} ms.`);
     const end = out.end_us;
     if (restart) {
@@ -241,6 +256,14 @@
     render();
   }
 
+  // showChanges lists the scenario's changes (a live run's) under the policy's fields.
+  function showChanges() {
+    const cs = state.result.changes || [];
+    $("changes").hidden = !cs.length;
+    $("clear-changes").hidden = !!state.live;
+    $("changes-text").textContent = "Changes while it runs: " + cs.map((c) => c.text.replaceAll(",", " ")).join(" · ");
+  }
+
   function scheduleRun() {
     clearTimeout(state.debounce);
     state.debounce = setTimeout(() => run(), DEBOUNCE_MS);
@@ -255,7 +278,7 @@
   function setPlaying(playing) {
     state.playing = playing;
     const end = state.result ? state.result.end_us : 0;
-    $("play").textContent = playing ? "Pause" : (state.result && state.t >= end ? "Replay" : "Play");
+    $("play").textContent = playing ? "Pause" : (state.result && state.t >= end && !state.live ? "Replay" : "Play");
     if (playing && !state.lastFrame) {
       state.lastFrame = performance.now();
       requestAnimationFrame(frame);
@@ -271,6 +294,14 @@
     const dt = Math.max(0, Math.min(now - state.lastFrame, 250));
     state.lastFrame = now;
     const end = state.result.end_us;
+    if (state.live) {
+      // Live: the clock runs on; near the horizon the run is extended ahead of it.
+      state.t += Math.round(dt * 1000 * state.speed);
+      if (state.t > state.live.until - ahead() / 2) liveRun(state.t + ahead());
+      render();
+      requestAnimationFrame(frame);
+      return;
+    }
     state.t = Math.min(end, state.t + dt * 1000 * state.speed);
     if (state.t >= end) {
       state.lastFrame = 0;
@@ -292,7 +323,8 @@
     const r = state.result;
     if (!r) return;
     const k = buckets();
-    $("clock").textContent = `${duration(Math.floor(state.t / 1000) * 1000)} / ${duration(r.end_us)}`;
+    $("clock").textContent = state.live ? duration(Math.floor(state.t / 1000) * 1000) : `${duration(Math.floor(state.t / 1000) * 1000)} / ${duration(r.end_us)}`;
+    $("clock").dataset.us = String(state.t);
     const local = $("clock-local");
     local.hidden = !r.start;
     if (r.start) {
@@ -305,8 +337,139 @@
     slider.setAttribute("aria-valuetext", `${duration(k * r.width_us)} of ${duration(r.end_us)}`);
     if (k === state.shown) return;
     state.shown = k;
+    // A paused live run ends its traffic at the clock: all of it is before now, in the bars and
+    // the summary.
+    state.barred = state.live && state.live.cut ? r.buckets : k;
     for (const card of state.cards.values()) drawCard(card, k);
-    updateSummary(k);
+    updateSummary(state.barred);
+  }
+
+  // ---- Live mode ------------------------------------------------------------------------------
+
+  // A live run is a scenario like any other: its traffic is what was sent so far (a pattern of
+  // rates and bursts), its changes those of the limit and the burst, each at the instant it was
+  // made. It runs to a horizon ahead of the clock, again whenever the clock nears it (the past
+  // stays as it was: nothing later changes it). Paused, its traffic ends at the clock, so that the
+  // summary is `sluice simulate`'s for that pattern and those changes, number for number.
+
+  // ahead is how far past the clock a running live run is simulated (µs of virtual time).
+  function ahead() {
+    return Math.max(10e6, state.speed * 3e6);
+  }
+
+  // goDuration writes µs exactly as a Go duration: 12.3s, 0.05s.
+  function goDuration(us) {
+    const frac = String(us % 1e6).padStart(6, "0").replace(/0+$/, "");
+    return Math.floor(us / 1e6) + (frac ? "." + frac : "") + "s";
+  }
+
+  // closeSegment ends the rate sent since live.from at t (µs).
+  function closeSegment(t) {
+    const L = state.live;
+    if (t > L.from) L.segs.push(L.rate > 0 ? `${L.rate}/s for ${goDuration(t - L.from)}` : `idle ${goDuration(t - L.from)}`);
+    L.from = t;
+  }
+
+  // liveRun runs the live scenario with its traffic up to until (µs): cut there if it is the
+  // clock (paused), else to a horizon. It returns whether the run succeeded.
+  function liveRun(until) {
+    const L = state.live;
+    const segs = L.segs.slice();
+    if (until > L.from) segs.push(L.rate > 0 ? `${L.rate}/s for ${goDuration(until - L.from)}` : `idle ${goDuration(until - L.from)}`);
+    const params = new URLSearchParams(L.base);
+    params.set("traffic", segs.join("; "));
+    for (const c of L.changes) params.append("change", changeText(c));
+    const out = simulate(params.toString());
+    if (out.errors) {
+      apply(out);
+      return false;
+    }
+    L.until = until;
+    L.cut = until === state.t && state.t > 0;
+    $("traffic").value = params.get("traffic");
+    state.ranAt = out.query;
+    apply(out);
+    return true;
+  }
+
+  function changeText(c) {
+    return `t=${goDuration(c.t)}` + (c.limit ? `,limit=${c.limit}` : "") + (c.burst ? `,burst=${c.burst}` : "");
+  }
+
+  // liveAgain runs the live scenario after something was sent or changed: to the clock if paused.
+  function liveAgain() {
+    return liveRun(state.playing || state.t === 0 ? state.t + ahead() : state.t);
+  }
+
+  // liveChange takes in the rate, the limit and the burst as they are in their fields: what
+  // differs from what runs applies from now on (the clock's whole ms).
+  function liveChange() {
+    const L = state.live;
+    const t = Math.round(state.t / 1000) * 1000;
+    clearErrors();
+    const rate = $("live-rate").value.trim();
+    const limit = $("limit").value.trim();
+    const burst = $("burst").value.trim() || "0";
+    const bad = [];
+    if (!/^\d+(\.\d{1,3})?$/.test(rate)) bad.push({ field: "live-rate", message: "a rate a second, with up to 3 decimals (0.5, 10)" });
+    if (!/^[1-9]\d*$/.test(limit)) bad.push({ field: "limit", message: "a whole number > 0" });
+    if (!/^\d+$/.test(burst)) bad.push({ field: "burst", message: "a whole number ≥ 0" });
+    if (bad.length) {
+      showErrors(bad);
+      return;
+    }
+    const kept = JSON.stringify({ segs: L.segs, from: L.from, rate: L.rate, changes: L.changes, limit: L.limit, burst: L.burst });
+    const c = { t };
+    if (limit !== L.limit) c.limit = limit;
+    if (burst !== L.burst) c.burst = burst;
+    if (c.limit || c.burst) {
+      const last = L.changes[L.changes.length - 1];
+      if (last && last.t === t) Object.assign(last, c);
+      else L.changes.push(c);
+    } else if (Number(rate) === L.rate) {
+      return;
+    }
+    if (Number(rate) !== L.rate) {
+      closeSegment(t);
+      L.rate = Number(rate);
+    }
+    L.limit = limit;
+    L.burst = burst;
+    // A change the policy cannot take (a burst that takes centuries to drain) is not made.
+    if (!liveAgain()) Object.assign(L, JSON.parse(kept));
+  }
+
+  // startLive starts a live run of the form's policy and settings, from 0, at the rate in its field.
+  function startLive() {
+    const rate = $("live-rate").value.trim();
+    const base = new URLSearchParams(formQuery());
+    base.delete("traffic");
+    base.delete("change");
+    const inputs = scenarioInputs().filter((el) => el.id !== "limit" && el.id !== "burst" && !el.disabled);
+    state.live = { base: base.toString(), rate: /^\d+(\.\d{1,3})?$/.test(rate) ? Number(rate) : 10, segs: [], from: 0, changes: [],
+      limit: $("limit").value.trim(), burst: $("burst").value.trim() || "0", until: 0, cut: false, inputs };
+    for (const el of inputs) el.disabled = true;
+    $("live-rate").value = String(state.live.rate);
+    $("live-bar").hidden = false;
+    $("live").setAttribute("aria-pressed", "true");
+    for (const id of ["restart", "end", "time"]) $(id).disabled = true;
+    state.t = 0;
+    liveAgain();
+    render();
+  }
+
+  // stopLive leaves live mode: what was sent and changed stays, as a scenario to replay.
+  function stopLive() {
+    const L = state.live;
+    // What happened up to now, not the horizon run ahead of it.
+    if (state.playing && state.t > 0) liveRun(Math.round(state.t / 1000) * 1000);
+    state.live = null;
+    for (const el of L.inputs) el.disabled = false;
+    $("live-bar").hidden = true;
+    $("live").setAttribute("aria-pressed", "false");
+    for (const id of ["restart", "end", "time"]) $(id).disabled = false;
+    fillForm(state.result.query);
+    run({ force: true });
   }
 
   // ---- Cards and charts -----------------------------------------------------------------------
@@ -360,31 +523,85 @@
     ctx.restore();
   }
 
-  // baseOptions are a chart's options: x from 0 to the clock's end, y from 0 to card.ymax[name].
-  function baseOptions(card, name, height, yLabel) {
+  // drawChanges marks the scenario's changes on a chart: a line at each, and on the traffic
+  // chart what changed ("limit 8").
+  function drawChanges(u, labels) {
+    const cs = state.result && state.result.changes;
+    if (!cs) return;
+    const ctx = u.ctx;
+    const { left, top, width, height } = u.bbox;
+    ctx.save();
+    ctx.strokeStyle = ctx.fillStyle = cssVar("--accent");
+    ctx.lineWidth = 2 * devicePixelRatio;
+    ctx.font = `${11 * devicePixelRatio}px system-ui, sans-serif`;
+    ctx.textBaseline = "top";
+    for (const c of cs) {
+      const x = u.valToPos(c.t_us / 1e6, "x", true);
+      if (x < left || x > left + width) continue;
+      ctx.beginPath();
+      ctx.moveTo(x, top);
+      ctx.lineTo(x, top + height);
+      ctx.stroke();
+      if (labels) ctx.fillText(c.text.replace(/^t=[^,]*,/, "").replaceAll("=", " ").replaceAll(",", ", "), x + 4 * devicePixelRatio, top + 2 * devicePixelRatio);
+    }
+    ctx.restore();
+  }
+
+  // xRange is the plots' time axis, in s: the whole run, or live the last stretch up to the clock
+  // (a window's worth of periods, at least 20 s), so that the plots slide as the clock runs.
+  function xRange() {
+    const r = state.result;
+    if (!r) return [0, 1];
+    if (!state.live) return [0, r.end_us / 1e6];
+    const period = Math.max(...r.runs.map((run) => Number(run.policy.period_ms) || 0)) * 1000;
+    const span = Math.max(20e6, 6 * period);
+    const right = Math.max(state.t, span * 0.9) + span * 0.1;
+    return [(right - span) / 1e6, right / 1e6];
+  }
+
+  // ySize fits the y axis to its longest label, so that none runs into the plot.
+  const ySize = (u, values) => 22 + 7 * Math.max(2, ...(values || []).map((v) => String(v).length));
+
+  // chartHeight is a plot's height: smaller on a phone.
+  const chartHeight = (h) => (innerWidth < 600 ? Math.round(h * 0.7) : h);
+
+  // baseOptions are a chart's options: x over xRange, y from 0 to card.ymax[name].
+  function baseOptions(card, name, height) {
     const grid = { stroke: cssVar("--grid"), width: 1 };
-    const axis = { stroke: cssVar("--muted"), grid, ticks: grid, font: "11px system-ui, sans-serif" };
+    const axis = { stroke: cssVar("--muted"), grid, ticks: grid, font: "12px system-ui, sans-serif" };
     return {
       width: Math.max(200, card.chartWidth()),
-      height,
-      hooks: { draw: [(u) => drawWindows(u, name === "traffic")] },
+      height: chartHeight(height),
+      hooks: { draw: [(u) => { drawWindows(u, name === "traffic"); drawChanges(u, name === "traffic"); }] },
       cursor: { sync: { key: "sluice" }, drag: { x: false, y: false } },
       legend: { live: true },
       scales: {
-        x: { time: false, range: () => [0, state.result ? state.result.end_us / 1e6 : 1] },
-        // Room above the bars for the calendar windows' labels.
-        y: { range: () => [0, Math.max(1, card.ymax[name] || 1) * (name === "traffic" && state.result && state.result.windows && state.result.windows.length ? 1.5 : 1.08)] },
+        x: { time: false, range: xRange },
+        // Room above the bars for the calendar windows' and the changes' labels.
+        y: { range: () => [0, Math.max(1, card.ymax[name] || 1) * (name === "traffic" && state.result &&
+          (state.result.changes || state.result.windows && state.result.windows.length) ? 1.5 : 1.08)] },
       },
       axes: [
-        { ...axis, values: (u, splits) => splits.map((s) => duration(s * 1e6)), space: 60, incrs: TIME_STEPS },
-        { ...axis, size: 44, space: 18, label: yLabel, labelSize: 14, labelFont: "11px system-ui, sans-serif", incrs: counts,
-          values: (u, splits) => splits.map((s) => s.toLocaleString("en")) },
+        { ...axis, values: (u, splits) => splits.map((s) => duration(s * 1e6)), space: 70, incrs: TIME_STEPS },
+        { ...axis, size: ySize, space: 24, incrs: counts, values: (u, splits) => splits.map((s) => s.toLocaleString("en")) },
       ],
     };
   }
 
+  // timeSeries is the legend's time: the hovered slice's start, or with none hovered the span
+  // shown so far.
   function timeSeries() {
-    return { label: "t", value: (u, v) => (v == null ? "–" : duration(v * 1e6)) };
+    return { label: "t", value: (u, v) => (v == null ? `0–${duration(Math.floor(state.t / 1000) * 1000)}` : duration(v * 1e6)) };
+  }
+
+  // now is the series' value at the clock (a sampled series at its last boundary), shown in a
+  // legend when nothing is hovered.
+  function atClock(card, key, scale = 1) {
+    return (u, v, si, i) => {
+      const a = card.raw && card.raw[key];
+      const x = i == null ? (a ? a[Math.max(0, state.shown)] : null) : v;
+      return x == null || x === NO_LEVEL ? "–" : trim(x / scale);
+    };
   }
 
   function makeCard(alg) {
@@ -417,40 +634,47 @@
     card.chartWidth = () => el.querySelector(".chart").clientWidth;
 
     const bars = uPlot.paths.bars({ align: 1, size: [1, Infinity, 1] });
+    // The hovered bar's count, or with none hovered the total so far.
     const rawValue = (key) => (u, v, si, i) => {
       const a = card.raw && card.raw[key];
-      return i == null || !a || i >= state.shown || a[i] == null ? "–" : a[i].toLocaleString("en");
+      const from = i == null ? 0 : i * state.group;
+      if (!a || from >= state.barred) return "–";
+      const to = i == null ? state.barred : Math.min(state.barred, from + state.group);
+      return a.slice(from, to).reduce((x, y) => x + y, 0).toLocaleString("en");
     };
     card.traffic = new uPlot({
-      ...baseOptions(card, "traffic", 150, "requests"),
+      ...baseOptions(card, "traffic", 190),
       series: [
         timeSeries(),
         { label: "refused", fill: cssVar("--refused"), stroke: cssVar("--refused"), width: 0, paths: bars, points: { show: false }, value: rawValue("refused") },
         { label: "allowed", fill: cssVar("--allowed"), stroke: cssVar("--allowed"), width: 0, paths: bars, points: { show: false }, value: rawValue("allowed") },
-        { label: "delayed", fill: cssVar("--delayed"), stroke: cssVar("--delayed"), width: 0, paths: bars, points: { show: false }, value: rawValue("delayed") },
+        // Only the leaky bucket delays.
+        ...(alg === "leaky-bucket" ? [{ label: "delayed", fill: cssVar("--delayed"), stroke: cssVar("--delayed"), width: 0, paths: bars, points: { show: false },
+          value: rawValue("delayed") }] : []),
       ],
-    }, [[], [], [], []], el.querySelector(".traffic-chart"));
+    }, alg === "leaky-bucket" ? [[], [], [], []] : [[], [], []], el.querySelector(".traffic-chart"));
     card.charts.push(card.traffic);
 
     card.level = new uPlot({
-      ...baseOptions(card, "level", 140, LEVEL[alg].level),
+      ...baseOptions(card, "level", 160),
       series: [
         timeSeries(),
-        { label: LEVEL[alg].level, stroke: cssVar("--level"), width: 2, fill: cssVar("--level-fill"), points: { show: false } },
-        { label: LEVEL[alg].cap, stroke: cssVar("--muted"), width: 1, dash: [4, 4], points: { show: false } },
+        { label: LEVEL[alg].level, stroke: cssVar("--level"), width: 2, fill: cssVar("--level-fill"), points: { show: false }, value: atClock(card, "level") },
+        { label: LEVEL[alg].cap, stroke: cssVar("--muted"), width: 1, dash: [4, 4], points: { show: false }, value: atClock(card, "ceiling") },
       ],
     }, [[], [], []], el.querySelector(".level-chart"));
     card.charts.push(card.level);
 
     if (alg === "leaky-bucket") {
-      const delay = baseOptions(card, "delay", 140, "ms");
+      const delay = baseOptions(card, "delay", 140);
       delay.axes[1].incrs = undefined;
       card.delay = new uPlot({
         ...delay,
         series: [
           timeSeries(),
-          { label: "a request now would wait", stroke: cssVar("--delayed"), width: 2, points: { show: false } },
+          { label: "a request now would wait", stroke: cssVar("--delayed"), width: 2, points: { show: false }, value: atClock(card, "drain_us", 1000) },
           { label: "longest wait of a request let in", stroke: cssVar("--muted"), width: 0, paths: () => null,
+            value: (u, v, si, i) => trim((i == null ? Math.max(0, ...(card.maxDelayMs || []).slice(0, state.barred)) : v) || 0),
             points: { show: true, size: 3, space: 0, fill: cssVar("--muted"), stroke: cssVar("--muted") } },
         ],
       }, [[], [], []], el.querySelector(".delay-chart"));
@@ -464,6 +688,11 @@
     const r = state.result;
     const w = r.width_us / 1e6;
     const x = Array.from({ length: r.buckets + 1 }, (_, i) => i * w);
+    // Live, a bar is of several time slices, so that steady traffic reads as a rate over the
+    // plot's stretch, not as stripes of 1 and 0.
+    const [from, to] = xRange();
+    state.group = state.live ? [1, 2, 5, 10, 20, 50, 100].find((g) => g * r.width_us * 60 >= (to - from) * 1e6) || 100 : 1;
+    const xg = Array.from({ length: Math.ceil(r.buckets / state.group) + 1 }, (_, i) => i * state.group * w);
     const shared = { limit: $("limit").value.trim(), period: $("period").value.trim(), burst: $("burst").value.trim() };
     const ran = new Set(r.runs.map((run) => run.algorithm));
     for (const card of state.cards.values()) {
@@ -487,13 +716,15 @@
       const card = state.cards.get(run.algorithm);
       card.raw = run;
       card.x = x;
+      card.xg = xg;
       card.el.querySelector(".description").textContent = run.description;
       for (const key of OWN_KEYS) {
         const input = $(`${run.algorithm}.${key}`);
         if (input) input.placeholder = shared[key] || (key === "burst" ? "0" : "");
       }
-      card.ymax.traffic = Math.max(1, ...run.offered);
-      card.ymax.level = Math.max(run.capacity, ...run.level);
+      card.ymax.traffic = Math.max(1, ...group(run.offered, r.buckets, xg.length));
+      card.ymax.level = Math.max(...run.ceiling, ...run.level);
+      card.el.querySelector(".traffic-title").textContent = `Requests per ${duration(r.width_us * state.group)}`;
       if (card.delay) {
         card.delayMs = run.drain_us.map((us) => (us === NO_LEVEL ? null : us / 1000));
         card.maxDelayMs = run.max_delay_us.map((us, i) => (run.delayed[i] ? us / 1000 : null));
@@ -509,13 +740,24 @@
     return out;
   }
 
+  // group sums the first k values of a by state.group (a bar per so many time slices), then
+  // nulls up to length.
+  function group(a, k, length) {
+    const out = new Array(length).fill(null);
+    for (let i = 0; i < k; i++) out[Math.floor(i / state.group)] += a[i];
+    return out;
+  }
+
   function drawCard(card, k) {
     const run = card.raw;
     if (!run) return;
     const n = card.x.length; // buckets + 1: the series per bucket have a null at the end
-    card.traffic.setData([card.x, reveal(run.offered, k, n), reveal(run.allowed, k, n), reveal(run.delayed, k, n)]);
+    const bars = (a) => group(a, state.barred, card.xg.length);
+    const traffic = [card.xg, bars(run.offered), bars(run.allowed)];
+    if (card.delay) traffic.push(bars(run.delayed));
+    card.traffic.setData(traffic);
     // A gap where the shared store was down (scenario.NoLevel): there was no state to read.
-    card.level.setData([card.x, reveal(run.level, k + 1, n).map((v) => (v === NO_LEVEL ? null : v)), card.x.map(() => run.capacity)]);
+    card.level.setData([card.x, reveal(run.level, k + 1, n).map((v) => (v === NO_LEVEL ? null : v)), run.ceiling]);
     if (state.result.actual) {
       // The balance the settlements leave: what could still pass now (the token bucket's tokens,
       // else the room under the ceiling); 0 while the client is in debt.
@@ -532,9 +774,10 @@
   function resizeCharts() {
     for (const card of state.cards.values()) {
       const width = Math.max(200, card.chartWidth());
-      for (const u of card.charts) {
-        if (u.width !== width) u.setSize({ width, height: u.height });
-      }
+      card.charts.forEach((u, i) => {
+        const height = chartHeight([190, 160, 140][i]);
+        if (u.width !== width || u.height !== height) u.setSize({ width, height });
+      });
     }
   }
 
@@ -783,6 +1026,7 @@
   function wire() {
     const names = new Set(scenarioInputs().map((el) => el.name));
     document.addEventListener("input", (e) => {
+      if (state.live) return; // live, a number applies when it is entered (liveChange)
       if (names.has(e.target.name) && e.target.form && e.target.form.id === "scenario") {
         if (e.target.id === "calendar") syncCalendar();
         if (e.target.id === "outage") syncOutage();
@@ -791,6 +1035,34 @@
     });
     $("scenario").addEventListener("submit", (e) => {
       e.preventDefault();
+      if (state.live) liveChange();
+      else run();
+    });
+    // Live, the rate, the limit and the burst apply when entered: Enter, or leaving the field.
+    for (const id of ["live-rate", "limit", "burst"]) {
+      $(id).addEventListener("change", () => { if (state.live) liveChange(); });
+      $(id).addEventListener("keydown", (e) => {
+        if (e.key === "Enter" && state.live) {
+          e.preventDefault();
+          liveChange();
+        }
+      });
+    }
+    $("live").addEventListener("click", () => {
+      if (!state.result) return;
+      if (state.live) stopLive();
+      else startLive();
+    });
+    $("live-send").addEventListener("click", () => {
+      const L = state.live;
+      if (!L) return;
+      const kept = JSON.stringify({ segs: L.segs, from: L.from });
+      closeSegment(Math.round(state.t / 1000) * 1000);
+      L.segs.push("20 at once");
+      if (!liveAgain()) Object.assign(L, JSON.parse(kept));
+    });
+    $("clear-changes").addEventListener("click", () => {
+      state.changes = [];
       run();
     });
     // Enter in a card's field submits the scenario form it belongs to; in the generator it writes.
@@ -809,14 +1081,18 @@
 
     $("play").addEventListener("click", () => {
       if (!state.result) return;
-      if (!state.playing && state.t >= state.result.end_us) state.t = 0;
+      if (!state.playing && state.t >= state.result.end_us && !state.live) state.t = 0;
       setPlaying(!state.playing);
+      // Live: paused, the traffic ends at the clock; running, it goes on ahead of it.
+      if (state.live) liveAgain();
       render();
     });
     $("step").addEventListener("click", () => {
       if (!state.result) return;
-      state.t = Math.min(state.result.end_us, (buckets() + 1) * state.result.width_us);
+      const next = (buckets() + 1) * state.result.width_us;
+      state.t = state.live ? next : Math.min(state.result.end_us, next);
       setPlaying(false);
+      if (state.live) liveAgain();
       render();
     });
     $("restart").addEventListener("click", () => {

@@ -186,7 +186,7 @@ func hasCalendar(a sluice.Algorithm) bool {
 
 // Options are the sim.Options of the scenario's runs (Start, the fleet; the real costs are per run).
 func (sc *Scenario) Options() sim.Options {
-	return sim.Options{Start: sc.Start, Fleet: sc.fleet()}
+	return sim.Options{Start: sc.Start, Fleet: sc.fleet(), Changes: sc.Changes}
 }
 
 // Window is one calendar window on the timeline, in virtual µs: [StartMicros, EndMicros).

@@ -416,6 +416,8 @@ func TestCommandsReproduceTheCLI(t *testing.T) {
 		"traffic=5/s+for+30s&limit=40&period=7s&burst=50&start=2026-12-31T23:59:50%2B01:00&token-bucket.limit=60&actual=0-3&draw=5&jitter=100ms",
 		// Model tokens by the day across Berlin's short one: settled on calendar windows.
 		"traffic=1+in+26h%3B+20+in+1h%3B+5+in+20h&limit=100&calendar=day&time-zone=Europe/Berlin&start=2026-03-28T00:00:00%2B01:00&actual=0-12&draw=3",
+		// A live run: the rate changed at 7.3s, the limit at 4s, the burst at 11.25s.
+		"traffic=10/s+for+7.3s%3B+25/s+for+8s&limit=5&period=1s&burst=10&change=t%3D4s%2Climit%3D8&change=t%3D11.25s%2Cburst%3D2&sliding-log.limit=3",
 	} {
 		res := mustRun(t, mustParse(t, q))
 		dir := t.TempDir()

@@ -25,13 +25,14 @@ import (
 //	 "instances": 3, "store": "shared",      with a fleet only, and of its options those set:
 //	 "balance": "random", "draw": 7, "store_latency_us": 2000,
 //	 "outage": {"from_us": 20000000, "to_us": 40000000, "on_error": "local"},
+//	 "changes": [{"t_us": 4000000, "text": "t=4s,limit=8"}, ...],  with changes only
 //	 "clients": ["buggy", "normal"],         when the traffic names clients (ClientsJSON)
 //	 "runs": [{"algorithm": "fixed-window",   (with a calendar: fixed-window and sliding-window only)
 //	           "policy": {"algorithm": ..., "limit": ..., "period_ms": ..., "burst": ...},
 //	                     (with a calendar: "calendar" and "time_zone" instead of "period_ms")
 //	           "description": "At most 5 in each 1s window; ...", "capacity": 5,
 //	           "offered": [...], "allowed": [...], "refused": [...], "delayed": [...], "max_delay_us": [...],
-//	           "level": [...], "drain_us": [...],       (one more entry: sampled at the boundaries)
+//	           "level": [...], "drain_us": [...], "ceiling": [...],  (one more entry: sampled at the boundaries)
 //	           "summary": {...}}, ...]}
 //
 // and, when the scenario cannot run, {"errors": [{"field": "limit", "message": "..."}, ...]}.
@@ -115,6 +116,20 @@ func (r *Result) JSON() []byte {
 			b = append(b, `"}`...)
 		}
 	}
+	if sc.Changes != nil {
+		b = append(b, `,"changes":[`...)
+		for i, c := range sc.Changes {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = append(b, `{"t_us":`...)
+			b = strconv.AppendInt(b, c.TMicros, 10)
+			b = append(b, `,"text":`...)
+			b = appendString(b, c.String())
+			b = append(b, '}')
+		}
+		b = append(b, ']')
+	}
 	if r.Clients != nil {
 		b = append(b, `,"clients":[`...)
 		for i, key := range r.Clients {
@@ -158,7 +173,7 @@ func (r *Result) JSON() []byte {
 			values []int64
 		}{
 			{"offered", run.Offered}, {"allowed", run.Allowed}, {"refused", run.Refused}, {"delayed", run.Delayed},
-			{"max_delay_us", run.MaxDelayMicros}, {"level", run.Level}, {"drain_us", run.DrainMicros},
+			{"max_delay_us", run.MaxDelayMicros}, {"level", run.Level}, {"drain_us", run.DrainMicros}, {"ceiling", run.Ceiling},
 		} {
 			b = append(b, `,"`...)
 			b = append(b, a.key...)

@@ -61,6 +61,9 @@ type Run struct {
 	// DrainMicros is the peek's ResetAfter at each boundary: for the leaky bucket, how long a
 	// request arriving then would be held (its queue delay); NoLevel where the store is down.
 	DrainMicros []int64
+	// Ceiling is the most Level can be at each boundary: Capacity, until a change of the
+	// scenario's (Scenario.Changes) gives the policy other numbers.
+	Ceiling []int64
 
 	// Cumulative[i] totals the requests before the end of bucket i; the last one is Summary.
 	Cumulative []sim.Summary
@@ -158,7 +161,7 @@ func runOne(o sim.Options, p sluice.Policy, reqs []sim.Request, actual []int64, 
 		Policy: p, Capacity: p.Capacity(),
 		Offered: make([]int64, buckets), Allowed: make([]int64, buckets), Refused: make([]int64, buckets),
 		Delayed: make([]int64, buckets), MaxDelayMicros: make([]int64, buckets),
-		Level: make([]int64, buckets+1), DrainMicros: make([]int64, buckets+1),
+		Level: make([]int64, buckets+1), DrainMicros: make([]int64, buckets+1), Ceiling: make([]int64, buckets+1),
 		Cumulative: make([]sim.Summary, buckets),
 	}
 	var sum sim.Summary
@@ -201,6 +204,8 @@ func runOne(o sim.Options, p sluice.Policy, reqs []sim.Request, actual []int64, 
 	peekBefore := func(t int64) error {
 		for ; boundary <= buckets && int64(boundary)*width < t; boundary++ {
 			d, err := s.Peek(int64(boundary)*width, clients[0])
+			p := s.Policy() // as changed by then
+			run.Ceiling[boundary] = p.Capacity()
 			if o.Fleet != nil && o.Fleet.Outage != nil && (errors.Is(err, sluice.ErrStoreUnavailable) || err == nil && d.Fallback != sluice.NoFallback) {
 				// The shared store is down: what the peek reads (nothing, or an instance's
 				// fallback) is not the store's state.

@@ -71,6 +71,10 @@ type Scenario struct {
 	Balance      sim.Balance
 	StoreLatency time.Duration
 	Outage       *sim.Outage
+
+	// Changes change the limit or the burst of every algorithm at instants of virtual time
+	// (the live mode's), as `sluice simulate --change` does; one instance only.
+	Changes []sim.Change
 }
 
 // Override changes some numbers of the shared policy for one algorithm.
@@ -147,6 +151,7 @@ const (
 	KeyLimit   = "limit"
 	KeyPeriod  = "period"
 	KeyBurst   = "burst"
+	KeyChange  = "change" // repeated: "change=t%3D30s%2Climit%3D20"
 	// and KeyCalendar, KeyTimeZone, KeyStart, KeyActual (calendar.go), KeyInstances, KeyStore,
 	// KeyBalance, KeyStoreLatency, KeyOutage, KeyOnError (fleet.go)
 )
@@ -283,6 +288,20 @@ func Parse(query string) (Scenario, Errors) {
 		}
 	}
 	parseFleetKeys(&sc, get, fail)
+	for _, text := range values[KeyChange] {
+		c, err := sim.ParseChange(strings.TrimSpace(text))
+		if err == nil && len(sc.Changes) > 0 && c.TMicros < sc.Changes[len(sc.Changes)-1].TMicros {
+			err = fmt.Errorf("%s is before the change above it (list them in time order)", c)
+		}
+		if err != nil {
+			fail(KeyChange, "%v", err)
+			break
+		}
+		sc.Changes = append(sc.Changes, c)
+	}
+	if sc.Changes != nil && sc.Instances > 1 {
+		fail(KeyChange, "applies to one instance: not with instances")
+	}
 	if errs != nil {
 		return sc, errs
 	}
@@ -298,6 +317,12 @@ func Parse(query string) (Scenario, Errors) {
 			}
 			fail(field, "%s", strings.TrimPrefix(err.Error(), algorithm.ErrInvalidPolicy.Error()+": "))
 		}
+		for _, c := range sc.Changes {
+			if p = c.Apply(p); p.Validate() != nil {
+				fail(KeyChange, "%s: %v: %v", c, p.Algorithm, p.Validate())
+				return sc, errs
+			}
+		}
 	}
 	return sc, errs
 }
@@ -305,7 +330,7 @@ func Parse(query string) (Scenario, Errors) {
 func mentionsScenario(values url.Values) bool {
 	for k := range values {
 		switch k {
-		case KeyTraffic, KeyJitter, KeyDraw, KeyLimit, KeyPeriod, KeyBurst, KeyCalendar, KeyTimeZone, KeyStart, KeyActual, KeyInstances, KeyStore,
+		case KeyTraffic, KeyChange, KeyJitter, KeyDraw, KeyLimit, KeyPeriod, KeyBurst, KeyCalendar, KeyTimeZone, KeyStart, KeyActual, KeyInstances, KeyStore,
 			KeyBalance, KeyStoreLatency, KeyOutage, KeyOnError:
 			return true
 		}
@@ -394,6 +419,9 @@ func (sc *Scenario) Encode() string {
 		put(KeyStore, sc.Stores.String())
 		encodeFleet(sc, put)
 	}
+	for _, c := range sc.Changes {
+		put(KeyChange, c.String())
+	}
 	for i, a := range algorithm.Algorithms {
 		o := sc.Own[i]
 		if o.Limit != 0 {
@@ -478,6 +506,9 @@ func (sc *Scenario) Commands() []string {
 	}
 	if sc.Instances > 1 {
 		clock += " --instances " + strconv.Itoa(sc.Instances) + " --store " + sc.Stores.String() + fleetFlags(sc)
+	}
+	for _, c := range sc.Changes {
+		clock += " --change " + c.String()
 	}
 	if sc.IsCompare() {
 		if sc.Calendar != sluice.NoCalendar {

@@ -1,0 +1,106 @@
+package sim
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/sluicehq/sluice"
+)
+
+// Change is a change of the policy at an instant of virtual time, as a configuration reload
+// makes it: from TMicros on, the session decides under the changed numbers, on the same store
+// and under the same policy name. So the rules of a reload apply (docs/design.md, "State and
+// reloads"): a changed limit starts the keys afresh, a changed burst carries over what was
+// spent. The browser simulation's live mode records one whenever its limit or burst is changed
+// while the clock runs, and `sluice simulate --change` replays it.
+type Change struct {
+	TMicros int64
+	Limit   int64 // 0: unchanged
+	Burst   int64 // with SetBurst; only the two buckets take it, the others ignore it
+	// SetBurst: Burst replaces the policy's burst (0 is a burst too).
+	SetBurst bool
+}
+
+// ParseChange reads a change as "t=30s,limit=20,burst=5": t, a Go duration of whole µs, and
+// at least one of limit (> 0) and burst (≥ 0). Its error names the part at fault.
+func ParseChange(text string) (Change, error) {
+	var c Change
+	seen := map[string]bool{}
+	for _, part := range strings.Split(text, ",") {
+		k, v, ok := strings.Cut(strings.TrimSpace(part), "=")
+		if !ok || seen[k] {
+			return c, fmt.Errorf("%q: want t=D and limit=N or burst=N, each once, separated by commas (t=30s,limit=20)", text)
+		}
+		seen[k] = true
+		var err error
+		switch k {
+		case "t":
+			var d time.Duration
+			d, err = time.ParseDuration(v)
+			if err == nil && (d < 0 || d%time.Microsecond != 0 || d > MaxTimeMicros*time.Microsecond) {
+				err = fmt.Errorf("must be a whole number of µs from 0 to 2^53 µs")
+			}
+			c.TMicros = int64(d / time.Microsecond)
+		case "limit":
+			c.Limit, err = strconv.ParseInt(v, 10, 64)
+			if err == nil && c.Limit <= 0 {
+				err = fmt.Errorf("must be > 0")
+			}
+		case "burst":
+			c.Burst, err = strconv.ParseInt(v, 10, 64)
+			c.SetBurst = true
+			if err == nil && c.Burst < 0 {
+				err = fmt.Errorf("must be ≥ 0")
+			}
+		default:
+			return c, fmt.Errorf("%q: unknown %q (want t, limit, burst)", text, k)
+		}
+		if err != nil {
+			return c, fmt.Errorf("%s=%s: %v", k, v, err)
+		}
+	}
+	if !seen["t"] || c.Limit == 0 && !c.SetBurst {
+		return c, fmt.Errorf("%q: want t=D and limit=N or burst=N (t=30s,limit=20)", text)
+	}
+	return c, nil
+}
+
+// String writes c as ParseChange reads it.
+func (c Change) String() string {
+	s := "t=" + FormatDuration(c.TMicros)
+	if c.Limit != 0 {
+		s += ",limit=" + strconv.FormatInt(c.Limit, 10)
+	}
+	if c.SetBurst {
+		s += ",burst=" + strconv.FormatInt(c.Burst, 10)
+	}
+	return s
+}
+
+// Apply returns p with c's numbers.
+func (c Change) Apply(p sluice.Policy) sluice.Policy {
+	if c.Limit != 0 {
+		p.Limit = c.Limit
+	}
+	if c.SetBurst && TakesBurst(p.Algorithm) {
+		p.Burst = c.Burst
+	}
+	return p
+}
+
+// changeTo applies, before the session decides or peeks at tMicros, the changes due by then:
+// the limiter is replaced by one of the changed policy on the same store.
+func (s *Session) changeTo(tMicros int64) error {
+	for len(s.changes) > 0 && s.changes[0].TMicros <= tMicros {
+		c := s.changes[0]
+		p := c.Apply(s.limiter.Policy())
+		lim, err := sluice.NewLimiter(s.limiter.Store(), p)
+		if err != nil {
+			return fmt.Errorf("sim: change %s: %w", c, err)
+		}
+		s.limiter, s.changes = lim, s.changes[1:]
+	}
+	return nil
+}
