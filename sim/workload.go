@@ -9,7 +9,7 @@ import (
 // Workload is a built-in LLM workload: requests charged an estimate up front (a model request's
 // max_tokens plus its prompt's estimated size), with the tokens they really used and how long
 // their responses streamed, and the token policy it is meant to be run under. Its requests are
-// drawn from a fixed seed: every run of a workload is the same.
+// drawn from a fixed random source: every run of a workload is the same.
 type Workload struct {
 	Name        string
 	Description string
