@@ -18,7 +18,7 @@ import (
 //     (a longer one is answered 413 without reading the rest), within the body's allowance
 //     (server.body_timeout), and decision.Policies.ResolveUsage estimates it;
 //   - it is forwarded with that body (with stream_options.include_usage added if the route
-//     injects it), and asks for an uncompressed response (usageHeaders): the usage is read from
+//     injects it), and asks for an uncompressed response (usageHeader): the usage is read from
 //     the response's bytes as they pass, which a gzip body would hide;
 //   - the response's body is fed to an llm.Meter as it is copied to the client (meter), whatever
 //     its length, without holding any of it;
