@@ -58,19 +58,41 @@ func TestCollidingKeysSweepAndEvict(t *testing.T) {
 	}
 }
 
-// The layout comment on client holds: 192-byte objects start on a cache line, and what a
-// counter or bucket decision touches (the key, the first slot but for the sliding log's list)
-// lies within the first 128 bytes.
+// The layout comment on client holds: 192-byte objects start on a cache line; every field a
+// counter or bucket decision writes (the first slot's expiry and the state's Window, Count, Prev,
+// TAT and Frac) lies in the first line, and nothing it only reads (the key's header and bytes, the
+// policy's name, the further slots) does, so those lines stay shared in every core's cache.
 func TestClientLayout(t *testing.T) {
 	if size := unsafe.Sizeof(client{}); size <= 176 || size > 192 {
 		t.Errorf("client is %d bytes, want 177..192 (the 192-byte size class)", size)
 	}
-	state := unsafe.Offsetof(client{}.first) + unsafe.Offsetof(slot{}.state)
-	if end := state + unsafe.Offsetof(algorithm.State{}.Log); end > 128 {
-		t.Errorf("the fields a decision touches end at byte %d, past the second cache line", end)
+	first := unsafe.Offsetof(client{}.first)
+	state := first + unsafe.Offsetof(slot{}.state)
+	written := map[string][2]uintptr{
+		"expires": {first + unsafe.Offsetof(slot{}.expires), 8},
+		"Window":  {state + unsafe.Offsetof(algorithm.State{}.Window), 8},
+		"Count":   {state + unsafe.Offsetof(algorithm.State{}.Count), 8},
+		"Prev":    {state + unsafe.Offsetof(algorithm.State{}.Prev), 8},
+		"TAT":     {state + unsafe.Offsetof(algorithm.State{}.TAT), 8},
+		"Frac":    {state + unsafe.Offsetof(algorithm.State{}.Frac), 8},
 	}
-	if unsafe.Offsetof(client{}.key) >= 64 || unsafe.Offsetof(client{}.first)+unsafe.Offsetof(slot{}.expires) >= 64 {
-		t.Error("the key's header or the first slot's expiry is past the first cache line")
+	for name, f := range written {
+		if f[0]+f[1] > 64 {
+			t.Errorf("%s, which a decision writes, ends at byte %d, past the first cache line", name, f[0]+f[1])
+		}
+	}
+	readOnly := map[string]uintptr{
+		"key":    unsafe.Offsetof(client{}.key),
+		"inline": unsafe.Offsetof(client{}.inline),
+		"more":   unsafe.Offsetof(client{}.more),
+		"policy": first + unsafe.Offsetof(slot{}.policy),
+		"Period": state + unsafe.Offsetof(algorithm.State{}.Period),
+		"cache":  state + unsafe.Offsetof(algorithm.State{}.Period) + 8,
+	}
+	for name, off := range readOnly {
+		if off < 64 {
+			t.Errorf("%s, which a decision only reads, starts at byte %d, in the line it writes", name, off)
+		}
 	}
 	if size := unsafe.Sizeof(shard{}); size != 64 {
 		t.Errorf("shard is %d bytes, want one 64-byte cache line", size)

@@ -85,22 +85,26 @@ const minTable = 8
 // client is one key's state under each policy it is held under; the first inline, since most
 // keys have one or two.
 //
-// Layout: a client is 192 bytes, a size class whose objects start on a cache line. What a
-// counter or bucket decision reads and writes (the key, the first slot's policy, expiry and
-// state but for the sliding log's list) lies in the first two lines, which the processor fetches
-// as a pair. A key of up to 16 bytes is kept in the client itself (inline), sparing a lookup
-// the cache miss of a separate string.
+// Layout: a client is 192 bytes, a size class whose objects start on a cache line. Every field a
+// counter or bucket decision writes (the first slot's expiry, and the state's Window, Count,
+// Prev, TAT and Frac, which algorithm.State puts first) lies in the first line, and nothing the
+// decision only reads (the key, the policy's name, the state's Limit, Period and derived cache,
+// the further slots) does: from parallel goroutines, a line written moves to the writing core's
+// cache, taking it from the other core's, while lines only read stay in both; with the key and
+// the policy beside the state, each decision moved two or three lines instead of one. A key of
+// up to 16 bytes is kept in the client itself (inline), sparing a lookup the cache miss of a
+// separate string. TestClientLayout checks this.
 type client struct {
-	key    string // its bytes in inline, or allocated if it is longer
 	first  slot
-	more   []slot
+	key    string // its bytes in inline, or allocated if it is longer
 	inline [16]byte
+	more   []slot
 }
 
 type slot struct {
-	policy  string
 	expires int64 // µs: from then on state is as if never seen (the last approval's now + ResetAfter)
 	state   algorithm.State
+	policy  string
 }
 
 // expiresAt is when a key decided at now (µs) with ResetAfter reset is as if never seen. A reset
