@@ -37,7 +37,8 @@ func (s *Store) Renew(_ context.Context, key string, p sluice.Policy, ids ...uin
 	return nil
 }
 
-// withSlot runs f on the state of key under policy, if the store holds one, under its shard's lock.
+// withSlot runs f on the state of key under policy, if the store holds one, under its shard's and
+// its client's locks.
 func (s *Store) withSlot(key, policy string, f func(sl *slot, now int64)) {
 	now := s.now()
 	h := s.hash.String(key) & s.hashMask
@@ -45,6 +46,8 @@ func (s *Store) withSlot(key, policy string, f func(sl *slot, now int64)) {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	if c := sh.find(h, key); c != nil {
+		c.mu.Lock()
+		defer c.mu.Unlock()
 		if sl := c.find(policy); sl != nil {
 			f(sl, now)
 		}

@@ -61,21 +61,26 @@ type Store struct {
 
 type shard struct {
 	mu        sync.Mutex
-	table     []entry // guarded by mu; the shard's clients, see entry
-	clients   int     // guarded by mu; entries in use in table
-	slots     int     // guarded by mu; key-and-policy pairs held, what the bound counts
-	nextSweep int64   // guarded by mu; store time (µs) of the next sweep
-	_         [8]byte // a shard is one cache line: neighbouring shards' locks never share one
+	table     atomic.Pointer[[]entry] // written under mu, read without it; the shard's clients, see entry
+	clients   int                     // guarded by mu; entries in use in table
+	slots     int                     // guarded by mu; key-and-policy pairs held, what the bound counts
+	nextSweep atomic.Int64            // written under mu; store time (µs) of the next sweep
+	_         [24]byte                // a shard is one cache line: neighbouring shards' locks never share one
 }
 
 // entry is a place in a shard's table: an open-addressing hash table with linear probing,
 // indexed by the key's 64-bit hash (which also picked the shard), so a decision hashes the key
-// string once. Keys whose hashes collide simply take further places. A lookup reads the lock's
+// string once. Keys whose hashes collide simply take further places. A lookup reads the shard's
 // line, one entry and the client, where Go's map (keyed by the hash) cost three more cache lines
 // and a fifth of a decision on 10,000 keys.
+//
+// Places are written under the shard's lock and read without it (atomically, field by field), so
+// a lookup may meet a place half written or an entry being shifted back by a removal: it can then
+// miss a key that is there (a miss is confirmed under the lock) but never find another key's
+// client, since it compares the client's own key, which never changes.
 type entry struct {
-	hash uint64
-	c    *client // nil: the place is empty
+	hash atomic.Uint64
+	c    atomic.Pointer[client] // nil: the place is empty
 }
 
 // minTable is a shard's table's size when it holds its first client; tables are powers of two,
@@ -95,10 +100,12 @@ const minTable = 8
 // up to 16 bytes is kept in the client itself (inline), sparing a lookup the cache miss of a
 // separate string. TestClientLayout checks this.
 type client struct {
+	mu     sync.Mutex // guards the slots' contents, and dead; see Store's locking
 	first  slot
-	key    string // its bytes in inline, or allocated if it is longer
+	key    string // its bytes in inline, or allocated if it is longer; never changes
 	inline [16]byte
-	more   []slot
+	more   *[]slot // the further slots, if any: a pointer, to keep the client in 192 bytes
+	dead   bool    // removed from its shard's table: a lookup that found it looks again under the shard's lock
 }
 
 type slot struct {
@@ -134,35 +141,59 @@ func (c *client) find(policy string) *slot {
 	if c.first.policy == policy {
 		return &c.first
 	}
-	for i := range c.more {
-		if c.more[i].policy == policy {
-			return &c.more[i]
+	more := c.others()
+	for i := range more {
+		if more[i].policy == policy {
+			return &more[i]
 		}
 	}
 	return nil
 }
 
+// others returns the slots after the first.
+func (c *client) others() []slot {
+	if c.more == nil {
+		return nil
+	}
+	return *c.more
+}
+
+// add gives the client another slot.
+func (c *client) add(sl slot) {
+	if c.more == nil {
+		c.more = &[]slot{sl}
+		return
+	}
+	*c.more = append(*c.more, sl)
+}
+
 // removeIf drops the slots for which drop is true and reports how many it dropped and whether
 // the client is now empty.
 func (c *client) removeIf(drop func(*slot) bool) (dropped int, empty bool) {
-	kept := c.more[:0]
-	for i := range c.more {
-		if drop(&c.more[i]) {
+	more := c.others()
+	kept := more[:0]
+	for i := range more {
+		if drop(&more[i]) {
 			dropped++
 		} else {
-			kept = append(kept, c.more[i])
+			kept = append(kept, more[i])
 		}
 	}
-	clear(c.more[len(kept):]) // let dropped slots' strings and logs be collected
-	c.more = kept
+	clear(more[len(kept):]) // let dropped slots' strings and logs be collected
 	if drop(&c.first) {
 		dropped++
-		if len(c.more) == 0 {
+		if len(kept) == 0 {
+			c.more = nil
 			return dropped, true
 		}
-		c.first = c.more[len(c.more)-1]
-		c.more[len(c.more)-1] = slot{}
-		c.more = c.more[:len(c.more)-1]
+		c.first = kept[len(kept)-1]
+		kept[len(kept)-1] = slot{}
+		kept = kept[:len(kept)-1]
+	}
+	if len(kept) == 0 {
+		c.more = nil
+	} else {
+		*c.more = kept
 	}
 	return dropped, false
 }
@@ -209,7 +240,7 @@ func New(opts ...Option) *Store {
 	s.maxPerShard = (maxKeys + len(s.shards) - 1) / len(s.shards)
 	now := s.now()
 	for i := range s.shards {
-		s.shards[i].nextSweep = now + s.sweepEvery
+		s.shards[i].nextSweep.Store(now + s.sweepEvery)
 	}
 	return s
 }
@@ -231,104 +262,159 @@ func (s *Store) Decide(_ context.Context, key string, p sluice.Policy, cost int6
 
 // decide is Decide for a caller that holds a leaky-bucket request for at most maxDelay µs
 // (negative: no bound; see algorithm.DecideWithin), writing the decision into *d.
+//
+// A key held under p is decided under its client's lock alone (see Store's locking); the shard's
+// lock is taken only to sweep, or for a key or policy not held yet.
 func (s *Store) decide(key string, p *sluice.Policy, cost, maxDelay int64, d *sluice.Decision) error {
 	now := s.now()
 	h := s.hash.String(key) & s.hashMask
 	sh := &s.shards[h&s.mask]
-	var err error
-	sh.mu.Lock() // unlocked without defer: nothing below can panic, and this is the hot path
-	if now >= sh.nextSweep {
-		sh.sweepLocked(now)
-		sh.nextSweep = now + s.sweepEvery
+	if now >= sh.nextSweep.Load() {
+		s.sweepDue(sh, now)
 	}
-	c := sh.find(h, key)
-	var sl *slot
-	if c != nil {
-		sl = c.find(p.Name)
-	}
-	if sl != nil {
-		err = algorithm.DecideWithin(p, &sl.state, now, cost, maxDelay, d)
-		if d.Allowed && cost > 0 {
-			sl.expires = expiresAt(now, d.ResetAfter)
+	if c := sh.find(h, key); c != nil {
+		c.mu.Lock() // unlocked without defer: nothing below can panic, and this is the hot path
+		if sl := c.find(p.Name); sl != nil && !c.dead {
+			err := decideSlot(sl, p, now, cost, maxDelay, d)
+			c.mu.Unlock()
+			return err
 		}
+		c.mu.Unlock()
+	}
+	// A key or policy not held yet, or a client removed since the lookup found it: again under
+	// the shard's lock, which every change to the table or to a client's slots holds.
+	sh.mu.Lock()
+	c := sh.find(h, key)
+	var err error
+	if c == nil {
+		err = s.decideNewLocked(sh, nil, h, key, p, now, cost, maxDelay, d)
 	} else {
-		err = s.decideNewLocked(sh, c, h, key, p, now, cost, maxDelay, d)
+		c.mu.Lock()
+		if sl := c.find(p.Name); sl != nil {
+			err = decideSlot(sl, p, now, cost, maxDelay, d)
+		} else {
+			err = s.decideNewLocked(sh, c, h, key, p, now, cost, maxDelay, d)
+		}
+		c.mu.Unlock()
 	}
 	sh.mu.Unlock()
 	return err
+}
+
+// decideSlot decides on a held slot, under its client's lock.
+func decideSlot(sl *slot, p *sluice.Policy, now, cost, maxDelay int64, d *sluice.Decision) error {
+	err := algorithm.DecideWithin(p, &sl.state, now, cost, maxDelay, d)
+	if d.Allowed && cost > 0 {
+		sl.expires = expiresAt(now, d.ResetAfter)
+	}
+	return err
+}
+
+// sweepDue sweeps sh if its sweep is due at now: once, however many decisions find it due.
+func (s *Store) sweepDue(sh *shard, now int64) {
+	sh.mu.Lock()
+	if now >= sh.nextSweep.Load() {
+		sh.sweepLocked(now)
+		sh.nextSweep.Store(now + s.sweepEvery)
+	}
+	sh.mu.Unlock()
 }
 
 // home is where in a table of size mask+1 the probe for hash h starts. The low bits of h chose
 // the shard, so the table uses the high ones.
 func home(h uint64, mask int) int { return int(h>>32) & mask }
 
-// find returns the client whose key is key and hashes to h, or nil.
+// find returns the client whose key is key and hashes to h, or nil. Under the shard's lock the
+// answer is exact; without it, a nil may be a miss (see entry) and a client may be dead.
 func (sh *shard) find(h uint64, key string) *client {
-	mask := len(sh.table) - 1
-	if mask < 0 {
+	tp := sh.table.Load()
+	if tp == nil {
 		return nil
 	}
-	for i := home(h, mask); ; i = (i + 1) & mask {
-		e := &sh.table[i]
-		if e.c == nil {
-			return nil // the table is never full, so every probe ends
+	t := *tp
+	mask := len(t) - 1
+	// The table is never full, so a probe ends at an empty place; the count bounds one that
+	// races with removals shifting entries back.
+	for i, n := home(h, mask), 0; n <= mask; i, n = (i+1)&mask, n+1 {
+		e := &t[i]
+		c := e.c.Load()
+		if c == nil {
+			return nil
 		}
-		if e.hash == h && e.c.key == key {
-			return e.c
+		if e.hash.Load() == h && c.key == key {
+			return c
 		}
 	}
+	return nil
 }
 
-// insert adds c, a client whose key hashes to h and is not in the shard yet.
-func (sh *shard) insert(h uint64, c *client) {
-	if (sh.clients+1)*4 > len(sh.table)*3 {
-		sh.resize(max(minTable, 2*len(sh.table)))
+// tableLocked returns the shard's table, for a caller holding its lock.
+func (sh *shard) tableLocked() []entry {
+	if tp := sh.table.Load(); tp != nil {
+		return *tp
 	}
-	sh.place(h, c)
+	return nil
+}
+
+// insert adds c, a client whose key hashes to h and is not in the shard yet; c is visible to
+// lookups from then on, so it must be complete.
+func (sh *shard) insert(h uint64, c *client) {
+	if n := len(sh.tableLocked()); (sh.clients+1)*4 > n*3 {
+		sh.resize(max(minTable, 2*n))
+	}
+	place(sh.tableLocked(), h, c)
 	sh.clients++
 }
 
-// place puts c in the first empty place of its probe.
-func (sh *shard) place(h uint64, c *client) {
-	mask := len(sh.table) - 1
+// place puts c in the first empty place of its probe in t.
+func place(t []entry, h uint64, c *client) {
+	mask := len(t) - 1
 	i := home(h, mask)
-	for sh.table[i].c != nil {
+	for t[i].c.Load() != nil {
 		i = (i + 1) & mask
 	}
-	sh.table[i] = entry{hash: h, c: c}
+	t[i].hash.Store(h) // before the client: a lookup that sees the client may compare the hash
+	t[i].c.Store(c)
 }
 
-// resize moves the shard's clients to a table of size n (a power of two that holds them).
+// resize moves the shard's clients to a table of size n (a power of two that holds them),
+// filled before lookups see it.
 func (sh *shard) resize(n int) {
-	old := sh.table
-	sh.table = make([]entry, n)
-	for _, e := range old {
-		if e.c != nil {
-			sh.place(e.hash, e.c)
+	t := make([]entry, n)
+	for i := range sh.tableLocked() {
+		e := &sh.tableLocked()[i]
+		if c := e.c.Load(); c != nil {
+			place(t, e.hash.Load(), c)
 		}
 	}
+	sh.table.Store(&t)
 }
 
 // removeAt empties place i, shifting back the entries after it that it kept from their home
 // (so that no probe meets an empty place before its client: no tombstones). Entries move only
 // towards i, never past it, which is what lets a forward scan remove as it goes (see sweepLocked).
 func (sh *shard) removeAt(i int) {
-	t, mask := sh.table, len(sh.table)-1
-	for j := (i + 1) & mask; t[j].c != nil; j = (j + 1) & mask {
+	t := sh.tableLocked()
+	mask := len(t) - 1
+	for j := (i + 1) & mask; t[j].c.Load() != nil; j = (j + 1) & mask {
 		// The entry at j may fill the hole at i unless its home lies cyclically in (i, j].
-		if k := home(t[j].hash, mask); (j-k)&mask < (j-i)&mask {
+		hj := t[j].hash.Load()
+		if k := home(hj, mask); (j-k)&mask < (j-i)&mask {
 			continue
 		}
-		t[i] = t[j]
+		t[i].hash.Store(hj)
+		t[i].c.Store(t[j].c.Load())
 		i = j
 	}
-	t[i] = entry{}
+	t[i].c.Store(nil)
+	t[i].hash.Store(0)
 	sh.clients--
 }
 
 // decideNewLocked decides for a key that has no state under p (c is its client, if it has one
-// under other policies). A key never seen, or dropped when idle, starts from the zero state; it
-// is stored only if the decision changed that state, so peeks and refusals cost no memory.
+// under other policies, locked by the caller). A key never seen, or dropped when idle, starts
+// from the zero state; it is stored only if the decision changed that state, so peeks and
+// refusals cost no memory.
 func (s *Store) decideNewLocked(sh *shard, c *client, h uint64, key string, p *sluice.Policy, now, cost, maxDelay int64, d *sluice.Decision) error {
 	var st algorithm.State
 	err := algorithm.DecideWithin(p, &st, now, cost, maxDelay, d)
@@ -339,14 +425,25 @@ func (s *Store) decideNewLocked(sh *shard, c *client, h uint64, key string, p *s
 		*d = sluice.Decision{Limit: d.Limit}
 		return s.errFull(p)
 	}
-	added := slot{policy: p.Name, expires: expiresAt(now, d.ResetAfter), state: st}
+	sh.addLocked(c, h, key, slot{policy: p.Name, expires: expiresAt(now, d.ResetAfter), state: st}, false)
+	return err
+}
+
+// addLocked stores sl for key, which hashes to h: in c, its client (locked by the caller), or in a
+// new client if c is nil, which it returns locked if lock is true (for a caller that goes on
+// writing to it: lookups find it from then on).
+func (sh *shard) addLocked(c *client, h uint64, key string, sl slot, lock bool) *client {
 	if c == nil {
-		sh.insert(h, newClient(key, added))
+		c = newClient(key, sl)
+		if lock {
+			c.mu.Lock()
+		}
+		sh.insert(h, c)
 	} else {
-		c.more = append(c.more, added)
+		c.add(sl)
 	}
 	sh.slots++
-	return err
+	return c
 }
 
 func (s *Store) errFull(p *sluice.Policy) error {
@@ -357,17 +454,21 @@ func (s *Store) errFull(p *sluice.Policy) error {
 // are any, else (unless the store rejects when full) the sampled slot closest to its reset.
 // Sampling keeps this O(1) however large the shard: the clients at and after a random place.
 // It never touches the clients in except (those of the keys being decided, if they are held
-// already), so a decision never evicts a key it is deciding for, nor a state it has just read.
+// already, and which the caller has locked), so a decision never evicts a key it is deciding
+// for, nor a state it has just read. It locks each other client it reads (the shard's lock
+// keeps their slots in place, not their expiries, which decisions write under the client's).
 func (s *Store) makeRoomLocked(sh *shard, now int64, except []*client) bool {
 	var victimClient *client
 	var victim *slot
+	var victimExpires int64 // read under victimClient's lock, which is not held after
 	victimAt := 0
 	if sh.clients == 0 {
 		return false
 	}
-	mask := len(sh.table) - 1
-	for i, n := rand.IntN(len(sh.table)), 0; n < evictionSample && n < sh.clients; i = (i + 1) & mask {
-		c := sh.table[i].c
+	t := sh.tableLocked()
+	mask := len(t) - 1
+	for i, n := rand.IntN(len(t)), 0; n < evictionSample && n < sh.clients; i = (i + 1) & mask {
+		c := t[i].c.Load()
 		if c == nil {
 			continue
 		}
@@ -378,22 +479,22 @@ func (s *Store) makeRoomLocked(sh *shard, now int64, except []*client) bool {
 		if sh.dropIdleAt(i, now) > 0 {
 			return true
 		}
-		if victim == nil || c.first.expires < victim.expires {
-			victimAt, victimClient, victim = i, c, &c.first
+		c.mu.Lock()
+		if victim == nil || c.first.expires < victimExpires {
+			victimAt, victimClient, victim, victimExpires = i, c, &c.first, c.first.expires
 		}
-		for j := range c.more {
-			if c.more[j].expires < victim.expires {
-				victimAt, victimClient, victim = i, c, &c.more[j]
+		more := c.others()
+		for j := range more {
+			if more[j].expires < victimExpires {
+				victimAt, victimClient, victim, victimExpires = i, c, &more[j], more[j].expires
 			}
 		}
+		c.mu.Unlock()
 	}
 	if s.rejectWhenFull || victim == nil {
 		return false
 	}
-	if _, empty := victimClient.removeIf(func(sl *slot) bool { return sl == victim }); empty {
-		sh.removeAt(victimAt)
-	}
-	sh.slots--
+	sh.removeSlotsAt(victimAt, victimClient, func(sl *slot) bool { return sl == victim })
 	s.evictions.Add(1)
 	return true
 }
@@ -401,7 +502,17 @@ func (s *Store) makeRoomLocked(sh *shard, now int64, except []*client) bool {
 // dropIdleAt drops the idle slots of the client at place i (and the client, if it is left with
 // none), and returns how many slots it dropped.
 func (sh *shard) dropIdleAt(i int, now int64) int {
-	dropped, empty := sh.table[i].c.removeIf(func(sl *slot) bool { return sl.expires <= now })
+	return sh.removeSlotsAt(i, sh.tableLocked()[i].c.Load(), func(sl *slot) bool { return sl.expires <= now })
+}
+
+// removeSlotsAt drops the slots of c, the client at place i, for which drop is true, under c's
+// lock, and returns how many it dropped. A client left with none is marked dead before it leaves
+// the table, so that a lookup that found it, and waits for its lock, looks again.
+func (sh *shard) removeSlotsAt(i int, c *client, drop func(*slot) bool) int {
+	c.mu.Lock()
+	dropped, empty := c.removeIf(drop)
+	c.dead = empty
+	c.mu.Unlock()
 	if empty {
 		sh.removeAt(i)
 	}
@@ -416,19 +527,20 @@ func (sh *shard) dropIdleAt(i int, now int64) int {
 // shifted a later entry into it. An entry from the table's start may be shifted to its end and
 // looked at twice, which is harmless; none is skipped, as entries move only backwards.
 func (sh *shard) sweepLocked(now int64) {
-	for i := 0; i < len(sh.table); {
-		if c := sh.table[i].c; c != nil && sh.dropIdleAt(i, now) > 0 && sh.table[i].c != c {
+	t := sh.tableLocked()
+	for i := 0; i < len(t); {
+		if c := t[i].c.Load(); c != nil && sh.dropIdleAt(i, now) > 0 && t[i].c.Load() != c {
 			continue
 		}
 		i++
 	}
-	n := len(sh.table)
+	n := len(t)
 	for n > minTable && sh.clients*8 <= n {
 		n /= 2
 	}
 	if sh.clients == 0 {
-		sh.table = nil
-	} else if n != len(sh.table) {
+		sh.table.Store(nil)
+	} else if n != len(t) {
 		sh.resize(n)
 	}
 }
@@ -440,7 +552,7 @@ func (s *Store) Sweep() {
 		sh := &s.shards[i]
 		sh.mu.Lock()
 		sh.sweepLocked(now)
-		sh.nextSweep = now + s.sweepEvery
+		sh.nextSweep.Store(now + s.sweepEvery)
 		sh.mu.Unlock()
 	}
 }
@@ -501,6 +613,10 @@ func (s *Store) DecideAll(_ context.Context, key string, limits []sluice.Limit, 
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	c := sh.find(h, key)
+	if c != nil {
+		c.mu.Lock()
+	}
+	defer unlockClient(&c) // c may be a client this call makes, locked until it returns
 	var inline [4]algorithm.State
 	trial := inline[:0]
 	if len(limits) > len(inline) {
@@ -554,27 +670,50 @@ func (s *Store) DecideAll(_ context.Context, key string, limits []sluice.Limit, 
 				continue
 			}
 		}
-		fresh := slot{policy: l.Policy.Name, expires: expires, state: trial[i]}
-		if c == nil {
-			c = newClient(key, fresh)
-			sh.insert(h, c)
-		} else {
-			c.more = append(c.more, fresh)
-		}
-		sh.slots++
+		c = sh.addLocked(c, h, key, slot{policy: l.Policy.Name, expires: expires, state: trial[i]}, true)
 	}
 	return true, nil
 }
 
+// unlockClient unlocks *c, if there is one.
+func unlockClient(c **client) {
+	if *c != nil {
+		(*c).mu.Unlock()
+	}
+}
+
 // keyPlace is where one limit of a DecideAll under several keys counts: its key, the key's hash
-// and shard, its client there (nil: none yet) and whether that client holds a state under the
-// limit's policy.
+// and shard, its client there (nil: none yet), whether that client holds a state under the
+// limit's policy, and whether this place locked the client (each client of the call is locked
+// once, by the first place that meets it).
 type keyPlace struct {
-	key  string
-	hash uint64
-	sh   *shard
-	c    *client
-	held bool
+	key    string
+	hash   uint64
+	sh     *shard
+	c      *client
+	held   bool
+	locked bool
+}
+
+// lockClient locks places[i]'s client unless an earlier place of the call has.
+func lockClient(places []keyPlace, i int) {
+	p := &places[i]
+	for j := range places[:i] {
+		if places[j].c == p.c && places[j].locked {
+			return
+		}
+	}
+	p.c.mu.Lock()
+	p.locked = true
+}
+
+// unlockClients unlocks the clients the places locked.
+func unlockClients(places []keyPlace) {
+	for i := range places {
+		if places[i].locked {
+			places[i].c.mu.Unlock()
+		}
+	}
 }
 
 // decideAllKeys is DecideAll for limits under several keys, whose costs are checked. It locks
@@ -615,11 +754,13 @@ func (s *Store) decideAllKeys(key string, limits []sluice.Limit, out []sluice.De
 		s.shards[i].mu.Lock()
 	}
 	defer s.unlock(shards)
+	defer unlockClients(places) // (first: a client's lock is taken under its shard's)
 	all := true
 	for i := range limits {
 		l, p := &limits[i], &places[i]
 		trial[i] = algorithm.State{}
 		if p.c = p.sh.find(p.hash, p.key); p.c != nil {
+			lockClient(places, i)
 			if sl := p.c.find(l.Policy.Name); sl != nil {
 				p.held = true
 				trial[i] = sl.state
@@ -676,16 +817,15 @@ func (s *Store) decideAllKeys(key string, limits []sluice.Limit, out []sluice.De
 			continue
 		}
 		fresh := slot{policy: l.Policy.Name, expires: expires, state: trial[i]}
-		c := p.c
-		if c == nil {
-			c = p.sh.find(p.hash, p.key) // made by an earlier limit of this call, if one counts under the key
+		if p.c == nil {
+			// Made by an earlier limit of this call, if one counts under the key (and then
+			// locked by it); else made here, and locked until the call returns.
+			if p.c = p.sh.find(p.hash, p.key); p.c == nil {
+				p.c, p.locked = p.sh.addLocked(nil, p.hash, p.key, fresh, true), true
+				continue
+			}
 		}
-		if c == nil {
-			p.sh.insert(p.hash, newClient(p.key, fresh))
-		} else {
-			c.more = append(c.more, fresh)
-		}
-		p.sh.slots++
+		p.sh.addLocked(p.c, p.hash, p.key, fresh, false)
 	}
 	return true, nil
 }

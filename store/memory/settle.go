@@ -10,7 +10,7 @@ import (
 
 // Settle implements sluice.Settler: it settles a charge of reserved on key under p, made by a
 // decision at at (Decision.At, µs of the store's clock; sluice.SettleNow: at the settlement's
-// instant), with the real cost actual, atomically under the key's shard lock
+// instant), with the real cost actual, atomically under the key's shard's and client's locks
 // (algorithm.Settle). A key the store no longer holds (idle, swept, evicted) has nothing to
 // refund; an extra charge starts its state.
 func (s *Store) Settle(_ context.Context, key string, p sluice.Policy, at, reserved, actual int64) error {
@@ -28,6 +28,8 @@ func (s *Store) Settle(_ context.Context, key string, p sluice.Policy, at, reser
 	c := sh.find(h, key)
 	var sl *slot
 	if c != nil {
+		c.mu.Lock()
+		defer c.mu.Unlock()
 		sl = c.find(p.Name)
 	}
 	if sl != nil {
@@ -45,13 +47,7 @@ func (s *Store) Settle(_ context.Context, key string, p sluice.Policy, at, reser
 	if sh.slots >= s.maxPerShard && !s.makeRoomLocked(sh, now, []*client{c}) {
 		return s.errFull(&p)
 	}
-	added := slot{policy: p.Name, expires: expiresAt(now, peekReset(&p, &st, now)), state: st}
-	if c == nil {
-		sh.insert(h, newClient(key, added))
-	} else {
-		c.more = append(c.more, added)
-	}
-	sh.slots++
+	sh.addLocked(c, h, key, slot{policy: p.Name, expires: expiresAt(now, peekReset(&p, &st, now)), state: st}, false)
 	return nil
 }
 

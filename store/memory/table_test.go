@@ -17,32 +17,37 @@ func checkTables(t *testing.T, s *Store) (keys map[string]bool) {
 	keys = map[string]bool{}
 	for si := range s.shards {
 		sh := &s.shards[si]
-		mask := len(sh.table) - 1
+		table := sh.tableLocked()
+		mask := len(table) - 1
 		clients, slots := 0, 0
-		for i, e := range sh.table {
-			if e.c == nil {
+		for i := range table {
+			c, h := table[i].c.Load(), table[i].hash.Load()
+			if c == nil {
 				continue
 			}
 			clients++
-			slots += 1 + len(e.c.more)
-			for j := home(e.hash, mask); j != i; j = (j + 1) & mask {
-				if sh.table[j].c == nil {
-					t.Fatalf("shard %d: %q at %d is cut off from its home %d by the empty place %d", si, e.c.key, i, home(e.hash, mask), j)
+			slots += 1 + len(c.others())
+			if c.dead {
+				t.Fatalf("shard %d: %q at %d is marked dead", si, c.key, i)
+			}
+			for j := home(h, mask); j != i; j = (j + 1) & mask {
+				if table[j].c.Load() == nil {
+					t.Fatalf("shard %d: %q at %d is cut off from its home %d by the empty place %d", si, c.key, i, home(h, mask), j)
 				}
 			}
-			if keys[e.c.key] {
-				t.Fatalf("%q is held twice", e.c.key)
+			if keys[c.key] {
+				t.Fatalf("%q is held twice", c.key)
 			}
-			keys[e.c.key] = true
-			if sh.find(e.hash, e.c.key) != e.c {
-				t.Fatalf("find(%q) does not return its client", e.c.key)
+			keys[c.key] = true
+			if sh.find(h, c.key) != c {
+				t.Fatalf("find(%q) does not return its client", c.key)
 			}
 		}
 		if clients != sh.clients || slots != sh.slots {
 			t.Fatalf("shard %d counts %d clients and %d slots; its table holds %d and %d", si, sh.clients, sh.slots, clients, slots)
 		}
-		if clients*4 > len(sh.table)*3 {
-			t.Fatalf("shard %d: %d clients in a table of %d", si, clients, len(sh.table))
+		if clients*4 > len(table)*3 {
+			t.Fatalf("shard %d: %d clients in a table of %d", si, clients, len(table))
 		}
 	}
 	return keys
@@ -112,8 +117,8 @@ func TestTableUnderChurn(t *testing.T) {
 				t.Fatalf("Len after an idle hour = %d", n)
 			}
 			for i := range s.shards {
-				if s.shards[i].table != nil {
-					t.Fatalf("shard %d keeps a table of %d places with no client", i, len(s.shards[i].table))
+				if table := s.shards[i].tableLocked(); table != nil {
+					t.Fatalf("shard %d keeps a table of %d places with no client", i, len(table))
 				}
 			}
 		})
