@@ -26,8 +26,10 @@ import (
 //	                (concurrency.go); a state of another limit or lease still counts them
 //
 // The fields a decision writes come first, then those it only reads, the sliding log's list last,
-// so that a store can keep what a counter or bucket decision touches, with its own per-key
-// bookkeeping, on two adjacent cache lines: on a hot path the lines touched are what costs.
+// so that a store can keep what a counter or bucket decision writes, with its own per-key
+// bookkeeping (the memory store: a lock and an expiry), in one cache line and what it only reads
+// in others: from parallel goroutines, a line written moves between the cores' caches, while
+// lines only read stay in both.
 type State struct {
 	Window int64
 	Count  int64

@@ -59,8 +59,8 @@ func TestCollidingKeysSweepAndEvict(t *testing.T) {
 }
 
 // The layout comment on client holds: 192-byte objects start on a cache line; every field a
-// counter or bucket decision writes (the first slot's expiry and the state's Window, Count, Prev,
-// TAT and Frac) lies in the first line, and nothing it only reads (the key's header and bytes, the
+// counter or bucket decision writes (the client's lock, the first slot's expiry and the state's
+// Window, Count, Prev, TAT and Frac) lies in the first line, and nothing it only reads (the key's header and bytes, the
 // policy's name, the further slots) does, so those lines stay shared in every core's cache.
 func TestClientLayout(t *testing.T) {
 	if size := unsafe.Sizeof(client{}); size <= 176 || size > 192 {
@@ -69,6 +69,7 @@ func TestClientLayout(t *testing.T) {
 	first := unsafe.Offsetof(client{}.first)
 	state := first + unsafe.Offsetof(slot{}.state)
 	written := map[string][2]uintptr{
+		"mu":      {unsafe.Offsetof(client{}.mu), unsafe.Sizeof(client{}.mu)},
 		"expires": {first + unsafe.Offsetof(slot{}.expires), 8},
 		"Window":  {state + unsafe.Offsetof(algorithm.State{}.Window), 8},
 		"Count":   {state + unsafe.Offsetof(algorithm.State{}.Count), 8},
@@ -85,6 +86,7 @@ func TestClientLayout(t *testing.T) {
 		"key":    unsafe.Offsetof(client{}.key),
 		"inline": unsafe.Offsetof(client{}.inline),
 		"more":   unsafe.Offsetof(client{}.more),
+		"dead":   unsafe.Offsetof(client{}.dead),
 		"policy": first + unsafe.Offsetof(slot{}.policy),
 		"Period": state + unsafe.Offsetof(algorithm.State{}.Period),
 		"cache":  state + unsafe.Offsetof(algorithm.State{}.Period) + 8,

@@ -1,8 +1,21 @@
 // Package memory is sluice's in-process store, the embedded default: state lives in this
 // process only, so each instance limits on its own (use store/redis to share quota).
 //
-// It is safe for concurrent use and sharded by key, with one mutex per shard and no global lock.
-// A decision on a key it already holds allocates nothing for the counter and bucket algorithms.
+// It is safe for concurrent use and sharded by key, with no global lock. A decision on a key it
+// already holds allocates nothing for the counter and bucket algorithms.
+//
+// Locking. Each shard has a mutex, and so has each key's client (its state under every policy).
+// A decision on a key already held under its policy finds the client without the shard's lock
+// (the shard's table is read atomically) and decides under the client's lock alone: one lock per
+// decision, in the same cache line as the state it guards, so that from parallel goroutines the
+// decision moves one line of the client between cores and none of the shard's. The shard's lock
+// guards the table, the shard's counts and which slots each client has: it is taken for a key or
+// policy not held yet, a lookup the lock-free read missed, sweeps, eviction and resizes, and every
+// change to a client's slots holds it and then the client's lock (always in that order; a call
+// holding several clients' locks holds their shards' first, in ascending order, and a decision
+// holding one client's lock waits for nothing else). A client removed from the table is marked
+// dead under its lock first, so that a lookup that found it before and locks it after decides
+// again under the shard's lock.
 //
 // Memory follows active clients: a key is dropped once its state is as if never seen (its
 // ResetAfter has passed). Each shard sweeps itself for such keys at most once per sweep interval
@@ -91,8 +104,8 @@ const minTable = 8
 // keys have one or two.
 //
 // Layout: a client is 192 bytes, a size class whose objects start on a cache line. Every field a
-// counter or bucket decision writes (the first slot's expiry, and the state's Window, Count,
-// Prev, TAT and Frac, which algorithm.State puts first) lies in the first line, and nothing the
+// counter or bucket decision writes (the client's lock, the first slot's expiry, and the state's
+// Window, Count, Prev, TAT and Frac, which algorithm.State puts first) lies in the first line, and nothing the
 // decision only reads (the key, the policy's name, the state's Limit, Period and derived cache,
 // the further slots) does: from parallel goroutines, a line written moves to the writing core's
 // cache, taking it from the other core's, while lines only read stay in both; with the key and
@@ -100,7 +113,7 @@ const minTable = 8
 // up to 16 bytes is kept in the client itself (inline), sparing a lookup the cache miss of a
 // separate string. TestClientLayout checks this.
 type client struct {
-	mu     sync.Mutex // guards the slots' contents, and dead; see Store's locking
+	mu     sync.Mutex // guards the slots' contents, and dead; see the package's locking
 	first  slot
 	key    string // its bytes in inline, or allocated if it is longer; never changes
 	inline [16]byte
