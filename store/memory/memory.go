@@ -105,13 +105,13 @@ const minTable = 8
 //
 // Layout: a client is 192 bytes, a size class whose objects start on a cache line. Every field a
 // counter or bucket decision writes (the client's lock, the first slot's expiry, and the state's
-// Window, Count, Prev, TAT and Frac, which algorithm.State puts first) lies in the first line, and nothing the
-// decision only reads (the key, the policy's name, the state's Limit, Period and derived cache,
-// the further slots) does: from parallel goroutines, a line written moves to the writing core's
-// cache, taking it from the other core's, while lines only read stay in both; with the key and
-// the policy beside the state, each decision moved two or three lines instead of one. A key of
-// up to 16 bytes is kept in the client itself (inline), sparing a lookup the cache miss of a
-// separate string. TestClientLayout checks this.
+// Window, Count, Prev, TAT and Frac, which algorithm.State puts first) lies in the first line,
+// and nothing the decision only reads (the key, the policy's name, the state's Limit, Period and
+// derived cache, the further slots) does: from parallel goroutines, a line written moves to the
+// writing core's cache, taking it from the other core's, while lines only read stay in both;
+// with the key and the policy beside the state, each decision moved two or three lines instead
+// of one. A key of up to 16 bytes is kept in the client itself (inline), sparing a lookup the
+// cache miss of a separate string. TestClientLayout checks this.
 type client struct {
 	mu     sync.Mutex // guards the slots' contents, and dead; see the package's locking
 	first  slot
@@ -276,7 +276,7 @@ func (s *Store) Decide(_ context.Context, key string, p sluice.Policy, cost int6
 // decide is Decide for a caller that holds a leaky-bucket request for at most maxDelay µs
 // (negative: no bound; see algorithm.DecideWithin), writing the decision into *d.
 //
-// A key held under p is decided under its client's lock alone (see Store's locking); the shard's
+// A key held under p is decided under its client's lock alone (see the package's locking); the shard's
 // lock is taken only to sweep, or for a key or policy not held yet.
 func (s *Store) decide(key string, p *sluice.Policy, cost, maxDelay int64, d *sluice.Decision) error {
 	now := s.now()
