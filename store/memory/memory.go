@@ -285,17 +285,22 @@ func (s *Store) decide(key string, p *sluice.Policy, cost, maxDelay int64, d *sl
 	if now >= sh.nextSweep.Load() {
 		s.sweepDue(sh, now)
 	}
-	if c := sh.find(h, key); c != nil {
+	if c := sh.findHash(h); c != nil {
+		// Locked before its key is compared: the lock's atomic instruction waits for every read
+		// before it, so reading the key first would fetch the client's key line, then its
+		// written line, then (after the lock) its state's: three misses one after another.
+		// Locked first, the key's line and the state's are fetched together.
 		c.mu.Lock() // unlocked without defer: nothing below can panic, and this is the hot path
-		if sl := c.find(p.Name); sl != nil && !c.dead {
+		if sl := c.find(p.Name); sl != nil && c.key == key && !c.dead {
 			err := decideSlot(sl, p, now, cost, maxDelay, d)
 			c.mu.Unlock()
 			return err
 		}
 		c.mu.Unlock()
 	}
-	// A key or policy not held yet, or a client removed since the lookup found it: again under
-	// the shard's lock, which every change to the table or to a client's slots holds.
+	// A key or policy not held yet, a client removed since the lookup found it, or another key
+	// of the same 64-bit hash: again under the shard's lock, which every change to the table or
+	// to a client's slots holds.
 	sh.mu.Lock()
 	c := sh.find(h, key)
 	var err error
@@ -355,6 +360,26 @@ func (sh *shard) find(h uint64, key string) *client {
 			return nil
 		}
 		if e.hash.Load() == h && c.key == key {
+			return c
+		}
+	}
+	return nil
+}
+
+// findHash returns the first client of the shard's table whose key's hash is h, or nil, reading
+// the table without the lock (see entry) and not comparing keys: the caller compares the key
+// under the client's lock.
+func (sh *shard) findHash(h uint64) *client {
+	tp := sh.table.Load()
+	if tp == nil {
+		return nil
+	}
+	t := *tp
+	mask := len(t) - 1
+	for i, n := home(h, mask), 0; n <= mask; i, n = (i+1)&mask, n+1 {
+		e := &t[i]
+		c := e.c.Load()
+		if c == nil || e.hash.Load() == h {
 			return c
 		}
 	}
