@@ -214,7 +214,9 @@ func (s *Service) ShouldRateLimit(ctx context.Context, in *rlspb.RateLimitReques
 	}
 	v := s.decide(ctx, &req)
 	defer v.Release()
-	out := &rlspb.RateLimitResponse{OverallCode: rlspb.RateLimitResponse_OK, Statuses: make([]*rlspb.RateLimitResponse_DescriptorStatus, len(ds))}
+	msgs := newMessages(len(ds))
+	out := &msgs.out
+	out.OverallCode = rlspb.RateLimitResponse_OK
 	switch v.Outcome {
 	case decision.Failed:
 		if errors.Is(v.Err, sluice.ErrStoreUnavailable) {
@@ -225,8 +227,7 @@ func (s *Service) ShouldRateLimit(ctx context.Context, in *rlspb.RateLimitReques
 		out.OverallCode = rlspb.RateLimitResponse_OVER_LIMIT
 	}
 	for i := range ds {
-		st := &rlspb.RateLimitResponse_DescriptorStatus{Code: rlspb.RateLimitResponse_OK}
-		out.Statuses[i] = st
+		st := out.Statuses[i] // Code OK
 		m := &matches[i]
 		switch {
 		case !found[i] || replaced[i]:
@@ -235,15 +236,15 @@ func (s *Service) ShouldRateLimit(ctx context.Context, in *rlspb.RateLimitReques
 			st.LimitRemaining = math.MaxUint32
 			continue
 		}
-		st.CurrentLimit = currentLimit(m)
+		st.CurrentLimit = msgs.currentLimit(i, m)
 		over := never[i]
 		if at[i] >= 0 {
 			d := v.Decisions[at[i]].Decision
 			st.LimitRemaining = clampUint32(sat.Add(d.Remaining, later[i]))
-			st.DurationUntilReset = durationpb.New(untilReset(m, d))
+			st.DurationUntilReset = msgs.duration(i, untilReset(m, d))
 			over = over || !d.Allowed
 		} else {
-			st.DurationUntilReset = durationpb.New(untilReset(m, sluice.Decision{}))
+			st.DurationUntilReset = msgs.duration(i, untilReset(m, sluice.Decision{}))
 		}
 		switch {
 		case !over:
@@ -258,7 +259,7 @@ func (s *Service) ShouldRateLimit(ctx context.Context, in *rlspb.RateLimitReques
 		}
 	}
 	if len(v.Decisions) > 0 {
-		out.ResponseHeadersToAdd = headers(v.Decisions, s.legacy.Load())
+		out.ResponseHeadersToAdd = msgs.headers(v.Decisions, s.legacy.Load())
 	}
 	if out.OverallCode == rlspb.RateLimitResponse_OVER_LIMIT {
 		var names []string
@@ -300,16 +301,6 @@ func violated(names []string) string {
 	return fmt.Sprintf("the limits %q", names)
 }
 
-// currentLimit is a match's limit as Envoy's answer states it.
-func currentLimit(m *envoyconf.Match) *rlspb.RateLimitResponse_RateLimit {
-	l := &rlspb.RateLimitResponse_RateLimit{Name: m.Name, RequestsPerUnit: m.RequestsPerUnit,
-		Unit: rlspb.RateLimitResponse_RateLimit_Unit(m.Unit)}
-	if m.UnitMultiplier > 1 {
-		l.UnitMultiplier = wrapperspb.UInt32(m.UnitMultiplier)
-	}
-	return l
-}
-
 // untilReset is duration_until_reset: for a fixed window, as envoyproxy/ratelimit says it, the
 // time until the current window ends; for the other algorithms, until the state is empty again
 // (or, if that is sooner, until the request would be allowed).
@@ -333,11 +324,71 @@ func clampUint32(v int64) uint32 {
 	return uint32(v)
 }
 
-// headers are the RateLimit fields of decisions, as response_headers_to_add.
-func headers(ds []answer.Applied, legacy bool) []*corepb.HeaderValue {
-	var buf [256]byte
+func header(k, v string) *corepb.HeaderValue { return &corepb.HeaderValue{Key: k, Value: v} }
+
+// messages are the messages of one answer, allocated together: the response, room for its
+// headers, and for each descriptor its status, its current limit and its duration until reset.
+// They were a dozen allocations for a request of one descriptor and are three, whatever its
+// descriptors. The answer is the same message, field for field; gRPC marshals it once the
+// handler returns, and nothing keeps it after.
+type messages struct {
+	out rlspb.RateLimitResponse
+	hv  [2]corepb.HeaderValue           // the RateLimit fields
+	hp  [maxHeaders]*corepb.HeaderValue // all the headers
+	per []perDescriptor
+}
+
+// maxHeaders: the RateLimit fields, the three legacy ones, Retry-After and Content-Type.
+const maxHeaders = 7
+
+type perDescriptor struct {
+	st    rlspb.RateLimitResponse_DescriptorStatus
+	limit rlspb.RateLimitResponse_RateLimit
+	mult  wrapperspb.UInt32Value
+	reset durationpb.Duration
+}
+
+// newMessages returns the messages of an answer to n descriptors: each status OK, nothing else set.
+func newMessages(n int) *messages {
+	b := &messages{per: make([]perDescriptor, n)}
+	b.out.Statuses = make([]*rlspb.RateLimitResponse_DescriptorStatus, n)
+	for i := range b.per {
+		b.per[i].st.Code = rlspb.RateLimitResponse_OK
+		b.out.Statuses[i] = &b.per[i].st
+	}
+	return b
+}
+
+// currentLimit is match m's limit as Envoy's answer states it, for descriptor i.
+func (b *messages) currentLimit(i int, m *envoyconf.Match) *rlspb.RateLimitResponse_RateLimit {
+	p := &b.per[i]
+	l := &p.limit
+	l.Name, l.RequestsPerUnit, l.Unit = m.Name, m.RequestsPerUnit, rlspb.RateLimitResponse_RateLimit_Unit(m.Unit)
+	if m.UnitMultiplier > 1 {
+		p.mult.Value = m.UnitMultiplier
+		l.UnitMultiplier = &p.mult
+	}
+	return l
+}
+
+// duration is d as descriptor i's duration_until_reset (what durationpb.New makes of it).
+func (b *messages) duration(i int, d time.Duration) *durationpb.Duration {
+	r := &b.per[i].reset
+	nanos := d.Nanoseconds()
+	secs := nanos / 1e9
+	r.Seconds, r.Nanos = secs, int32(nanos-secs*1e9)
+	return r
+}
+
+// headers are the RateLimit fields of decisions (and the legacy ones), as
+// response_headers_to_add: both fields' values in one string.
+func (b *messages) headers(ds []answer.Applied, legacy bool) []*corepb.HeaderValue {
+	var buf, both [256]byte
 	policy, limit := answer.FieldValues(buf[:0], ds)
-	out := []*corepb.HeaderValue{header("RateLimit-Policy", string(policy)), header("RateLimit", string(limit))}
+	values := string(append(append(both[:0], policy...), limit...))
+	b.hv[0].Key, b.hv[0].Value = "RateLimit-Policy", values[:len(policy)]
+	b.hv[1].Key, b.hv[1].Value = "RateLimit", values[len(policy):]
+	out := append(b.hp[:0], &b.hv[0], &b.hv[1])
 	if legacy {
 		l, r, t := answer.LegacyValues(ds)
 		out = append(out, header("X-RateLimit-Limit", strconv.FormatInt(l, 10)),
@@ -345,8 +396,6 @@ func headers(ds []answer.Applied, legacy bool) []*corepb.HeaderValue {
 	}
 	return out
 }
-
-func header(k, v string) *corepb.HeaderValue { return &corepb.HeaderValue{Key: k, Value: v} }
 
 // nameOf is what answers and metrics call a match's limit: its name, or the rule's.
 func nameOf(m *envoyconf.Match) string {
