@@ -45,7 +45,7 @@ type Decide func(ctx context.Context, req *decision.Request) decision.Verdict
 // configuration under running requests (each is answered whole by one configuration).
 type Service struct {
 	rlspb.UnimplementedRateLimitServiceServer
-	conf   atomic.Pointer[envoyconf.Config]
+	conf   atomic.Pointer[loaded]
 	decide Decide
 	legacy atomic.Bool
 }
@@ -55,12 +55,36 @@ type Service struct {
 // until Swap.
 func New(conf *envoyconf.Config, decide Decide) *Service {
 	s := &Service{decide: decide}
-	s.conf.Store(conf)
+	s.Swap(conf)
 	return s
 }
 
 // Swap makes conf the configuration of the requests that start from now on.
-func (s *Service) Swap(conf *envoyconf.Config) { s.conf.Store(conf) }
+func (s *Service) Swap(conf *envoyconf.Config) {
+	l := &loaded{conf: conf}
+	if conf != nil {
+		l.clients = make(map[string]string)
+		for _, d := range conf.Domains() {
+			l.clients[d] = "rls/" + d
+		}
+	}
+	s.conf.Store(l)
+}
+
+// loaded is a configuration and the client name of each of its domains ("rls/DOMAIN"), made
+// once rather than for every request.
+type loaded struct {
+	conf    *envoyconf.Config
+	clients map[string]string
+}
+
+// client is the decision layer's client for domain.
+func (l *loaded) client(domain string) string {
+	if c, ok := l.clients[domain]; ok {
+		return c
+	}
+	return "rls/" + domain // a domain not configured: nothing matches, the request decides nothing
+}
 
 // SetLegacyHeaders also adds X-RateLimit-Limit, -Remaining and -Reset to the answers' headers
 // (limits.legacy_headers).
@@ -75,7 +99,8 @@ const (
 
 // ShouldRateLimit decides a request's descriptors.
 func (s *Service) ShouldRateLimit(ctx context.Context, in *rlspb.RateLimitRequest) (*rlspb.RateLimitResponse, error) {
-	conf := s.conf.Load()
+	l := s.conf.Load()
+	conf := l.conf
 	if conf == nil { // rules over xDS, before the first update: the reference's answer
 		return nil, status.Error(codes.Unknown, "no rate limit configuration loaded")
 	}
@@ -90,7 +115,13 @@ func (s *Service) ShouldRateLimit(ctx context.Context, in *rlspb.RateLimitReques
 		return nil, status.Errorf(codes.InvalidArgument, "%d descriptors: at most %d in one request", len(ds), maxDescriptors)
 	}
 	hits := uint64(max(in.GetHitsAddend(), 1)) // Envoy sends 0 for 1
-	matches := make([]envoyconf.Match, len(ds))
+	// matches[i] is descriptor i's; on the stack for a descriptor or two, as Envoy sends.
+	var matchRoom [2]envoyconf.Match
+	matches := matchRoom[:0]
+	if len(ds) > len(matchRoom) {
+		matches = make([]envoyconf.Match, 0, len(ds))
+	}
+	matches = matches[:len(ds)]
 	found := make([]bool, len(ds))
 	costs := make([]int64, len(ds))
 	usage := make([]bool, len(ds)) // descriptor i has its own hits_addend: usage, charged whatever the answer
@@ -143,7 +174,9 @@ func (s *Service) ShouldRateLimit(ctx context.Context, in *rlspb.RateLimitReques
 	// 0): its hits are counted whatever the answer, beyond the limit if need be (Request.Charges),
 	// and it is over when its counter then passes the limit, as the reference counts. A counter
 	// that usage charges is charged with every hit of the request on it.
-	req := decision.Request{Client: "rls/" + in.GetDomain(), NoHold: true}
+	r := &request{}
+	r.req = decision.Request{Client: l.client(in.GetDomain()), NoHold: true, Limits: r.limits[:0], Costs: r.costs[:0]}
+	req := &r.req
 	at := make([]int, len(ds))      // descriptor i's index in req.Limits, or -1
 	later := make([]int64, len(ds)) // the cost of the descriptors after i on the same counter
 	never := make([]bool, len(ds))  // descriptor i can never pass
@@ -179,7 +212,14 @@ func (s *Service) ShouldRateLimit(ctx context.Context, in *rlspb.RateLimitReques
 		req.Costs = append(req.Costs, costs[i])
 		charged = append(charged, usage[i])
 	}
-	req.Charges = make([]int64, len(req.Limits))
+	if len(req.Limits) == 0 {
+		req.Limits, req.Costs = nil, nil // as if never appended to
+	}
+	req.Charges = r.charges[:0]
+	if len(req.Limits) > len(r.charges) {
+		req.Charges = make([]int64, 0, len(req.Limits))
+	}
+	req.Charges = req.Charges[:len(req.Limits)]
 	for k, c := range req.Costs {
 		if charged[k] {
 			req.Charges[k] = min(c, algorithm.MaxLimit) // (counts stop there)
@@ -212,7 +252,7 @@ func (s *Service) ShouldRateLimit(ctx context.Context, in *rlspb.RateLimitReques
 	if len(req.Limits) > 0 {
 		req.Who = identity.Identity{Key: req.Limits[0].Key, Source: "rls"}
 	}
-	v := s.decide(ctx, &req)
+	v := s.decide(ctx, req)
 	defer v.Release()
 	msgs := newMessages(len(ds))
 	out := &msgs.out
@@ -281,7 +321,7 @@ func (s *Service) ShouldRateLimit(ctx context.Context, in *rlspb.RateLimitReques
 		} else {
 			var wait time.Duration
 			if v.Outcome == decision.Refused {
-				wait = v.RetryAfter(&req)
+				wait = v.RetryAfter(req)
 			}
 			retry := answer.RetryAfter(wait)
 			out.ResponseHeadersToAdd = append(out.ResponseHeadersToAdd, header("Retry-After", retry),
@@ -325,6 +365,15 @@ func clampUint32(v int64) uint32 {
 }
 
 func header(k, v string) *corepb.HeaderValue { return &corepb.HeaderValue{Key: k, Value: v} }
+
+// request is a request's decision.Request and room for the limits of its first descriptors,
+// allocated together (the decision layer keeps the request it is given while it decides, so it
+// is on the heap): one allocation instead of four for a request of a descriptor or two.
+type request struct {
+	req            decision.Request
+	limits         [2]decision.Limit
+	costs, charges [2]int64
+}
 
 // messages are the messages of one answer, allocated together: the response, room for its
 // headers, and for each descriptor its status, its current limit and its duration until reset.
