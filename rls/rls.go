@@ -45,7 +45,7 @@ type Decide func(ctx context.Context, req *decision.Request) decision.Verdict
 // configuration under running requests (each is answered whole by one configuration).
 type Service struct {
 	rlspb.UnimplementedRateLimitServiceServer
-	conf   atomic.Pointer[envoyconf.Config]
+	conf   atomic.Pointer[loaded]
 	decide Decide
 	legacy atomic.Bool
 }
@@ -55,12 +55,36 @@ type Service struct {
 // until Swap.
 func New(conf *envoyconf.Config, decide Decide) *Service {
 	s := &Service{decide: decide}
-	s.conf.Store(conf)
+	s.Swap(conf)
 	return s
 }
 
 // Swap makes conf the configuration of the requests that start from now on.
-func (s *Service) Swap(conf *envoyconf.Config) { s.conf.Store(conf) }
+func (s *Service) Swap(conf *envoyconf.Config) {
+	l := &loaded{conf: conf}
+	if conf != nil {
+		l.clients = make(map[string]string)
+		for _, d := range conf.Domains() {
+			l.clients[d] = "rls/" + d
+		}
+	}
+	s.conf.Store(l)
+}
+
+// loaded is a configuration and the client name of each of its domains ("rls/DOMAIN"), made
+// once rather than for every request.
+type loaded struct {
+	conf    *envoyconf.Config
+	clients map[string]string
+}
+
+// client is the decision layer's client for domain.
+func (l *loaded) client(domain string) string {
+	if c, ok := l.clients[domain]; ok {
+		return c
+	}
+	return "rls/" + domain // a domain not configured: nothing matches, the request decides nothing
+}
 
 // SetLegacyHeaders also adds X-RateLimit-Limit, -Remaining and -Reset to the answers' headers
 // (limits.legacy_headers).
@@ -75,7 +99,8 @@ const (
 
 // ShouldRateLimit decides a request's descriptors.
 func (s *Service) ShouldRateLimit(ctx context.Context, in *rlspb.RateLimitRequest) (*rlspb.RateLimitResponse, error) {
-	conf := s.conf.Load()
+	l := s.conf.Load()
+	conf := l.conf
 	if conf == nil { // rules over xDS, before the first update: the reference's answer
 		return nil, status.Error(codes.Unknown, "no rate limit configuration loaded")
 	}
@@ -90,7 +115,13 @@ func (s *Service) ShouldRateLimit(ctx context.Context, in *rlspb.RateLimitReques
 		return nil, status.Errorf(codes.InvalidArgument, "%d descriptors: at most %d in one request", len(ds), maxDescriptors)
 	}
 	hits := uint64(max(in.GetHitsAddend(), 1)) // Envoy sends 0 for 1
-	matches := make([]envoyconf.Match, len(ds))
+	// matches[i] is descriptor i's; on the stack for a descriptor or two, as Envoy sends.
+	var matchRoom [2]envoyconf.Match
+	matches := matchRoom[:0]
+	if len(ds) > len(matchRoom) {
+		matches = make([]envoyconf.Match, 0, len(ds))
+	}
+	matches = matches[:len(ds)]
 	found := make([]bool, len(ds))
 	costs := make([]int64, len(ds))
 	usage := make([]bool, len(ds)) // descriptor i has its own hits_addend: usage, charged whatever the answer
@@ -143,7 +174,9 @@ func (s *Service) ShouldRateLimit(ctx context.Context, in *rlspb.RateLimitReques
 	// 0): its hits are counted whatever the answer, beyond the limit if need be (Request.Charges),
 	// and it is over when its counter then passes the limit, as the reference counts. A counter
 	// that usage charges is charged with every hit of the request on it.
-	req := decision.Request{Client: "rls/" + in.GetDomain(), NoHold: true}
+	r := &request{}
+	r.req = decision.Request{Client: l.client(in.GetDomain()), NoHold: true, Limits: r.limits[:0], Costs: r.costs[:0]}
+	req := &r.req
 	at := make([]int, len(ds))      // descriptor i's index in req.Limits, or -1
 	later := make([]int64, len(ds)) // the cost of the descriptors after i on the same counter
 	never := make([]bool, len(ds))  // descriptor i can never pass
@@ -179,7 +212,14 @@ func (s *Service) ShouldRateLimit(ctx context.Context, in *rlspb.RateLimitReques
 		req.Costs = append(req.Costs, costs[i])
 		charged = append(charged, usage[i])
 	}
-	req.Charges = make([]int64, len(req.Limits))
+	if len(req.Limits) == 0 {
+		req.Limits, req.Costs = nil, nil // as if never appended to
+	}
+	req.Charges = r.charges[:0]
+	if len(req.Limits) > len(r.charges) {
+		req.Charges = make([]int64, 0, len(req.Limits))
+	}
+	req.Charges = req.Charges[:len(req.Limits)]
 	for k, c := range req.Costs {
 		if charged[k] {
 			req.Charges[k] = min(c, algorithm.MaxLimit) // (counts stop there)
@@ -212,9 +252,11 @@ func (s *Service) ShouldRateLimit(ctx context.Context, in *rlspb.RateLimitReques
 	if len(req.Limits) > 0 {
 		req.Who = identity.Identity{Key: req.Limits[0].Key, Source: "rls"}
 	}
-	v := s.decide(ctx, &req)
+	v := s.decide(ctx, req)
 	defer v.Release()
-	out := &rlspb.RateLimitResponse{OverallCode: rlspb.RateLimitResponse_OK, Statuses: make([]*rlspb.RateLimitResponse_DescriptorStatus, len(ds))}
+	msgs := newMessages(len(ds))
+	out := &msgs.out
+	out.OverallCode = rlspb.RateLimitResponse_OK
 	switch v.Outcome {
 	case decision.Failed:
 		if errors.Is(v.Err, sluice.ErrStoreUnavailable) {
@@ -225,8 +267,7 @@ func (s *Service) ShouldRateLimit(ctx context.Context, in *rlspb.RateLimitReques
 		out.OverallCode = rlspb.RateLimitResponse_OVER_LIMIT
 	}
 	for i := range ds {
-		st := &rlspb.RateLimitResponse_DescriptorStatus{Code: rlspb.RateLimitResponse_OK}
-		out.Statuses[i] = st
+		st := out.Statuses[i] // Code OK
 		m := &matches[i]
 		switch {
 		case !found[i] || replaced[i]:
@@ -235,15 +276,15 @@ func (s *Service) ShouldRateLimit(ctx context.Context, in *rlspb.RateLimitReques
 			st.LimitRemaining = math.MaxUint32
 			continue
 		}
-		st.CurrentLimit = currentLimit(m)
+		st.CurrentLimit = msgs.currentLimit(i, m)
 		over := never[i]
 		if at[i] >= 0 {
 			d := v.Decisions[at[i]].Decision
 			st.LimitRemaining = clampUint32(sat.Add(d.Remaining, later[i]))
-			st.DurationUntilReset = durationpb.New(untilReset(m, d))
+			st.DurationUntilReset = msgs.duration(i, untilReset(m, d))
 			over = over || !d.Allowed
 		} else {
-			st.DurationUntilReset = durationpb.New(untilReset(m, sluice.Decision{}))
+			st.DurationUntilReset = msgs.duration(i, untilReset(m, sluice.Decision{}))
 		}
 		switch {
 		case !over:
@@ -258,7 +299,7 @@ func (s *Service) ShouldRateLimit(ctx context.Context, in *rlspb.RateLimitReques
 		}
 	}
 	if len(v.Decisions) > 0 {
-		out.ResponseHeadersToAdd = headers(v.Decisions, s.legacy.Load())
+		out.ResponseHeadersToAdd = msgs.headers(v.Decisions, s.legacy.Load())
 	}
 	if out.OverallCode == rlspb.RateLimitResponse_OVER_LIMIT {
 		var names []string
@@ -280,7 +321,7 @@ func (s *Service) ShouldRateLimit(ctx context.Context, in *rlspb.RateLimitReques
 		} else {
 			var wait time.Duration
 			if v.Outcome == decision.Refused {
-				wait = v.RetryAfter(&req)
+				wait = v.RetryAfter(req)
 			}
 			retry := answer.RetryAfter(wait)
 			out.ResponseHeadersToAdd = append(out.ResponseHeadersToAdd, header("Retry-After", retry),
@@ -298,16 +339,6 @@ func violated(names []string) string {
 		return strconv.Quote(names[0])
 	}
 	return fmt.Sprintf("the limits %q", names)
-}
-
-// currentLimit is a match's limit as Envoy's answer states it.
-func currentLimit(m *envoyconf.Match) *rlspb.RateLimitResponse_RateLimit {
-	l := &rlspb.RateLimitResponse_RateLimit{Name: m.Name, RequestsPerUnit: m.RequestsPerUnit,
-		Unit: rlspb.RateLimitResponse_RateLimit_Unit(m.Unit)}
-	if m.UnitMultiplier > 1 {
-		l.UnitMultiplier = wrapperspb.UInt32(m.UnitMultiplier)
-	}
-	return l
 }
 
 // untilReset is duration_until_reset: for a fixed window, as envoyproxy/ratelimit says it, the
@@ -333,11 +364,80 @@ func clampUint32(v int64) uint32 {
 	return uint32(v)
 }
 
-// headers are the RateLimit fields of decisions, as response_headers_to_add.
-func headers(ds []answer.Applied, legacy bool) []*corepb.HeaderValue {
-	var buf [256]byte
+func header(k, v string) *corepb.HeaderValue { return &corepb.HeaderValue{Key: k, Value: v} }
+
+// request is a request's decision.Request and room for the limits of its first descriptors,
+// allocated together (the decision layer keeps the request it is given while it decides, so it
+// is on the heap): one allocation instead of four for a request of a descriptor or two.
+type request struct {
+	req            decision.Request
+	limits         [2]decision.Limit
+	costs, charges [2]int64
+}
+
+// messages are the messages of one answer, allocated together: the response, room for its
+// headers, and for each descriptor its status, its current limit and its duration until reset.
+// They were a dozen allocations for a request of one descriptor and are three, whatever its
+// descriptors. The answer is the same message, field for field; gRPC marshals it once the
+// handler returns, and nothing keeps it after.
+type messages struct {
+	out rlspb.RateLimitResponse
+	hv  [2]corepb.HeaderValue           // the RateLimit fields
+	hp  [maxHeaders]*corepb.HeaderValue // all the headers
+	per []perDescriptor
+}
+
+// maxHeaders: the RateLimit fields, the three legacy ones, Retry-After and Content-Type.
+const maxHeaders = 7
+
+type perDescriptor struct {
+	st    rlspb.RateLimitResponse_DescriptorStatus
+	limit rlspb.RateLimitResponse_RateLimit
+	mult  wrapperspb.UInt32Value
+	reset durationpb.Duration
+}
+
+// newMessages returns the messages of an answer to n descriptors: each status OK, nothing else set.
+func newMessages(n int) *messages {
+	b := &messages{per: make([]perDescriptor, n)}
+	b.out.Statuses = make([]*rlspb.RateLimitResponse_DescriptorStatus, n)
+	for i := range b.per {
+		b.per[i].st.Code = rlspb.RateLimitResponse_OK
+		b.out.Statuses[i] = &b.per[i].st
+	}
+	return b
+}
+
+// currentLimit is match m's limit as Envoy's answer states it, for descriptor i.
+func (b *messages) currentLimit(i int, m *envoyconf.Match) *rlspb.RateLimitResponse_RateLimit {
+	p := &b.per[i]
+	l := &p.limit
+	l.Name, l.RequestsPerUnit, l.Unit = m.Name, m.RequestsPerUnit, rlspb.RateLimitResponse_RateLimit_Unit(m.Unit)
+	if m.UnitMultiplier > 1 {
+		p.mult.Value = m.UnitMultiplier
+		l.UnitMultiplier = &p.mult
+	}
+	return l
+}
+
+// duration is d as descriptor i's duration_until_reset (what durationpb.New makes of it).
+func (b *messages) duration(i int, d time.Duration) *durationpb.Duration {
+	r := &b.per[i].reset
+	nanos := d.Nanoseconds()
+	secs := nanos / 1e9
+	r.Seconds, r.Nanos = secs, int32(nanos-secs*1e9)
+	return r
+}
+
+// headers are the RateLimit fields of decisions (and the legacy ones), as
+// response_headers_to_add: both fields' values in one string.
+func (b *messages) headers(ds []answer.Applied, legacy bool) []*corepb.HeaderValue {
+	var buf, both [256]byte
 	policy, limit := answer.FieldValues(buf[:0], ds)
-	out := []*corepb.HeaderValue{header("RateLimit-Policy", string(policy)), header("RateLimit", string(limit))}
+	values := string(append(append(both[:0], policy...), limit...))
+	b.hv[0].Key, b.hv[0].Value = "RateLimit-Policy", values[:len(policy)]
+	b.hv[1].Key, b.hv[1].Value = "RateLimit", values[len(policy):]
+	out := append(b.hp[:0], &b.hv[0], &b.hv[1])
 	if legacy {
 		l, r, t := answer.LegacyValues(ds)
 		out = append(out, header("X-RateLimit-Limit", strconv.FormatInt(l, 10)),
@@ -345,8 +445,6 @@ func headers(ds []answer.Applied, legacy bool) []*corepb.HeaderValue {
 	}
 	return out
 }
-
-func header(k, v string) *corepb.HeaderValue { return &corepb.HeaderValue{Key: k, Value: v} }
 
 // nameOf is what answers and metrics call a match's limit: its name, or the rule's.
 func nameOf(m *envoyconf.Match) string {

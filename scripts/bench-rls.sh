@@ -30,8 +30,14 @@
 # REFUSE_ROUNDS (3) of them followed by the same on `capped`; then MEMORY_ROUNDS (1) of sluice on
 # its memory store (store: {type: memory}), reported separately. Each round is rlsload with WARMUP (2s) then
 # DURATION (10s), CONCURRENCY (64) callers on CONNS (1) gRPC connection(s), VALUES (10000)
-# distinct values drawn uniformly. The table gives each target's medians over its rounds and the
-# ratios sluice / peer; RLS_OUT=dir keeps every round's JSON line and the servers' logs there.
+# distinct values drawn uniformly. The table gives each target's medians over its rounds: decisions/s,
+# latencies, and the CPU time per decision of the server, of Redis and of the load generator (each
+# process's utime+stime from /proc/PID/stat over the measured window, divided by the decisions
+# rlsload counted in it: rlsload -cpu); then the ratios sluice / peer of each, and issue 25's goals
+# for the Envoy service (server CPU per decision ≤ 0.33× the peer's, decisions/s ≥ 2×, p99 lower),
+# met or not. On 2 CPUs shared with Redis and the load generator, decisions/s depend on what those
+# cost too; the server's CPU per decision is what a deployment pays for the server itself.
+# RLS_OUT=dir keeps every round's JSON line and the servers' logs there.
 # The load generator shares the CPUs with the servers and Redis: run it on an otherwise idle
 # machine (the load average before and after is printed).
 set -euo pipefail
@@ -175,14 +181,16 @@ if [ "$SKIP_SLUICE" != 1 ]; then
 	start_sluice sluice-redis "{type: redis, addrs: [127.0.0.1:$redis_port]}"
 fi
 
-# 6. Rounds. measure NAME ADDR KEY flushes Redis and runs one round, appending its JSON line to
-# $work/NAME.json.
+# 6. Rounds. measure NAME ADDR KEY PID flushes Redis and runs one round, appending its JSON line to
+# $work/NAME.json; rlsload also reads the CPU time of the server (PID), of Redis and its own over
+# the measured window (-cpu), per decision.
 measure() {
-	local name=$1 addr=$2 key=$3 line
+	local name=$1 addr=$2 key=$3 pid=$4 line
 	redis-cli -h 127.0.0.1 -p "$redis_port" flushall >/dev/null
 	log "measuring $name ($addr, key $key): warm-up $WARMUP, then $DURATION"
 	line=$("$work/rlsload" -addr "$addr" -domain "$DOMAIN" -key "$key" -values "$VALUES" \
 		-concurrency "$CONCURRENCY" -conns "$CONNS" -duration "$DURATION" -warmup "$WARMUP" -label "$name" \
+		-cpu "server=$pid,redis=$redis_pid,rlsload=self" \
 		2> >(sed 's/^/  /' >&2))
 	echo "$line" >>"$work/$name.json"
 }
@@ -193,12 +201,12 @@ targets=(peer)
 for round in $(seq "$((ROUNDS > REFUSE_ROUNDS ? ROUNDS : REFUSE_ROUNDS))"); do
 	log "round $round"
 	if ((round <= ROUNDS)); then
-		measure peer "$peer_addr" client
-		[ "$SKIP_SLUICE" = 1 ] || measure sluice "$sluice_addr" client
+		measure peer "$peer_addr" client "$peer_pid"
+		[ "$SKIP_SLUICE" = 1 ] || measure sluice "$sluice_addr" client "$sluice_pid"
 	fi
 	if ((round <= REFUSE_ROUNDS)); then
-		measure peer-refusing "$peer_addr" capped
-		[ "$SKIP_SLUICE" = 1 ] || measure sluice-refusing "$sluice_addr" capped
+		measure peer-refusing "$peer_addr" capped "$peer_pid"
+		[ "$SKIP_SLUICE" = 1 ] || measure sluice-refusing "$sluice_addr" capped "$sluice_pid"
 	fi
 done
 stop "$peer_pid"
@@ -207,7 +215,7 @@ if [ "$SKIP_SLUICE" != 1 ]; then
 	if ((MEMORY_ROUNDS > 0)); then
 		start_sluice sluice-memory "{type: memory}"
 		for round in $(seq "$MEMORY_ROUNDS"); do
-			measure sluice-memory "$sluice_addr" client
+			measure sluice-memory "$sluice_addr" client "$sluice_pid"
 		done
 		stop "$sluice_pid"
 	fi
@@ -241,30 +249,59 @@ for name in labels:
         continue
     runs = [json.loads(l) for l in open(path) if l.strip()]
     med = lambda k: statistics.median(r[k] for r in runs)
+    # CPU time per decision of a process (server, redis, rlsload): the median of the rounds that
+    # measured it, None if none did.
+    def cpu(proc):
+        v = [r["cpu_us_per_decision"][proc] for r in runs if proc in r.get("cpu_us_per_decision", {})]
+        return statistics.median(v) if v else None
     total = sum(r["decisions"] for r in runs)
     rows[name] = dict(
         rounds=len(runs), rps=med("decisions_per_s"), p50=med("p50_ms"), p90=med("p90_ms"),
         p99=med("p99_ms"), max=max(r["max_ms"] for r in runs),
+        server=cpu("server"), redis=cpu("redis"), load=cpu("rlsload"),
         ok=sum(r["ok"] for r in runs), over=sum(r["over_limit"] for r in runs),
         errors=sum(r["errors"] for r in runs), total=total,
         each=" ".join("%.0f" % r["decisions_per_s"] for r in runs))
-print("| target | rounds | decisions/s | p50 | p90 | p99 | max | OK | OVER_LIMIT | errors | each round's decisions/s |")
-print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
+us = lambda v: "—" if v is None else "%.1f µs" % v
+print("| target | rounds | decisions/s | p50 | p90 | p99 | max | server CPU per decision | Redis CPU per decision | load generator CPU per decision | OK | OVER_LIMIT | errors | each round's decisions/s |")
+print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
 for name, r in rows.items():
-    print("| %s | %d | %.0f | %.2f ms | %.2f ms | %.2f ms | %.2f ms | %d | %d (%.1f %%) | %d | %s |" % (
-        labels[name], r["rounds"], r["rps"], r["p50"], r["p90"], r["p99"], r["max"], r["ok"], r["over"],
-        100.0 * r["over"] / max(r["total"], 1), r["errors"], r["each"]))
+    print("| %s | %d | %.0f | %.2f ms | %.2f ms | %.2f ms | %.2f ms | %s | %s | %s | %d | %d (%.1f %%) | %d | %s |" % (
+        labels[name], r["rounds"], r["rps"], r["p50"], r["p90"], r["p99"], r["max"], us(r["server"]), us(r["redis"]),
+        us(r["load"]), r["ok"], r["over"], 100.0 * r["over"] / max(r["total"], 1), r["errors"], r["each"]))
+
+def ratio(a, b, k):
+    x, y = rows[a][k], rows[b][k]
+    return None if x is None or not y else x / y
+times = lambda v: "—" if v is None else "%.2f×" % v
 pairs = [("sluice", "peer"), ("sluice-refusing", "peer-refusing"), ("sluice-memory", "peer")]
-lines = []
-for a, b in pairs:
-    if a in rows and b in rows:
-        lines.append("| %s / %s | %.2f× | %.2f× | %.2f× |" % (
-            labels[a], labels[b], rows[a]["rps"] / rows[b]["rps"], rows[a]["p50"] / rows[b]["p50"], rows[a]["p99"] / rows[b]["p99"]))
-if lines:
+pairs = [(a, b) for a, b in pairs if a in rows and b in rows]
+if pairs:
     print()
-    print("| ratio | decisions/s | p50 | p99 |")
-    print("|---|---:|---:|---:|")
-    print("\n".join(lines))
+    print("| ratio | decisions/s | p50 | p99 | server CPU per decision | Redis CPU per decision |")
+    print("|---|---:|---:|---:|---:|---:|")
+    for a, b in pairs:
+        # (On the memory store, Redis only answers the probe: no ratio of its CPU.)
+        print("| %s / %s | %s |" % (labels[a], labels[b], " | ".join(
+            "—" if a == "sluice-memory" and k == "redis" else times(ratio(a, b, k))
+            for k in ("rps", "p50", "p99", "server", "redis"))))
+# The goals (issue 25), on Redis, each pair sluice / peer of the same rounds.
+goals = [("server CPU per decision ≤ 0.33× the peer's", "server", lambda v: v <= 0.33),
+         ("decisions/s ≥ 2× the peer's", "rps", lambda v: v >= 2),
+         ("p99 lower than the peer's", "p99", lambda v: v < 1)]
+cols = [(a, b) for a, b in pairs if a != "sluice-memory"]
+if cols:
+    print()
+    # Columns by the rounds' load: "never refusing", "1/s per value" (sluice / peer, both on Redis).
+    print("| goal (sluice / envoyproxy/ratelimit, both on Redis) | " + " | ".join(
+        "%s | met" % labels[a].split(", ")[-1] for a, b in cols) + " |")
+    print("|---|" + "---:|---|" * len(cols))
+    for text, k, ok in goals:
+        cells = []
+        for a, b in cols:
+            v = ratio(a, b, k)
+            cells += [times(v), "—" if v is None else ("**met**" if ok(v) else "not met")]
+        print("| %s | %s |" % (text, " | ".join(cells)))
 for name, r in rows.items():
     if r["errors"]:
         print("\nWarning: %s: %d errors of %d decisions (see rlsload's first error above)." % (labels[name], r["errors"], r["total"]))

@@ -24,6 +24,15 @@
 // absent), and one ShouldRateLimit answered. -probe does only that and exits (0 when ready).
 // -write-config FILE writes the Envoy rate limit configuration of the same domain and keys,
 // value-less rules of -limit per -unit, and exits.
+//
+// -cpu NAME=PID,... also measures what the decisions cost those processes (the server under test,
+// its Redis): the CPU time (utime+stime of /proc/PID/stat) each spent from the start of the
+// measurement to the answer of its last measured request, divided by the measured decisions, in
+// µs, in the JSON's "cpu_us_per_decision" under NAME (PID "self": the load generator itself).
+// The requests of the warm-up still in flight when the measurement starts (at most -concurrency)
+// are the only work in that window not counted, a few in tens of thousands. On a machine whose
+// CPUs are shared, this is what a server pays per decision where its decisions/s depend on what
+// else runs.
 package main
 
 import (
@@ -59,6 +68,13 @@ type options struct {
 	maxSamples                                  int
 	limit                                       uint64
 	probe                                       bool
+	cpu                                         []process
+}
+
+// process is one whose CPU time -cpu measures.
+type process struct {
+	name string
+	pid  int
 }
 
 func main() {
@@ -79,6 +95,11 @@ func main() {
 	flag.StringVar(&o.label, "label", "", "a name for this run, copied into the JSON")
 	flag.BoolVar(&o.probe, "probe", false, "only wait for the server (up to -ready), then exit: 0 if it answered")
 	flag.StringVar(&o.writeConfig, "write-config", "", "write the Envoy rate limit configuration for -domain, -key and -rules to `FILE` and exit")
+	flag.Func("cpu", "`NAME=PID,...`: report each process's CPU time per measured decision (Linux /proc)", func(v string) error {
+		ps, err := parseProcesses(v)
+		o.cpu = append(o.cpu, ps...)
+		return err
+	})
 	flag.Uint64Var(&o.limit, "limit", 1_000_000, "with -write-config: each rule's requests_per_unit")
 	flag.StringVar(&o.unit, "unit", "second", "with -write-config: each rule's unit (second, minute, hour, day, week, month, year)")
 	flag.Parse()
@@ -250,6 +271,8 @@ type result struct {
 	FirstError  string  `json:"first_error,omitempty"`
 	Sampled     bool    `json:"sampled"`
 	GOMAXPROCS  int     `json:"gomaxprocs"`
+	// CPUPerDecision is -cpu's measure: µs of CPU per measured decision, by process name.
+	CPUPerDecision map[string]float64 `json:"cpu_us_per_decision,omitempty"`
 }
 
 // caller is one goroutine's tally.
@@ -284,6 +307,12 @@ func run(conns []*grpc.ClientConn, o options) result {
 	start := time.Now()
 	measureFrom := start.Add(o.warmup)
 	end := measureFrom.Add(o.duration)
+	// The CPU times at the start of the measurement: read by a timer at measureFrom, waited for
+	// before the times at the end are read.
+	cpuStart := make(chan []time.Duration, 1)
+	if len(o.cpu) > 0 {
+		time.AfterFunc(time.Until(measureFrom), func() { cpuStart <- cpuTimes(o.cpu) })
+	}
 	var wg sync.WaitGroup
 	for i := range callers {
 		c := &callers[i]
@@ -330,6 +359,11 @@ func run(conns []*grpc.ClientConn, o options) result {
 		}()
 	}
 	wg.Wait()
+	var cpuEnd, cpuBegin []time.Duration
+	if len(o.cpu) > 0 {
+		cpuEnd = cpuTimes(o.cpu)
+		cpuBegin = <-cpuStart
+	}
 
 	r := result{Label: o.label, Addr: o.addr, Domain: o.domain, Key: o.key, Rules: o.rules, Values: o.values,
 		Pick: "uniform", Concurrency: o.concurrency, Conns: len(conns), WarmupS: o.warmup.Seconds(),
@@ -359,7 +393,74 @@ func run(conns []*grpc.ClientConn, o options) result {
 	r.PerSecond = float64(r.Decisions) / o.duration.Seconds()
 	r.P50, r.P90, r.P99 = ms(percentile(all, 0.50)), ms(percentile(all, 0.90)), ms(percentile(all, 0.99))
 	r.Max = ms(maxNS)
+	if len(o.cpu) > 0 && r.Decisions > 0 {
+		r.CPUPerDecision = make(map[string]float64, len(o.cpu))
+		for i, p := range o.cpu {
+			if cpuBegin[i] >= 0 && cpuEnd[i] >= 0 {
+				r.CPUPerDecision[p.name] = float64((cpuEnd[i] - cpuBegin[i]).Nanoseconds()) / 1e3 / float64(r.Decisions)
+			}
+		}
+	}
 	return r
+}
+
+// parseProcesses reads -cpu's NAME=PID,... ("self" as PID is this process).
+func parseProcesses(v string) ([]process, error) {
+	var ps []process
+	for _, f := range strings.Split(v, ",") {
+		name, pid, ok := strings.Cut(f, "=")
+		if !ok || name == "" {
+			return nil, fmt.Errorf("%q: want NAME=PID", f)
+		}
+		if pid == "self" {
+			ps = append(ps, process{name, os.Getpid()})
+			continue
+		}
+		n, err := strconv.Atoi(pid)
+		if err != nil || n <= 0 {
+			return nil, fmt.Errorf("%q: the PID is not a process id", f)
+		}
+		ps = append(ps, process{name, n})
+	}
+	return ps, nil
+}
+
+// clockTicks is the unit of /proc/PID/stat's times: USER_HZ, 100 a second on every Linux
+// architecture Go supports (the kernel's ABI, whatever its own HZ).
+const clockTicks = 100
+
+// cpuTimes reads each process's CPU time so far, user and system (-1: unreadable, such as a
+// process that has exited).
+func cpuTimes(ps []process) []time.Duration {
+	out := make([]time.Duration, len(ps))
+	for i, p := range ps {
+		b, err := os.ReadFile("/proc/" + strconv.Itoa(p.pid) + "/stat")
+		if err != nil {
+			out[i] = -1
+			continue
+		}
+		out[i] = statCPU(string(b))
+	}
+	return out
+}
+
+// statCPU is utime+stime of a /proc/PID/stat line (fields 14 and 15, counted after the command
+// name, which may hold spaces and parentheses: it ends at the last ")"), -1 if it has none.
+func statCPU(stat string) time.Duration {
+	i := strings.LastIndexByte(stat, ')')
+	if i < 0 {
+		return -1
+	}
+	f := strings.Fields(stat[i+1:]) // f[0] is field 3, the state
+	if len(f) < 13 {
+		return -1
+	}
+	u, err1 := strconv.ParseInt(f[11], 10, 64)
+	s, err2 := strconv.ParseInt(f[12], 10, 64)
+	if err1 != nil || err2 != nil {
+		return -1
+	}
+	return time.Duration(u+s) * time.Second / clockTicks
 }
 
 // percentile is the nearest-rank q-quantile of sorted: the smallest value with at least q of the
