@@ -15,6 +15,7 @@
 # in the same rounds, each right after this tree's, then prints benchstat's comparison of the two
 # (old: the revision, new: this tree): what a change costs or gains, measured side by side.
 set -euo pipefail
+[ -z "${FROM:-}" ] || FROM=$(realpath -m -- "$FROM") # FROM is read after the cd below
 cd "$(dirname "$0")/.."
 if ! command -v go >/dev/null 2>&1 && [ -x /usr/local/go/bin/go ]; then
 	export PATH="/usr/local/go/bin:$PATH"
