@@ -8,7 +8,9 @@
 #   e. nginx limit_req keyed by the API key, proxy_pass with keepalive to the same upstream;
 #   f. refusals: sluice (memory) and nginx refusing nearly everything, 429s per second.
 # Each target runs alone (the others are stopped) behind a short warm-up, in ROUNDS (3) interleaved
-# rounds; the Markdown table at the end (medians) is what docs/performance.md quotes. DURATION (10s) is each
+# rounds; the Markdown tables at the end (medians, then the ratios with issue 25's goals, with the
+# date, revision and machine of the run) are what docs/performance.md quotes. FROM=file prints
+# them again from a run's saved output, measuring nothing. DURATION (10s) is each
 # measurement, WARMUP (1s) each warm-up;
 # THREADS (2) and CONNECTIONS (50) are wrk's -t and -c.
 # BASE=<git revision> also builds sluice at that revision and measures it on the memory store and on
@@ -16,6 +18,7 @@
 # beside the revision's: what a change costs or gains, measured side by side.
 set -euo pipefail
 . "$(dirname "$0")/bench-lib.sh" # log, die, $work and $pids (stopped on exit), stop, free_port, wait_http
+[ -z "${FROM:-}" ] || FROM=$(realpath -m -- "$FROM") # FROM is read after the cd below
 cd "$(dirname "$0")/.."
 if ! command -v go >/dev/null 2>&1 && [ -x /usr/local/go/bin/go ]; then
 	export PATH="/usr/local/go/bin:$PATH"
@@ -42,6 +45,170 @@ seconds() {
 [[ $(seconds "$DURATION") =~ ^[0-9]+$ ]] || die "DURATION=$DURATION: want whole seconds, minutes or hours (5s, 1m)"
 [[ $(seconds "$WARMUP") =~ ^[0-9]+$ ]] || die "WARMUP=$WARMUP: want whole seconds (1s)"
 
+# Each target's figures, one space-separated list per figure (one value a round), in the order
+# the targets first ran: record adds a round's, tables prints their medians.
+declare -A rps p50 p99 total non2xx errors
+order=()
+
+# record NAME REQS P50 P99 REQUESTS NON2XX [SOCKET-ERRORS] adds one round of target NAME: its
+# requests/s, p50 and p99 in ms, the number of requests and of non-2xx answers, wrk's socket errors.
+record() {
+	local name=$1 r=$2 l50=$3 l99=$4 n=$5 bad=$6 err=${7:-}
+	rps[$name]+="$r " p50[$name]+="$l50 " p99[$name]+="$l99 "
+	total[$name]=$((${total[$name]:-0} + n)) non2xx[$name]=$((${non2xx[$name]:-0} + bad))
+	[ -z "$err" ] || errors[$name]+="${errors[$name]:+; }$err"
+	[[ " ${order[*]} " == *" $name "* ]] || order+=("$name")
+}
+
+# median turns a list of per-round figures into their median.
+median() { tr ' ' '\n' | awk 'NF' | sort -g | awk '{v[NR] = $1} END { if (NR % 2) print v[(NR + 1) / 2]; else printf "%.3f\n", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+calc() { awk "BEGIN { printf \"$1\", $2 }"; }
+goal() { if awk "BEGIN { exit !($1) }"; then echo yes; else echo no; fi; }
+
+# tables prints the run's tables, the ones docs/performance.md quotes, from the figures record
+# kept: each target's medians, then the ratios with their goals (issue 25's where it set one), and
+# with BASE this tree beside the revision; $measured and $machine say when, where and how.
+tables() {
+	# With BASE, each round's ratio of this tree to the revision first (a round's load touches both):
+	# their median is steadier than the ratio of the medians on a machine whose speed drifts.
+	declare -A round_ratio
+	if [ -n "${BASE:-}" ]; then
+		for st in memory redis; do
+			read -r -a mine <<<"${rps[sluice-$st]}"
+			read -r -a theirs <<<"${rps[base-$st]}"
+			ratios=""
+			for i in "${!mine[@]}"; do
+				ratios+="$(awk "BEGIN { printf \"%.3f\", ${mine[$i]} / ${theirs[$i]} }") "
+			done
+			round_ratio[$st]="$(median <<<"$ratios") (rounds: ${ratios% })"
+		done
+	fi
+	for n in "${order[@]}"; do
+		rps[$n]=$(median <<<"${rps[$n]}")
+		p50[$n]=$(median <<<"${p50[$n]}")
+		p99[$n]=$(median <<<"${p99[$n]}")
+		errors[$n]=${errors[$n]:-none}
+	done
+
+	declare -A label=(
+		[upstream]="upstream straight (bench/upstream)"
+		[sluice-off]="sluice serve, limiting off (engine only)"
+		[bare-nethttp]="bare \`httputil.ReverseProxy\` (bench/proxy), no limiting"
+		[bare-hybrid]="bare net/http server + \`fasthttp\` HostClient (bench/proxy), no limiting"
+		[bare-fasthttp]="bare \`fasthttp\` server + HostClient proxy (bench/proxy), no limiting"
+		[sluice-memory]="sluice serve, memory store"
+		[sluice-redis]="sluice serve, Redis store"
+		[sluice-redis-budget]="sluice serve, Redis store, local budgets of 1,000"
+		[base-memory]="sluice serve at ${BASE:-} (${base_rev:-}), memory store"
+		[base-redis]="sluice serve at ${BASE:-} (${base_rev:-}), Redis store"
+		[nginx]="nginx \`limit_req\` + \`proxy_pass\` keepalive"
+		[sluice-refuse]="sluice serve, memory: refusing (429)"
+		[nginx-refuse]="nginx \`limit_req\`: refusing (429)"
+	)
+
+	echo
+	echo "Gateway load: \`wrk -t$THREADS -c$CONNECTIONS -d$DURATION --latency\`, loopback, medians of $ROUNDS interleaved rounds."
+	echo "$measured"
+	echo "$machine"
+	echo
+	echo "| target | requests/s | p50 | p99 | added p50 | added p99 | non-2xx |"
+	echo "|---|---:|---:|---:|---:|---:|---:|"
+	for n in "${order[@]}"; do
+		if [ "$n" = upstream ]; then
+			a50="—" a99="—"
+		else
+			a50="$(calc '%+.3f ms' "${p50[$n]} - ${p50[upstream]}")"
+			a99="$(calc '%+.3f ms' "${p99[$n]} - ${p99[upstream]}")"
+		fi
+		printf '| %s | %s | %s ms | %s ms | %s | %s | %s of %s |\n' "${label[$n]}" \
+			"$(calc '%.0f' "${rps[$n]}")" "${p50[$n]}" "${p99[$n]}" "$a50" "$a99" "${non2xx[$n]}" "${total[$n]}"
+	done
+	echo
+	mem_nginx=$(calc '%.2f' "${rps[sluice-memory]} / ${rps[nginx]}")
+	redis_nginx=$(calc '%.2f' "${rps[sluice-redis]} / ${rps[nginx]}")
+	cost=$(calc '%.1f' "100 * (1 - ${rps[sluice-memory]} / ${rps[sluice-off]})")
+	off_nginx=$(calc '%.2f' "${rps[sluice-off]} / ${rps[nginx]}")
+	refuse_nginx=$(calc '%.2f' "${rps[sluice-refuse]} / ${rps[nginx-refuse]}")
+	refuse_fwd=$(calc '%.2f' "${rps[sluice-refuse]} / ${rps[sluice-memory]}")
+	mem_a99=$(calc '%.3f' "${p99[sluice-memory]} - ${p99[upstream]}")
+	redis_a99=$(calc '%.3f' "${p99[sluice-redis]} - ${p99[upstream]}")
+	echo "| ratio | value | goal | met |"
+	echo "|---|---:|---|---|"
+	echo "| limiter's cost: 1 − memory / limiting off | $cost % | < 10 % | $(goal "$cost < 10") |"
+	echo "| sluice memory / nginx (req/s) | $mem_nginx× | ≥ 0.9× (issue 25) | $(goal "$mem_nginx >= 0.9") |"
+	redis_mem=$(calc '%.2f' "${rps[sluice-redis]} / ${rps[sluice-memory]}")
+	echo "| sluice Redis exact / memory (req/s) | $redis_mem× | ≥ 0.8× (issue 25) | $(goal "$redis_mem >= 0.8") |"
+	echo "| sluice Redis exact / nginx (req/s) | $redis_nginx× | | |"
+	budget_mem=$(calc '%.2f' "${rps[sluice-redis-budget]} / ${rps[sluice-memory]}")
+	echo "| sluice Redis with local budgets / memory (req/s) | $budget_mem× | ≥ 0.95× | $(goal "$budget_mem >= 0.95") |"
+	echo "| sluice limiting off / nginx (req/s) | $off_nginx× | | |"
+	echo "| added p99, memory | $mem_a99 ms | < 1 ms | $(goal "$mem_a99 < 1") |"
+	echo "| added p99, Redis | $redis_a99 ms | < 1 ms | $(goal "$redis_a99 < 1") |"
+	echo "| sluice 429s/s / memory forwards/s | $refuse_fwd× | > 1× (refusals cheaper) | $(goal "$refuse_fwd > 1") |"
+	echo "| sluice 429s/s / nginx 429s/s | $refuse_nginx× | | |"
+	if [ -n "${BASE:-}" ]; then
+		echo
+		echo "This tree beside $BASE ($base_rev), same rounds (requests/s: above 1× is faster; p99: the difference):"
+		echo
+		echo "| store | this tree | $base_rev | ratio of medians | median of each round's ratio | p99 this tree | p99 $base_rev |"
+		echo "|---|---:|---:|---:|---:|---:|---:|"
+		for st in memory redis; do
+			printf '| %s | %s | %s | %s× | %s | %s ms | %s ms |\n' "$st" "$(calc '%.0f' "${rps[sluice-$st]}")" "$(calc '%.0f' "${rps[base-$st]}")" \
+				"$(calc '%.2f' "${rps[sluice-$st]} / ${rps[base-$st]}")" "${round_ratio[$st]}" "${p99[sluice-$st]}" "${p99[base-$st]}"
+		done
+	fi
+	for n in "${order[@]}"; do
+		case $n in
+		*-refuse) want_non2xx=1 ;;
+		*) want_non2xx=0 ;;
+		esac
+		if ((want_non2xx == 0)) && [ "${non2xx[$n]}" != 0 ]; then
+			echo
+			echo "Warning: ${label[$n]} answered ${non2xx[$n]} of ${total[$n]} requests with a non-2xx status."
+		elif ((want_non2xx == 1)) && [ "${non2xx[$n]}" = 0 ]; then
+			echo
+			echo "Warning: ${label[$n]} refused nothing."
+		fi
+		if [ "${errors[$n]}" != none ]; then
+			echo
+			echo "Warning: ${label[$n]}: socket errors: ${errors[$n]}."
+		fi
+	done
+}
+
+# FROM=file prints the tables again from a run's whole output (stderr with stdout, as
+# `bash scripts/bench-gateway.sh >file 2>&1` keeps it), measuring nothing: every round's line of
+# each target (see measure), the rounds, the revision with BASE, and the run's own lines saying
+# when and on what machine it was measured.
+if [ -n "${FROM:-}" ]; then
+	[ -f "$FROM" ] || die "FROM=$FROM: no such file"
+	line_re='^[0-9:]+ +([a-z0-9-]+): ([0-9.]+) req/s, p50 ([0-9.]+) ms, p99 ([0-9.]+) ms, non-2xx ([0-9]+) of ([0-9]+), socket errors: (.*)$'
+	measured="" machine=""
+	while IFS= read -r line; do
+		if [[ $line =~ $line_re ]]; then
+			err=${BASH_REMATCH[7]}
+			[ "$err" != none ] || err=""
+			record "${BASH_REMATCH[1]}" "${BASH_REMATCH[2]}" "${BASH_REMATCH[3]}" "${BASH_REMATCH[4]}" "${BASH_REMATCH[6]}" "${BASH_REMATCH[5]}" "$err"
+		elif [[ $line =~ ^[0-9:]+\ round\ [0-9]+\ of\ ([0-9]+)$ ]]; then
+			ROUNDS=${BASH_REMATCH[1]}
+		elif [[ $line =~ ^[0-9:]+\ building\ sluice\ at\ (.+)\ \((.+)\)$ ]]; then
+			BASE=${BASH_REMATCH[1]} base_rev=${BASH_REMATCH[2]}
+		elif [[ $line =~ ^[0-9:]+\ measuring\ .*warm-up\ ([^,]+),\ then\ (.+)$ ]]; then
+			WARMUP=${BASH_REMATCH[1]} DURATION=${BASH_REMATCH[2]}
+		elif [[ $line =~ \`wrk\ -t([0-9]+)\ -c([0-9]+)\  ]]; then
+			THREADS=${BASH_REMATCH[1]} CONNECTIONS=${BASH_REMATCH[2]}
+		elif [[ $line == "Measured "* ]]; then
+			measured=$line
+		elif [[ $line == "Machine: "* ]]; then
+			machine=$line
+		fi
+	done <"$FROM"
+	((${#order[@]})) || die "FROM=$FROM: no target's figures in it"
+	measured=${measured:-"Measured: unknown (no such line in $FROM)."} machine=${machine:-"Machine: unknown (no such line in $FROM)."}
+	tables
+	exit 0
+fi
+
 # 1. Tools: wrk, nginx and redis-server from apt, as root, updating the lists only when one is missing.
 missing=()
 command -v wrk >/dev/null 2>&1 || missing+=(wrk)
@@ -62,6 +229,9 @@ fi
 command -v go >/dev/null 2>&1 || die "go not found (looked on PATH and in /usr/local/go/bin)"
 
 load_before=$(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || echo unknown)
+started=$(date -u +%Y-%m-%d)
+revision=$(git rev-parse --short HEAD)
+[ -z "$(git status --porcelain --untracked-files=no)" ] || revision+=" with uncommitted changes"
 
 # 2. Build, and start the upstream.
 log "building sluice and the upstream"
@@ -84,8 +254,6 @@ up_pid=$!
 wait_http "$upstream_url/" "$up_pid" "$work/upstream.log"
 
 # 3. Measuring.
-declare -A rps p50 p99 total non2xx errors
-order=()
 wrk_secs=$(($(seconds "$DURATION") + 30))
 
 # to_ms turns one of wrk's latencies (612.00us, 2.04ms, 1.01s, 1.00m) into milliseconds.
@@ -115,11 +283,8 @@ measure() {
 	n=$(awk '/ requests in / {print $1; exit}' "$out")
 	bad=$(awk '/Non-2xx or 3xx responses:/ {print $NF}' "$out")
 	err=$(awk '/Socket errors:/ {sub(/^ *Socket errors: */, ""); print}' "$out")
-	# Every round's figures, space-separated; the table takes their medians.
-	rps[$name]+="$r " p50[$name]+="$l50 " p99[$name]+="$l99 "
-	total[$name]=$((${total[$name]:-0} + n)) non2xx[$name]=$((${non2xx[$name]:-0} + ${bad:-0}))
-	[ -z "$err" ] || errors[$name]+="${errors[$name]:+; }$err"
-	[[ " ${order[*]} " == *" $name "* ]] || order+=("$name")
+	record "$name" "$r" "$l50" "$l99" "$n" "${bad:-0}" "$err"
+	# FROM=file reads this line back (see record_log).
 	log "  $name: $r req/s, p50 $l50 ms, p99 $l99 ms, non-2xx ${bad:-0} of $n, socket errors: ${err:-none}"
 }
 
@@ -317,119 +482,11 @@ for round in $(seq "$ROUNDS"); do
 done
 stop "$redis_pid"
 stop "$up_pid"
-
-# medians turns each target's list of per-round figures into their median.
-median() { tr ' ' '\n' | awk 'NF' | sort -g | awk '{v[NR] = $1} END { if (NR % 2) print v[(NR + 1) / 2]; else printf "%.3f\n", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
-# With BASE, each round's ratio of this tree to the revision first (a round's load touches both):
-# their median is steadier than the ratio of the medians on a machine whose speed drifts.
-declare -A round_ratio
-if [ -n "${BASE:-}" ]; then
-	for st in memory redis; do
-		read -r -a mine <<<"${rps[sluice-$st]}"
-		read -r -a theirs <<<"${rps[base-$st]}"
-		ratios=""
-		for i in "${!mine[@]}"; do
-			ratios+="$(awk "BEGIN { printf \"%.3f\", ${mine[$i]} / ${theirs[$i]} }") "
-		done
-		round_ratio[$st]="$(median <<<"$ratios") (rounds: ${ratios% })"
-	done
-fi
-for n in "${order[@]}"; do
-	rps[$n]=$(median <<<"${rps[$n]}")
-	p50[$n]=$(median <<<"${p50[$n]}")
-	p99[$n]=$(median <<<"${p99[$n]}")
-	errors[$n]=${errors[$n]:-none}
-done
-
-# 4. The table.
-calc() { awk "BEGIN { printf \"$1\", $2 }"; }
+measured="Measured $started at $revision: \`ROUNDS=$ROUNDS DURATION=$DURATION WARMUP=$WARMUP THREADS=$THREADS CONNECTIONS=$CONNECTIONS${BASE:+ BASE=$BASE} bash scripts/bench-gateway.sh\`."
 cpu=$(awk -F': *' '/^model name/ {print $2; exit}' /proc/cpuinfo 2>/dev/null || true)
 [ -n "$cpu" ] || cpu=$(lscpu 2>/dev/null | awk -F': *' '/^Model name/ {print $2; exit}' || true)
-declare -A label=(
-	[upstream]="upstream straight (bench/upstream)"
-	[sluice-off]="sluice serve, limiting off (engine only)"
-	[bare-nethttp]="bare \`httputil.ReverseProxy\` (bench/proxy), no limiting"
-	[bare-hybrid]="bare net/http server + \`fasthttp\` HostClient (bench/proxy), no limiting"
-	[bare-fasthttp]="bare \`fasthttp\` server + HostClient proxy (bench/proxy), no limiting"
-	[sluice-memory]="sluice serve, memory store"
-	[sluice-redis]="sluice serve, Redis store"
-	[sluice-redis-budget]="sluice serve, Redis store, local budgets of 1,000"
-	[base-memory]="sluice serve at ${BASE:-} (${base_rev:-}), memory store"
-	[base-redis]="sluice serve at ${BASE:-} (${base_rev:-}), Redis store"
-	[nginx]="nginx \`limit_req\` + \`proxy_pass\` keepalive"
-	[sluice-refuse]="sluice serve, memory: refusing (429)"
-	[nginx-refuse]="nginx \`limit_req\`: refusing (429)"
-)
-goal() { if awk "BEGIN { exit !($1) }"; then echo yes; else echo no; fi; }
-
-echo
-echo "### Gateway load: \`wrk -t$THREADS -c$CONNECTIONS -d$DURATION --latency\`, loopback, medians of $ROUNDS interleaved rounds"
-echo
-echo "Machine: $(nproc) CPUs, ${cpu:-unknown CPU}; $(uname -sr); $(go version | cut -d' ' -f3);" \
-	"$(nginx -v 2>&1 | sed 's/^nginx version: //'); redis $(redis-server --version | sed -n 's/.*v=\([^ ]*\).*/\1/p');" \
-	"$( (wrk -v 2>&1 || true) | head -1 | cut -d' ' -f1-2). wrk, the servers and the upstream share the CPUs;" \
-	"load average before the run: $load_before, after: $(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || echo unknown)."
-echo
-echo "| target | requests/s | p50 | p99 | added p50 | added p99 | non-2xx |"
-echo "|---|---:|---:|---:|---:|---:|---:|"
-for n in "${order[@]}"; do
-	if [ "$n" = upstream ]; then
-		a50="—" a99="—"
-	else
-		a50="$(calc '%+.3f ms' "${p50[$n]} - ${p50[upstream]}")"
-		a99="$(calc '%+.3f ms' "${p99[$n]} - ${p99[upstream]}")"
-	fi
-	printf '| %s | %s | %s ms | %s ms | %s | %s | %s of %s |\n' "${label[$n]}" \
-		"$(calc '%.0f' "${rps[$n]}")" "${p50[$n]}" "${p99[$n]}" "$a50" "$a99" "${non2xx[$n]}" "${total[$n]}"
-done
-echo
-mem_nginx=$(calc '%.2f' "${rps[sluice-memory]} / ${rps[nginx]}")
-redis_nginx=$(calc '%.2f' "${rps[sluice-redis]} / ${rps[nginx]}")
-cost=$(calc '%.1f' "100 * (1 - ${rps[sluice-memory]} / ${rps[sluice-off]})")
-off_nginx=$(calc '%.2f' "${rps[sluice-off]} / ${rps[nginx]}")
-refuse_nginx=$(calc '%.2f' "${rps[sluice-refuse]} / ${rps[nginx-refuse]}")
-refuse_fwd=$(calc '%.2f' "${rps[sluice-refuse]} / ${rps[sluice-memory]}")
-mem_a99=$(calc '%.3f' "${p99[sluice-memory]} - ${p99[upstream]}")
-redis_a99=$(calc '%.3f' "${p99[sluice-redis]} - ${p99[upstream]}")
-echo "| ratio | value | goal | met |"
-echo "|---|---:|---|---|"
-echo "| limiter's cost: 1 − memory / limiting off | $cost % | < 10 % | $(goal "$cost < 10") |"
-echo "| sluice memory / nginx (req/s) | $mem_nginx× | ≥ 0.8× (aim 1×) | $(goal "$mem_nginx >= 0.8") |"
-echo "| sluice Redis / nginx (req/s) | $redis_nginx× | ≥ 0.6× | $(goal "$redis_nginx >= 0.6") |"
-redis_mem=$(calc '%.2f' "${rps[sluice-redis]} / ${rps[sluice-memory]}")
-echo "| sluice Redis exact / memory (req/s) | $redis_mem× | ≥ 0.75× | $(goal "$redis_mem >= 0.75") |"
-budget_mem=$(calc '%.2f' "${rps[sluice-redis-budget]} / ${rps[sluice-memory]}")
-echo "| sluice Redis with local budgets / memory (req/s) | $budget_mem× | ≥ 0.95× | $(goal "$budget_mem >= 0.95") |"
-echo "| sluice limiting off / nginx (req/s) | $off_nginx× | | |"
-echo "| added p99, memory | $mem_a99 ms | < 1 ms | $(goal "$mem_a99 < 1") |"
-echo "| added p99, Redis | $redis_a99 ms | < 1 ms | $(goal "$redis_a99 < 1") |"
-echo "| sluice 429s/s / memory forwards/s | $refuse_fwd× | > 1× (refusals cheaper) | $(goal "$refuse_fwd > 1") |"
-echo "| sluice 429s/s / nginx 429s/s | $refuse_nginx× | | |"
-if [ -n "${BASE:-}" ]; then
-	echo
-	echo "This tree beside $BASE ($base_rev), same rounds (requests/s: above 1× is faster; p99: the difference):"
-	echo
-	echo "| store | this tree | $base_rev | ratio of medians | median of each round's ratio | p99 this tree | p99 $base_rev |"
-	echo "|---|---:|---:|---:|---:|---:|---:|"
-	for st in memory redis; do
-		printf '| %s | %s | %s | %s× | %s | %s ms | %s ms |\n' "$st" "$(calc '%.0f' "${rps[sluice-$st]}")" "$(calc '%.0f' "${rps[base-$st]}")" \
-			"$(calc '%.2f' "${rps[sluice-$st]} / ${rps[base-$st]}")" "${round_ratio[$st]}" "${p99[sluice-$st]}" "${p99[base-$st]}"
-	done
-fi
-for n in "${order[@]}"; do
-	case $n in
-	*-refuse) want_non2xx=1 ;;
-	*) want_non2xx=0 ;;
-	esac
-	if ((want_non2xx == 0)) && [ "${non2xx[$n]}" != 0 ]; then
-		echo
-		echo "Warning: ${label[$n]} answered ${non2xx[$n]} of ${total[$n]} requests with a non-2xx status."
-	elif ((want_non2xx == 1)) && [ "${non2xx[$n]}" = 0 ]; then
-		echo
-		echo "Warning: ${label[$n]} refused nothing."
-	fi
-	if [ "${errors[$n]}" != none ]; then
-		echo
-		echo "Warning: ${label[$n]}: socket errors: ${errors[$n]}."
-	fi
-done
+machine="Machine: $(nproc) CPUs, ${cpu:-unknown CPU}; $(uname -sr); $(go version | cut -d' ' -f3);\
+ $(nginx -v 2>&1 | sed 's/^nginx version: //'); redis $(redis-server --version | sed -n 's/.*v=\([^ ]*\).*/\1/p');\
+ $( (wrk -v 2>&1 || true) | head -1 | cut -d' ' -f1-2). wrk, the servers and the upstream share the CPUs;\
+ load average before the run: $load_before, after: $(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || echo unknown)."
+tables
