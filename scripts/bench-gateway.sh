@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The gateway's load benchmark (issue 4, "Load"): requests/s and p50/p99 latency with wrk, in ONE
+# The gateway's load benchmark: requests/s and p50/p99 latency with wrk, in ONE
 # run and on loopback only, of
 #   a. the upstream (bench/upstream) straight;
 #   b. sluice serve with limiting switched off (no policy applies): the proxy engine's own cost;
@@ -8,7 +8,7 @@
 #   e. nginx limit_req keyed by the API key, proxy_pass with keepalive to the same upstream;
 #   f. refusals: sluice (memory) and nginx refusing nearly everything, 429s per second.
 # Each target runs alone (the others are stopped) behind a short warm-up, in ROUNDS (3) interleaved
-# rounds; the Markdown tables at the end (medians, then the ratios with issue 25's goals, with the
+# rounds; the Markdown tables at the end (medians, then the ratios with their goals, with the
 # date, revision and machine of the run) are what docs/performance.md quotes. FROM=file prints
 # them again from a run's saved output, measuring nothing. DURATION (10s) is each
 # measurement, WARMUP (1s) each warm-up;
@@ -66,7 +66,7 @@ calc() { awk "BEGIN { printf \"$1\", $2 }"; }
 goal() { if awk "BEGIN { exit !($1) }"; then echo yes; else echo no; fi; }
 
 # tables prints the run's tables, the ones docs/performance.md quotes, from the figures record
-# kept: each target's medians, then the ratios with their goals (issue 25's where it set one), and
+# kept: each target's medians, then the ratios with their goals (where one is set), and
 # with BASE this tree beside the revision; $measured and $machine say when, where and how.
 tables() {
 	# With BASE, each round's ratio of this tree to the revision first (a round's load touches both):
@@ -135,9 +135,9 @@ tables() {
 	echo "| ratio | value | goal | met |"
 	echo "|---|---:|---|---|"
 	echo "| limiter's cost: 1 − memory / limiting off | $cost % | < 10 % | $(goal "$cost < 10") |"
-	echo "| sluice memory / nginx (req/s) | $mem_nginx× | ≥ 0.9× (issue 25) | $(goal "$mem_nginx >= 0.9") |"
+	echo "| sluice memory / nginx (req/s) | $mem_nginx× | ≥ 0.9× | $(goal "$mem_nginx >= 0.9") |"
 	redis_mem=$(calc '%.2f' "${rps[sluice-redis]} / ${rps[sluice-memory]}")
-	echo "| sluice Redis exact / memory (req/s) | $redis_mem× | ≥ 0.8× (issue 25) | $(goal "$redis_mem >= 0.8") |"
+	echo "| sluice Redis exact / memory (req/s) | $redis_mem× | ≥ 0.8× | $(goal "$redis_mem >= 0.8") |"
 	echo "| sluice Redis exact / nginx (req/s) | $redis_nginx× | | |"
 	budget_mem=$(calc '%.2f' "${rps[sluice-redis-budget]} / ${rps[sluice-memory]}")
 	echo "| sluice Redis with local budgets / memory (req/s) | $budget_mem× | ≥ 0.95× | $(goal "$budget_mem >= 0.95") |"

@@ -33,7 +33,7 @@
 # distinct values drawn uniformly. The table gives each target's medians over its rounds: decisions/s,
 # latencies, and the CPU time per decision of the server, of Redis and of the load generator (each
 # process's utime+stime from /proc/PID/stat over the measured window, divided by the decisions
-# rlsload counted in it: rlsload -cpu); then the ratios sluice / peer of each, and issue 25's goals
+# rlsload counted in it: rlsload -cpu); then the ratios sluice / peer of each, and the goals
 # for the Envoy service (server CPU per decision ≤ 0.33× the peer's, decisions/s ≥ 2×, p99 lower),
 # met or not. On 2 CPUs shared with Redis and the load generator, decisions/s depend on what those
 # cost too; the server's CPU per decision is what a deployment pays for the server itself.
@@ -285,7 +285,7 @@ if pairs:
         print("| %s / %s | %s |" % (labels[a], labels[b], " | ".join(
             "—" if a == "sluice-memory" and k == "redis" else times(ratio(a, b, k))
             for k in ("rps", "p50", "p99", "server", "redis"))))
-# The goals (issue 25), on Redis, each pair sluice / peer of the same rounds.
+# The goals, on Redis, each pair sluice / peer of the same rounds.
 goals = [("server CPU per decision ≤ 0.33× the peer's", "server", lambda v: v <= 0.33),
          ("decisions/s ≥ 2× the peer's", "rps", lambda v: v >= 2),
          ("p99 lower than the peer's", "p99", lambda v: v < 1)]

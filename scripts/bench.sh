@@ -4,7 +4,7 @@
 # short times in rounds — every implementation once per round, so a noisy spell hits all alike —
 # and benchstat reports each one's median, spread and ratio to the baseline. At the end, the
 # medians again as the Markdown tables of docs/performance.md (with the date, revision, settings
-# and machine of the run), with the ratios to the baselines, and the goals of issue 25 they
+# and machine of the run), with the ratios to the baselines, and the goals they
 # measure: yes or no. FROM=dir prints those tables again from a run's raw output (see BENCH_OUT).
 #
 # ROUNDS (memory, default 10), BENCHTIME (memory, default 300ms) and REDIS_ROUNDS (Redis and
@@ -22,7 +22,7 @@ if ! command -v go >/dev/null 2>&1 && [ -x /usr/local/go/bin/go ]; then
 fi
 # summary prints the medians of the rounds in the files given (memory.txt, redis.txt, cluster.txt,
 # budgets.txt, any of them) as the Markdown tables docs/performance.md uses, and last the goals of
-# issue 25 that these benchmarks measure: every benchmark line's name (less its -GOMAXPROCS
+# these benchmarks measure: every benchmark line's name (less its -GOMAXPROCS
 # suffix) and unit give one list of values; a table's "median of N rounds" counts its lines.
 summary() {
 	awk '
@@ -122,7 +122,7 @@ summary() {
 			print ""
 		}
 		if (goals != "") {
-			print "Goals (issue 25)\n"
+			print "Goals\n"
 			print "| ratio | value | goal | met |"
 			print "|---|---:|---|---|"
 			printf "%s", goals
