@@ -22,7 +22,8 @@ import (
 //     deadline on Redis's clock (deadline.go) and the instant whose calendar windows it passes;
 //   - the calendar retry: a reply saying Redis's time is outside the windows passed (nothing
 //     written) is asked once more with the windows around the time it names (calendar.go);
-//   - replicas_ack's WAIT (wait.go), and what a decision WAIT did not confirm consumed: given back;
+//   - replicas_ack's WAIT (wait.go), and what a decision WAIT did not confirm consumed: given back
+//     if WAIT answered, kept if the primary did not answer it;
 //   - the reply's length, and learning Redis's time from it (deadline.go);
 //   - the mapping of errors: a deadline passed, a calendar out of range, an actual cost over
 //     the limit, everything else unavailable;
@@ -122,7 +123,9 @@ func (s *Store) run(ctx context.Context, c *conn, r *request, j job) ([]int64, e
 			if !r.decides {
 				return reply, fmt.Errorf("%w: %v", sluice.ErrUnconfirmed, a.err)
 			}
-			s.refund(j.giveBack(reply))
+			if !a.lost { // (a primary that did not answer WAIT may be gone: see wait.go)
+				s.refund(j.giveBack(reply))
+			}
 			return reply, unavailable(a.err)
 		}
 		return reply, nil
@@ -154,7 +157,7 @@ func (s *Store) send(ctx context.Context, c *conn, r *request, j job, args []str
 		<-h.done
 	}
 	if wait != nil {
-		wait.err = h.a.err
+		wait.err, wait.lost = h.a.err, h.a.lost
 	}
 	return h.res, false
 }
@@ -172,6 +175,9 @@ func (h *lateCall) run(s *Store, ctx context.Context, cancel context.CancelFunc,
 	h.res = s.exec(ctx, c, p, keys, args, h.a)
 	if h.deliver() {
 		return
+	}
+	if h.a != nil && h.a.lost {
+		return // a primary that did not answer WAIT may be gone: its charge is kept (wait.go)
 	}
 	if reply, err := h.res.AsIntSlice(); err == nil && len(reply) == want && j.consumed(reply) {
 		s.refund(j.giveBack(reply)) // nobody waits for it: what it consumed goes back

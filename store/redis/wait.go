@@ -53,10 +53,18 @@ import (
 //   - A replica that acknowledged still loses the write if it restarts without persistence, or
 //     resyncs from a primary that lacks it.
 //   - A decision that failed the WAIT did consume on the primary (and perhaps some replicas).
-//     The executor gives it back (exec.go: a settlement to 0 at the decision's instant, a lease
-//     released, in the background), so that "unavailable: used no quota" holds; until the
-//     give-back has run, and on a primary that then dies without it reaching a replica, the
-//     quota stays spent — on the side of refusing. A settlement that failed the WAIT was applied
+//     If WAIT answered (fewer replicas than N acknowledged in time), the primary was alive a
+//     moment ago and holds the charge: the executor gives it back (exec.go: a settlement to 0 at
+//     the decision's instant, a lease released, in the background), so that "unavailable: used
+//     no quota" holds; until the give-back has run, and on a primary that then dies without it
+//     reaching a replica, the quota stays spent — on the side of refusing. If WAIT got no answer
+//     (the primary died or froze while the replicas were acknowledging), the charge is kept: a
+//     give-back goes to whichever server is the primary when it runs, and after a failover that
+//     is a replica that may never have had the charge, where it would hand out quota nobody
+//     took (over-admission, what replicas_ack exists to prevent). The quota then stays spent on
+//     the side of refusing, until the policy's reset at the most. (A give-back sent after WAIT
+//     answered can still meet a failover that comes within its round trip: a narrow window,
+//     not closed.) A settlement that failed the WAIT was applied
 //     and is not undone: it fails with sluice.ErrUnconfirmed (do not retry it), not with
 //     ErrStoreUnavailable (which says nothing changed).
 //   - It costs a round trip more, and the replicas' acknowledgement, on every consuming call,
@@ -112,8 +120,9 @@ func (s *Store) callTimeout(consumes bool) time.Duration {
 // whether it wrote; err is then set to nil if enough replicas acknowledged, else to what fell
 // short (the executor makes it the call's error, exec.go).
 type ack struct {
-	job job
-	err error
+	job  job
+	err  error
+	lost bool // WAIT got no reply (the wire broke, or the call's time ran out): see run's give-back
 }
 
 // exec runs p on c with keys and args: its library function (FCALL) if c calls functions
@@ -145,6 +154,7 @@ func (s *Store) exec(ctx context.Context, c *conn, p *program, keys, args []stri
 	w := dc.Do(ctx, dc.B().Wait().Numreplicas(s.acks.n).Timeout(s.acks.millis).Build())
 	if w.NonRedisError() != nil {
 		dc.Close()
+		wait.lost = true
 	}
 	wait.err = s.acks.shortfall(w)
 	return res

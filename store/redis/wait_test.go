@@ -205,3 +205,65 @@ func (b *ackLogBuffer) String() string {
 	defer b.mu.Unlock()
 	return b.b.String()
 }
+
+// TestReplicasAckLostKeepsCharge: a decision whose WAIT gets no answer — the primary froze
+// (SIGSTOP) while its replica was acknowledging, as a primary does that dies or hangs before a
+// failover — fails with ErrStoreUnavailable and keeps its charge: no give-back is sent, since
+// after a failover it would reach a replica that never had the charge and hand out quota nobody
+// took (what a Sentinel failover under load showed as over-admission). Once the primary is back,
+// the charge is still there. Both a direct call (MaxBatch 1) and the batcher.
+func TestReplicasAckLostKeepsCharge(t *testing.T) {
+	g := redistest.StartReplicated(t, 1)
+	replica := g.Replicas[0]
+	for _, maxBatch := range []int{1, 0} {
+		t.Run(fmt.Sprintf("MaxBatch=%d", maxBatch), func(t *testing.T) {
+			redistest.WaitReplicas(t, g.Primary, 1, 10*time.Second)
+			// WAIT blocks inside Redis for up to 2 s; the call gives up at Timeout + that.
+			st := openStore(t, g.Primary, redis.Options{ReplicasAck: 1, ReplicasAckTimeout: 2 * time.Second, Timeout: 300 * time.Millisecond,
+				MaxBatch: maxBatch, Prefix: fmt.Sprintf("lost%d:", maxBatch)})
+			ctx := context.Background()
+			p := sluice.Policy{Name: "lost", Algorithm: sluice.FixedWindow, Limit: 5, Period: time.Hour}
+			if d, err := st.Decide(ctx, "a", p, 1); err != nil || !d.Allowed {
+				t.Fatalf("first decision: %+v, %v; want allowed", d, err)
+			}
+			calls := st.Stats().Calls
+
+			replica.Stop()
+			done := make(chan error, 1)
+			go func() {
+				d, err := st.Decide(ctx, "a", p, 1)
+				if err == nil && d.Allowed {
+					err = errors.New("allowed without an acknowledgement")
+				}
+				done <- err
+			}()
+			// The script ran and its WAIT is blocked in Redis: then the primary freezes.
+			for end := time.Now().Add(10 * time.Second); infoField(t, g.Primary, "clients", "blocked_clients") != "1"; {
+				if time.Now().After(end) {
+					replica.Cont()
+					t.Fatal("no client blocked in WAIT within 10 s")
+				}
+				runtime.Gosched()
+			}
+			g.Primary.Stop()
+			err := <-done
+			// The call goes on a grace beyond its caller to read a late reply (and give back
+			// what that says was consumed); Close waits for it, and for any give-back, while the
+			// primary is still frozen: its WAIT never answers.
+			st.Close()
+			g.Primary.Cont()
+			replica.Cont()
+			if !errors.Is(err, sluice.ErrStoreUnavailable) {
+				t.Fatalf("a decision whose WAIT got no answer: %v; want ErrStoreUnavailable", err)
+			}
+			if got := st.Stats().Calls - calls; got != 1 {
+				t.Errorf("%d script calls for the decision, want 1: a give-back was sent for a charge whose primary did not answer WAIT", got)
+			}
+			redistest.WaitReplicas(t, g.Primary, 1, 10*time.Second)
+			check := openStore(t, g.Primary, redis.Options{Prefix: fmt.Sprintf("lost%d:", maxBatch)})
+			if d, err := check.Decide(ctx, "a", p, 0); err != nil || d.Remaining != 3 {
+				t.Errorf("after the primary came back: %+v, %v; want 3 left (both charges kept)", d, err)
+			}
+		})
+	}
+}
