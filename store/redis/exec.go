@@ -99,6 +99,8 @@ func (s *Store) run(ctx context.Context, c *conn, r *request, j job) ([]int64, e
 		wait := &a
 		if s.acks == nil || !r.consumes {
 			wait = nil
+		} else {
+			a.primary = c.primary()
 		}
 		res, gone := s.send(ctx, c, r, j, args, wait)
 		if gone {
@@ -124,7 +126,7 @@ func (s *Store) run(ctx context.Context, c *conn, r *request, j job) ([]int64, e
 				return reply, fmt.Errorf("%w: %v", sluice.ErrUnconfirmed, a.err)
 			}
 			if !a.lost { // (a primary that did not answer WAIT may be gone: see wait.go)
-				s.refund(j.giveBack(reply))
+				s.refundOn(a.primary, j.giveBack(reply))
 			}
 			return reply, unavailable(a.err)
 		}
@@ -143,7 +145,7 @@ func (s *Store) send(ctx context.Context, c *conn, r *request, j job, args []str
 	h := &lateCall{}
 	h.done = make(chan struct{})
 	if wait != nil {
-		h.a = &ack{job: j}
+		h.a = &ack{job: j, primary: wait.primary}
 	}
 	lctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), r.by.Add(s.lateGrace()))
 	s.bg.Add(1)
@@ -176,11 +178,15 @@ func (h *lateCall) run(s *Store, ctx context.Context, cancel context.CancelFunc,
 	if h.deliver() {
 		return
 	}
-	if h.a != nil && h.a.lost {
-		return // a primary that did not answer WAIT may be gone: its charge is kept (wait.go)
+	primary := ""
+	if h.a != nil {
+		if h.a.lost {
+			return // a primary that did not answer WAIT may be gone: its charge is kept (wait.go)
+		}
+		primary = h.a.primary
 	}
 	if reply, err := h.res.AsIntSlice(); err == nil && len(reply) == want && j.consumed(reply) {
-		s.refund(j.giveBack(reply)) // nobody waits for it: what it consumed goes back
+		s.refundOn(primary, j.giveBack(reply)) // nobody waits for it: what it consumed goes back
 	}
 }
 
@@ -224,7 +230,14 @@ type refund struct {
 const maxRefunding = 64
 
 // refund gives back rs in the background, at most maxRefunding at once (Close waits for them).
-func (s *Store) refund(rs []refund) {
+func (s *Store) refund(rs []refund) { s.refundOn("", rs) }
+
+// refundOn is refund for charges made on primary (its address; "" if not known, or a cluster),
+// which are given back only while the store still sends to it: after a failover, a give-back
+// would reach the promoted replica, which may never have had the charges, and hand out quota
+// nobody took (replicas_ack's WAIT fell short, wait.go); the charges died with the old primary or
+// stay spent there, erring towards refusing.
+func (s *Store) refundOn(primary string, rs []refund) {
 	if len(rs) == 0 {
 		return
 	}
@@ -234,6 +247,13 @@ func (s *Store) refund(rs []refund) {
 		s.refunding <- struct{}{}
 		defer func() { <-s.refunding }()
 		for _, r := range rs {
+			if primary != "" {
+				if c, err := s.connected(); err != nil || c.primary() != primary {
+					s.log.Warn("redis store: the quota of a decision answered as unavailable is not given back: the primary that took it is no longer the store's",
+						"policy", r.p.Name, "primary", primary)
+					continue
+				}
+			}
 			s.giveBackOne(&r)
 		}
 	}()

@@ -62,9 +62,11 @@ import (
 //     give-back goes to whichever server is the primary when it runs, and after a failover that
 //     is a replica that may never have had the charge, where it would hand out quota nobody
 //     took (over-admission, what replicas_ack exists to prevent). The quota then stays spent on
-//     the side of refusing, until the policy's reset at the most. (A give-back sent after WAIT
-//     answered can still meet a failover that comes within its round trip: a narrow window,
-//     not closed.) A settlement that failed the WAIT was applied
+//     the side of refusing, until the policy's reset at the most. For the same reason a
+//     give-back after WAIT answered short is sent only while the store still sends to the
+//     primary that took the charge (refundOn; outside a cluster): a failover in between keeps
+//     the charge. (One that comes within the give-back's own round trip is a narrow window, not
+//     closed.) A settlement that failed the WAIT was applied
 //     and is not undone: it fails with sluice.ErrUnconfirmed (do not retry it), not with
 //     ErrStoreUnavailable (which says nothing changed).
 //   - It costs a round trip more, and the replicas' acknowledgement, on every consuming call,
@@ -123,6 +125,9 @@ type ack struct {
 	job  job
 	err  error
 	lost bool // WAIT got no reply (the wire broke, or the call's time ran out): see run's give-back
+	// primary is the address of the primary the call was sent to, as the store saw it just before
+	// ("" on a cluster): a give-back goes only there (refundOn).
+	primary string
 }
 
 // exec runs p on c with keys and args: its library function (FCALL) if c calls functions
