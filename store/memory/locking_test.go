@@ -52,17 +52,7 @@ func TestParallelDecisionsAreSerialPerKey(t *testing.T) {
 				var wg, sweeper sync.WaitGroup
 				stop := make(chan struct{})
 				sweeper.Add(1)
-				go func() {
-					defer sweeper.Done()
-					for {
-						select {
-						case <-stop:
-							return
-						default:
-							s.Sweep()
-						}
-					}
-				}()
+				go untilStopped(&sweeper, stop, s.Sweep)
 				for g := range goroutines {
 					wg.Add(1)
 					go func() {
@@ -203,29 +193,9 @@ func TestParallelEvictionAndSweeps(t *testing.T) {
 			var wg, helpers sync.WaitGroup
 			stop := make(chan struct{})
 			helpers.Add(2)
-			go func() { // the clock: short states go idle, decisions sweep their shards
-				defer helpers.Done()
-				for {
-					select {
-					case <-stop:
-						return
-					default:
-						clock.Advance(100 * time.Microsecond)
-						runtime.Gosched()
-					}
-				}
-			}()
-			go func() {
-				defer helpers.Done()
-				for {
-					select {
-					case <-stop:
-						return
-					default:
-						s.Sweep()
-					}
-				}
-			}()
+			// The clock: short states go idle, decisions sweep their shards.
+			go untilStopped(&helpers, stop, func() { clock.Advance(100 * time.Microsecond); runtime.Gosched() })
+			go untilStopped(&helpers, stop, s.Sweep)
 			for g := range goroutines {
 				wg.Add(1)
 				go func() {
@@ -277,5 +247,18 @@ func TestParallelEvictionAndSweeps(t *testing.T) {
 			}
 			checkTables(t, s)
 		})
+	}
+}
+
+// untilStopped calls f over and over until stop is closed, then marks wg done.
+func untilStopped(wg *sync.WaitGroup, stop <-chan struct{}, f func()) {
+	defer wg.Done()
+	for {
+		select {
+		case <-stop:
+			return
+		default:
+			f()
+		}
 	}
 }
