@@ -21,7 +21,19 @@ const maxStreams = 1024
 // (grpc.health.v1.Health: SERVING for "" and for envoy.service.ratelimit.v3.RateLimitService),
 // and the health server, to set NOT_SERVING when draining (see health.Server.Shutdown).
 func (s *Service) Server() (*grpc.Server, *health.Server) {
-	gs := grpc.NewServer(
+	gs := grpc.NewServer(ServerOptions()...)
+	rlspb.RegisterRateLimitServiceServer(gs, s)
+	hs := health.NewServer()
+	hs.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
+	hs.SetServingStatus(rlspb.RateLimitService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
+	healthpb.RegisterHealthServer(gs, hs)
+	return gs, hs
+}
+
+// ServerOptions are the gRPC server's settings, for Server and for a benchmark's server that is
+// to cost what this one does (bench/rlsnull).
+func ServerOptions() []grpc.ServerOption {
+	return []grpc.ServerOption{
 		grpc.MaxRecvMsgSize(maxMessage),
 		// Workers keep their grown stacks: a goroutine per stream would grow its stack again for
 		// every call (measured: 10–25% of the service's CPU on the Redis store).
@@ -32,11 +44,5 @@ func (s *Service) Server() (*grpc.Server, *health.Server) {
 		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: 5 * time.Minute}),
 		// Envoy pings its long-lived connections; allow it as often as every 10 s.
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
-	)
-	rlspb.RegisterRateLimitServiceServer(gs, s)
-	hs := health.NewServer()
-	hs.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
-	hs.SetServingStatus(rlspb.RateLimitService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
-	healthpb.RegisterHealthServer(gs, hs)
-	return gs, hs
+	}
 }

@@ -28,7 +28,10 @@
 #
 # Rounds: ROUNDS (5) interleaved rounds of peer, sluice, peer, sluice, ... on `client`, the first
 # REFUSE_ROUNDS (3) of them followed by the same on `capped`; then MEMORY_ROUNDS (1) of sluice on
-# its memory store (store: {type: memory}), reported separately. Each round is rlsload with WARMUP (2s) then
+# its memory store (store: {type: memory}), and FLOOR_ROUNDS (1) of bench/rlsnull, reported separately.
+# rlsnull is the floor: a gRPC server with sluice's settings that answers OK to every descriptor and
+# decides nothing, so its CPU per call is what grpc-go, HTTP/2 and protobuf cost any Go rate limit
+# service under this load (the reference is built on the same gRPC library). Each round is rlsload with WARMUP (2s) then
 # DURATION (10s), CONCURRENCY (64) callers on CONNS (1) gRPC connection(s), VALUES (10000)
 # distinct values drawn uniformly. The table gives each target's medians over its rounds: decisions/s,
 # latencies, and the CPU time per decision of the server, of Redis and of the load generator (each
@@ -52,6 +55,7 @@ export PATH="$PATH:/usr/sbin:/sbin"
 ROUNDS=${ROUNDS:-5}
 REFUSE_ROUNDS=${REFUSE_ROUNDS:-3}
 MEMORY_ROUNDS=${MEMORY_ROUNDS:-1}
+FLOOR_ROUNDS=${FLOOR_ROUNDS:-1}
 DURATION=${DURATION:-10s}
 WARMUP=${WARMUP:-2s}
 CONCURRENCY=${CONCURRENCY:-64}
@@ -64,8 +68,8 @@ DOMAIN=rls_bench
 for tool in go redis-server redis-cli python3; do
 	command -v "$tool" >/dev/null 2>&1 || die "$tool is needed (redis-server and redis-cli: apt-get install redis-server)"
 done
-for n in "$ROUNDS" "$REFUSE_ROUNDS" "$MEMORY_ROUNDS" "$CONCURRENCY" "$CONNS" "$VALUES"; do
-	[[ $n =~ ^[0-9]+$ ]] || die "ROUNDS, REFUSE_ROUNDS, MEMORY_ROUNDS, CONCURRENCY, CONNS and VALUES are whole numbers (got $n)"
+for n in "$ROUNDS" "$REFUSE_ROUNDS" "$MEMORY_ROUNDS" "$FLOOR_ROUNDS" "$CONCURRENCY" "$CONNS" "$VALUES"; do
+	[[ $n =~ ^[0-9]+$ ]] || die "ROUNDS, REFUSE_ROUNDS, MEMORY_ROUNDS, FLOOR_ROUNDS, CONCURRENCY, CONNS and VALUES are whole numbers (got $n)"
 done
 
 load_before=$(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || echo unknown)
@@ -73,6 +77,7 @@ load_before=$(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || echo unknown)
 # 1. Build: the load generator, sluice, and the peer at the tests' pinned version.
 log "building bench/rlsload"
 go build -o "$work/rlsload" ./bench/rlsload
+go build -o "$work/rlsnull" ./bench/rlsnull
 if [ "$SKIP_SLUICE" != 1 ]; then
 	log "building sluice"
 	go build -o "$work/sluice" ./cmd/sluice
@@ -220,6 +225,18 @@ if [ "$SKIP_SLUICE" != 1 ]; then
 		stop "$sluice_pid"
 	fi
 fi
+if ((FLOOR_ROUNDS > 0)); then
+	floor_addr=127.0.0.1:$(free_port)
+	log "starting the floor (bench/rlsnull) on $floor_addr"
+	"$work/rlsnull" -listen "$floor_addr" >"$work/floor.log" 2>&1 &
+	floor_pid=$!
+	pids+=("$floor_pid")
+	wait_ready "$floor_addr" "$floor_pid" "$work/floor.log"
+	for round in $(seq "$FLOOR_ROUNDS"); do
+		measure floor "$floor_addr" client "$floor_pid"
+	done
+	stop "$floor_pid"
+fi
 stop "$redis_pid"
 
 # 7. The table: medians per target, and sluice / peer.
@@ -241,6 +258,7 @@ labels = {
     "peer-refusing": "envoyproxy/ratelimit, Redis, 1/s per value",
     "sluice-refusing": "sluice, Redis, 1/s per value",
     "sluice-memory": "sluice, memory store, never refusing",
+    "floor": "floor: grpc-go answering OK, no decision",
 }
 rows = {}
 for name in labels:
@@ -274,22 +292,22 @@ def ratio(a, b, k):
     x, y = rows[a][k], rows[b][k]
     return None if x is None or not y else x / y
 times = lambda v: "—" if v is None else "%.2f×" % v
-pairs = [("sluice", "peer"), ("sluice-refusing", "peer-refusing"), ("sluice-memory", "peer")]
+pairs = [("sluice", "peer"), ("sluice-refusing", "peer-refusing"), ("sluice-memory", "peer"), ("floor", "peer")]
 pairs = [(a, b) for a, b in pairs if a in rows and b in rows]
 if pairs:
     print()
     print("| ratio | decisions/s | p50 | p99 | server CPU per decision | Redis CPU per decision |")
     print("|---|---:|---:|---:|---:|---:|")
     for a, b in pairs:
-        # (On the memory store, Redis only answers the probe: no ratio of its CPU.)
+        # (On the memory store and the floor, Redis only answers the probe: no ratio of its CPU.)
         print("| %s / %s | %s |" % (labels[a], labels[b], " | ".join(
-            "—" if a == "sluice-memory" and k == "redis" else times(ratio(a, b, k))
+            "—" if a in ("sluice-memory", "floor") and k == "redis" else times(ratio(a, b, k))
             for k in ("rps", "p50", "p99", "server", "redis"))))
 # The goals, on Redis, each pair sluice / peer of the same rounds.
 goals = [("server CPU per decision ≤ 0.33× the peer's", "server", lambda v: v <= 0.33),
          ("decisions/s ≥ 2× the peer's", "rps", lambda v: v >= 2),
          ("p99 lower than the peer's", "p99", lambda v: v < 1)]
-cols = [(a, b) for a, b in pairs if a != "sluice-memory"]
+cols = [(a, b) for a, b in pairs if a not in ("sluice-memory", "floor")]
 if cols:
     print()
     # Columns by the rounds' load: "never refusing", "1/s per value" (sluice / peer, both on Redis).
@@ -302,6 +320,13 @@ if cols:
             v = ratio(a, b, k)
             cells += [times(v), "—" if v is None else ("**met**" if ok(v) else "not met")]
         print("| %s | %s |" % (text, " | ".join(cells)))
+if "floor" in rows and "peer" in rows and rows["floor"]["server"] and rows["peer"]["server"]:
+    f, p = rows["floor"]["server"], rows["peer"]["server"]
+    print()
+    print("The floor: grpc-go answering OK and deciding nothing costs %.1f µs of CPU per call, %.2f× the peer's "
+          "%.1f µs per decision; a third of the peer's is %.1f µs, %s." % (
+              f, f / p, p, p / 3, "%.1f µs less than the floor" % (f - p / 3) if f > p / 3
+              else "%.1f µs above the floor for matching, the store and the answer" % (p / 3 - f)))
 for name, r in rows.items():
     if r["errors"]:
         print("\nWarning: %s: %d errors of %d decisions (see rlsload's first error above)." % (labels[name], r["errors"], r["total"]))
