@@ -123,20 +123,40 @@ func (c *call) giveBack(reply []int64) []refund {
 	return []refund{{key: c.key, p: c.p, at: reply[len(reply)-1], cost: c.cost}}
 }
 
-// wait waits for c's reply, or for ctx to end: then the call is abandoned, and whoever gets its
-// reply gives back what it consumed.
+// wait waits for c's reply, or for ctx to end or c's deadline to pass: then the call is
+// abandoned, and whoever gets its reply gives back what it consumed. (The deadline is c's own, not
+// a context's: a context with a timeout, derived from the caller's for every decision, cost more
+// than the rest of Decide, on a caller's context that can be cancelled — a gRPC call's — whose
+// children are kept in a map under a lock.)
 func (c *call) wait(ctx context.Context) error {
+	t := deadlineTimers.Get().(*time.Timer)
+	t.Reset(time.Until(c.deadline))
+	defer func() {
+		t.Stop() // (since Go 1.23, nothing is received from a stopped timer: it can be reused)
+		deadlineTimers.Put(t)
+	}()
+	var why error
 	select {
 	case <-c.done:
 		return c.err
 	case <-ctx.Done():
-		if c.abandon() {
-			return unavailable(ctx.Err())
-		}
-		<-c.done // delivered meanwhile: the answer stands
-		return c.err
+		why = ctx.Err()
+	case <-t.C:
+		why = context.DeadlineExceeded
 	}
+	if c.abandon() {
+		return unavailable(why)
+	}
+	<-c.done // delivered meanwhile: the answer stands
+	return c.err
 }
+
+// deadlineTimers are the stopped timers callers wait on for their calls' deadlines.
+var deadlineTimers = sync.Pool{New: func() any {
+	t := time.NewTimer(time.Hour)
+	t.Stop()
+	return t
+}}
 
 // hand gives c its result (reply and err set); if its caller no longer waits, what the reply
 // consumed is given back.
@@ -148,7 +168,7 @@ func (s *Store) hand(c *call) {
 
 var errClosed = fmt.Errorf("%w: redis store: closed", sluice.ErrStoreUnavailable)
 
-// decide queues c and waits for its reply, or for ctx to end.
+// decide queues c and waits for its reply, or for ctx to end or c's deadline to pass.
 func (b *batcher) decide(ctx context.Context, c *call) error {
 	if b.cluster {
 		c.slot = slot(c.keys[0])
@@ -156,10 +176,18 @@ func (b *batcher) decide(ctx context.Context, c *call) error {
 	}
 	select {
 	case b.queue <- c:
-	case <-ctx.Done():
-		return unavailable(ctx.Err())
-	case <-b.stop:
-		return errClosed
+	default: // the queue is full: wait for room, as long as the caller would for the reply
+		t := time.NewTimer(time.Until(c.deadline))
+		defer t.Stop()
+		select {
+		case b.queue <- c:
+		case <-ctx.Done():
+			return unavailable(ctx.Err())
+		case <-t.C:
+			return unavailable(context.DeadlineExceeded)
+		case <-b.stop:
+			return errClosed
+		}
 	}
 	return c.wait(ctx) // (the worker finishes c even if nobody waits)
 }

@@ -548,9 +548,12 @@ func (s *Store) Decide(ctx context.Context, key string, p sluice.Policy, cost in
 	if err != nil {
 		return sluice.Decision{Limit: p.Capacity()}, err
 	}
-	ctx, cancel := context.WithTimeout(ctx, s.callTimeout(cost > 0))
-	defer cancel()
-	deadline, _ := ctx.Deadline()
+	// The call's deadline: the caller's, or the store's bound if sooner (what a context with that
+	// timeout would have; the batcher's callers wait for it without one: call.wait).
+	deadline := time.Now().Add(s.callTimeout(cost > 0))
+	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
+		deadline = d
+	}
 	var inst int64
 	period := ""
 	if p.Calendar != algorithm.NoCalendar {
@@ -569,9 +572,11 @@ func (s *Store) Decide(ctx context.Context, key string, p sluice.Policy, cost in
 	} else {
 		r := call.request(s, deadline, false)
 		var reply []int64
-		if reply, err = s.run(ctx, c, &r, call); err == nil {
+		dctx, cancel := context.WithDeadline(ctx, deadline)
+		if reply, err = s.run(dctx, c, &r, call); err == nil {
 			copy(call.reply[:], reply)
 		}
+		cancel()
 	}
 	if err != nil {
 		return sluice.Decision{Limit: p.Capacity()}, err
