@@ -37,7 +37,9 @@ import (
 //     an endStream, which fires when fasthttp closes it (at the stream's end, on an error either
 //     side, or when the response is released), or when the client is seen to leave (clientWatch);
 //     a tunnel (an upgrade) fires when both directions have closed; a response without a stream
-//     (refused, failed, HEAD, 204, 304) fires before the handler returns.
+//     (refused, failed, HEAD, 204, 304), or whose whole body the upstream had already sent when
+//     its header was read (a short answer of known length, upstreamCall.inHand: nothing is left
+//     to wait for), fires before the handler returns, as fasthttp is about to write it.
 //   - the net/http engine (ServeHTTP): httputil.ReverseProxy returns once it has copied the body
 //     (or the tunnel closed, or the client left: the request's context is cancelled, which cancels
 //     the upstream's request); the handler fires then, what the body stream saw (endBody) telling a

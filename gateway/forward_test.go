@@ -11,7 +11,10 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
+	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -290,4 +293,70 @@ func rawExchange(t *testing.T, gw *frontend, raw string) (*http.Response, *bufio
 	br := bufio.NewReader(c)
 	resp, err := http.ReadResponse(br, nil)
 	return resp, br, c, err
+}
+
+// Answers of every size and framing arrive whole, one after another on one kept-alive connection
+// each side: short answers of known length (taken whole from what the upstream had sent with
+// the header), longer ones and chunked ones (streamed); the upstream's one connection is given
+// back after each, however the answer was read.
+func TestAnswerSizes(t *testing.T) {
+	forEachEngine(t, func(t *testing.T, engine string) {
+		var conns atomic.Int64
+		up := &upstream{count: map[string]int{}}
+		up.Server = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			n, _ := strconv.Atoi(r.URL.Query().Get("n"))
+			body := answerBody(n)
+			if r.URL.Query().Get("chunked") == "" {
+				w.Header().Set("Content-Length", strconv.Itoa(n))
+				_, _ = w.Write(body)
+				return
+			}
+			for len(body) > 0 { // flushed in pieces: chunked, the pieces apart
+				k := min(len(body), 1000)
+				_, _ = w.Write(body[:k])
+				http.NewResponseController(w).Flush()
+				body = body[k:]
+			}
+		}))
+		up.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+			if s == http.StateNew {
+				conns.Add(1)
+			}
+		}
+		up.Start()
+		t.Cleanup(up.Close)
+		gw, _ := start(t, engine, forwardYAML, up)
+		client := &http.Client{Transport: &http.Transport{MaxConnsPerHost: 1}}
+		defer client.CloseIdleConnections()
+		for round := range 3 {
+			for _, q := range []string{"n=0", "n=1", "n=100", "n=3000", "n=5000", "n=70000", "n=100&chunked=1", "n=70000&chunked=1", "n=2"} {
+				resp, err := client.Get(gw.URL + "/sizes?" + q)
+				if err != nil {
+					t.Fatalf("round %d, %s: %v", round, q, err)
+				}
+				got, err := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				vals, _ := url.ParseQuery(q)
+				n, _ := strconv.Atoi(vals.Get("n"))
+				if err != nil || resp.StatusCode != 200 || !bytes.Equal(got, answerBody(n)) {
+					t.Fatalf("round %d, %s: %d, %d bytes, %v; want 200 and the upstream's %d bytes", round, q, resp.StatusCode, len(got), err, n)
+				}
+				if vals.Get("chunked") == "" && resp.ContentLength != int64(n) {
+					t.Fatalf("round %d, %s: Content-Length %d, want %d", round, q, resp.ContentLength, n)
+				}
+			}
+		}
+		if got := conns.Load(); got != 1 {
+			t.Fatalf("the upstream saw %d connections, want 1: each answer read whole gives its connection back", got)
+		}
+	})
+}
+
+// answerBody is n bytes that differ from one position to the next.
+func answerBody(n int) []byte {
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = byte('a' + i%26 + i/26%7)
+	}
+	return b
 }

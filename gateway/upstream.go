@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"bufio"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -116,6 +117,8 @@ type upstreamCall struct {
 	conn    net.Conn // the connection the call is on (nil: none now)
 	left    bool     // cancelled: the client left
 	release func(reuse bool)
+
+	br *bufio.Reader // the response's connection's reader, while its body is a stream (the caller's goroutine only)
 }
 
 // cancel ends the call: the connection it is on is closed (a read or a write on it fails at
@@ -148,6 +151,7 @@ func (c *upstreamCall) cancelled() bool {
 // end) and neither side asked to close it, else closed. The response's stream is closed first.
 func (c *upstreamCall) finish(resp *fasthttp.Response, reuse bool) {
 	_ = resp.CloseBodyStream()
+	c.br = nil
 	c.mu.Lock()
 	release := c.release
 	c.release, c.conn = nil, nil
@@ -255,7 +259,19 @@ func (c *upstreamCall) once(req *fasthttp.Request, resp *fasthttp.Response, agai
 	c.mu.Lock()
 	c.release = release
 	c.mu.Unlock()
+	c.br = br
 	return false, nil
+}
+
+// inHand returns the length of resp's body if every byte of it has already been read from the
+// upstream's connection (its length is known, and it is in the reader's buffer), else -1: such a
+// body can be taken whole at once, without waiting on the upstream.
+func (c *upstreamCall) inHand(resp *fasthttp.Response) int {
+	n := resp.Header.ContentLength()
+	if n < 0 || c.br == nil || n > c.br.Buffered() {
+		return -1
+	}
+	return n
 }
 
 // dialIdleTimeout dials the upstream with a connection whose reads and writes each have
