@@ -9,9 +9,9 @@ import (
 	"testing"
 )
 
-// TestPerformanceDocTables prints the tables of scripts/bench.sh and scripts/bench-gateway.sh from
-// saved runs (FROM=, measuring nothing: benchmark lines written for the test, and a gateway run's
-// whole output) and checks that docs/performance.md has them in the same form, so that the doc's
+// TestPerformanceDocTables prints the tables of scripts/bench.sh, scripts/bench-gateway.sh and
+// scripts/bench-rls.sh from saved runs (FROM=, measuring nothing: benchmark lines written for the
+// test, a gateway run's whole output, and a rate limit service run's RLS_OUT) and checks that docs/performance.md has them in the same form, so that the doc's
 // tables can be pasted from the scripts and neither drifts from the other: every header line as
 // printed, every row's first cell (its label), and in the goals tables every row's goal.
 func TestPerformanceDocTables(t *testing.T) {
@@ -27,6 +27,7 @@ func TestPerformanceDocTables(t *testing.T) {
 	for _, run := range []struct{ script, from string }{
 		{"bench.sh", fixtures},
 		{"bench-gateway.sh", filepath.Join(fixtures, "gateway-run.txt")},
+		{"bench-rls.sh", filepath.Join(fixtures, "rls")},
 	} {
 		cmd := exec.Command("bash", filepath.Join("..", "scripts", run.script))
 		cmd.Env = append(os.Environ(), "FROM="+run.from)

@@ -1,8 +1,8 @@
 # What the benchmark scripts share (bench-gateway.sh, bench-rls.sh, bench-llm.sh): their log, a
 # work directory and the processes they start (stop ends one; all are stopped on exit), free ports
 # and a wait for a server.
-# Source it after `set -euo pipefail`; set KEEP_OUT to a directory to keep the work's *.json and
-# *.log files there after the run.
+# Source it after `set -euo pipefail`; set KEEP_OUT to a directory to keep the work's *.json,
+# *.txt and *.log files there after the run.
 
 log() { printf '%s %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 die() { log "error: $*"; exit 1; }
@@ -18,7 +18,7 @@ cleanup() {
 		wait "$pid" 2>/dev/null || true
 	done
 	if [ -n "${KEEP_OUT:-}" ]; then
-		mkdir -p "$KEEP_OUT" && cp "$work"/*.json "$work"/*.log "$KEEP_OUT"/ 2>/dev/null || true
+		mkdir -p "$KEEP_OUT" && cp "$work"/*.json "$work"/*.txt "$work"/*.log "$KEEP_OUT"/ 2>/dev/null || true
 	fi
 	rm -rf "$work"
 }

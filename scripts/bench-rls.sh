@@ -40,7 +40,8 @@
 # for the Envoy service (server CPU per decision ≤ 0.33× the peer's, decisions/s ≥ 2×, p99 lower),
 # met or not. On 2 CPUs shared with Redis and the load generator, decisions/s depend on what those
 # cost too; the server's CPU per decision is what a deployment pays for the server itself.
-# RLS_OUT=dir keeps every round's JSON line and the servers' logs there.
+# RLS_OUT=dir keeps every round's JSON line, the run's description and the servers' logs there;
+# FROM=dir prints the tables again from such a directory, measuring nothing.
 # The load generator shares the CPUs with the servers and Redis: run it on an otherwise idle
 # machine (the load average before and after is printed).
 set -euo pipefail
@@ -64,6 +65,108 @@ VALUES=${VALUES:-10000}
 SKIP_SLUICE=${SKIP_SLUICE:-0}
 PEER_ENV=${PEER_ENV:-}
 DOMAIN=rls_bench
+
+# tables DIR prints the tables from the rounds' JSON lines in DIR (NAME.json, one line a round) and
+# the run's description (DIR/run.txt): medians per target, the ratios sluice / peer, the goals.
+tables() {
+	local dir=$1
+	echo
+	cat "$dir/run.txt" 2>/dev/null || echo "(no run.txt in $dir: the run is not described)"
+	echo
+	python3 - "$dir" <<'EOF'
+import json, os, statistics, sys
+
+work = sys.argv[1]
+labels = {
+    "peer": "envoyproxy/ratelimit, Redis, never refusing",
+    "sluice": "sluice, Redis, never refusing",
+    "peer-refusing": "envoyproxy/ratelimit, Redis, 1/s per value",
+    "sluice-refusing": "sluice, Redis, 1/s per value",
+    "sluice-memory": "sluice, memory store, never refusing",
+    "floor": "floor: grpc-go answering OK, no decision",
+}
+rows = {}
+for name in labels:
+    path = os.path.join(work, name + ".json")
+    if not os.path.exists(path):
+        continue
+    runs = [json.loads(l) for l in open(path) if l.strip()]
+    med = lambda k: statistics.median(r[k] for r in runs)
+    # CPU time per decision of a process (server, redis, rlsload): the median of the rounds that
+    # measured it, None if none did.
+    def cpu(proc):
+        v = [r["cpu_us_per_decision"][proc] for r in runs if proc in r.get("cpu_us_per_decision", {})]
+        return statistics.median(v) if v else None
+    total = sum(r["decisions"] for r in runs)
+    rows[name] = dict(
+        rounds=len(runs), rps=med("decisions_per_s"), p50=med("p50_ms"), p90=med("p90_ms"),
+        p99=med("p99_ms"), max=max(r["max_ms"] for r in runs),
+        server=cpu("server"), redis=cpu("redis"), load=cpu("rlsload"),
+        ok=sum(r["ok"] for r in runs), over=sum(r["over_limit"] for r in runs),
+        errors=sum(r["errors"] for r in runs), total=total,
+        each=" ".join("%.0f" % r["decisions_per_s"] for r in runs))
+us = lambda v: "—" if v is None else "%.1f µs" % v
+print("| target | rounds | decisions/s | p50 | p90 | p99 | max | server CPU per decision | Redis CPU per decision | load generator CPU per decision | OK | OVER_LIMIT | errors | each round's decisions/s |")
+print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
+for name, r in rows.items():
+    print("| %s | %d | %.0f | %.2f ms | %.2f ms | %.2f ms | %.2f ms | %s | %s | %s | %d | %d (%.1f %%) | %d | %s |" % (
+        labels[name], r["rounds"], r["rps"], r["p50"], r["p90"], r["p99"], r["max"], us(r["server"]), us(r["redis"]),
+        us(r["load"]), r["ok"], r["over"], 100.0 * r["over"] / max(r["total"], 1), r["errors"], r["each"]))
+
+def ratio(a, b, k):
+    x, y = rows[a][k], rows[b][k]
+    return None if x is None or not y else x / y
+times = lambda v: "—" if v is None else "%.2f×" % v
+pairs = [("sluice", "peer"), ("sluice-refusing", "peer-refusing"), ("sluice-memory", "peer"), ("floor", "peer")]
+pairs = [(a, b) for a, b in pairs if a in rows and b in rows]
+if pairs:
+    print()
+    print("| ratio | decisions/s | p50 | p99 | server CPU per decision | Redis CPU per decision |")
+    print("|---|---:|---:|---:|---:|---:|")
+    for a, b in pairs:
+        # (On the memory store and the floor, Redis only answers the probe: no ratio of its CPU.)
+        print("| %s / %s | %s |" % (labels[a], labels[b], " | ".join(
+            "—" if a in ("sluice-memory", "floor") and k == "redis" else times(ratio(a, b, k))
+            for k in ("rps", "p50", "p99", "server", "redis"))))
+# The goals, on Redis, each pair sluice / peer of the same rounds.
+goals = [("server CPU per decision ≤ 0.33× the peer's", "server", lambda v: v <= 0.33),
+         ("decisions/s ≥ 2× the peer's", "rps", lambda v: v >= 2),
+         ("p99 lower than the peer's", "p99", lambda v: v < 1)]
+cols = [(a, b) for a, b in pairs if a not in ("sluice-memory", "floor")]
+if cols:
+    print()
+    # Columns by the rounds' load: "never refusing", "1/s per value" (sluice / peer, both on Redis).
+    print("| goal (sluice / envoyproxy/ratelimit, both on Redis) | " + " | ".join(
+        "%s | met" % labels[a].split(", ")[-1] for a, b in cols) + " |")
+    print("|---|" + "---:|---|" * len(cols))
+    for text, k, ok in goals:
+        cells = []
+        for a, b in cols:
+            v = ratio(a, b, k)
+            cells += [times(v), "—" if v is None else ("**met**" if ok(v) else "not met")]
+        print("| %s | %s |" % (text, " | ".join(cells)))
+if "floor" in rows and "peer" in rows and rows["floor"]["server"] and rows["peer"]["server"]:
+    f, p = rows["floor"]["server"], rows["peer"]["server"]
+    print()
+    print("The floor: grpc-go answering OK and deciding nothing costs %.1f µs of CPU per call, %.2f× the peer's "
+          "%.1f µs per decision; a third of the peer's is %.1f µs, %s." % (
+              f, f / p, p, p / 3, "%.1f µs less than the floor" % (f - p / 3) if f > p / 3
+              else "%.1f µs above the floor for matching, the store and the answer" % (p / 3 - f)))
+for name, r in rows.items():
+    if r["errors"]:
+        print("\nWarning: %s: %d errors of %d decisions (see rlsload's first error above)." % (labels[name], r["errors"], r["total"]))
+    if not name.endswith("refusing") and r["over"]:
+        print("\nWarning: %s refused %d of %d decisions; nothing should be." % (labels[name], r["over"], r["total"]))
+EOF
+}
+
+# FROM=dir prints the tables again from a run kept with RLS_OUT=dir, measuring nothing.
+if [ -n "${FROM:-}" ]; then
+	[ -d "$FROM" ] || die "FROM=$FROM: no such directory (a run's RLS_OUT)"
+	command -v python3 >/dev/null 2>&1 || die "python3 is needed"
+	tables "$FROM"
+	exit 0
+fi
 
 for tool in go redis-server redis-cli python3; do
 	command -v "$tool" >/dev/null 2>&1 || die "$tool is needed (redis-server and redis-cli: apt-get install redis-server)"
@@ -239,97 +342,13 @@ if ((FLOOR_ROUNDS > 0)); then
 fi
 stop "$redis_pid"
 
-# 7. The table: medians per target, and sluice / peer.
+# 7. The tables: medians per target, and sluice / peer; what the run was is kept in run.txt.
 cpu=$(awk -F': *' '/^model name/ {print $2; exit}' /proc/cpuinfo 2>/dev/null || true)
-echo
-echo "### Envoy RLS: rlsload, $CONCURRENCY callers on $CONNS gRPC connection(s), $VALUES values, warm-up $WARMUP, $DURATION per round; medians"
-echo
-echo "Machine: $(nproc) CPUs, ${cpu:-unknown CPU}; $(uname -sr); $(go version | cut -d' ' -f3); redis $(redis-server --version | sed -n 's/.*v=\([^ ]*\).*/\1/p');" \
-	"envoyproxy/ratelimit $version${PEER_ENV:+ with $PEER_ENV}. The load generator, the servers and Redis share the CPUs;" \
-	"load average before: $load_before, after: $(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || echo unknown)."
-echo
-python3 - "$work" <<'EOF'
-import json, os, statistics, sys
-
-work = sys.argv[1]
-labels = {
-    "peer": "envoyproxy/ratelimit, Redis, never refusing",
-    "sluice": "sluice, Redis, never refusing",
-    "peer-refusing": "envoyproxy/ratelimit, Redis, 1/s per value",
-    "sluice-refusing": "sluice, Redis, 1/s per value",
-    "sluice-memory": "sluice, memory store, never refusing",
-    "floor": "floor: grpc-go answering OK, no decision",
-}
-rows = {}
-for name in labels:
-    path = os.path.join(work, name + ".json")
-    if not os.path.exists(path):
-        continue
-    runs = [json.loads(l) for l in open(path) if l.strip()]
-    med = lambda k: statistics.median(r[k] for r in runs)
-    # CPU time per decision of a process (server, redis, rlsload): the median of the rounds that
-    # measured it, None if none did.
-    def cpu(proc):
-        v = [r["cpu_us_per_decision"][proc] for r in runs if proc in r.get("cpu_us_per_decision", {})]
-        return statistics.median(v) if v else None
-    total = sum(r["decisions"] for r in runs)
-    rows[name] = dict(
-        rounds=len(runs), rps=med("decisions_per_s"), p50=med("p50_ms"), p90=med("p90_ms"),
-        p99=med("p99_ms"), max=max(r["max_ms"] for r in runs),
-        server=cpu("server"), redis=cpu("redis"), load=cpu("rlsload"),
-        ok=sum(r["ok"] for r in runs), over=sum(r["over_limit"] for r in runs),
-        errors=sum(r["errors"] for r in runs), total=total,
-        each=" ".join("%.0f" % r["decisions_per_s"] for r in runs))
-us = lambda v: "—" if v is None else "%.1f µs" % v
-print("| target | rounds | decisions/s | p50 | p90 | p99 | max | server CPU per decision | Redis CPU per decision | load generator CPU per decision | OK | OVER_LIMIT | errors | each round's decisions/s |")
-print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
-for name, r in rows.items():
-    print("| %s | %d | %.0f | %.2f ms | %.2f ms | %.2f ms | %.2f ms | %s | %s | %s | %d | %d (%.1f %%) | %d | %s |" % (
-        labels[name], r["rounds"], r["rps"], r["p50"], r["p90"], r["p99"], r["max"], us(r["server"]), us(r["redis"]),
-        us(r["load"]), r["ok"], r["over"], 100.0 * r["over"] / max(r["total"], 1), r["errors"], r["each"]))
-
-def ratio(a, b, k):
-    x, y = rows[a][k], rows[b][k]
-    return None if x is None or not y else x / y
-times = lambda v: "—" if v is None else "%.2f×" % v
-pairs = [("sluice", "peer"), ("sluice-refusing", "peer-refusing"), ("sluice-memory", "peer"), ("floor", "peer")]
-pairs = [(a, b) for a, b in pairs if a in rows and b in rows]
-if pairs:
-    print()
-    print("| ratio | decisions/s | p50 | p99 | server CPU per decision | Redis CPU per decision |")
-    print("|---|---:|---:|---:|---:|---:|")
-    for a, b in pairs:
-        # (On the memory store and the floor, Redis only answers the probe: no ratio of its CPU.)
-        print("| %s / %s | %s |" % (labels[a], labels[b], " | ".join(
-            "—" if a in ("sluice-memory", "floor") and k == "redis" else times(ratio(a, b, k))
-            for k in ("rps", "p50", "p99", "server", "redis"))))
-# The goals, on Redis, each pair sluice / peer of the same rounds.
-goals = [("server CPU per decision ≤ 0.33× the peer's", "server", lambda v: v <= 0.33),
-         ("decisions/s ≥ 2× the peer's", "rps", lambda v: v >= 2),
-         ("p99 lower than the peer's", "p99", lambda v: v < 1)]
-cols = [(a, b) for a, b in pairs if a not in ("sluice-memory", "floor")]
-if cols:
-    print()
-    # Columns by the rounds' load: "never refusing", "1/s per value" (sluice / peer, both on Redis).
-    print("| goal (sluice / envoyproxy/ratelimit, both on Redis) | " + " | ".join(
-        "%s | met" % labels[a].split(", ")[-1] for a, b in cols) + " |")
-    print("|---|" + "---:|---|" * len(cols))
-    for text, k, ok in goals:
-        cells = []
-        for a, b in cols:
-            v = ratio(a, b, k)
-            cells += [times(v), "—" if v is None else ("**met**" if ok(v) else "not met")]
-        print("| %s | %s |" % (text, " | ".join(cells)))
-if "floor" in rows and "peer" in rows and rows["floor"]["server"] and rows["peer"]["server"]:
-    f, p = rows["floor"]["server"], rows["peer"]["server"]
-    print()
-    print("The floor: grpc-go answering OK and deciding nothing costs %.1f µs of CPU per call, %.2f× the peer's "
-          "%.1f µs per decision; a third of the peer's is %.1f µs, %s." % (
-              f, f / p, p, p / 3, "%.1f µs less than the floor" % (f - p / 3) if f > p / 3
-              else "%.1f µs above the floor for matching, the store and the answer" % (p / 3 - f)))
-for name, r in rows.items():
-    if r["errors"]:
-        print("\nWarning: %s: %d errors of %d decisions (see rlsload's first error above)." % (labels[name], r["errors"], r["total"]))
-    if not name.endswith("refusing") and r["over"]:
-        print("\nWarning: %s refused %d of %d decisions; nothing should be." % (labels[name], r["over"], r["total"]))
-EOF
+{
+	echo "### Envoy RLS: rlsload, $CONCURRENCY callers on $CONNS gRPC connection(s), $VALUES values, warm-up $WARMUP, $DURATION per round; medians"
+	echo
+	echo "Machine: $(nproc) CPUs, ${cpu:-unknown CPU}; $(uname -sr); $(go version | cut -d' ' -f3); redis $(redis-server --version | sed -n 's/.*v=\([^ ]*\).*/\1/p');" \
+		"envoyproxy/ratelimit $version${PEER_ENV:+ with $PEER_ENV}. The load generator, the servers and Redis share the CPUs;" \
+		"load average before: $load_before, after: $(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || echo unknown)."
+} >"$work/run.txt"
+tables "$work"

@@ -84,6 +84,18 @@ if ! command -v podman >/dev/null 2>&1 || ! command -v runc >/dev/null 2>&1; the
 	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq podman runc >/dev/null
 fi
 
+# python3 for the benchmark scripts' tables, which a test prints from saved runs
+# (config.TestPerformanceDocTables: scripts/bench-rls.sh computes its medians in Python).
+if ! command -v python3 >/dev/null 2>&1; then
+	echo "== installing python3"
+	if [ "$(id -u)" -ne 0 ] || ! command -v apt-get >/dev/null 2>&1; then
+		echo "test.sh: python3 is needed; install it (Debian: apt-get install python3)" >&2
+		exit 1
+	fi
+	apt-get update -qq >/dev/null
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3 >/dev/null
+fi
+
 echo "== gofmt"
 unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))
 if [ -n "$unformatted" ]; then
