@@ -342,18 +342,16 @@ func (s *Store) sweepDue(sh *shard, now int64) {
 // the shard, so the table uses the high ones.
 func home(h uint64, mask int) int { return int(h>>32) & mask }
 
-// find returns the client whose key is key and hashes to h, or nil. Under the shard's lock the
-// answer is exact; without it, a nil may be a miss (see entry) and a client may be dead.
+// find returns the client whose key is key and hashes to h, or nil, for a caller holding the
+// shard's lock (lookups without it use findHash).
 func (sh *shard) find(h uint64, key string) *client {
-	tp := sh.table.Load()
-	if tp == nil {
+	t := sh.tableLocked()
+	if t == nil {
 		return nil
 	}
-	t := *tp
 	mask := len(t) - 1
-	// The table is never full, so a probe ends at an empty place; the count bounds one that
-	// races with removals shifting entries back.
-	for i, n := home(h, mask), 0; n <= mask; i, n = (i+1)&mask, n+1 {
+	// The table is never full, so a probe ends at an empty place.
+	for i := home(h, mask); ; i = (i + 1) & mask {
 		e := &t[i]
 		c := e.c.Load()
 		if c == nil {
@@ -363,7 +361,6 @@ func (sh *shard) find(h uint64, key string) *client {
 			return c
 		}
 	}
-	return nil
 }
 
 // findHash returns the first client of the shard's table whose key's hash is h, or nil, reading
@@ -418,9 +415,9 @@ func place(t []entry, h uint64, c *client) {
 // resize moves the shard's clients to a table of size n (a power of two that holds them),
 // filled before lookups see it.
 func (sh *shard) resize(n int) {
-	t := make([]entry, n)
-	for i := range sh.tableLocked() {
-		e := &sh.tableLocked()[i]
+	t, old := make([]entry, n), sh.tableLocked()
+	for i := range old {
+		e := &old[i]
 		if c := e.c.Load(); c != nil {
 			place(t, e.hash.Load(), c)
 		}
