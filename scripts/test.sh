@@ -12,32 +12,34 @@ if ! command -v go >/dev/null 2>&1 && [ -x /usr/local/go/bin/go ]; then
 fi
 command -v go >/dev/null || { echo "test.sh: Go is not installed (https://go.dev/dl/)" >&2; exit 1; }
 
-# Real Redis for the Redis store's tests (single servers and a cluster, started by the tests
-# themselves on free loopback ports): install it where it is missing.
-if ! command -v redis-server >/dev/null 2>&1 || ! command -v redis-cli >/dev/null 2>&1 || ! command -v redis-benchmark >/dev/null 2>&1; then
-	echo "== installing redis-server"
+# apt_install NEEDED PACKAGE... installs the Debian packages (as root, with apt-get), or stops,
+# saying what is NEEDED and how to install it.
+apt_install() {
+	local needed=$1
+	shift
+	echo "== installing $*"
 	if [ "$(id -u)" -ne 0 ] || ! command -v apt-get >/dev/null 2>&1; then
-		echo "test.sh: redis-server, redis-cli and redis-benchmark are needed; install them (Debian: apt-get install redis-server)" >&2
+		echo "test.sh: $needed (Debian: apt-get install $*)" >&2
 		exit 1
 	fi
 	apt-get update -qq >/dev/null
-	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server redis-tools >/dev/null
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >/dev/null
+}
+
+# Real Redis for the Redis store's tests (single servers and a cluster, started by the tests
+# themselves on free loopback ports): install it where it is missing.
+if ! command -v redis-server >/dev/null 2>&1 || ! command -v redis-cli >/dev/null 2>&1 || ! command -v redis-benchmark >/dev/null 2>&1; then
+	apt_install "redis-server, redis-cli and redis-benchmark are needed" redis-server redis-tools
 	# The package may start a system server on 6379; the tests use their own ports, so stop it.
 	(service redis-server stop || true) >/dev/null 2>&1
 fi
 
 # Chromium for the browser tests of the web pages (web/, cmd/sluice), and Node.js/npm for
 # check-web.sh (it rebuilds the page's vendored chart library from the lock file).
-if ! command -v chromium >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
-	echo "== installing chromium, nodejs, npm"
-	if [ "$(id -u)" -ne 0 ] || ! command -v apt-get >/dev/null 2>&1; then
-		echo "test.sh: chromium, node and npm are needed; install them (Debian: apt-get install chromium nodejs npm)" >&2
-		exit 1
-	fi
-	apt-get update -qq >/dev/null
-	command -v chromium >/dev/null 2>&1 || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
-	command -v npm >/dev/null 2>&1 || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nodejs npm >/dev/null
-fi
+missing=()
+command -v chromium >/dev/null 2>&1 || missing+=(chromium)
+command -v npm >/dev/null 2>&1 || missing+=(nodejs npm)
+[ ${#missing[@]} -eq 0 ] || apt_install "chromium, node and npm are needed" "${missing[@]}"
 
 # The official openai and @anthropic-ai/sdk packages, the real clients of the LLM tests
 # (internal/llmtest), from their lock file. The tests install them too when they are missing or
@@ -48,13 +50,7 @@ echo "== npm ci (internal/llmtest/node)"
 # Real nginx and Caddy for the forward-auth recipes' tests (cmd/sluice, docs/forward-auth.md):
 # the tests run them as their own processes on free loopback ports.
 if { ! command -v nginx >/dev/null 2>&1 && [ ! -x /usr/sbin/nginx ]; } || ! command -v caddy >/dev/null 2>&1; then
-	echo "== installing nginx, caddy"
-	if [ "$(id -u)" -ne 0 ] || ! command -v apt-get >/dev/null 2>&1; then
-		echo "test.sh: nginx and caddy are needed; install them (Debian: apt-get install nginx caddy)" >&2
-		exit 1
-	fi
-	apt-get update -qq >/dev/null
-	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nginx caddy >/dev/null
+	apt_install "nginx and caddy are needed" nginx caddy
 	# The packages may start system servers on port 80; the tests use their own ports, so stop them.
 	(service nginx stop || true) >/dev/null 2>&1
 	(service caddy stop || true) >/dev/null 2>&1
@@ -62,39 +58,17 @@ fi
 
 # systemd-analyze for the systemd unit's tests (deploy/): they verify the unit file offline, no
 # running systemd needed.
-if ! command -v systemd-analyze >/dev/null 2>&1; then
-	echo "== installing systemd (for systemd-analyze)"
-	if [ "$(id -u)" -ne 0 ] || ! command -v apt-get >/dev/null 2>&1; then
-		echo "test.sh: systemd-analyze is needed; install it (Debian: apt-get install systemd)" >&2
-		exit 1
-	fi
-	apt-get update -qq >/dev/null
-	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq systemd >/dev/null
-fi
+command -v systemd-analyze >/dev/null 2>&1 || apt_install "systemd-analyze is needed" systemd
 
 # podman and runc for the container image's test (deploy/): it builds the image with
 # scripts/build-image.sh and runs it, with a podman configuration and storage of its own.
 if ! command -v podman >/dev/null 2>&1 || ! command -v runc >/dev/null 2>&1; then
-	echo "== installing podman, runc"
-	if [ "$(id -u)" -ne 0 ] || ! command -v apt-get >/dev/null 2>&1; then
-		echo "test.sh: podman and runc are needed; install them (Debian: apt-get install podman runc)" >&2
-		exit 1
-	fi
-	apt-get update -qq >/dev/null
-	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq podman runc >/dev/null
+	apt_install "podman and runc are needed" podman runc
 fi
 
 # python3 for the benchmark scripts' tables, which a test prints from saved runs
 # (config.TestPerformanceDocTables: scripts/bench-rls.sh computes its medians in Python).
-if ! command -v python3 >/dev/null 2>&1; then
-	echo "== installing python3"
-	if [ "$(id -u)" -ne 0 ] || ! command -v apt-get >/dev/null 2>&1; then
-		echo "test.sh: python3 is needed; install it (Debian: apt-get install python3)" >&2
-		exit 1
-	fi
-	apt-get update -qq >/dev/null
-	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3 >/dev/null
-fi
+command -v python3 >/dev/null 2>&1 || apt_install "python3 is needed" python3
 
 echo "== gofmt"
 unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))
