@@ -125,9 +125,7 @@ func (s *Store) run(ctx context.Context, c *conn, r *request, j job) ([]int64, e
 			if !r.decides {
 				return reply, fmt.Errorf("%w: %v", sluice.ErrUnconfirmed, a.err)
 			}
-			if !a.lost { // (a primary that did not answer WAIT may be gone: see wait.go)
-				s.refundOn(a.primary, j.giveBack(reply))
-			}
+			s.giveBackAfter(&a, j.giveBack(reply))
 			return reply, unavailable(a.err)
 		}
 		return reply, nil
@@ -178,15 +176,8 @@ func (h *lateCall) run(s *Store, ctx context.Context, cancel context.CancelFunc,
 	if h.deliver() {
 		return
 	}
-	primary := ""
-	if h.a != nil {
-		if h.a.lost {
-			return // a primary that did not answer WAIT may be gone: its charge is kept (wait.go)
-		}
-		primary = h.a.primary
-	}
 	if reply, err := h.res.AsIntSlice(); err == nil && len(reply) == want && j.consumed(reply) {
-		s.refundOn(primary, j.giveBack(reply)) // nobody waits for it: what it consumed goes back
+		s.giveBackAfter(h.a, j.giveBack(reply)) // nobody waits for it: what it consumed goes back
 	}
 }
 
@@ -231,6 +222,19 @@ const maxRefunding = 64
 
 // refund gives back rs in the background, at most maxRefunding at once (Close waits for them).
 func (s *Store) refund(rs []refund) { s.refundOn("", rs) }
+
+// giveBackAfter gives back rs, what a call consumed that its caller is told it did not: a call
+// without replicas_ack's WAIT (a nil), or whose WAIT fell short. A WAIT that got no answer keeps
+// the charges (the primary may be gone), and one that answered gives them back only to the
+// primary that took them (refundOn; wait.go says why).
+func (s *Store) giveBackAfter(a *ack, rs []refund) {
+	switch {
+	case a == nil:
+		s.refund(rs)
+	case !a.lost:
+		s.refundOn(a.primary, rs)
+	}
+}
 
 // refundOn is refund for charges made on primary (its address; "" if not known, or a cluster),
 // which are given back only while the store still sends to it: after a failover, a give-back

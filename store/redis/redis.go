@@ -405,7 +405,6 @@ func (s *Store) connectLater() {
 	}
 }
 
-// connected returns the connection, or the error to answer with until there is one.
 // primary is the address of the server the store sends to, outside a cluster ("" on a cluster):
 // with Sentinel, the primary it follows now.
 func (c *conn) primary() string {
@@ -418,6 +417,7 @@ func (c *conn) primary() string {
 	return ""
 }
 
+// connected returns the connection, or the error to answer with until there is one.
 func (s *Store) connected() (*conn, error) {
 	if c := s.conn.Load(); c != nil {
 		return c, nil
