@@ -24,6 +24,12 @@ type Response struct {
 	// short (it closed the connection before the body's end), the client left before its header,
 	// or the request was never forwarded (its client left while it was held).
 	Aborted bool
+	// Left: the client left before its response was written whole (with Aborted: before the
+	// upstream's header; else in the middle of the body). On a usage route what the upstream did
+	// decides, not what the client did: a request the client left is not refunded (no_usage:
+	// refund, refund_on's "no response") unless the upstream itself failed; it is charged the
+	// usage the response reported before the client left, else its estimate.
+	Left bool
 }
 
 // SettleOutcome is what Finish did with a request's estimate.
@@ -46,6 +52,21 @@ type SettleObserver interface {
 	Settled(req *Request, outcome SettleOutcome)
 }
 
+// SETTLED ONCE. A request's charge is settled at most once, whatever ends it: Finish (its
+// response is known, or it ended without one) or Refund (it was not forwarded after all). The
+// first of them marks the Verdict settled (settle); every later call finds the mark and does
+// nothing. So a request shed for load, refunded when it was shed, is not settled again when it
+// ends — a second refund would give back quota another request holds.
+
+// settle marks v settled and reports whether it was not already: the one place that does.
+func (v *Verdict) settle() bool {
+	if v.settled {
+		return false
+	}
+	v.settled = true
+	return true
+}
+
 // Finish settles a request that passed once its response is known, by the route's rule
 // (Request.After; nothing for a request without one, or one that was refused or failed): the
 // real cost is
@@ -62,6 +83,9 @@ type SettleObserver interface {
 // atomic step per limit. A front end calls it after the upstream's response has been written, or
 // the request ended without one, and before v.Release().
 func (d *Decider) Finish(ctx context.Context, req *Request, v *Verdict, resp Response) {
+	if !v.settle() {
+		return // refunded already (Refund), or finished
+	}
 	if req.Usage != nil {
 		d.finishUsage(ctx, req, v, resp)
 		return
@@ -98,11 +122,12 @@ func (d *Decider) Finish(ctx context.Context, req *Request, v *Verdict, resp Res
 }
 
 // Refund gives back everything a request that passed charged, each limit settled at a real
-// cost of 0, and clears req.After so that Finish does not settle it again: for a request the
+// cost of 0, and marks it settled so that Finish does not settle it again: for a request the
 // gateway did not forward after all, such as one shed for load (its client did nothing wrong).
+// It is counted as a settlement (SettleObserver), not as a usage route's request (LLMObserver):
+// it never reached the upstream.
 func (d *Decider) Refund(ctx context.Context, req *Request, v *Verdict) {
-	req.After = nil
-	if !v.Passes() || len(v.Decisions) != len(req.Limits) {
+	if !v.settle() || !v.Passes() || len(v.Decisions) != len(req.Limits) {
 		return
 	}
 	outcome := d.settleAll(ctx, req, v, func(int) int64 { return 0 })
@@ -113,9 +138,12 @@ func (d *Decider) Refund(ctx context.Context, req *Request, v *Verdict) {
 
 // finishUsage is Finish for a request on a usage route: each limit is settled to what the
 // response's usage (Response.Usage) says it cost, in its unit (a limit counting requests keeps
-// its one). A response that reported no usage (an error, a stream cut short or left by its
-// client, an upstream that never answered) keeps its estimate, or is refunded if the route says
-// no_usage: refund (its requests still count); refund_on refunds everything.
+// its one). What the upstream did decides: a response that reported no usage because the
+// upstream failed (an error without usage, a stream it cut short, no answer at all) keeps its
+// estimate, or is refunded if the route says no_usage: refund (its requests still count), and
+// refund_on refunds a listed status or an upstream that gave no response; a client that left
+// before the usage came (Response.Left) keeps the estimate — the upstream was at work, and
+// leaving just before a stream's end must not make it free.
 func (d *Decider) finishUsage(ctx context.Context, req *Request, v *Verdict, resp Response) {
 	if !v.Passes() || len(v.Decisions) != len(req.Limits) {
 		return
@@ -124,9 +152,10 @@ func (d *Decider) finishUsage(ctx context.Context, req *Request, v *Verdict, res
 	if resp.Usage != nil && !resp.Aborted {
 		u = *resp.Usage
 	}
+	upstreamFailed := resp.Aborted && !resp.Left
 	outcome := SettleNoUsage
 	switch {
-	case req.After != nil && req.After.Refunds(resp.Status, resp.Aborted):
+	case req.After != nil && req.After.Refunds(resp.Status, upstreamFailed):
 		u = llm.Usage{}
 		outcome = d.settleAll(ctx, req, v, func(int) int64 { return 0 })
 	case u.Found:
@@ -134,7 +163,7 @@ func (d *Decider) finishUsage(ctx context.Context, req *Request, v *Verdict, res
 		if outcome == SettleKept {
 			outcome = Settled // (the estimate was exact)
 		}
-	case req.Usage.Rule.Refund:
+	case req.Usage.Rule.Refund && !resp.Left:
 		if d.settleAll(ctx, req, v, func(i int) int64 {
 			if req.Limits[i].Unit == config.UnitRequests {
 				return -1

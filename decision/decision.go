@@ -98,6 +98,9 @@ type Verdict struct {
 
 	sc    *scratch
 	slots *heldSlots // concurrency slots taken, until ReleaseSlots (slots.go); not Release's memory
+	// settled: what the request charged has been settled — by Finish, or given back by Refund —
+	// and no later call settles it again (after.go: the one mark of a settled request).
+	settled bool
 }
 
 // Passes reports whether the request goes on (now, or after Hold).
@@ -227,7 +230,7 @@ func (d *Decider) DecideInto(ctx context.Context, req *Request, v *Verdict) {
 		// MaxDelay).
 		v.Outcome = Refused
 		v.Problem = answer.QuotaExceeded(req.Who.Client, v.Refusing(req))
-		v.Problem.Shape = req.shape()
+		v.Problem.Shape = req.Shape()
 	default:
 		v.Outcome = Allowed
 		for i, a := range v.Decisions {
@@ -251,7 +254,7 @@ func (d *Decider) DecideInto(ctx context.Context, req *Request, v *Verdict) {
 func (d *Decider) fail(req *Request, v *Verdict, err error) {
 	v.Release()
 	*v = Verdict{Outcome: Failed, Err: err, Problem: failure(req, err)}
-	v.Problem.Shape = req.shape()
+	v.Problem.Shape = req.Shape()
 	if d.Observer != nil {
 		d.Observer.Failed(req, err)
 	}

@@ -144,8 +144,8 @@ func bodyProblem(err error, shape answer.Shape) answer.Problem {
 	return p
 }
 
-// shape is the shape of the request's answers: its usage route's, else a problem's.
-func (r *Request) shape() answer.Shape {
+// Shape is the shape of the request's answers: its usage route's errors, else a problem's.
+func (r *Request) Shape() answer.Shape {
 	if r.Usage != nil {
 		return r.Usage.Rule.Errors
 	}

@@ -1,0 +1,162 @@
+package gateway_test
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/sluicehq/sluice/internal/llmtest"
+)
+
+// refundConfig is usageConfig's chat route with no_usage: refund and load shedding of one
+// request in flight, on the memory store.
+func startRefundLLM(t *testing.T, engine string, up *upstream) *llmFixture {
+	t.Helper()
+	var h *llmtest.Handler
+	if up == nil {
+		h = llmtest.NewHandler()
+		up = &upstream{Server: httptest.NewServer(h)}
+		t.Cleanup(up.Close)
+	}
+	cfg := strings.ReplaceAll(strings.ReplaceAll(usageConfig, "STORE", "store: {type: memory}"), "SUM", sum("sk-team"))
+	cfg = strings.Replace(cfg, "usage: {format: openai}", "usage: {format: openai, no_usage: refund}", 1)
+	cfg += "load_shedding: {min_limit: 1, max_limit: 1, retry_after: 2s}\n"
+	fe, srv := start(t, engine, cfg, up)
+	return &llmFixture{t: t, url: fe.URL, srv: srv, up: h, http: &http.Client{}}
+}
+
+// openAIError is the body of an answer in OpenAI's error shape.
+type openAIError struct {
+	Error struct{ Type, Code, Message string }
+}
+
+// TestUsageShedSettledOnce: a request shed for load on a no_usage: refund route is refunded
+// once, when it is shed — its end does not settle it again (which refunded its estimate a
+// second time and wiped the charge of the stream in flight), and it is not counted as an LLM
+// request that reported no usage (it was never forwarded). Its 503 is in the route's error shape.
+// The stream in flight, whose client then leaves before the usage arrives, keeps its estimate:
+// what the upstream did decides, and it was producing tokens.
+func TestUsageShedSettledOnce(t *testing.T) {
+	forEachEngine(t, func(t *testing.T, engine string) {
+		f := startRefundLLM(t, engine, nil)
+		// "hello": 2 tokens of prompt; 1,000 output: 1,002 tokens, $(2·1 + 1000·4) µ.
+		resp := f.post("/v1/chat/completions", `{"model":"gpt-small","max_tokens":1000,"stream":true,"stream_options":{"include_usage":true},"messages":[{"role":"user","content":"hello"}]}`,
+			"X-Test-Events", "100000", "X-Test-Interval", "5ms", "X-Test-Usage", "input=1,output=1")
+		defer resp.Body.Close()
+		br := bufio.NewReader(resp.Body)
+		if _, err := br.ReadString('\n'); err != nil {
+			t.Fatal(err)
+		}
+		shed := f.post("/v1/chat/completions", `{"model":"gpt-small","max_tokens":500,"messages":[{"role":"user","content":"hello"}]}`)
+		body, _ := io.ReadAll(shed.Body)
+		shed.Body.Close()
+		var e openAIError
+		if shed.StatusCode != http.StatusServiceUnavailable || json.Unmarshal(body, &e) != nil || e.Error.Type != "server_error" || e.Error.Message == "" ||
+			shed.Header.Get("Retry-After") != "2" || shed.Header.Get("Content-Type") != "application/json" {
+			t.Errorf("a request shed on an OpenAI route: %d %v %s; want 503 in OpenAI's error shape with Retry-After 2", shed.StatusCode, shed.Header, body)
+		}
+		if got, want := f.left("tpm", 100000), int64(100000-1002); got != want {
+			t.Errorf("after a request was shed: %d tokens left, want %d (the stream's estimate; the shed one refunded once)", got, want)
+		}
+		if got, want := f.left("budget", 1_000_000), int64(1_000_000-4002); got != want {
+			t.Errorf("after a request was shed: %d micro-dollars left, want %d", got, want)
+		}
+		if got := f.left("rpm", 1000); got != 999 {
+			t.Errorf("after a request was shed: %d requests left, want 999 (the shed one given back)", got)
+		}
+		if n := counterSum(t, f.srv.Registry(), "sluice_llm_requests_total", nil); n != 0 {
+			t.Errorf("sluice_llm_requests_total = %v after a request was shed, want 0 (it was never forwarded)", n)
+		}
+		resp.Body.Close() // the client leaves in the middle of the stream
+		f.settled(1)
+		if got, want := f.left("tpm", 100000), int64(100000-1002); got != want {
+			t.Errorf("after the client left the stream: %d tokens left, want %d (the estimate: the upstream was producing tokens)", got, want)
+		}
+		if got, want := f.left("budget", 1_000_000), int64(1_000_000-4002); got != want {
+			t.Errorf("after the client left the stream: %d micro-dollars left, want %d (the estimate)", got, want)
+		}
+		if n := counterSum(t, f.srv.Registry(), "sluice_llm_requests_total", map[string]string{"outcome": "no_usage"}); n != 1 {
+			t.Errorf("no_usage requests: %v, want 1 (the stream)", n)
+		}
+	})
+}
+
+// TestUsageRefundFollowsUpstream: on a no_usage: refund route, what the upstream did decides: a
+// stream the upstream cut short, or an upstream that never answered, is refunded (requests still
+// count); a stream that reported its usage is charged it, even if its client left right after.
+func TestUsageRefundFollowsUpstream(t *testing.T) {
+	forEachEngine(t, func(t *testing.T, engine string) {
+		f := startRefundLLM(t, engine, nil)
+		stream := `{"model":"gpt-small","max_tokens":100,"stream":true,"stream_options":{"include_usage":true},"messages":[{"role":"user","content":"hello"}]}`
+		resp := f.post("/v1/chat/completions", stream, "X-Test-Usage", "input=30,output=70", "X-Test-Cut", "2")
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		f.settled(1)
+		if tok, req := f.left("tpm", 100000), f.left("rpm", 1000); tok != 100000 || req != 999 {
+			t.Errorf("a stream the upstream cut short: %d tokens, %d requests left; want 100000 (refunded), 999", tok, req)
+		}
+		resp = f.post("/v1/chat/completions", stream, "X-Test-Usage", "input=30,output=70")
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		f.settled(2)
+		if tok := f.left("tpm", 100000); tok != 100000-100 {
+			t.Errorf("a stream that reported 100 tokens: %d left, want %d", tok, 100000-100)
+		}
+	})
+}
+
+// TestUsageAnswersInRouteShape: every answer sluice gives on a usage route is in the route's error
+// shape: an upstream that does not answer is a 502 in OpenAI's shape, not a problem.
+func TestUsageAnswersInRouteShape(t *testing.T) {
+	forEachEngine(t, func(t *testing.T, engine string) {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		dead := &upstream{Server: &httptest.Server{URL: "http://" + ln.Addr().String()}}
+		ln.Close() // nothing listens there: every connection is refused
+		f := startRefundLLM(t, engine, dead)
+		resp := f.post("/v1/chat/completions", `{"model":"gpt-small","max_tokens":10,"messages":[{"role":"user","content":"hello"}]}`)
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		var e openAIError
+		if resp.StatusCode != http.StatusBadGateway || json.Unmarshal(body, &e) != nil || e.Error.Type != "server_error" || e.Error.Message == "" {
+			t.Fatalf("an upstream that does not answer, on an OpenAI route: %d %s; want 502 in OpenAI's error shape", resp.StatusCode, body)
+		}
+		f.settled(1)
+		if tok, req := f.left("tpm", 100000), f.left("rpm", 1000); tok != 100000 || req != 999 {
+			t.Errorf("an upstream that never answered: %d tokens, %d requests left; want 100000 (refunded), 999", tok, req)
+		}
+	})
+}
+
+// TestClientBodyFailureLogged: a request whose own body fails on its way to the upstream (bad
+// chunking) is logged, and traced, with the status its client was answered, on both engines.
+func TestClientBodyFailureLogged(t *testing.T) {
+	forEachEngine(t, func(t *testing.T, engine string) {
+		up := newEcho(t)
+		var log lockedBuffer
+		gw, _ := startLoggingTo(t, engine, forwardYAML+"log: {access: true}\n", up, &log)
+		resp, _, _, err := rawExchange(t, gw, "POST /upload HTTP/1.1\r\nHost: api.example\r\nTransfer-Encoding: chunked\r\n\r\n"+
+			"5\r\nhello\r\nZZ-not-a-size\r\n\r\n")
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusBadRequest {
+			t.Fatalf("malformed chunked body: %d, want 400", resp.StatusCode)
+		}
+		waitFor(t, "the access line", func() bool { return len(accessLines(log.String())) == 1 })
+		if l := accessLines(log.String())[0]; l["status"] != "400" {
+			t.Errorf("access line %v: status %q, want 400 (what the client was answered)", l, l["status"])
+		}
+	})
+}
+
+var _ = fmt.Sprint
