@@ -45,7 +45,8 @@ const (
 	DefaultCost          = 1
 	DefaultMaxDelay      = 10 * time.Second
 	DefaultBodyTimeout   = 10 * time.Second
-	DefaultBodyMinRate   = 1024 // bytes per second
+	DefaultBodyMinRate   = 1024     // bytes per second
+	DefaultBodyMemory    = 64 << 20 // bytes of usage routes' request bodies held at once
 	DefaultDrainTimeout  = 30 * time.Second
 	DefaultRLSListen     = "127.0.0.1:8081"
 	DefaultRefusedStatus = 429
@@ -265,8 +266,12 @@ type Limits struct {
 // the end and is cut (408, or the connection closed if part of it was forwarded). BodyMinRate 0:
 // the whole body must arrive within BodyTimeout.
 type Server struct {
-	BodyTimeout  time.Duration // > 0; default DefaultBodyTimeout
-	BodyMinRate  int64         // bytes per second, ≥ 0; default DefaultBodyMinRate
+	BodyTimeout time.Duration // > 0; default DefaultBodyTimeout
+	BodyMinRate int64         // bytes per second, ≥ 0; default DefaultBodyMinRate
+	// BodyMemory is the most bytes of usage routes' request bodies the proxy holds in memory at
+	// once (each is read whole for its estimate); default DefaultBodyMemory. At least every usage
+	// route's max_body.
+	BodyMemory   int64
 	DrainTimeout time.Duration // ≥ 0: on SIGTERM, how long requests in flight may take to finish; default DefaultDrainTimeout
 	// ShutdownDelay ≥ 0: on SIGTERM, how long sluice goes on serving, /readyz answering 503,
 	// before it stops listening and drains: the time a load balancer takes to stop sending it

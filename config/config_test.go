@@ -315,11 +315,11 @@ func TestFullFeatured(t *testing.T) {
 }
 
 func TestServerSection(t *testing.T) {
-	cfg, err := parseTest(t, up+"server: {body_timeout: 1500ms, body_min_rate: 0, drain_timeout: 0s}\n")
+	cfg, err := parseTest(t, up+"server: {body_timeout: 1500ms, body_min_rate: 0, body_memory: 8388608, drain_timeout: 0s}\n")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.Server != (Server{BodyTimeout: 1500 * time.Millisecond, BodyMinRate: 0, DrainTimeout: 0}) {
+	if cfg.Server != (Server{BodyTimeout: 1500 * time.Millisecond, BodyMinRate: 0, BodyMemory: 8 << 20, DrainTimeout: 0}) {
 		t.Errorf("server %+v", cfg.Server)
 	}
 }
@@ -343,7 +343,7 @@ func TestDefaults(t *testing.T) {
 	if cfg.Limits.MaxDelay != 10*time.Second || cfg.Limits.LegacyHeaders {
 		t.Errorf("limits %+v", cfg.Limits)
 	}
-	if cfg.Server != (Server{BodyTimeout: 10 * time.Second, BodyMinRate: 1024, DrainTimeout: 30 * time.Second}) {
+	if cfg.Server != (Server{BodyTimeout: 10 * time.Second, BodyMinRate: 1024, BodyMemory: 64 << 20, DrainTimeout: 30 * time.Second}) {
 		t.Errorf("server %+v", cfg.Server)
 	}
 	if ps := cfg.PoliciesFor(nil, nil); len(ps) != 0 {

@@ -227,6 +227,9 @@ var errorCases = []struct {
 		[]wantErr{at(2, "server: body_min_rate -1 must be from 0"), at(2, "server: drain_timeout -1s must be ≥ 0")}},
 	{"server: shutdown_delay", up + "server:\n  shutdown_delay: -5s\n", []wantErr{at(3, "server: shutdown_delay -5s must be ≥ 0")}},
 	{"server: body_min_rate type", up + "server: {body_min_rate: 1KiB}\n", []wantErr{at(2, `body_min_rate "1KiB" must be an integer`)}},
+	{"server: body_memory", up + "server: {body_memory: 1000}\n", []wantErr{at(2, "server: body_memory 1000 must be from 1048576 (1 MiB)")}},
+	{"server: body_memory under a route's max_body", up + "routes:\n  - {path_prefix: /v1, usage: {format: openai, max_body: 4194304}}\nserver:\n  body_memory: 2097152\n",
+		[]wantErr{at(5, "server: body_memory 2097152 is less than the usage.max_body 4194304 of the route at line 3")}},
 	{"server: unknown", up + "server: {body_timout: 1s}\n", []wantErr{at(2, `server: unknown field "body_timout"`, `did you mean "body_timeout"`)}},
 
 	// Routes.

@@ -184,6 +184,15 @@ func (p *parser) server(n *yaml.Node, s *Server) {
 			}
 		}
 	}
+	if n := p.get(m, "body_memory"); n != nil {
+		if v, ok := p.int(n, path, "body_memory"); ok {
+			if v < 1<<20 || v > 1<<40 {
+				p.errorf(n, path, nil, "body_memory %d must be from 1048576 (1 MiB) to 2^40 bytes (of usage routes' request bodies held in memory at once)", v)
+			} else {
+				s.BodyMemory = v
+			}
+		}
+	}
 	if n := p.get(m, "drain_timeout"); n != nil {
 		if d, ok := p.duration(n, path, "drain_timeout"); ok {
 			if d < 0 {
@@ -539,4 +548,24 @@ func (p *parser) tracing(n *yaml.Node) *Tracing {
 		}
 	}
 	return t
+}
+
+// bodyMemoryFits checks that server.body_memory holds the largest body every usage route reads
+// (its max_body): a body larger than the whole budget could never be read.
+func (p *parser) bodyMemoryFits(m *mapping, c *Config) {
+	for _, rt := range c.Routes {
+		if rt.Usage == nil || rt.Usage.MaxBody <= c.Server.BodyMemory {
+			continue
+		}
+		at := m.node
+		if sn := m.values["server"]; sn != nil {
+			at = sn
+			if sm := p.mapping(sn, sn, "", "server"); sm != nil && sm.values["body_memory"] != nil {
+				at = sm.values["body_memory"]
+			}
+		}
+		p.errorf(at, "server", nil, "body_memory %d is less than the usage.max_body %d of the route at line %d: such a body could never be read; raise body_memory or lower max_body",
+			c.Server.BodyMemory, rt.Usage.MaxBody, rt.Line)
+		return
+	}
 }

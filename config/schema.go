@@ -78,7 +78,7 @@ var (
 	clientFields   = []string{"name", "api_key_sha256", "jwt_subject", "policy"}
 	routeFields    = []string{"method", "path_prefix", "cost", "policy", "scope", "cost_from", "count_only", "refund_on", "priority", "usage"}
 	limitsFields   = []string{"max_delay", "legacy_headers"}
-	serverFields   = []string{"body_timeout", "body_min_rate", "drain_timeout", "shutdown_delay"}
+	serverFields   = []string{"body_timeout", "body_min_rate", "body_memory", "drain_timeout", "shutdown_delay"}
 	rlsFields      = []string{"listen", "envoy_config", "xds", "tls"}
 	xdsFields      = []string{"server", "node_id", "node_metadata", "tls", "connect_retry"}
 	xdsTLSFields   = []string{"ca_file", "cert_file", "key_file", "server_name"}
@@ -108,7 +108,7 @@ func (p *parser) config(root *yaml.Node) *Config {
 		Store: Store{Type: StoreMemory, Prefix: DefaultStorePrefix, Timeout: DefaultStoreTimeout, LocalShare: DefaultLocalShare,
 			RefusalCache: DefaultRefusalCache},
 		Limits:      Limits{MaxDelay: DefaultMaxDelay},
-		Server:      Server{BodyTimeout: DefaultBodyTimeout, BodyMinRate: DefaultBodyMinRate, DrainTimeout: DefaultDrainTimeout},
+		Server:      Server{BodyTimeout: DefaultBodyTimeout, BodyMinRate: DefaultBodyMinRate, BodyMemory: DefaultBodyMemory, DrainTimeout: DefaultDrainTimeout},
 		ForwardAuth: ForwardAuth{RefusedStatus: DefaultRefusedStatus},
 		Log:         Log{Format: LogText, Level: slog.LevelInfo},
 	}
@@ -187,6 +187,7 @@ func (p *parser) config(root *yaml.Node) *Config {
 	if n := p.get(m, "server"); n != nil {
 		p.server(n, &c.Server)
 	}
+	p.bodyMemoryFits(m, c)
 	if n := p.get(m, "rls"); n != nil {
 		c.RLS = p.rls(n)
 	}

@@ -266,12 +266,16 @@ func (g *Gateway) forwardFailed(w http.ResponseWriter, r *http.Request, err erro
 	if r.Context().Err() != nil {
 		return // the client left (which cancelled the upstream's request): no one to answer, nothing the upstream did
 	}
-	if nb, ok := r.Body.(netBody); ok {
-		if berr := nb.failed(); berr != nil {
-			w.Header().Set("Connection", "close")
-			answer.WriteProblem(w, g.clientBodyFailed(r.RemoteAddr, false, berr))
-			return
-		}
+	var p answer.Problem
+	if nb, ok := r.Body.(netBody); ok && nb.failed() != nil {
+		w.Header().Set("Connection", "close")
+		p = g.clientBodyFailed(r.RemoteAddr, false, nb.failed())
+	} else {
+		p = g.upstreamFailed(err)
 	}
-	answer.WriteProblem(w, g.upstreamFailed(err))
+	if e := endOf(r); e != nil {
+		e.replyHTTP(w, p)
+		return
+	}
+	answer.WriteProblem(w, p)
 }

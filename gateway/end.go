@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"net"
+	"net/http"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -12,6 +13,7 @@ import (
 	"github.com/valyala/fasthttp"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/sluicehq/sluice/answer"
 	"github.com/sluicehq/sluice/decision"
 	"github.com/sluicehq/sluice/llm"
 )
@@ -66,7 +68,8 @@ type requestEnd struct {
 	kept  *decision.Verdict // net/http: the decisions settlement needs (decision.Serve releases v); nil: v
 	start time.Time         // zero without an access log
 	span  trace.Span
-	shed  bool // holds a load-shedding slot
+	shed  bool     // holds a load-shedding slot
+	body  heldBody // a usage route's body's memory (bodymem.go), until the upstream has it
 
 	method, path string // for the access log (copies: the fasthttp engine reuses its buffers)
 
@@ -159,6 +162,7 @@ func (e *requestEnd) fire(how ending) {
 	status, header, upstream := e.status, e.header, e.upstream
 	e.mu.Unlock()
 	g.decider.ReleaseSlots(e.ctx, &e.v) // concurrency slots
+	e.body.release()                    // body memory, if the upstream's call did not give it back
 	if e.shed {
 		g.shed.release(upstream) // load shedding: the slot, and the latency sample
 	}
@@ -171,15 +175,12 @@ func (e *requestEnd) fire(how ending) {
 	// response free); one that leaves before it, or a response cut short, is a request without a
 	// response (decision.Finish: refund_on refunds it, count_only charges nothing, cost_from
 	// keeps the estimate).
-	resp := decision.Response{Status: status, Header: header, Usage: e.usageOf()}
+	left := how == endClientLeft
+	resp := decision.Response{Status: status, Header: header, Usage: e.usageOf(), Left: left}
 	if upstream == 0 || how == endCut || how == endNoResponse {
-		resp = decision.Response{Aborted: true}
+		resp = decision.Response{Aborted: true, Left: left}
 	}
-	sv := &e.v
-	if e.kept != nil {
-		sv = e.kept
-	}
-	g.decider.Finish(e.ctx, &e.req, sv, resp)
+	g.decider.Finish(e.ctx, &e.req, e.verdict(), resp) // (nothing if it was settled already: refunded when shed)
 	if how == endClientLeft && upstream == 0 {
 		status = 499 // nginx's code for a client gone before its answer
 	}
@@ -192,6 +193,39 @@ func (e *requestEnd) fire(how ending) {
 		endSpan(e.span, &e.req, e.v.Outcome, status)
 	}
 	e.drop()
+}
+
+// verdict is the Verdict settlement reads: the kept copy of the net/http engine's, else e.v.
+func (e *requestEnd) verdict() *decision.Verdict {
+	if e.kept != nil {
+		return e.kept
+	}
+	return &e.v
+}
+
+// ANSWERS OF SLUICE'S OWN. Whatever sluice answers itself on a request — a refusal, a shed
+// request, a body it could not read, an upstream that did not answer — is written through one of
+// these two, which give it the shape of the request's answers (a usage route's errors: OpenAI's
+// or Anthropic's, else a problem) and note the status the client was sent, for the access log,
+// the span and settlement. (The net/http engine's endWriter notes the status as it is written.)
+
+// shaped is p in the shape of the request's answers, unless it has one of its own.
+func (e *requestEnd) shaped(p answer.Problem) answer.Problem {
+	if p.Shape == answer.ShapeProblem {
+		p.Shape = e.req.Shape()
+	}
+	return p
+}
+
+// replyFast writes p as the fasthttp engine's answer and notes its status.
+func (e *requestEnd) replyFast(ctx *fasthttp.RequestCtx, p answer.Problem) {
+	writeProblem(ctx, e.shaped(p))
+	e.answeredBy(ctx.Response.StatusCode())
+}
+
+// replyHTTP writes p as the net/http engine's answer (w is the request's endWriter, or one over it).
+func (e *requestEnd) replyHTTP(w http.ResponseWriter, p answer.Problem) {
+	answer.WriteProblem(w, e.shaped(p))
 }
 
 // drop lets go of the Verdict's memory, for the handler or the end; the last one releases it.

@@ -48,7 +48,7 @@ func (g *Gateway) ServeFast(ctx *fasthttp.RequestCtx) {
 	defer e.drop()
 	req, v := &e.req, &e.v
 	if u := g.policies.UsageRoute(b2s(ctx.Method()), b2s(ctx.Path())); u != nil {
-		if !g.resolveUsage(ctx, e, u.MaxBody) {
+		if !g.resolveUsage(ctx, e, u) {
 			return
 		}
 	} else {
@@ -57,9 +57,8 @@ func (g *Gateway) ServeFast(ctx *fasthttp.RequestCtx) {
 	req.Releases = true // (the end releases the slots)
 	g.decider.DecideInto(dctx, req, v)
 	if !v.Passes() {
-		writeProblem(ctx, v.Problem)
+		e.replyFast(ctx, v.Problem)
 		g.fields(&ctx.Response.Header, v.Decisions)
-		e.answeredBy(ctx.Response.StatusCode())
 		e.fire(endWhole)
 		return
 	}
@@ -74,17 +73,11 @@ func (g *Gateway) ServeFast(ctx *fasthttp.RequestCtx) {
 			return
 		}
 	}
-	if g.shed != nil { // after the quotas: a refused request never takes a slot (shed.go)
-		p, ok := g.shed.admit(req)
-		if !ok {
-			writeProblem(ctx, p)
-			g.decider.Refund(dctx, req, v) // shed, not served: the quota it took goes back
-			g.fields(&ctx.Response.Header, v.Decisions)
-			e.answeredBy(ctx.Response.StatusCode())
-			e.fire(endWhole)
-			return
-		}
-		e.shed = true
+	if p, ok := e.admitShed(); !ok { // after the quotas: a refused request never takes a slot (shed.go)
+		e.replyFast(ctx, p)
+		g.fields(&ctx.Response.Header, v.Decisions)
+		e.fire(endWhole)
+		return
 	}
 	if span != nil {
 		propagator.Inject(dctx, fastCarrier{&ctx.Request.Header}) // this span is the upstream's parent
@@ -92,9 +85,6 @@ func (g *Gateway) ServeFast(ctx *fasthttp.RequestCtx) {
 	how, later := g.forward(ctx, e)
 	g.fields(&ctx.Response.Header, v.Decisions)
 	if !later {
-		if how == endNoResponse {
-			e.answeredBy(ctx.Response.StatusCode())
-		}
 		e.fire(how)
 	}
 }
@@ -192,6 +182,11 @@ func (g *Gateway) forward(ctx *fasthttp.RequestCtx, e *requestEnd) (how ending, 
 	sent := time.Now()
 	err := call.do(out, upResp)
 	took := time.Since(sent)
+	if u := e.req.Usage; u != nil { // the upstream has the body (or never will): let it go
+		u.Body = nil
+		req.ResetBody()
+		e.body.release()
+	}
 	if err != nil {
 		cw.stop()
 		fasthttp.ReleaseResponse(upResp)
@@ -201,11 +196,11 @@ func (g *Gateway) forward(ctx *fasthttp.RequestCtx, e *requestEnd) (how ending, 
 		}
 		if berr := body.failed(); berr != nil {
 			bc := bodyConnOf(ctx.Conn())
-			writeProblem(ctx, g.clientBodyFailed(ctx.RemoteAddr().String(), bc != nil && bc.timedOut, berr))
+			e.replyFast(ctx, g.clientBodyFailed(ctx.RemoteAddr().String(), bc != nil && bc.timedOut, berr))
 			ctx.SetConnectionClose() // the rest of the body, if any, cannot be found
 			return endWhole, false
 		}
-		writeProblem(ctx, g.upstreamFailed(err))
+		e.replyFast(ctx, g.upstreamFailed(err))
 		return endNoResponse, false
 	}
 	g.metrics.upstreamAnswered(upResp.StatusCode(), took)
@@ -240,7 +235,7 @@ func (g *Gateway) forward(ctx *fasthttp.RequestCtx, e *requestEnd) (how ending, 
 		call.finish(upResp, err == nil)
 		fasthttp.ReleaseResponse(upResp)
 		if err != nil { // (cannot happen: the bytes are in the buffer)
-			writeProblem(ctx, g.upstreamFailed(err))
+			e.replyFast(ctx, g.upstreamFailed(err))
 			return endNoResponse, false
 		}
 		return endWhole, false
@@ -440,7 +435,7 @@ func (g *Gateway) tunnel(ctx *fasthttp.RequestCtx, e *requestEnd) (how ending, l
 	target(req, up)
 	conn, err := up.dial()
 	if err != nil {
-		writeProblem(ctx, g.upstreamFailed(err))
+		e.replyFast(ctx, g.upstreamFailed(err))
 		return endNoResponse, false
 	}
 	w := bufio.NewWriter(conn)
@@ -450,7 +445,7 @@ func (g *Gateway) tunnel(ctx *fasthttp.RequestCtx, e *requestEnd) (how ending, l
 	}
 	if err != nil {
 		conn.Close()
-		writeProblem(ctx, g.upstreamFailed(err))
+		e.replyFast(ctx, g.upstreamFailed(err))
 		return endNoResponse, false
 	}
 	ctx.HijackSetNoResponse(true)

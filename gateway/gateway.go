@@ -136,21 +136,22 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	e := g.begin(r.Context(), span, r.Method, r.URL.Path, false)
 	defer e.drop()
+	e.w.ResponseWriter = w
+	left := false
+	// Deferred: ReverseProxy aborts a response whose copy failed by panicking (http.ErrAbortHandler).
+	defer func() { e.fire(e.netEnding(r, left)) }()
 	if u := g.policies.UsageRoute(r.Method, path); u != nil {
-		body, drained, err := readUsageBody(r.Body, r.ContentLength, u.MaxBody)
-		req, ok, prob := g.policies.ResolveUsage(identity.HTTP(r), r.Method, path, body, err)
+		prob, drained, ok := g.resolveUsageBody(e, identity.HTTP(r), r.Method, path, u,
+			usageBody{stream: r.Body, length: r.ContentLength, peer: r.RemoteAddr})
 		if !ok {
 			if !drained { // (the rest of the body is not read)
 				w.Header().Set("Connection", "close")
 			}
-			prob = g.usageProblem(prob, err, r.RemoteAddr, false)
-			answer.WriteProblem(w, prob)
-			e.answeredBy(prob.Status)
-			e.fire(endWhole)
+			e.replyHTTP(&e.w, prob)
 			return
 		}
-		e.req = req
-		r.Body, r.ContentLength = io.NopCloser(bytes.NewReader(req.Usage.Body)), int64(len(req.Usage.Body))
+		body := e.req.Usage.Body
+		r.Body, r.ContentLength = io.NopCloser(bytes.NewReader(body)), int64(len(body))
 		r.Header.Del("Content-Length")
 		r.TransferEncoding = nil
 		usageHeader(r.Header.Set)
@@ -164,11 +165,7 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// refund needs.
 		e.kept = &decision.Verdict{Outcome: e.v.Outcome, Decisions: slices.Clone(e.v.Decisions)}
 	}
-	e.w.ResponseWriter = w
 	r = r.WithContext(context.WithValue(r.Context(), endKey{}, e)) // for timedTransport, forwardFailed
-	left := false
-	// Deferred: ReverseProxy aborts a response whose copy failed by panicking (http.ErrAbortHandler).
-	defer func() { e.fire(e.netEnding(r, left)) }()
 	if !decision.Serve(&e.w, r, &e.v, g.cfg.Limits.LegacyHeaders, g.shedHandler(e, g.proxy)) {
 		g.metrics.abandon(e.req.Client)
 		left = true // the client left while held

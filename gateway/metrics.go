@@ -31,6 +31,7 @@ type Metrics struct {
 	usage          *prometheus.CounterVec   // client, policy: usage charged past decisions (Envoy's hits_addend)
 	shedding       *shedMetrics             // load shedding (shed.go)
 	llm            *llmMetrics              // usage routes' tokens and money (llmstats.go)
+	bodies         *bodyMemory              // usage routes' request bodies held at once (bodymem.go)
 
 	// byPolicy caches decisions' counters per client and policy label: looking them up in the
 	// CounterVec hashes the labels and takes a lock on every request.
@@ -119,6 +120,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m.settlements = newSettlements(reg)
 	m.shedding = newShedMetrics(reg)
 	m.llm = newLLMMetrics(reg)
+	m.bodies = newBodyMemory(reg)
 	reg.MustRegister(m.decisions, m.usage, m.earlyRetries, m.abandoned, m.latency, m.upstreamErrors, m.reloads,
 		m.lastReload, m.lastReloadOK, m.holds, m.upstream, m.failures, buildInfo())
 	return m

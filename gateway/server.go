@@ -116,6 +116,7 @@ func NewServer(cfg *config.Config, path string, st Store, log *slog.Logger) (*Se
 		return nil, err
 	}
 	g.access = newAccessLog(cfg.Log.Access, log)
+	s.metrics.bodies.setLimit(cfg.Server.BodyMemory)
 	s.current.Store(g)
 	s.cfg.Store(cfg)
 	return s, nil
@@ -320,6 +321,7 @@ func (s *Server) reload() error {
 			return err
 		}
 	}
+	s.metrics.bodies.setLimit(cfg.Server.BodyMemory)
 	s.current.Store(g)
 	s.cfg.Store(cfg)
 	if commit != nil {

@@ -80,20 +80,34 @@ func (s *shedder) admit(req *decision.Request) (answer.Problem, bool) {
 // release gives the slot back; took is how long the upstream took to answer (0: it did not).
 func (s *shedder) release(took time.Duration) { s.lim.Release(took, took > 0, time.Now()) }
 
-// shedHandler is next (the proxy) behind load shedding, for the net/http engine: the slot it
-// takes is given back by the request's end (requestEnd.fire).
+// admitShed is load shedding for a request the quotas let through, both engines': it takes a
+// slot (given back by the request's end, requestEnd.fire), or refunds what the quotas charged
+// (shed, not served: its client did nothing wrong; the refund marks the request settled, so its
+// end settles nothing again) and returns the answer to send, in the request's shape.
+func (e *requestEnd) admitShed() (answer.Problem, bool) {
+	g := e.g
+	if g.shed == nil {
+		return answer.Problem{}, true
+	}
+	p, ok := g.shed.admit(&e.req)
+	if !ok {
+		g.decider.Refund(e.ctx, &e.req, e.verdict())
+		return e.shaped(p), false
+	}
+	e.shed = true
+	return answer.Problem{}, true
+}
+
+// shedHandler is next (the proxy) behind load shedding, for the net/http engine.
 func (g *Gateway) shedHandler(e *requestEnd, next http.Handler) http.Handler {
 	if g.shed == nil {
 		return next
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		p, ok := g.shed.admit(&e.req)
-		if !ok {
+		if p, ok := e.admitShed(); !ok {
 			answer.WriteProblem(w, p)
-			g.decider.Refund(e.ctx, &e.req, e.kept) // shed, not served: the quota it took goes back
 			return
 		}
-		e.shed = true
 		next.ServeHTTP(w, r)
 	})
 }

@@ -7,7 +7,9 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/sluicehq/sluice/answer"
+	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/decision"
+	"github.com/sluicehq/sluice/identity"
 	"github.com/sluicehq/sluice/llm"
 )
 
@@ -31,25 +33,50 @@ type errBodyRead struct{ err error }
 func (e errBodyRead) Error() string { return "reading the request body: " + e.err.Error() }
 func (e errBodyRead) Unwrap() error { return e.err }
 
+// bodySlack is the room a usage route's body is read with past its end, for the edit that adds
+// stream_options.include_usage (the route's inject_usage) in place rather than in a copy.
+const bodySlack = 64
+
+// bodyReserve is the body memory a usage route's body of length (-1: chunked, unknown) reserves
+// before it is read, when at most max bytes of it are read: 0 for one known to be too large (it
+// is not read), its length for one that says it, max for one that does not (the rest is given
+// back once it is read), each with bodySlack.
+func bodyReserve(length, max int64) int64 {
+	switch {
+	case length > max:
+		return 0
+	case length >= 0:
+		return length + bodySlack
+	}
+	return max + 1 + bodySlack
+}
+
 // readUsageBody reads a usage route's request body from r, whose length is length (-1: chunked,
-// unknown), at most max bytes: a longer one is decision.ErrBodyTooLarge. The rest of a body up
-// to twice max is read and thrown away, so that the client, still sending, gets its 413 rather
-// than a reset connection; drained reports that the whole body was read (the connection can
-// serve the next request).
+// unknown), at most max bytes: a longer one is decision.ErrBodyTooLarge. It is read into one
+// array of its own size (with bodySlack), which is the copy the estimate reads in place and the
+// upstream is sent. The rest of a body up to twice max is read and thrown away, so that the
+// client, still sending, gets its 413 rather than a reset connection; drained reports that the
+// whole body was read (the connection can serve the next request).
 func readUsageBody(r io.Reader, length int64, max int64) (body []byte, drained bool, err error) {
-	if length > 2*max {
-		return nil, false, decision.ErrBodyTooLarge
+	if length > max {
+		if length > 2*max {
+			return nil, false, decision.ErrBodyTooLarge
+		}
+		n, err := io.Copy(io.Discard, io.LimitReader(r, length))
+		return nil, err == nil && n == length, decision.ErrBodyTooLarge
 	}
 	size := length
-	if size < 0 || size > max {
-		size = min(max, 4<<10)
+	if size < 0 {
+		size = min(max+1, 4<<10)
 	}
-	buf := make([]byte, 0, size+1)
+	buf := make([]byte, 0, size+bodySlack)
 	for {
-		if len(buf) == cap(buf) {
-			buf = append(buf, 0)[:len(buf)]
+		if len(buf) == cap(buf)-bodySlack { // (chunked: grow, at most to max+1)
+			grown := make([]byte, len(buf), min(2*int64(len(buf)), max+1)+bodySlack)
+			copy(grown, buf)
+			buf = grown
 		}
-		n, err := r.Read(buf[len(buf):cap(buf)])
+		n, err := r.Read(buf[len(buf) : cap(buf)-bodySlack])
 		buf = buf[:len(buf)+n]
 		if int64(len(buf)) > max {
 			rest, err := io.Copy(io.Discard, io.LimitReader(r, max+1))
@@ -64,17 +91,52 @@ func readUsageBody(r io.Reader, length int64, max int64) (body []byte, drained b
 	}
 }
 
-// usageProblem is the answer to a usage route's request whose body could not be read or
-// estimated: the client's body failing to arrive is clientBodyFailed's (400, 408), in the route's
-// shape.
-func (g *Gateway) usageProblem(prob answer.Problem, err error, peer string, timedOut bool) answer.Problem {
-	var re errBodyRead
-	if errors.As(err, &re) {
-		shape := prob.Shape
-		prob = g.clientBodyFailed(peer, timedOut, re.err)
-		prob.Shape = shape
+// usageBody is a usage route's request body as a front end has it.
+type usageBody struct {
+	stream io.Reader // the body still to read from the client; nil: in hand (the fasthttp engine read it already)
+	inHand []byte    // the body when stream is nil
+	length int64     // its Content-Length; -1: chunked, unknown
+	peer   string    // the client's address, for the log of a body that fails
+	// timedOut reports whether reading the body ran out of its allowance (server.body_timeout);
+	// nil: the error says so.
+	timedOut func() bool
+}
+
+// resolveUsageBody is the one reading of a usage route's body, both engines': it reserves the
+// body's memory (bodymem.go), reads the body once, and resolves the request into e.req
+// (decision.Policies.ResolveUsage: the estimate read in place, the usage injected in place). ok
+// false: the answer to send (a body too large, unreadable, not a request it can estimate, or no
+// room for it: in the route's shape) and whether the body was read to its end.
+func (g *Gateway) resolveUsageBody(e *requestEnd, r identity.Request, method, path string, u *config.Usage, src usageBody) (prob answer.Problem, drained, ok bool) {
+	body, drained, err := src.inHand, true, error(nil)
+	if src.stream != nil {
+		if n := bodyReserve(src.length, u.MaxBody); n > 0 {
+			if !g.metrics.bodies.acquire(n, bodyMemoryWait) {
+				return answer.BodyMemoryFull(u.Errors, bodyMemoryWait), false, false
+			}
+			e.body.hold(g.metrics.bodies, n)
+		}
+		body, drained, err = readUsageBody(src.stream, src.length, u.MaxBody)
+		if err != nil {
+			e.body.release()
+		} else if held := int64(len(body)) + bodySlack; e.body.n.Load() > held {
+			g.metrics.bodies.release(e.body.n.Swap(held) - held) // (chunked: what it did not need)
+		}
+	} else if int64(len(body)) > u.MaxBody {
+		err = decision.ErrBodyTooLarge
 	}
-	return prob
+	req, ok, prob := g.policies.ResolveUsage(r, method, path, body, err)
+	if !ok {
+		var re errBodyRead
+		if errors.As(err, &re) {
+			timedOut := src.timedOut != nil && src.timedOut()
+			prob = g.clientBodyFailed(src.peer, timedOut, re.err)
+			prob.Shape = u.Errors
+		}
+		return prob, drained, false
+	}
+	e.req = req
+	return answer.Problem{}, true, true
 }
 
 // meter starts reading the usage of a usage route's response whose Content-Type is contentType
@@ -101,31 +163,33 @@ func (e *requestEnd) usageOf() *llm.Usage {
 func usageHeader(set func(name, value string)) { set("Accept-Encoding", "identity") }
 
 // resolveUsage reads the body of a request on a usage route (fasthttp engine) and resolves it
-// into e.req, the body to forward set on the request; false: it answered the request itself (a
-// body too large, unreadable, or not a request it can estimate), and fired its end.
-func (g *Gateway) resolveUsage(ctx *fasthttp.RequestCtx, e *requestEnd, max int64) bool {
-	var body []byte
-	var err error
-	drained := true
+// into e.req, the body to forward set on the request without a copy; false: it answered the
+// request itself, and fired its end.
+func (g *Gateway) resolveUsage(ctx *fasthttp.RequestCtx, e *requestEnd, u *config.Usage) bool {
+	src := usageBody{length: int64(ctx.Request.Header.ContentLength()), peer: ctx.RemoteAddr().String()}
 	if ctx.Request.IsBodyStream() {
-		body, drained, err = readUsageBody(ctx.RequestBodyStream(), int64(ctx.Request.Header.ContentLength()), max)
-	} else if body = ctx.Request.Body(); int64(len(body)) > max {
-		err = decision.ErrBodyTooLarge
+		src.stream = ctx.RequestBodyStream()
+		src.timedOut = func() bool { bc := bodyConnOf(ctx.Conn()); return bc != nil && bc.timedOut }
+	} else {
+		src.inHand = ctx.Request.Body() // (fasthttp's own buffer, at most maxBufferBody)
 	}
-	req, ok, prob := g.policies.ResolveUsage(fastRequest{ctx}, b2s(ctx.Method()), b2s(ctx.Path()), body, err)
+	prob, drained, ok := g.resolveUsageBody(e, fastRequest{ctx}, b2s(ctx.Method()), b2s(ctx.Path()), u, src)
 	if !ok {
-		bc := bodyConnOf(ctx.Conn())
-		prob = g.usageProblem(prob, err, ctx.RemoteAddr().String(), bc != nil && bc.timedOut)
-		writeProblem(ctx, prob)
+		e.replyFast(ctx, prob)
 		if !drained {
 			ctx.SetConnectionClose() // the rest of the body is not read
 		}
-		e.answeredBy(ctx.Response.StatusCode())
 		e.fire(endWhole)
 		return false
 	}
-	e.req = req
-	ctx.Request.SetBody(req.Usage.Body) // (a copy: the stream read is the server's)
+	if body := e.req.Usage.Body; src.stream != nil || !sameArray(body, src.inHand) {
+		ctx.Request.SetBodyRaw(body) // the one copy, not copied again (the stream read is over)
+	}
 	usageHeader(ctx.Request.Header.Set)
 	return true
+}
+
+// sameArray reports whether a and b start at the same byte.
+func sameArray(a, b []byte) bool {
+	return len(a) > 0 && len(b) > 0 && &a[0] == &b[0]
 }
