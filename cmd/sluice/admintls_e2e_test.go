@@ -115,7 +115,7 @@ func TestServeE2EAdminMTLS(t *testing.T) {
 	}
 	t.Setenv("SLUICE_TEST_ADMIN_TOKEN", "admin-token-42")
 	extra := "admin:\n  token_env: SLUICE_TEST_ADMIN_TOKEN\n  metrics_listen: " + maddr + "\n  tls: {cert_file: server.pem, key_file: server.key, client_ca_file: ca.pem}\n"
-	p, err := launchWith(t, dir, "sluice.yaml", openConfig(up.URL, extra), "/healthz", noCert)
+	p, err := launchWith(t, dir, "sluice.yaml", openConfig(up.URL, extra), "/healthz", launchOpts{client: noCert})
 	if err != nil {
 		t.Fatal(err)
 	}

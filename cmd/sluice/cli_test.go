@@ -11,7 +11,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"runtime/debug"
 	"strconv"
 	"strings"
@@ -60,14 +59,9 @@ func TestVersionFlag(t *testing.T) {
 // buildSluice builds the sluice binary with the given go build flags.
 func buildSluice(t *testing.T, flags ...string) string {
 	t.Helper()
-	goTool, err := exec.LookPath("go")
+	bin, err := goBuild(t.TempDir(), flags...)
 	if err != nil {
-		goTool = filepath.Join(runtime.GOROOT(), "bin", "go")
-	}
-	bin := filepath.Join(t.TempDir(), "sluice")
-	build := exec.Command(goTool, append(append([]string{"build", "-o", bin}, flags...), ".")...)
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build %q: %v\n%s", flags, err, out)
+		t.Fatal(err)
 	}
 	return bin
 }

@@ -66,33 +66,59 @@ var (
 // removes.
 func sluiceBinary(t *testing.T) string {
 	t.Helper()
-	e2eBuildOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "sluice-e2e-bin-")
-		if err != nil {
-			e2eBuildErr = err
-			return
-		}
-		goTool, err := exec.LookPath("go")
-		if err != nil {
-			goTool = filepath.Join(runtime.GOROOT(), "bin", "go")
-		}
-		bin := filepath.Join(dir, "sluice")
-		args := []string{"build", "-o", bin}
-		if raceEnabled() {
-			args = append(args, "-race")
-		}
-		out, err := exec.Command(goTool, append(args, ".")...).CombinedOutput()
-		if err != nil {
-			e2eBuildErr = fmt.Errorf("go build: %v\n%s", err, out)
-			os.RemoveAll(dir)
-			return
-		}
-		e2eBin = bin
-	})
+	e2eBuildOnce.Do(func() { e2eBin, e2eBuildErr = buildTemp(raceEnabled()) })
 	if e2eBuildErr != nil {
 		t.Fatal(e2eBuildErr)
 	}
 	return e2eBin
+}
+
+// plainBinary returns the path of a sluice binary built from this package without -race, for
+// tests that measure its memory (the race detector's shadow memory would be most of it).
+func plainBinary(t *testing.T) string {
+	t.Helper()
+	plainBuildOnce.Do(func() { plainBin, plainBuildErr = buildTemp(false) })
+	if plainBuildErr != nil {
+		t.Fatal(plainBuildErr)
+	}
+	return plainBin
+}
+
+var (
+	plainBuildOnce sync.Once
+	plainBin       string
+	plainBuildErr  error
+)
+
+// buildTemp builds this package (with -race if race) into a temporary directory of its own.
+func buildTemp(race bool) (string, error) {
+	dir, err := os.MkdirTemp("", "sluice-e2e-bin-")
+	if err != nil {
+		return "", err
+	}
+	var flags []string
+	if race {
+		flags = append(flags, "-race")
+	}
+	bin, err := goBuild(dir, flags...)
+	if err != nil {
+		os.RemoveAll(dir)
+	}
+	return bin, err
+}
+
+// goBuild builds this package with the go build flags into dir/sluice.
+func goBuild(dir string, flags ...string) (string, error) {
+	goTool, err := exec.LookPath("go")
+	if err != nil {
+		goTool = filepath.Join(runtime.GOROOT(), "bin", "go")
+	}
+	bin := filepath.Join(dir, "sluice")
+	out, err := exec.Command(goTool, append(append([]string{"build", "-o", bin}, flags...), ".")...).CombinedOutput()
+	if err != nil {
+		return "", fmt.Errorf("go build %q: %v\n%s", flags, err, out)
+	}
+	return bin, nil
 }
 
 // raceEnabled reports whether this test binary was built with -race.
@@ -123,8 +149,10 @@ func sluiceEnv() []string {
 // TestMain removes the built binary after the run.
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if e2eBin != "" {
-		os.RemoveAll(filepath.Dir(e2eBin))
+	for _, bin := range []string{e2eBin, plainBin} {
+		if bin != "" {
+			os.RemoveAll(filepath.Dir(bin))
+		}
 	}
 	os.Exit(code)
 }
@@ -244,16 +272,28 @@ func startSluiceArgs(t *testing.T, dir, name string, cfg configFunc, args ...str
 
 // launch is startSluice returning its error, for any goroutine.
 func launch(t *testing.T, dir, name string, cfg configFunc, ready string, args ...string) (*sluiceProc, error) {
-	return launchWith(t, dir, name, cfg, ready, nil, args...)
+	return launchWith(t, dir, name, cfg, ready, launchOpts{}, args...)
 }
 
-// launchWith is launch with an admin listener served over HTTPS, asked with client (nil: plain
-// HTTP, asked with e2eClient). A nil cfg starts the demo (no --config) on the two ports.
-func launchWith(t *testing.T, dir, name string, cfg configFunc, ready string, client *http.Client, args ...string) (*sluiceProc, error) {
+// launchOpts are launchWith's choices beside the configuration.
+type launchOpts struct {
+	// client: the admin listener is served over HTTPS and asked with it (nil: plain HTTP, asked
+	// with e2eClient).
+	client *http.Client
+	// bin is the sluice binary to run ("": sluiceBinary's, with -race when this test binary has it).
+	bin string
+}
+
+// launchWith is launch with the choices of opts. A nil cfg starts the demo (no --config) on the
+// two ports.
+func launchWith(t *testing.T, dir, name string, cfg configFunc, ready string, opts launchOpts, args ...string) (*sluiceProc, error) {
 	if len(args) == 0 {
 		args = []string{"--watch", "0"}
 	}
-	bin := sluiceBinary(t)
+	client, bin := opts.client, opts.bin
+	if bin == "" {
+		bin = sluiceBinary(t)
+	}
 	path := filepath.Join(dir, name)
 	for attempt := 1; ; attempt++ {
 		listen, err := freeAddr()
