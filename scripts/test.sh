@@ -3,6 +3,11 @@
 # node), then runs gofmt, vet, the web assets' check, the race-enabled tests, a short fuzzing run of
 # every fuzz target, and every benchmark once (so that they keep compiling and running; their
 # numbers come from `scripts/bench.sh`).
+#
+# The installs stop the script at the first failure: nothing after them can run without them. The
+# stages after them all run, whichever failed before, so that one failure does not hide the
+# others' results; the script ends with a summary of each stage, passed or FAILED, and exits 1 if
+# any failed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -70,35 +75,92 @@ fi
 # (config.TestPerformanceDocTables: scripts/bench-rls.sh computes its medians in Python).
 command -v python3 >/dev/null 2>&1 || apt_install "python3 is needed" python3
 
-echo "== gofmt"
-unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))
-if [ -n "$unformatted" ]; then
-	echo "gofmt would change:"; echo "$unformatted"; exit 1
-fi
+# Where the stages keep the output they print only on failure.
+logs=$(mktemp -d)
+trap 'rm -rf "$logs"' EXIT
 
-echo "== go vet"
-go vet ./...
+# stage NAME COMMAND...: runs COMMAND under the header NAME and records whether it passed. Not the
+# installs' set -e: a failing stage is recorded and the next one runs.
+results=()
+failed=0
+stage() {
+	local name=$1
+	shift
+	echo "== $name"
+	if "$@"; then
+		results+=("passed  $name")
+	else
+		results+=("FAILED  $name")
+		failed=1
+	fi
+}
 
-echo "== web assets up to date and reproducible"
-bash scripts/check-web.sh
+gofmt_clean() {
+	local unformatted
+	unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go')) || return 1
+	if [ -n "$unformatted" ]; then
+		echo "gofmt would change:"
+		echo "$unformatted"
+		return 1
+	fi
+}
 
-echo "== go test -race"
-# -timeout: on a fresh machine, deploy/ builds helm from the Go module proxy and a static sluice
-# for the container image first (minutes each, once: both are cached after).
-go test -race -count=1 -timeout 25m ./...
+# go test's output goes to the console as it comes (its closing lines, the packages' ok and FAIL,
+# are what a reader of the run looks for), and to a log, from which the summary repeats its
+# failures.
+race_tests() {
+	# -timeout: on a fresh machine, deploy/ builds helm from the Go module proxy and a static sluice
+	# for the container image first (minutes each, once: both are cached after).
+	go test -race -count=1 -timeout 25m ./... 2>&1 | tee "$logs/test.log"
+}
+
+# fuzz_target PACKAGE TARGET: the short fuzzing run of one target, its output printed if it fails.
+fuzz_target() {
+	go test -run='^$' -fuzz="^${2}\$" -fuzztime="$FUZZTIME" "$1" >"$logs/fuzz.log" 2>&1 || { cat "$logs/fuzz.log"; return 1; }
+}
+
+# fuzz_targets prints PACKAGE:TARGET for every fuzz target of the module.
+fuzz_targets() {
+	local pkgs pkg dir
+	pkgs=$(go list ./...) || return 1
+	for pkg in $pkgs; do
+		dir=$(go list -f '{{.Dir}}' "$pkg") || return 1
+		grep -ho '^func Fuzz[A-Za-z0-9_]*' "$dir"/*_test.go 2>/dev/null | sed "s|^func |$pkg:|"
+	done
+	return 0 # (grep finds none in most packages)
+}
+
+benchmarks() {
+	go test -run='^$' -bench=. -benchtime=1x ./... >"$logs/bench.log" 2>&1 || { cat "$logs/bench.log"; return 1; }
+}
+
+stage gofmt gofmt_clean
+stage "go vet" go vet ./...
+stage "web assets up to date and reproducible" bash scripts/check-web.sh
+stage "go test -race" race_tests
 
 # A count (Nx), not a duration: with a duration, go1.26's fuzz coordinator can report a spurious
-# "context deadline exceeded" when the time runs out mid-execution (golang/go#75804, fixed in 1.27).
-echo "== fuzz (${FUZZTIME:=20000x} per target)"
-for pkg in $(go list ./...); do
-	dir=$(go list -f '{{.Dir}}' "$pkg")
-	for target in $(grep -ho '^func Fuzz[A-Za-z0-9_]*' "$dir"/*_test.go 2>/dev/null | sed 's/^func //'); do
-		echo "-- $pkg $target"
-		go test -run='^$' -fuzz="^${target}\$" -fuzztime="$FUZZTIME" "$pkg" >/tmp/sluice-fuzz.log 2>&1 || { cat /tmp/sluice-fuzz.log; exit 1; }
+# "context deadline exceeded" when the time runs out mid-execution (fixed in Go 1.27).
+: "${FUZZTIME:=20000x}"
+if targets=$(fuzz_targets); then
+	for t in $targets; do
+		stage "fuzz ${t%:*} ${t##*:} ($FUZZTIME)" fuzz_target "${t%:*}" "${t##*:}"
 	done
-done
+else
+	stage "fuzz: listing the targets" false
+fi
 
-echo "== benchmarks, once each"
-go test -run='^$' -bench=. -benchtime=1x ./... >/tmp/sluice-bench.log 2>&1 || { cat /tmp/sluice-bench.log; exit 1; }
+stage "benchmarks, once each" benchmarks
 
+echo
+echo "== summary"
+printf '%s\n' "${results[@]}"
+if [ "$failed" -ne 0 ]; then
+	if grep -q -e '^FAIL' -e '^--- FAIL' -e '^panic: ' "$logs/test.log" 2>/dev/null; then
+		echo "go test -race's failures:"
+		grep -e '^FAIL' -e '^--- FAIL' -e '^panic: ' "$logs/test.log"
+	fi
+	echo "== some stages FAILED"
+	exit 1
+fi
 echo "== all passed"

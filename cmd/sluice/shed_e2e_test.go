@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -41,17 +42,32 @@ upstream: %s
 load_shedding: {min_limit: 1, max_limit: 1, retry_after: 3s}
 `, listen, admin, up.URL)
 	})
-	held := make(chan int, 1)
+	// The held request ends when the test lets it go, never on a timer: e2eClient's timeout would
+	// end it (and free its slot) if the rest of the test, Chromium's start on a busy machine
+	// included, took longer. A client without one, the request cancelled when the test ends.
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	held := make(chan reply, 1)
 	go func() {
-		r, err := tryGet(p.proxy, "/held")
-		if err != nil {
-			held <- -1
-			return
+		r := reply{status: -1}
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, p.proxy+"/held", nil)
+		if err == nil {
+			var resp *http.Response
+			if resp, err = (&http.Client{}).Do(req); err == nil {
+				r.status, r.header = resp.StatusCode, resp.Header
+				r.body, err = io.ReadAll(resp.Body)
+				resp.Body.Close()
+			}
 		}
-		held <- r.status
+		if err != nil {
+			r.body = []byte(err.Error())
+		}
+		held <- r
 	}()
 	select {
 	case <-arrived:
+	case r := <-held:
+		t.Fatalf("the held request ended before it reached the upstream: %d %s", r.status, r.body)
 	case <-time.After(10 * time.Second):
 		t.Fatal("the held request did not reach the upstream")
 	}
@@ -89,8 +105,8 @@ load_shedding: {min_limit: 1, max_limit: 1, retry_after: 3s}
 	tab.Screenshot("operator-load-shedding")
 
 	open()
-	if code := <-held; code != 200 {
-		t.Fatalf("the held request: %d", code)
+	if r := <-held; r.status != 200 {
+		t.Fatalf("the held request: %d %s", r.status, r.body)
 	}
 	if r := get(t, p.proxy, "/after"); r.status != 200 {
 		t.Fatalf("after the held one answered: %d", r.status)

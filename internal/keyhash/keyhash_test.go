@@ -26,3 +26,22 @@ func TestHasher(t *testing.T) {
 		t.Error(`Strings("ab", "c") == Strings("a", "bc")`)
 	}
 }
+
+// The zero Hasher has no key: rather than hash under one every process shares, it panics.
+func TestZeroHasherPanics(t *testing.T) {
+	for name, f := range map[string]func(h *Hasher){
+		"String":  func(h *Hasher) { h.String("customer-42") },
+		"Strings": func(h *Hasher) { h.Strings("budget", "customer-42") },
+		"Bytes":   func(h *Hasher) { h.Bytes([]byte{192, 0, 2, 1}) },
+	} {
+		func() {
+			defer func() {
+				if recover() == nil {
+					t.Errorf("the zero Hasher's %s did not panic", name)
+				}
+			}()
+			var h Hasher
+			f(&h)
+		}()
+	}
+}

@@ -170,6 +170,51 @@ func (s *Server) DoAuth(password string, args ...string) (string, error) {
 	return do(s.Addr, s.tlsConfig, append([]string{"\x00auth", password}, args...)...)
 }
 
+// Tx runs cmds as one transaction (MULTI, the commands, EXEC) over a fresh connection and returns
+// each command's reply as Do would. Redis runs them together, no other client's command between
+// them: a test can read two things at one instant, or mark in MONITOR's stream the instant it
+// read something.
+func (s *Server) Tx(cmds ...[]string) ([]string, error) {
+	var conn net.Conn
+	var err error
+	if s.tlsConfig != nil {
+		conn, err = tls.DialWithDialer(&net.Dialer{Timeout: time.Second}, "tcp", s.Addr, s.tlsConfig)
+	} else {
+		conn, err = net.DialTimeout("tcp", s.Addr, time.Second)
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(5 * time.Second))
+	r := bufio.NewReader(conn)
+	if _, err := send(conn, r, "MULTI"); err != nil {
+		return nil, err
+	}
+	for _, c := range cmds {
+		if q, err := send(conn, r, c...); err != nil || q != "QUEUED" {
+			return nil, fmt.Errorf("%v in MULTI: %q %v", c, q, err)
+		}
+	}
+	if _, err := conn.Write([]byte("*1\r\n$4\r\nEXEC\r\n")); err != nil {
+		return nil, err
+	}
+	head, err := r.ReadString('\n')
+	if err != nil {
+		return nil, err
+	}
+	if n, err := strconv.Atoi(strings.TrimRight(strings.TrimPrefix(head, "*"), "\r\n")); err != nil || n != len(cmds) {
+		return nil, fmt.Errorf("EXEC replied %q for %d commands", head, len(cmds))
+	}
+	replies := make([]string, len(cmds))
+	for i := range replies {
+		if replies[i], err = readReply(r); err != nil {
+			return nil, fmt.Errorf("%v: %w", cmds[i], err)
+		}
+	}
+	return replies, nil
+}
+
 func (s *Server) waitReady(timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
 	var err error

@@ -17,7 +17,9 @@ package redis_test
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -74,6 +76,39 @@ func scriptCalls(t *testing.T, lines []monitorLine) (calls []scriptCall, luaTime
 	return calls, luaTime, clientTime
 }
 
+// markTime returns INFO commandstats' count of TIME calls and an ECHO for MONITOR to show, run in
+// one transaction: the count is that of the TIME calls MONITOR shows before the mark.
+func markTime(t *testing.T, srv *redistest.Server, name string) (int64, string) {
+	t.Helper()
+	mark := fmt.Sprintf("mark-%s-%d", name, time.Now().UnixNano())
+	r, err := srv.Tx([]string{"ECHO", mark}, []string{"INFO", "commandstats"})
+	if err != nil || len(r) != 2 || r[0] != mark {
+		t.Fatalf("ECHO and INFO in one transaction: %q %v", r, err)
+	}
+	for _, line := range strings.Split(r[1], "\r\n") {
+		if v, ok := strings.CutPrefix(line, "cmdstat_time:calls="); ok {
+			v, _, _ = strings.Cut(v, ",")
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil {
+				t.Fatalf("INFO commandstats: %q", line)
+			}
+			return n, mark
+		}
+	}
+	return 0, mark // no TIME since the server started
+}
+
+// between returns the lines after the ECHO of mark from and before that of mark to.
+func between(t *testing.T, lines []monitorLine, from, to string) []monitorLine {
+	t.Helper()
+	i := slices.IndexFunc(lines, func(l monitorLine) bool { return len(l.Args) == 2 && l.Args[0] == "ECHO" && l.Args[1] == from })
+	j := slices.IndexFunc(lines, func(l monitorLine) bool { return len(l.Args) == 2 && l.Args[0] == "ECHO" && l.Args[1] == to })
+	if i < 0 || j < i {
+		t.Fatalf("MONITOR did not show the marks %s and %s in order (%d, %d)", from, to, i, j)
+	}
+	return lines[i+1 : j]
+}
+
 // awaitWindowStart polls Redis's clock until it is in the first quarter of a window of period
 // µs, so that what follows fits in one window; it returns Redis's time then.
 func awaitWindowStart(t *testing.T, redisNow func() int64, period int64) int64 {
@@ -100,7 +135,9 @@ func TestClockFromRedis(t *testing.T) {
 	p := sluice.Policy{Name: "clock", Algorithm: sluice.FixedWindow, Limit: 6, Period: time.Second}
 	period := p.PeriodMicros()
 	mon := startMonitor(t, srv)
-	mustDo(t, srv, "CONFIG", "RESETSTAT")
+	// The stores read Redis's clock on their own too, at any moment: INFO's count and MONITOR's
+	// lines are compared between two marks, each taken in one transaction with nothing between.
+	startCount, startMark := markTime(t, srv, "start")
 	timeCalls, decisions := 0, 0 // TIME commands of the test itself; scripts run by the stores
 	now := func() int64 { timeCalls++; return redisTime(t, srv) }
 	// within checks that a duration the store reported is the time from Redis's clock, read
@@ -181,8 +218,9 @@ func TestClockFromRedis(t *testing.T) {
 		decisions++
 	}
 
+	endCount, endMark := markTime(t, srv, "end")
 	mon.sync(t, srv)
-	calls, luaTime, clientTime := scriptCalls(t, mon.snapshot())
+	calls, luaTime, clientTime := scriptCalls(t, between(t, mon.snapshot(), startMark, endMark))
 	if len(calls) < decisions {
 		t.Fatalf("MONITOR saw %d script calls for %d decisions", len(calls), decisions)
 	}
@@ -202,7 +240,7 @@ func TestClockFromRedis(t *testing.T) {
 	if clientTime < timeCalls {
 		t.Fatalf("MONITOR saw %d TIME calls from clients; the test alone made %d", clientTime, timeCalls)
 	}
-	if n := cmdstat(t, srv, "time", "calls"); n != int64(luaTime+clientTime) {
+	if n := endCount - startCount; n != int64(luaTime+clientTime) {
 		t.Fatalf("INFO commandstats counts %d TIME calls; MONITOR saw %d by the scripts (one per decision) and %d by clients", n, luaTime, clientTime)
 	}
 	t.Logf("%d decisions by 2 stores, each read Redis TIME once and sent no time", decisions)
