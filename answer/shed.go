@@ -26,15 +26,16 @@ func ReducedCapacity(client string, retryAfter time.Duration) Problem {
 	return p
 }
 
-// BodyMemoryFull is the answer to a request on a usage route whose body did not fit, within
-// wait, in the memory the gateway gives request bodies read for their estimate
-// (server.body_memory): 503 with Retry-After, in the route's shape; nothing was read or charged.
-func BodyMemoryFull(shape Shape, wait time.Duration) Problem {
+// BodyMemoryFull is the answer to a request on a usage route whose body did not fit in time in
+// the memory the gateway gives request bodies read for their estimate (server.body_memory): 503
+// with Retry-After (retryAfter, whole seconds, at least 1), in the route's shape; nothing was
+// read or charged.
+func BodyMemoryFull(shape Shape, retryAfter time.Duration) Problem {
 	p := Problem{
 		Type:       TypeTemporaryReducedCapacity,
 		Title:      "Temporary Reduced Capacity",
 		Status:     http.StatusServiceUnavailable,
-		RetryAfter: max(1, Seconds(wait)),
+		RetryAfter: max(1, Seconds(retryAfter)),
 		Shape:      shape,
 	}
 	p.Detail = fmt.Sprintf("this gateway is reading as many request bodies as it holds at once (server.body_memory); the request was not read, forwarded or charged; retry after %d s", p.RetryAfter)

@@ -14,14 +14,15 @@ import (
 // and forwarded — and only until the upstream has it. What all of them hold at once is bounded
 // by server.body_memory: a request reserves its body's size (its Content-Length, or the route's
 // max_body when it is chunked, the rest given back once it is read) before any of it is read. One
-// that does not fit waits, first come first served, for up to bodyMemoryWait, and is then
-// answered 503 with Retry-After in its route's shape, having read nothing: its body stays in the
-// socket's buffers, not this process's. A body is given back when the upstream's call returns
-// (the fasthttp engine) or the request ends. Other routes, the store's calls and every other
-// client are untouched: they hold no body.
+// that does not fit waits, first come first served, for up to server.body_timeout (the time its
+// body may take to come anyway), and is then answered 503 with Retry-After in its route's shape,
+// having read nothing: while it waits its body stays in the socket's buffers, not this
+// process's. A body is given back when the upstream's call returns (the fasthttp engine) or the
+// request ends (the net/http engine). Other routes, the store's calls and every other client are
+// untouched: they hold no body.
 
-// bodyMemoryWait is how long a usage request waits for room in server.body_memory.
-const bodyMemoryWait = time.Second
+// bodyMemoryRetry is the Retry-After of a request whose body did not fit.
+const bodyMemoryRetry = time.Second
 
 // bodyMemory is the process's budget of body bytes, kept across reloads (a reload sets its size).
 type bodyMemory struct {
@@ -43,7 +44,7 @@ func newBodyMemory(reg prometheus.Registerer) *bodyMemory {
 		inUse: prometheus.NewGauge(prometheus.GaugeOpts{Name: "sluice_body_memory_bytes",
 			Help: "Bytes of usage routes' request bodies held in memory now, reserved against server.body_memory."}),
 		refused: prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_body_memory_refused_total",
-			Help: "Usage routes' requests answered 503 because their bodies did not fit in server.body_memory within a second."}),
+			Help: "Usage routes' requests answered 503 because their bodies did not fit in server.body_memory within server.body_timeout."}),
 	}
 	reg.MustRegister(b.inUse, b.refused)
 	return b

@@ -111,8 +111,8 @@ func (g *Gateway) resolveUsageBody(e *requestEnd, r identity.Request, method, pa
 	body, drained, err := src.inHand, true, error(nil)
 	if src.stream != nil {
 		if n := bodyReserve(src.length, u.MaxBody); n > 0 {
-			if !g.metrics.bodies.acquire(n, bodyMemoryWait) {
-				return answer.BodyMemoryFull(u.Errors, bodyMemoryWait), false, false
+			if !g.metrics.bodies.acquire(n, g.cfg.Server.BodyTimeout) {
+				return answer.BodyMemoryFull(u.Errors, bodyMemoryRetry), false, false
 			}
 			e.body.hold(g.metrics.bodies, n)
 		}

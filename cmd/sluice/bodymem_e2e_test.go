@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"strconv"
 	"strings"
@@ -13,7 +14,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluicehq/sluice/internal/llmtest"
 	"github.com/sluicehq/sluice/internal/redistest"
 )
 
@@ -27,7 +27,14 @@ import (
 func TestServeE2EBodyMemory(t *testing.T) {
 	t.Parallel()
 	rs := redistest.Start(t)
-	up := llmtest.Start(t)
+	// The upstream reads each body and answers a chat completion with its usage. (Not llmtest's:
+	// it parses every body, which under -race would be most of what the test measures.)
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, `{"id":"c","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"ok"},"finish_reason":"stop"}],"usage":{"prompt_tokens":975000,"completion_tokens":1,"total_tokens":975001}}`)
+	}))
+	t.Cleanup(up.Close)
 	cfg := func(listen, admin string) string {
 		return fmt.Sprintf(`listen: %s
 admin_listen: %s
