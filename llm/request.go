@@ -8,7 +8,6 @@ import (
 	"io"
 	"math"
 	"strconv"
-	"strings"
 	"unsafe"
 
 	"github.com/sluicehq/sluice/internal/sat"
@@ -354,8 +353,9 @@ func EstimateUsage(r Request, rule EstimateRule) Usage {
 // that has its usage.
 const includeUsage = `"include_usage":true`
 
-// An Edit of a body replaces its bytes [Start, End) with Insert: the body it makes is
-// body[:Start] + Insert + body[End:], which Reader gives without joining them.
+// An Edit of a body replaces its bytes [Start, End) with Insert (0 ≤ Start ≤ End ≤ the body's
+// length): the body it makes is body[:Start] + Insert + body[End:], which Reader gives without
+// joining them.
 type Edit struct {
 	Start, End int
 	Insert     string
@@ -365,9 +365,77 @@ type Edit struct {
 func (e Edit) Len(body []byte) int { return len(body) - (e.End - e.Start) + len(e.Insert) }
 
 // Reader reads the body e makes of body, from body's own bytes and e.Insert: nothing is copied
-// into a new body. (Its WriteTo, which io.Copy uses, writes the three parts in turn.)
-func (e Edit) Reader(body []byte) io.Reader {
-	return io.MultiReader(bytes.NewReader(body[:e.Start]), strings.NewReader(e.Insert), bytes.NewReader(body[e.End:]))
+// into a new body, nor through a buffer by io.Copy (the reader is an io.WriterTo, which writes
+// the three parts in turn). body must not change while it is read.
+func (e Edit) Reader(body []byte) io.Reader { return &editReader{body: body, e: e} }
+
+// An editReader reads the body an Edit makes.
+type editReader struct {
+	body []byte
+	e    Edit
+	off  int // the bytes of the edited body read
+}
+
+// rest returns the rest of the part of the edited body the reader is in: of the body before the
+// edit, of the insert, or of the body after it; both empty at the end.
+func (r *editReader) rest() ([]byte, string) {
+	e, n := r.e, r.off
+	switch {
+	case n < e.Start:
+		return r.body[n:e.Start], ""
+	case n < e.Start+len(e.Insert):
+		return nil, e.Insert[n-e.Start:]
+	}
+	return r.body[e.End+n-e.Start-len(e.Insert):], ""
+}
+
+func (r *editReader) Read(p []byte) (int, error) {
+	total := 0
+	for len(p) > 0 {
+		b, s := r.rest()
+		if len(b) == 0 && s == "" {
+			break
+		}
+		n := copy(p, b)
+		if s != "" {
+			n = copy(p, s)
+		}
+		r.off += n
+		total += n
+		p = p[n:]
+	}
+	if total == 0 && r.off == r.e.Len(r.body) {
+		return 0, io.EOF
+	}
+	return total, nil
+}
+
+func (r *editReader) WriteTo(w io.Writer) (int64, error) {
+	var total int64
+	for {
+		b, s := r.rest()
+		var n int
+		var err error
+		switch {
+		case len(b) > 0:
+			n, err = w.Write(b)
+			if n < len(b) && err == nil {
+				err = io.ErrShortWrite
+			}
+		case s != "":
+			n, err = io.WriteString(w, s)
+			if n < len(s) && err == nil {
+				err = io.ErrShortWrite
+			}
+		default:
+			return total, nil
+		}
+		r.off += n
+		total += int64(n)
+		if err != nil {
+			return total, err
+		}
+	}
 }
 
 // UsageEdit returns the edit that sets stream_options.include_usage to true in body, for a

@@ -8,6 +8,7 @@ import (
 	"runtime"
 	"strings"
 	"testing"
+	"testing/iotest"
 )
 
 // sameAsOld fails t unless ParseRequest, UsageEdit and InjectUsage read body as the old
@@ -35,9 +36,13 @@ func sameAsOld(t *testing.T, body []byte, limit int) {
 		if e.Start < 0 || e.Start > e.End || e.End > len(body) {
 			t.Fatalf("%q: edit %+v out of the body", trim(body), e)
 		}
-		r, err := io.ReadAll(e.Reader(body))
-		if err != nil || !bytes.Equal(r, wantBody) || e.Len(body) != len(wantBody) {
-			t.Fatalf("%q: edit %+v makes %q (Len %d), want %q", trim(body), e, trim(r), e.Len(body), trim(wantBody))
+		var w bytes.Buffer
+		n, err := io.Copy(&w, e.Reader(body))
+		if err != nil || !bytes.Equal(w.Bytes(), wantBody) || n != int64(len(wantBody)) || e.Len(body) != len(wantBody) {
+			t.Fatalf("%q: edit %+v makes %q (Len %d), want %q", trim(body), e, trim(w.Bytes()), e.Len(body), trim(wantBody))
+		}
+		if err := iotest.TestReader(e.Reader(body), wantBody); err != nil {
+			t.Fatalf("%q: edit %+v: %v", trim(body), e, err)
 		}
 	}
 	injected, changed := InjectUsage(body)
