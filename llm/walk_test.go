@@ -132,7 +132,8 @@ func deepBodies() []string {
 	for _, n := range []int{9998, 9999, 10000, 10001} {
 		arr := strings.Repeat("[", n) + strings.Repeat("]", n)
 		obj := strings.Repeat(`{"a":`, n) + "1" + strings.Repeat("}", n)
-		out = append(out,
+		part := strings.Repeat(`{"content":`, n-2) + `"x"` + strings.Repeat("}", n-2)
+		out = append(out, `{"messages":[`+part+`]}`, `{"tools":[`+part+`]}`,
 			`{"stream":true,"messages":`+arr+`}`,
 			`{"stream":true,"messages":[],"tools":`+obj+`}`,
 			`{"stream":true,"prompt":"x","stream_options":`+obj+`}`,
