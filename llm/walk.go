@@ -25,8 +25,8 @@ const maxDepth = 10000
 // What a value is read for: how it adds to the size of the object holding it.
 const (
 	cSkip   = iota // checked only
-	cText          // prompt text: size.text of the old decoder's map (strings, token ids, parts)
-	cAll           // every key and value: size.all
+	cText          // prompt text (see size): strings, token ids, arrays of them, parts
+	cAll           // every key, string and number as written (of duplicate keys, the last)
 	cAllObj        // an object is cAll, anything else adds nothing (an Anthropic tool_use's input)
 	cOpts          // stream_options: its include_usage is noted
 	cTop           // the body's object: the fields of a Request
@@ -156,19 +156,19 @@ type entry struct {
 }
 
 // compactAt is how many members of an object in the cAll context are held before the earlier of
-// duplicate keys are dropped: a body cannot make the walk hold more than twice its object's
-// distinct keys.
+// duplicate keys are dropped (and then twice as many as are left): a body cannot make the walk
+// hold more entries than compactAt or twice its objects' distinct keys.
 const compactAt = 256
 
 // A walker walks a body once. It is kept on the caller's stack; it allocates only when an object
 // read in the cAll context has members (its entries).
 type walker struct {
 	b     []byte
-	fail  int // 0: none; > 0: a syntax error at byte fail-1 (its offset, as encoding/json gives it); -1: the body ended inside a value
+	fail  int // 0: none; > 0: a syntax error at b[fail-1] (fail is its offset as encoding/json gives it); -1: the body ended inside a value
 	depth int
 	// edit: UsageEdit's rules, those of the decoder's Token API its old version used: the
-	// depth of each value of the body's object is counted from that value, and only stream,
-	// messages, prompt and stream_options are noted.
+	// depth of each value of the body's object is counted from that value. No size is added up:
+	// only where the fields lie (and stream_options' include_usage) is noted.
 	edit bool
 	top  [nFields]field // cTop: the body's fields
 	opts field          // cOpts: the stream_options object that ended last

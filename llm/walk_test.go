@@ -215,6 +215,18 @@ func TestParseRequestAllocations(t *testing.T) {
 	if allocs := testing.AllocsPerRun(runs, func() { UsageEdit(body) }); allocs != 0 {
 		t.Errorf("UsageEdit: %.0f allocations", allocs)
 	}
+
+	// A megabyte of one key repeated in tools is held as a few hundred entries, not one for each.
+	dup := []byte(`{"tools":{` + strings.Repeat(`"a":1,`, 1<<20/6) + `"a":1}}`)
+	runtime.ReadMemStats(&before)
+	r, err = ParseRequest(dup, 0)
+	runtime.ReadMemStats(&after)
+	if err != nil || r.PromptBytes != 2 {
+		t.Fatalf("%+v, %v", r, err)
+	}
+	if n := after.TotalAlloc - before.TotalAlloc; n > 64<<10 {
+		t.Errorf("ParseRequest of %d bytes of duplicate keys: %d bytes allocated", len(dup), n)
+	}
 }
 
 // benchBodies are the request bodies of the benchmarks: a 4 MB chat and a 300-byte one.
