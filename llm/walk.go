@@ -163,8 +163,10 @@ const compactAt = 256
 // A walker walks a body once. It is kept on the caller's stack; it allocates only when an object
 // read in the cAll context has members (its entries).
 type walker struct {
-	b     []byte
-	fail  int // 0: none; > 0: a syntax error at b[fail-1] (fail is its offset as encoding/json gives it); -1: the body ended inside a value
+	b []byte
+	// fail: 0, none; > 0, a syntax error at b[fail-1] (fail is its offset as encoding/json
+	// gives it); -1, the body ended inside a value.
+	fail  int
 	depth int
 	// edit: UsageEdit's rules, those of the decoder's Token API its old version used: the
 	// depth of each value of the body's object is counted from that value. No size is added up:
