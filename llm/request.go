@@ -135,7 +135,7 @@ func ParseRequest(body []byte, limit int) (Request, error) {
 	}
 
 	var s size
-	for _, f := range w.top[fMessages:] {
+	for _, f := range w.top[fMessages:] { // the fields of the prompt's text, last of the fields
 		s.add(f.n)
 	}
 	r.PromptBytes, r.PromptTokens, r.Media = s.bytes, s.tokens, s.media
