@@ -3,10 +3,14 @@
 // LiteLLM) and Anthropic's (messages), so that a route can be charged in tokens: an estimate
 // reserved up front from the request, settled to the usage the response reports.
 //
-// The request side (request.go) is a pure function of the body: ParseRequest reads what the
-// estimate needs (the model, the output maximum, the prompt's size) and Estimate turns it into
-// tokens; InjectUsage asks an OpenAI-style upstream to report a stream's usage. The response side
-// reads the usage from a JSON body or from a stream of server-sent events as it passes.
+// The request side (request.go) is a pure function of the body, which it reads where it lies
+// and never copies (walk.go: the body the front end buffered is the only copy of it there is):
+// ParseRequest reads what the estimate needs (the model, the output maximum, the prompt's size)
+// and Estimate turns it into tokens; UsageEdit says where to edit a body to ask an OpenAI-style
+// upstream to report a stream's usage, and Edit.Reader sends the edited body from the original's
+// bytes and the few inserted (InjectUsage joins them into a new body, for callers that need one).
+// The response side reads the usage from a JSON body or from a stream of server-sent events as it
+// passes.
 //
 // Nothing here logs, and no error carries a value taken from the body: a model name or a prompt
 // is the client's, and never belongs in a log line.

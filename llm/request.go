@@ -2,12 +2,13 @@ package llm
 
 import (
 	"bytes"
-	"encoding/json"
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
 	"math"
 	"strconv"
+	"unsafe"
 
 	"github.com/sluicehq/sluice/internal/sat"
 )
@@ -72,46 +73,61 @@ type Request struct {
 // The body's keys are matched exactly and the last of duplicate keys wins, as the providers' own
 // JSON parsers do: a body that spells "Model" or repeats "max_tokens" is read as the upstream will
 // read it. Fields the estimate does not need are not validated (the upstream does that).
+//
+// The body is read where it lies, in one pass, and nothing of it is copied (walk.go): what
+// ParseRequest allocates is the model's name and, for tools and functions, a few words for each
+// key of the object being read. Its result and its errors are those of decoding the body with
+// encoding/json into a map[string]any and reading that, which it did before: the same syntax
+// errors at the same bytes (a body nested more than 10,000 deep is one), strings counted as they
+// decode (escapes decoded, a lone surrogate or an invalid UTF-8 byte as U+FFFD), numbers as
+// written.
 func ParseRequest(body []byte, limit int) (Request, error) {
 	if limit > 0 && len(body) > limit {
 		return Request{}, ErrTooLarge
 	}
-	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.UseNumber()
-	var m map[string]any
-	if err := dec.Decode(&m); err != nil || m == nil {
-		return Request{}, notObject(err)
+	w := newWalker(body)
+	i := w.ws(0)
+	if i < len(body) && body[i] == '{' {
+		i, _ = w.object(i, cTop)
+	} else {
+		w.value(i, cSkip) // a syntax error is one; a whole value is not an object
+		w.fail = cmp.Or(w.fail, -1)
 	}
-	if _, err := dec.Token(); err != io.EOF {
+	switch {
+	case w.fail > 0:
+		return Request{}, fmt.Errorf("llm: request body: not JSON (syntax error at byte %d)", w.fail)
+	case w.fail < 0:
+		return Request{}, errors.New("llm: request body: not a JSON object")
+	case w.ws(i) != len(body):
 		return Request{}, errors.New("llm: request body: data after the JSON object")
 	}
 
 	r := Request{Choices: 1}
 	var err error
-	if r.Model, err = model(m["model"]); err != nil {
+	if r.Model, err = w.model(); err != nil {
 		return Request{}, err
 	}
-	for _, f := range []string{"max_tokens", "max_completion_tokens", "max_output_tokens"} {
-		n, err := count(m, f)
+	for _, f := range [...]int{fMaxTokens, fMaxCompletionTokens, fMaxOutputTokens} {
+		n, err := w.count(f)
 		if err != nil {
 			return Request{}, err
 		}
 		r.MaxOutput = max(r.MaxOutput, n)
 	}
-	for _, f := range []string{"n", "best_of"} {
-		n, err := count(m, f)
+	for _, f := range [...]int{fN, fBestOf} {
+		n, err := w.count(f)
 		if err != nil {
 			return Request{}, err
 		}
 		r.Choices = max(r.Choices, n)
 	}
-	if r.Stream, err = flag(m, "stream", "stream"); err != nil {
+	if r.Stream, err = flag(body, w.top[fStream].at, "stream"); err != nil {
 		return Request{}, err
 	}
-	switch so := m["stream_options"].(type) {
-	case nil:
-	case map[string]any:
-		if r.IncludeUsage, err = flag(so, "include_usage", "stream_options.include_usage"); err != nil {
+	switch so := w.top[fStreamOptions]; {
+	case so.at < 0 || body[so.at] == 'n':
+	case body[so.at] == '{':
+		if r.IncludeUsage, err = flag(body, so.iu, "stream_options.include_usage"); err != nil {
 			return Request{}, err
 		}
 	default:
@@ -119,72 +135,137 @@ func ParseRequest(body []byte, limit int) (Request, error) {
 	}
 
 	var s size
-	for _, f := range []string{"messages", "system", "instructions", "input", "prompt"} {
-		s.text(m[f])
-	}
-	for _, f := range []string{"tools", "functions"} {
-		s.all(m[f])
+	for _, f := range w.top[fMessages:] { // the fields of the prompt's text, last of the fields
+		s.add(f.n)
 	}
 	r.PromptBytes, r.PromptTokens, r.Media = s.bytes, s.tokens, s.media
 	return r, nil
 }
 
-// notObject is the error of a body that does not decode to a JSON object. It gives the offset of
-// a syntax error but not encoding/json's message, which quotes the body.
-func notObject(err error) error {
-	var syn *json.SyntaxError
-	if errors.As(err, &syn) {
-		return fmt.Errorf("llm: request body: not JSON (syntax error at byte %d)", syn.Offset)
-	}
-	return errors.New("llm: request body: not a JSON object")
-}
-
 // model reads "model": a string of printable ASCII (a name with a control byte or a multi-byte
 // character is no model name any provider has, and would only make odd keys).
-func model(v any) (string, error) {
-	if v == nil {
+func (w *walker) model() (string, error) {
+	at := w.top[fModel].at
+	if at < 0 || w.b[at] == 'n' {
 		return "", nil
 	}
-	s, ok := v.(string)
-	if !ok {
+	if w.b[at] != '"' {
 		return "", errors.New(`llm: request body: "model" must be a string`)
 	}
-	if len(s) > MaxModel {
+	end, n, plain := w.str(at)
+	if n > MaxModel {
 		return "", fmt.Errorf(`llm: request body: "model" is longer than %d bytes`, MaxModel)
 	}
-	for i := 0; i < len(s); i++ {
-		if s[i] < 0x20 || s[i] > 0x7e {
+	var buf [MaxModel]byte
+	s := w.b[at+1 : end-1]
+	if !plain {
+		s = buf[:unquote(buf[:], s)]
+	}
+	for _, c := range s {
+		if c < 0x20 || c > 0x7e {
 			return "", errors.New(`llm: request body: "model" must be printable ASCII`)
 		}
 	}
-	return s, nil
+	return string(s), nil
 }
 
 // count reads a whole number of tokens or completions; absent or null is 0. A client that writes
-// 100 as 100.0 or 1e2 means 100, and is read so.
-func count(m map[string]any, field string) (int64, error) {
-	v := m[field]
-	if v == nil {
+// 100 as 100.0 or 1e2 means 100, and is read so (a number is read as strconv reads its text:
+// ParseInt, else ParseFloat's nearest float64, as when it was decoded as a json.Number).
+func (w *walker) count(f int) (int64, error) {
+	at, end := w.top[f].at, w.top[f].end
+	if at < 0 || w.b[at] == 'n' {
 		return 0, nil
 	}
-	if n, ok := v.(json.Number); ok {
-		if i, err := strconv.ParseInt(string(n), 10, 64); err == nil && i >= 0 {
-			return i, nil
+	if c := w.b[at]; c == '-' || isDigit(c) {
+		num := w.b[at:end]
+		// An integer of more than 20 bytes is out of ParseInt's range: it is not given one, whose
+		// error would copy it.
+		if len(num) <= 20 && bytes.IndexAny(num, ".eE") < 0 {
+			if i, err := strconv.ParseInt(string(num), 10, 64); err == nil && i >= 0 {
+				return i, nil
+			}
 		}
-		if f, err := strconv.ParseFloat(string(n), 64); err == nil && f >= 0 && f <= 1<<53 && f == math.Trunc(f) {
-			return int64(f), nil
+		// A number of 10^17 or more is over 2^53 however it rounds: it is not given to
+		// ParseFloat, whose error (if it overflowed) would copy it. Nor is the number copied to
+		// be given: strconv keeps nothing of the string it reads.
+		if magnitude(num) < 18 {
+			f, err := strconv.ParseFloat(unsafe.String(unsafe.SliceData(num), len(num)), 64)
+			if err == nil && f >= 0 && f <= 1<<53 && f == math.Trunc(f) {
+				return int64(f), nil
+			}
 		}
 	}
-	return 0, fmt.Errorf("llm: request body: %q must be a whole number from 0 to %d", field, int64(math.MaxInt64))
+	return 0, fmt.Errorf("llm: request body: %q must be a whole number from 0 to %d", fieldNames[f], int64(math.MaxInt64))
 }
 
-// flag reads a boolean; absent or null is false. name is the field's full name, for the error.
-func flag(m map[string]any, field, name string) (bool, error) {
-	switch v := m[field].(type) {
-	case nil:
+// fieldNames are the count fields' keys, for their errors.
+var fieldNames = [nFields]string{
+	fMaxTokens: "max_tokens", fMaxCompletionTokens: "max_completion_tokens", fMaxOutputTokens: "max_output_tokens",
+	fN: "n", fBestOf: "best_of",
+}
+
+// magnitude is the decimal exponent e of the valid JSON number num, 10^(e-1) ≤ |num| < 10^e
+// (its exponent saturated at ±10^9; -10^9 for zero).
+func magnitude(num []byte) int {
+	const lim = 1_000_000_000
+	i, e, lead, seen := 0, 0, 0, false // e: the integer's digits; lead: the zeros before the first other digit
+	if num[0] == '-' {
+		i++
+	}
+	digit := func(c byte) {
+		if !seen {
+			if c == '0' {
+				lead++
+			} else {
+				seen = true
+			}
+		}
+	}
+	for ; i < len(num) && isDigit(num[i]); i++ {
+		e++
+		digit(num[i])
+	}
+	if i < len(num) && num[i] == '.' {
+		for i++; i < len(num) && isDigit(num[i]); i++ {
+			digit(num[i])
+		}
+	}
+	if !seen {
+		return -lim
+	}
+	e -= lead
+	if i < len(num) { // e or E, then the exponent
+		sign := 1
+		switch i++; num[i] {
+		case '-':
+			sign = -1
+			i++
+		case '+':
+			i++
+		}
+		x := 0
+		for ; i < len(num); i++ {
+			if x < lim {
+				x = x*10 + int(num[i]-'0')
+			}
+		}
+		e += sign * min(x, lim)
+	}
+	return e
+}
+
+// flag reads the boolean at b[at]; absent (at < 0) or null is false. name is the field's full
+// name, for the error.
+func flag(b []byte, at int, name string) (bool, error) {
+	if at < 0 {
 		return false, nil
-	case bool:
-		return v, nil
+	}
+	switch b[at] {
+	case 'n', 'f':
+		return false, nil
+	case 't':
+		return true, nil
 	}
 	return false, fmt.Errorf("llm: request body: %q must be true or false", name)
 }
@@ -197,61 +278,22 @@ var media = map[string]bool{
 	"file": true, "input_file": true, "document": true,
 }
 
-// A size adds up the text of a prompt.
+// A size adds up the text of a prompt, as the old decoder's map was read: text (a prompt's
+// content: a string's decoded bytes, a token id, a part, or an array of them) and part (a message,
+// content part or input item: one medium, or the fields that hold text the model reads: text,
+// content, thinking, arguments, output, tool_calls, function, function_call, and an Anthropic
+// tool_use's input object whole) for messages, system, instructions, input and prompt; all (every
+// key, string and number as written) for tools and functions. Ids, roles, names and cache
+// controls are left out: they are a few tokens, and which of them an upstream renders is its own
+// business.
 type size struct {
 	bytes, tokens, media int64
 }
 
-// text adds a prompt's content: a string, a token id, a part, or an array of them (messages,
-// content parts, strings, token ids, arrays of token ids). Values of other types add nothing.
-func (s *size) text(v any) {
-	switch v := v.(type) {
-	case string:
-		s.bytes += int64(len(v))
-	case json.Number:
-		s.tokens++
-	case []any:
-		for _, e := range v {
-			s.text(e)
-		}
-	case map[string]any:
-		s.part(v)
-	}
-}
-
-// part adds a message, a content part or an input item: its media, or the fields that hold text
-// the model reads. Ids, roles, names and cache controls are left out: they are a few tokens, and
-// which of them an upstream renders is its own business.
-func (s *size) part(m map[string]any) {
-	if t, _ := m["type"].(string); media[t] {
-		s.media++
-		return
-	}
-	for _, f := range []string{"text", "content", "thinking", "arguments", "output", "tool_calls", "function", "function_call"} {
-		s.text(m[f])
-	}
-	if in, ok := m["input"].(map[string]any); ok { // an Anthropic tool_use's arguments
-		s.all(in)
-	}
-}
-
-// all adds the text of a whole JSON value: its keys, strings and numbers as written.
-func (s *size) all(v any) {
-	switch v := v.(type) {
-	case string:
-		s.bytes += int64(len(v))
-	case json.Number:
-		s.bytes += int64(len(v))
-	case []any:
-		for _, e := range v {
-			s.all(e)
-		}
-	case map[string]any:
-		for k, e := range v {
-			s.bytes += int64(len(k))
-			s.all(e)
-		}
-	}
+func (s *size) add(t size) {
+	s.bytes += t.bytes
+	s.tokens += t.tokens
+	s.media += t.media
 }
 
 // An EstimateRule says how many tokens a request reserves before it is sent.
@@ -311,95 +353,154 @@ func EstimateUsage(r Request, rule EstimateRule) Usage {
 // that has its usage.
 const includeUsage = `"include_usage":true`
 
-// InjectUsage returns body with stream_options.include_usage set to true, for a streamed OpenAI
-// chat completions or completions request (one with "stream": true and "messages" or "prompt")
-// that does not set it already, and whether it changed anything. Every other byte of the body is
-// kept: the option is inserted after "stream" (or into the "stream_options" the body has, or in
-// place of its null or false), so other fields keep their order, values and spacing. A body that
-// is not such a request, or not a JSON object, is returned as it is, with false.
+// An Edit of a body replaces its bytes [Start, End) with Insert (0 ≤ Start ≤ End ≤ the body's
+// length): the body it makes is body[:Start] + Insert + body[End:], which Reader gives without
+// joining them.
+type Edit struct {
+	Start, End int
+	Insert     string
+}
+
+// Len is the length of the body e makes of body.
+func (e Edit) Len(body []byte) int { return len(body) - (e.End - e.Start) + len(e.Insert) }
+
+// Reader reads the body e makes of body, from body's own bytes and e.Insert: nothing is copied
+// into a new body, nor through a buffer by io.Copy (the reader is an io.WriterTo, which writes
+// the three parts in turn). body must not change while it is read.
+func (e Edit) Reader(body []byte) io.Reader { return &editReader{body: body, e: e} }
+
+// An editReader reads the body an Edit makes.
+type editReader struct {
+	body []byte
+	e    Edit
+	off  int // the bytes of the edited body read
+}
+
+// rest returns the rest of the part of the edited body the reader is in: of the body before the
+// edit, of the insert, or of the body after it; both empty at the end.
+func (r *editReader) rest() ([]byte, string) {
+	e, n := r.e, r.off
+	switch {
+	case n < e.Start:
+		return r.body[n:e.Start], ""
+	case n < e.Start+len(e.Insert):
+		return nil, e.Insert[n-e.Start:]
+	}
+	return r.body[e.End+n-e.Start-len(e.Insert):], ""
+}
+
+func (r *editReader) Read(p []byte) (int, error) {
+	total := 0
+	for len(p) > 0 {
+		b, s := r.rest()
+		if len(b) == 0 && s == "" {
+			break
+		}
+		n := copy(p, b)
+		if s != "" {
+			n = copy(p, s)
+		}
+		r.off += n
+		total += n
+		p = p[n:]
+	}
+	if total == 0 && r.off == r.e.Len(r.body) {
+		return 0, io.EOF
+	}
+	return total, nil
+}
+
+func (r *editReader) WriteTo(w io.Writer) (int64, error) {
+	var total int64
+	for {
+		b, s := r.rest()
+		var n int
+		var err error
+		switch {
+		case len(b) > 0:
+			n, err = w.Write(b)
+			if n < len(b) && err == nil {
+				err = io.ErrShortWrite
+			}
+		case s != "":
+			n, err = io.WriteString(w, s)
+			if n < len(s) && err == nil {
+				err = io.ErrShortWrite
+			}
+		default:
+			return total, nil
+		}
+		r.off += n
+		total += int64(n)
+		if err != nil {
+			return total, err
+		}
+	}
+}
+
+// UsageEdit returns the edit that sets stream_options.include_usage to true in body, for a
+// streamed OpenAI chat completions or completions request (one with "stream": true and "messages"
+// or "prompt") that does not set it already, and true; else false. Every other byte of the body is
+// kept: the option is inserted after "stream" (`,"stream_options":{"include_usage":true}`), or
+// into the "stream_options" object the body has (first, followed by a comma if it has members), or
+// in place of a stream_options of null, or of an include_usage of false or null. Keys are compared
+// decoded and the last of duplicates is the one read and edited. A body that is not one JSON object
+// (whitespace around it aside) is no such request; nor is one whose stream_options is not an
+// object or null, or whose include_usage is anything but false, null or absent. Its rules are the
+// old InjectUsage's, which read the body with encoding/json's Token API: so the nesting of each
+// value in the body's object may be 10,000 deep, not counting the object.
 //
 // The Responses API is left alone: it reports a stream's usage anyway, and rejects the option.
 // An Anthropic messages request looks like a chat completion and would be changed: call
-// InjectUsage only for an upstream of OpenAI's format (Anthropic's reports a stream's usage
+// UsageEdit only for an upstream of OpenAI's format (Anthropic's reports a stream's usage
 // unasked, and rejects fields it does not know).
+//
+// The body is walked in place (walk.go), and nothing is allocated.
+func UsageEdit(body []byte) (Edit, bool) {
+	w := newWalker(body)
+	w.edit = true
+	i := w.ws(0)
+	if i >= len(body) || body[i] != '{' {
+		return Edit{}, false
+	}
+	if i, _ = w.object(i, cTop); w.fail != 0 || w.ws(i) != len(body) {
+		return Edit{}, false
+	}
+	st := w.top[fStream]
+	if st.at < 0 || string(body[st.at:st.end]) != "true" {
+		return Edit{}, false
+	}
+	if w.top[fMessages].at < 0 && w.top[fPrompt].at < 0 {
+		return Edit{}, false
+	}
+	so := w.top[fStreamOptions]
+	switch {
+	case so.at < 0:
+		return Edit{st.end, st.end, `,"stream_options":{` + includeUsage + `}`}, true
+	case body[so.at] == 'n':
+		return Edit{so.at, so.end, `{` + includeUsage + `}`}, true
+	case body[so.at] != '{':
+		return Edit{}, false
+	case so.iu < 0 && so.members > 0:
+		return Edit{so.at + 1, so.at + 1, includeUsage + ","}, true
+	case so.iu < 0:
+		return Edit{so.at + 1, so.at + 1, includeUsage}, true
+	case body[so.iu] == 'f' || body[so.iu] == 'n':
+		return Edit{so.iu, so.iuEnd, "true"}, true
+	}
+	return Edit{}, false
+}
+
+// InjectUsage returns body with stream_options.include_usage set to true, as UsageEdit says, in
+// a new slice, and true; or body itself and false if UsageEdit has no edit. A caller that can
+// send the body in pieces should use UsageEdit and Edit.Reader instead, which copy nothing.
 func InjectUsage(body []byte) ([]byte, bool) {
-	top, ok := members(body)
+	e, ok := UsageEdit(body)
 	if !ok {
 		return body, false
 	}
-	st, ok := top["stream"]
-	if !ok || string(body[st.start:st.end]) != "true" {
-		return body, false
-	}
-	_, chat := top["messages"]
-	_, completion := top["prompt"]
-	if !chat && !completion {
-		return body, false
-	}
-	so, ok := top["stream_options"]
-	if !ok {
-		return splice(body, st.end, st.end, `,"stream_options":{`+includeUsage+`}`), true
-	}
-	opts := body[so.start:so.end]
-	if string(opts) == "null" {
-		return splice(body, so.start, so.end, `{`+includeUsage+`}`), true
-	}
-	inner, ok := members(opts)
-	if !ok {
-		return body, false
-	}
-	iu, ok := inner["include_usage"]
-	if !ok {
-		at, ins := so.start+1, includeUsage
-		if len(inner) > 0 {
-			ins += ","
-		}
-		return splice(body, at, at, ins), true
-	}
-	switch string(opts[iu.start:iu.end]) {
-	case "false", "null":
-		return splice(body, so.start+iu.start, so.start+iu.end, "true"), true
-	}
-	return body, false
-}
-
-// A span is where a member's value lies in a JSON object's text.
-type span struct{ start, end int }
-
-// members gives where the value of each member of the JSON object b lies (the last of duplicate
-// keys, as a parser reads them), or false when b is not exactly one JSON object.
-func members(b []byte) (map[string]span, bool) {
-	dec := json.NewDecoder(bytes.NewReader(b))
-	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
-		return nil, false
-	}
-	m := map[string]span{}
-	for dec.More() {
-		t, err := dec.Token()
-		if err != nil {
-			return nil, false
-		}
-		k, _ := t.(string)
-		var v json.RawMessage
-		if err := dec.Decode(&v); err != nil {
-			return nil, false
-		}
-		end := int(dec.InputOffset())
-		m[k] = span{end - len(v), end}
-	}
-	if t, err := dec.Token(); err != nil || t != json.Delim('}') {
-		return nil, false
-	}
-	if _, err := dec.Token(); err != io.EOF {
-		return nil, false
-	}
-	return m, true
-}
-
-// splice is b with b[i:j] replaced by s, in a new slice.
-func splice(b []byte, i, j int, s string) []byte {
-	out := make([]byte, 0, len(b)-(j-i)+len(s))
-	out = append(out, b[:i]...)
-	out = append(out, s...)
-	return append(out, b[j:]...)
+	out := make([]byte, 0, e.Len(body))
+	out = append(out, body[:e.Start]...)
+	out = append(out, e.Insert...)
+	return append(out, body[e.End:]...), true
 }

@@ -453,13 +453,18 @@ func checkInjected(t *testing.T, before, after []byte) {
 	}
 }
 
+// FuzzParseRequest checks that ParseRequest reads every body as the old decoder did
+// (request_old_test.go): the same Request, the same error. Each body is read under a limit too,
+// and as the body of a streamed chat (for UsageEdit's sake).
 func FuzzParseRequest(f *testing.F) {
-	for _, b := range []string{openAIChat, openAIChatParts, openAIChatTools, openAIChatStream, openAICompletion,
+	for _, b := range append([]string{openAIChat, openAIChatParts, openAIChatTools, openAIChatStream, openAICompletion,
 		openAICompletionIDs, openAIEmbeddings, openAIResponses, anthropicMessages, anthropicSimple,
-		`{"max_tokens":1e3}`, `{"model":null}`, `[]`, `{"input":[[1,2],[3]]}`} {
+		`{"max_tokens":1e3}`, `{"model":null}`, `[]`, `{"input":[[1,2],[3]]}`}, trickyBodies...) {
 		f.Add([]byte(b))
 	}
 	f.Fuzz(func(t *testing.T, body []byte) {
+		sameAsOld(t, body, 0)
+		sameAsOld(t, body, 1<<16)
 		r, err := ParseRequest(body, 1<<16)
 		if err != nil {
 			return
@@ -483,18 +488,18 @@ func FuzzParseRequest(f *testing.F) {
 	})
 }
 
+// FuzzInjectUsage checks that UsageEdit's edit, applied, is the old InjectUsage's body, and that
+// InjectUsage's body reads as including the usage and is not changed again.
 func FuzzInjectUsage(f *testing.F) {
 	for _, b := range []string{openAIChatStream, `{"stream":true,"messages":[]}`, `{"prompt":"x","stream":true,"stream_options":{}}`,
 		`{"stream":true,"messages":[],"stream_options":{"include_usage":false}}`, `{"stream":true,"messages":[],"stream_options":null}`,
-		`{"stream":true,"prompt":1,"stream":true}`} {
+		`{"stream":true,"prompt":1,"stream":true}`, `{"stream":true,"messages":[],"stream_options":{"a":[1,{"b":2}]}}`,
+		`{"str\u0065am":true,"prompt":"","stream_options":{"include_usage":null,"include_usage":false}}`} {
 		f.Add([]byte(b))
 	}
 	f.Fuzz(func(t *testing.T, body []byte) {
-		in := bytes.Clone(body)
+		sameAsOld(t, body, 0)
 		got, changed := InjectUsage(body)
-		if !bytes.Equal(body, in) {
-			t.Fatal("body modified in place")
-		}
 		if !changed {
 			if !bytes.Equal(got, body) {
 				t.Fatal("unchanged, but a different body")
