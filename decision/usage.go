@@ -37,7 +37,9 @@ type Usage struct {
 	// Stream: the request asked for a stream.
 	Stream bool
 	// Body is the request's body to forward: the one read, or with stream_options.include_usage
-	// added (the route's inject_usage).
+	// added (the route's inject_usage) — in the same array when it has room after the body
+	// (llm.Edit.Apply), else in a new one. ResolveUsage's caller must not use the body it passed
+	// in afterwards: it may have been edited.
 	Body []byte
 }
 
@@ -86,7 +88,9 @@ func (p *Policies) ResolveUsage(r identity.Request, method, path string, body []
 	}
 	u := &Usage{Rule: rt.Usage, Stream: lr.Stream, Estimate: estimate, Body: body}
 	if rt.Usage.InjectUsage && lr.Stream && !lr.IncludeUsage {
-		u.Body, _ = llm.InjectUsage(body)
+		if e, ok := llm.UsageEdit(body); ok {
+			u.Body = e.Apply(body) // (in place when the front end read the body with room after it)
+		}
 	}
 	if lr.Model != "" {
 		u.Model = p.cfg.ModelFor(lr.Model)

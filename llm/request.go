@@ -364,6 +364,24 @@ type Edit struct {
 // Len is the length of the body e makes of body.
 func (e Edit) Len(body []byte) int { return len(body) - (e.End - e.Start) + len(e.Insert) }
 
+// Apply returns the body e makes of body, in body's own array when its capacity holds the
+// result (a caller that reads a body with room to spare after it edits it without a copy), else
+// in a new one. body's bytes from e.Start on are overwritten when it is edited in place.
+func (e Edit) Apply(body []byte) []byte {
+	n := e.Len(body)
+	if n > cap(body) {
+		out := make([]byte, 0, n)
+		out = append(out, body[:e.Start]...)
+		out = append(out, e.Insert...)
+		return append(out, body[e.End:]...)
+	}
+	tail := len(body) - e.End
+	out := body[:max(n, len(body))]
+	copy(out[e.Start+len(e.Insert):], body[e.End:e.End+tail]) // (copy moves overlapping bytes right)
+	copy(out[e.Start:], e.Insert)
+	return out[:n]
+}
+
 // Reader reads the body e makes of body, from body's own bytes and e.Insert: nothing is copied
 // into a new body, nor through a buffer by io.Copy (the reader is an io.WriterTo, which writes
 // the three parts in turn). body must not change while it is read.

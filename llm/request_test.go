@@ -6,6 +6,7 @@ import (
 	"errors"
 	"math"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -514,6 +515,17 @@ func FuzzInjectUsage(f *testing.F) {
 		}
 		if r, err := ParseRequest(got, 0); err == nil && (!r.Stream || !r.IncludeUsage) {
 			t.Fatalf("%q reads as %+v", got, r)
+		}
+		// Apply makes the same body, in place when there is room after it, else in a new array
+		// (the input untouched).
+		e, _ := UsageEdit(body)
+		roomy := append(make([]byte, 0, len(body)+64), body...)
+		if out := e.Apply(roomy); !bytes.Equal(out, got) || &out[0] != &roomy[0] {
+			t.Fatalf("Apply in place made %q, want %q in the same array", out, got)
+		}
+		tight := slices.Clip(slices.Clone(body))
+		if out := e.Apply(tight); !bytes.Equal(out, got) || (e.Len(body) > len(body) && !bytes.Equal(tight, body)) {
+			t.Fatalf("Apply without room made %q (input now %q), want %q and, if it grew, the input unchanged", out, tight, got)
 		}
 	})
 }
