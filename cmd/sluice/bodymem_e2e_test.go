@@ -113,9 +113,12 @@ routes:
 			b, _ := io.ReadAll(resp.Body)
 			statuses[i] = resp.StatusCode
 			if resp.StatusCode == http.StatusServiceUnavailable {
-				var e struct{ Error struct{ Type, Message string } }
-				if json.Unmarshal(b, &e) != nil || e.Error.Type != "server_error" || resp.Header.Get("Retry-After") == "" {
-					problems[i] = fmt.Sprintf("503 not in OpenAI's shape with Retry-After: %v %s", resp.Header, b)
+				var e struct {
+					Error struct{ Type, Message string }
+				}
+				if json.Unmarshal(b, &e) != nil || e.Error.Type != "server_error" || resp.Header.Get("Retry-After") == "" ||
+					!strings.Contains(e.Error.Message, "server.body_memory") {
+					problems[i] = fmt.Sprintf("503 not for body memory in OpenAI's shape with Retry-After: %v %s", resp.Header, b)
 				}
 			} else if resp.StatusCode != http.StatusOK {
 				problems[i] = fmt.Sprintf("%d %s", resp.StatusCode, b)
