@@ -10,7 +10,9 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/sluicehq/sluice/gateway"
 	"github.com/sluicehq/sluice/internal/llmtest"
 )
 
@@ -159,4 +161,100 @@ func TestClientBodyFailureLogged(t *testing.T) {
 	})
 }
 
-var _ = fmt.Sprint
+
+// TestUsageBodyMemoryFull: while one usage request's body holds all of server.body_memory (its
+// client sends it slowly), another usage request waits up to server.body_timeout and is then
+// answered 503 with Retry-After in the route's error shape, charging nothing; a request on a
+// plain route meanwhile is answered at once. Once the slow body is gone, the next one is read.
+func TestUsageBodyMemoryFull(t *testing.T) {
+	forEachEngine(t, func(t *testing.T, engine string) {
+		h := llmtest.NewHandler()
+		up := &upstream{Server: httptest.NewServer(h)}
+		t.Cleanup(up.Close)
+		cfg := strings.ReplaceAll(strings.ReplaceAll(usageConfig, "STORE", "store: {type: memory}"), "SUM", sum("sk-team"))
+		cfg = strings.Replace(cfg, "usage: {format: openai}", "usage: {format: openai, max_body: 1048576}", 1)
+		cfg = strings.Replace(cfg, "usage: {format: anthropic, count: output}", "usage: {format: anthropic, count: output, max_body: 1048576}", 1)
+		cfg += "server: {body_memory: 1048576, body_timeout: 1s}\n"
+		fe, srv := start(t, engine, cfg, up)
+		f := &llmFixture{t: t, url: fe.URL, srv: srv, up: h, http: &http.Client{}}
+
+		// The slow client: a body of 1,000,000 bytes, 50 bytes every 20 ms (faster than
+		// body_min_rate, so it is never cut), until the test is done.
+		c, err := net.Dial("tcp", strings.TrimPrefix(fe.URL, "http://"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		fmt.Fprintf(c, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer sk-team\r\nContent-Type: application/json\r\nContent-Length: 1000000\r\n\r\n{\"messages\":[{\"role\":\"user\",\"content\":\"")
+		done := make(chan struct{})
+		trickled := make(chan struct{})
+		go func() {
+			defer close(trickled)
+			tick := time.NewTicker(20 * time.Millisecond)
+			defer tick.Stop()
+			for {
+				select {
+				case <-done:
+					return
+				case <-tick.C:
+					if _, err := c.Write([]byte(strings.Repeat("a", 50))); err != nil {
+						return
+					}
+				}
+			}
+		}()
+		waitFor(t, "the slow body to hold the body memory", func() bool {
+			return metricOf(t, srv, "sluice_body_memory_bytes") > 0
+		})
+		if code := get(t, fe.URL+"/v1/models", "Authorization", "Bearer sk-team").StatusCode; code >= 500 {
+			t.Errorf("a plain route while the body memory is full: %d", code)
+		}
+		// 100 KB: more than the 48 KiB left, and more than the fasthttp engine reads with a header.
+		big := `{"model":"claude","max_tokens":10,"messages":[{"role":"user","content":"` + strings.Repeat("b", 100_000) + `"}]}`
+		resp := f.post("/v1/messages", big)
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		var e struct {
+			Type  string
+			Error struct{ Type, Message string }
+		}
+		if resp.StatusCode != http.StatusServiceUnavailable || json.Unmarshal(body, &e) != nil || e.Type != "error" || e.Error.Type != "overloaded_error" ||
+			!strings.Contains(e.Error.Message, "server.body_memory") || resp.Header.Get("Retry-After") != "1" {
+			t.Errorf("a usage request with the body memory full: %d %v %s; want 503 in Anthropic's shape with Retry-After 1", resp.StatusCode, resp.Header, body)
+		}
+		if got := metricOf(t, srv, "sluice_body_memory_refused_total"); got != 1 {
+			t.Errorf("sluice_body_memory_refused_total = %v, want 1", got)
+		}
+		close(done)
+		<-trickled
+		c.Close()
+		waitFor(t, "the slow body's memory given back", func() bool { return metricOf(t, srv, "sluice_body_memory_bytes") == 0 })
+		resp = f.post("/v1/messages", big)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Errorf("a usage request once the memory is free: %d, want 200", resp.StatusCode)
+		}
+		if got := f.left("tpm", 100000); got == 100000 {
+			t.Errorf("the request that got through charged nothing")
+		}
+	})
+}
+
+// metricOf is the value of the server's metric name (summed over its series).
+func metricOf(t *testing.T, srv *gateway.Server, name string) float64 {
+	t.Helper()
+	mfs, err := srv.Registry().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	total := 0.0
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			total += m.GetGauge().GetValue() + m.GetCounter().GetValue()
+		}
+	}
+	return total
+}
