@@ -210,3 +210,43 @@ func ttlAtLeast(pttl string, d time.Duration) bool {
 	n, err := strconv.ParseInt(pttl, 10, 64)
 	return err == nil && n >= d.Milliseconds()-1000 // (a second for the test's own time)
 }
+
+// TestSettlementsLandOnRedis: sluice.Settlements on a guarded Redis store (its breaker opening
+// after one failure): a settlement made while Redis hangs is pending, retried through the
+// breaker, and lands once Redis answers again, applied once: the next decision sees the full
+// usage charged, and nothing was lost.
+func TestSettlementsLandOnRedis(t *testing.T) {
+	srv := redistest.Start(t)
+	st := newStore(t, redisstore.Options{Addrs: []string{srv.Addr}, Timeout: 100 * time.Millisecond, NegativeCacheSize: -1})
+	guarded, err := sluice.Guard(st, sluice.WithBreaker(1, 20*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := sluice.NewSettlements(guarded, sluice.SettlementOptions{Backoff: 10 * time.Millisecond, MaxBackoff: 50 * time.Millisecond})
+	defer s.Close(bg)
+	p := sluice.Policy{Name: "tokens", Algorithm: sluice.FixedWindow, Limit: 5000, Period: 1000 * time.Hour}
+	d, err := guarded.Decide(bg, "c", p, 1000)
+	if err != nil || !d.Allowed {
+		t.Fatalf("decide: %+v %v", d, err)
+	}
+	srv.Stop()
+	err = s.Settle(bg, "c", p, d, 1000, 4750)
+	if !errors.Is(err, sluice.ErrSettlementPending) {
+		srv.Cont()
+		t.Fatalf("settling while Redis hangs: %v, want pending", err)
+	}
+	if s.Stats().Pending != 1 {
+		srv.Cont()
+		t.Fatalf("stats %+v: want 1 pending", s.Stats())
+	}
+	srv.Cont()
+	if !pollUntil(time.Now().Add(20*time.Second), func() bool { return s.Stats().Pending == 0 }) {
+		t.Fatalf("the settlement never landed: %+v", s.Stats())
+	}
+	if got := s.Stats(); got.Landed != 1 || got.Lost() != 0 {
+		t.Fatalf("stats %+v: want 1 landed, none lost", got)
+	}
+	if pk, err := st.Decide(bg, "c", p, 0); err != nil || pk.Remaining != 250 {
+		t.Fatalf("after it landed: %+v %v, want remaining 250 (4,750 charged, once)", pk, err)
+	}
+}
