@@ -114,7 +114,7 @@ func NewServer(cfg *config.Config, path string, st Store, log *slog.Logger) (*Se
 		s.registerFleet(s.fleet)
 	}
 	s.registerShed()
-	s.settlements = sluice.NewSettlements(s.store, sluice.SettlementOptions{})
+	s.settlements = sluice.NewSettlements(s.store, sluice.SettlementOptions{RetryFor: cfg.Store.SettleRetryFor})
 	s.registerSettlements()
 	g, err := New(cfg, s.store, s.metrics, nil)
 	if err != nil {
