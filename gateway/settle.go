@@ -52,7 +52,7 @@ func (s *Server) registerSettlements() {
 		{"refused", func(x sluice.SettlementStats) uint64 { return x.LostRefused }},
 	} {
 		s.registry.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "sluice_settlements_lost_total",
-			Help:        "Settlements and usage charges given up, their estimate standing, by reason: deadline (not landed within 10 minutes of the first attempt), full (65,536 pending already), shutdown (still pending when the drain ended), refused (a retry failed for good).",
+			Help:        "Settlements and usage charges given up, their estimate standing, by reason: deadline (not landed within store.settle_retry_for of the first attempt), full (65,536 pending already), shutdown (still pending when the drain ended), refused (a retry failed for good).",
 			ConstLabels: prometheus.Labels{"reason": r.reason}},
 			func() float64 { return float64(r.n(st.Stats())) }))
 	}
