@@ -1,6 +1,7 @@
 package sluice
 
 import (
+	"container/heap"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -37,7 +38,8 @@ const (
 	DefaultSettleBackoff         = 100 * time.Millisecond
 	DefaultSettleMaxBackoff      = 5 * time.Second
 	defaultSettleParallel        = 16
-	settlementIDBytes            = 16 // 8 random bytes of the instance, 8 of a counter
+	maxSettleRound               = 1024 // settlements taken from the queue at once (then it is looked at again)
+	settlementIDBytes            = 16   // 8 random bytes of the instance, 8 of a counter
 	settlementsLostReasons       = 4
 	lostDeadline, lostFull       = 0, 1
 	lostShutdown, lostRefused    = 2, 3
@@ -79,12 +81,12 @@ type Settlements struct {
 	lost    [settlementsLostReasons]atomic.Uint64
 
 	mu      sync.Mutex
-	queue   []*pendingSettlement // waiting for their next attempt
-	running bool                 // the worker is running
-	exited  chan struct{}        // closed when the running worker exits
-	wake    chan struct{}        // (buffered) the worker looks again
-	closing bool                 // Close was called: no more queued; every one attempted now
-	ctx     context.Context      // the retries'; cancelled when Close gives up
+	queue   settleQueue     // waiting for their next attempt, soonest first
+	running bool            // the worker is running
+	exited  chan struct{}   // closed when the running worker exits
+	wake    chan struct{}   // (buffered) the worker looks again
+	closing bool            // Close was called: no more queued; every one attempted now
+	ctx     context.Context // the retries'; cancelled when Close gives up
 	cancel  context.CancelFunc
 }
 
@@ -190,9 +192,24 @@ func (s *Settlements) enqueue(q *pendingSettlement, err error) error {
 	}
 	s.pending.Add(1)
 	q.next = time.Now().Add(jitter(q.backoff))
-	s.queue = append(s.queue, q)
+	heap.Push(&s.queue, q)
 	s.startLocked()
 	return ErrSettlementPending
+}
+
+// settleQueue is a min-heap of pending settlements by their next attempt (container/heap).
+type settleQueue []*pendingSettlement
+
+func (h settleQueue) Len() int           { return len(h) }
+func (h settleQueue) Less(i, j int) bool { return h[i].next.Before(h[j].next) }
+func (h settleQueue) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *settleQueue) Push(x any)        { *h = append(*h, x.(*pendingSettlement)) }
+func (h *settleQueue) Pop() any {
+	old := *h
+	q := old[len(old)-1]
+	old[len(old)-1] = nil
+	*h = old[:len(old)-1]
+	return q
 }
 
 // jitter is d less up to a quarter, at random: retries of many settlements spread out.
@@ -235,25 +252,27 @@ func (s *Settlements) work(exited chan struct{}) {
 		var due []*pendingSettlement
 		var next time.Time
 		s.mu.Lock()
-		keep := s.queue[:0]
-		for _, q := range s.queue {
-			switch {
-			case s.ctx.Err() != nil: // Close gave up
+		if s.ctx.Err() != nil { // Close gave up
+			for range s.queue {
 				s.lostLocked(lostShutdown)
-			case !now.Before(q.until):
-				s.lostLocked(lostDeadline)
-			case !q.next.After(now):
-				due = append(due, q)
-			default:
-				keep = append(keep, q)
-				if next.IsZero() || q.next.Before(next) {
-					next = q.next
-				}
 			}
+			clear(s.queue)
+			s.queue = s.queue[:0]
 		}
-		clear(s.queue[len(keep):])
-		s.queue = keep
-		if len(due) == 0 && len(keep) == 0 {
+		for len(s.queue) > 0 && len(due) < maxSettleRound {
+			q := s.queue[0]
+			if q.next.After(now) {
+				next = q.next
+				break
+			}
+			heap.Pop(&s.queue)
+			if !now.Before(q.until) {
+				s.lostLocked(lostDeadline)
+				continue
+			}
+			due = append(due, q)
+		}
+		if len(due) == 0 && len(s.queue) == 0 {
 			s.running = false
 			s.mu.Unlock()
 			return
@@ -303,7 +322,7 @@ func (s *Settlements) attempt(due []*pendingSettlement) {
 				if q.next.After(q.until) {
 					q.next = q.until
 				}
-				s.queue = append(s.queue, q)
+				heap.Push(&s.queue, q)
 			}
 		})
 	}
@@ -320,6 +339,7 @@ func (s *Settlements) Close(ctx context.Context) {
 	for _, q := range s.queue {
 		q.next = now // every queued one is attempted now, then with its backoff
 	}
+	heap.Init(&s.queue)
 	exited, running := s.exited, s.running
 	if running {
 		s.startLocked() // (wakes it)

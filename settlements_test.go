@@ -254,3 +254,31 @@ func (p plainSettler) Settle(ctx context.Context, key string, pol sluice.Policy,
 	}
 	return p.o.Settle(ctx, key, pol, at, reserved, actual)
 }
+
+// TestSettlementsMany: 5,000 settlements of 50 keys pending at once, with backoffs of their own,
+// all land once the store takes them again, each applied once: every key is charged exactly its
+// usage.
+func TestSettlementsMany(t *testing.T) {
+	st := &outage{Store: memory.New()}
+	s := sluice.NewSettlements(st, sluice.SettlementOptions{Backoff: time.Millisecond, MaxBackoff: 20 * time.Millisecond})
+	defer s.Close(context.Background())
+	st.down.Store(true)
+	const keys, each = 50, 100
+	for i := range keys * each {
+		key := string(rune('A' + i%keys))
+		if err := s.Charge(context.Background(), key, tokens, sluice.Decision{}, 3); !errors.Is(err, sluice.ErrSettlementPending) {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, "every settlement retried", func() bool { return len(st.tries()) >= 2*keys*each })
+	st.down.Store(false)
+	waitFor(t, "nothing pending", func() bool { return s.Stats().Pending == 0 })
+	for i := range keys {
+		if r := remaining(t, st, string(rune('A'+i))); r != 1000-3*each {
+			t.Fatalf("key %c: remaining %d, want %d", 'A'+i, r, 1000-3*each)
+		}
+	}
+	if st := s.Stats(); st.Landed != keys*each || st.Lost() != 0 {
+		t.Fatalf("stats %+v", st)
+	}
+}
