@@ -363,9 +363,18 @@ func (s *Server) Decide(ctx context.Context, req *decision.Request) decision.Ver
 // Close lands the settlements still pending, for up to server.drain_timeout (at least a second;
 // those left then are counted lost), and closes the store.
 func (s *Server) Close() {
-	ctx, cancel := context.WithTimeout(context.Background(), max(s.Config().Server.DrainTimeout, time.Second))
+	bound := max(s.Config().Server.DrainTimeout, time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), bound)
 	defer cancel()
+	before := s.settlements.Stats()
+	if before.Pending > 0 {
+		s.log.Info("landing the settlements still pending before closing the store", "pending", before.Pending, "bound", bound.String())
+	}
 	s.settlements.Close(ctx)
+	if after := s.settlements.Stats(); after.LostShutdown > before.LostShutdown {
+		s.log.Warn("settlements lost at shutdown: the store did not take them in time; their estimates stand",
+			"lost", after.LostShutdown-before.LostShutdown, "bound", bound.String())
+	}
 	s.closer()
 }
 
