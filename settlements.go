@@ -48,8 +48,9 @@ const (
 // SettlementOptions configure Settlements; zero fields take their defaults.
 type SettlementOptions struct {
 	// RetryFor is how long after its first attempt a settlement is retried: no attempt starts
-	// later, and one that has not landed by then is counted lost (deadline). The store remembers
-	// each settlement's id at least this long after its last attempt could have run.
+	// later, and one that has not landed by then is counted lost (deadline). The store keeps
+	// each settlement's id until every attempt has run or never will: RetryFor from the first,
+	// plus its own bound on a call.
 	RetryFor time.Duration
 	// MaxPending caps the settlements waiting to be retried: one more that fails is counted
 	// lost (full) at once.
