@@ -12,11 +12,18 @@ import (
 	"github.com/sluicehq/sluice/store/memory"
 )
 
-// settleOutage is the memory store, its settlements failing with ErrStoreUnavailable (changing
-// nothing) while down is set: decisions still go through.
+// settleOutage is the memory store, its settlements (once by id or not) failing with
+// ErrStoreUnavailable, changing nothing, while down is set: decisions still go through.
 type settleOutage struct {
 	*memory.Store
 	down atomic.Bool
+}
+
+func (o *settleOutage) Settle(ctx context.Context, key string, p sluice.Policy, at, reserved, actual int64) error {
+	if o.down.Load() {
+		return sluice.ErrStoreUnavailable
+	}
+	return o.Store.Settle(ctx, key, p, at, reserved, actual)
 }
 
 func (o *settleOutage) SettleOnce(ctx context.Context, key string, p sluice.Policy, at, reserved, actual int64, id string, keep time.Duration) error {
