@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"sync"
+	"time"
 
 	"github.com/sluicehq/sluice/algorithm"
 )
@@ -28,6 +29,19 @@ type Settler interface {
 	Settle(ctx context.Context, key string, p Policy, at, reserved, actual int64) error
 }
 
+// OnceSettler is implemented by stores whose settlements can be attempted again when an attempt's
+// outcome is unknown, and are applied once however many attempts run: both of sluice's stores.
+// Settlements retries only on such a store.
+type OnceSettler interface {
+	Settler
+	// SettleOnce is Settle, made at most once for every call that passes the same id, as long as
+	// the calls start within keep of this one: a call that failed with ErrStoreUnavailable or
+	// whose context ended (it may or may not have been applied) can be made again with the same
+	// id, and is then applied only if no earlier one was. id must be unique to the settlement
+	// (Settlements makes one: 32 hexadecimal digits).
+	SettleOnce(ctx context.Context, key string, p Policy, at, reserved, actual int64, id string, keep time.Duration) error
+}
+
 // SettleNow is the at of a settlement whose charge is taken as made at the settlement's own
 // instant (Limiter.Settle): for a charge that may lie a window back, settle its decision's At.
 const SettleNow int64 = math.MinInt64
@@ -42,14 +56,15 @@ var ErrCannotSettle = errors.New("sluice: the store cannot settle costs (it does
 // is the one that decided: a Limiter's Store(), or one guarded by Guard (wrappers that have an
 // Unwrap() Store method are looked through).
 //
-// A settlement the store cannot make (ErrStoreUnavailable: a timeout, the breaker open) is
-// dropped: the estimate stands, and the error says so, for the caller to count. It is not
-// retried, nor applied to the local share instead: the charge it settles is on the store.
+// SettleDecision makes one attempt: a settlement the store cannot make (ErrStoreUnavailable: a
+// timeout, the breaker open) is returned as that error, not retried, nor applied to the local
+// share instead (the charge it settles is on the store). Settlements.Settle retries it until it
+// lands, applied once: what the gateway and the rate limit service settle with.
 func SettleDecision(ctx context.Context, store Store, key string, p Policy, d Decision, reserved, actual int64) error {
 	if !d.Allowed || d.Fallback == FallbackOpen || reserved == actual {
 		return nil
 	}
-	return settleWhere(ctx, store, key, p, d, reserved, actual)
+	return settleWhere(ctx, store, key, p, d, reserved, actual, "", 0)
 }
 
 // ChargeDecision charges cost on key under p, beyond the limit if need be, where decision d of
@@ -62,15 +77,19 @@ func ChargeDecision(ctx context.Context, store Store, key string, p Policy, d De
 		return nil
 	}
 	d.At = SettleNow // charged at the settlement's instant: the decision's may lie in a window past
-	return settleWhere(ctx, store, key, p, d, 0, cost)
+	return settleWhere(ctx, store, key, p, d, 0, cost, "", 0)
 }
 
-// settleWhere settles on the store that charged d: the guard's local fallback, or the store.
-func settleWhere(ctx context.Context, store Store, key string, p Policy, d Decision, reserved, actual int64) error {
+// settleWhere settles on the store that charged d: the guard's local fallback, or the store;
+// with an id (not ""), once (OnceSettler.SettleOnce, keep its keep).
+func settleWhere(ctx context.Context, store Store, key string, p Policy, d Decision, reserved, actual int64, id string, keep time.Duration) error {
 	for {
 		if g, ok := store.(*guard); ok {
 			if d.Fallback == FallbackLocal {
-				return settleOn(ctx, g.local, key, g.localPolicy(p), d.At, reserved, actual)
+				return settleOn(ctx, g.local, key, g.localPolicy(p), d.At, reserved, actual, id, keep)
+			}
+			if id != "" {
+				return g.SettleOnce(ctx, key, p, d.At, reserved, actual, id, keep)
 			}
 			return g.Settle(ctx, key, p, d.At, reserved, actual)
 		}
@@ -83,15 +102,49 @@ func settleWhere(ctx context.Context, store Store, key string, p Policy, d Decis
 	if d.Fallback == FallbackLocal {
 		return fmt.Errorf("%w: a decision of a local fallback, on a store that is not a guard", ErrCannotSettle)
 	}
-	return settleOn(ctx, store, key, p, d.At, reserved, actual)
+	return settleOn(ctx, store, key, p, d.At, reserved, actual, id, keep)
 }
 
-func settleOn(ctx context.Context, store Store, key string, p Policy, at, reserved, actual int64) error {
+// settleOn settles on store: once by id if it is not "" (the store must be an OnceSettler).
+func settleOn(ctx context.Context, store Store, key string, p Policy, at, reserved, actual int64, id string, keep time.Duration) error {
+	if id != "" {
+		s, ok := store.(OnceSettler)
+		if !ok {
+			return fmt.Errorf("%w: it cannot settle once by id (it does not implement sluice.OnceSettler)", ErrCannotSettle)
+		}
+		return s.SettleOnce(ctx, key, p, at, reserved, actual, id, keep)
+	}
 	s, ok := store.(Settler)
 	if !ok {
 		return ErrCannotSettle
 	}
 	return s.Settle(ctx, key, p, at, reserved, actual)
+}
+
+// settlesOnce reports whether a settlement of d on store goes to an OnceSettler (looking through
+// the guard and wrappers as settleWhere does): whether it may be attempted again.
+func settlesOnce(store Store, d Decision) bool {
+	for {
+		if g, ok := store.(*guard); ok {
+			if d.Fallback == FallbackLocal {
+				store = g.local
+				break
+			}
+			store = g.store
+			continue
+		}
+		if b, ok := store.(*BudgetStore); ok {
+			store = b.store
+			continue
+		}
+		u, ok := store.(interface{ Unwrap() Store })
+		if !ok {
+			break
+		}
+		store = u.Unwrap()
+	}
+	_, ok := store.(OnceSettler)
+	return ok
 }
 
 // Settle implements Settler for a guarded store (Guard): through the breaker, on the store. While
@@ -100,15 +153,23 @@ func settleOn(ctx context.Context, store Store, key string, p Policy, at, reserv
 // tells nothing). A decision that the local fallback made is settled there by SettleDecision,
 // which knows it.
 func (g *guard) Settle(ctx context.Context, key string, p Policy, at, reserved, actual int64) error {
-	s, ok := g.store.(Settler)
-	if !ok {
+	return g.settle(ctx, key, p, at, reserved, actual, "", 0)
+}
+
+// SettleOnce implements OnceSettler for a guarded store, as Settle: through the breaker.
+func (g *guard) SettleOnce(ctx context.Context, key string, p Policy, at, reserved, actual int64, id string, keep time.Duration) error {
+	return g.settle(ctx, key, p, at, reserved, actual, id, keep)
+}
+
+func (g *guard) settle(ctx context.Context, key string, p Policy, at, reserved, actual int64, id string, keep time.Duration) error {
+	if _, ok := g.store.(Settler); !ok {
 		return ErrCannotSettle
 	}
 	ok, probe := g.breaker.admit()
 	if !ok {
-		return fmt.Errorf("settlement dropped: %w", errBreakerOpen)
+		return fmt.Errorf("settlement not made: %w", errBreakerOpen)
 	}
-	err := s.Settle(ctx, key, p, at, reserved, actual)
+	err := settleOn(ctx, g.store, key, p, at, reserved, actual, id, keep)
 	g.account(ctx, err, reserved != actual, probe)
 	return err
 }
@@ -126,7 +187,7 @@ func (l *Limiter) Settle(ctx context.Context, key string, reserved, actual int64
 	if l.policy.Algorithm == 0 {
 		return ErrNoPolicy
 	}
-	return settleOn(ctx, l.store, key, l.policy, SettleNow, reserved, actual) // (the guard, if l has one)
+	return settleOn(ctx, l.store, key, l.policy, SettleNow, reserved, actual, "", 0) // (the guard, if l has one)
 }
 
 // Reserve decides a request of an estimated cost on key now, charging the estimate if it is
@@ -194,5 +255,10 @@ func (r *Reservation) Cancel(ctx context.Context) error { return r.Settle(ctx, 0
 // that take's), so its settlement goes there too: a refund gives the quota back to every
 // instance, an extra is charged to all of them.
 func (s *BudgetStore) Settle(ctx context.Context, key string, p Policy, at, reserved, actual int64) error {
-	return settleOn(ctx, s.store, key, p, at, reserved, actual)
+	return settleOn(ctx, s.store, key, p, at, reserved, actual, "", 0)
+}
+
+// SettleOnce implements OnceSettler for a BudgetStore: on the store it wraps, as Settle.
+func (s *BudgetStore) SettleOnce(ctx context.Context, key string, p Policy, at, reserved, actual int64, id string, keep time.Duration) error {
+	return settleOn(ctx, s.store, key, p, at, reserved, actual, id, keep)
 }

@@ -137,6 +137,9 @@ type Store struct {
 	ReplicasAck int
 	// ReplicasAckTimeout bounds that WAIT; 0 means Timeout.
 	ReplicasAckTimeout time.Duration
+	// SettleRetryFor: how long after its first attempt a settlement the store could not confirm
+	// is retried (sluice.SettlementOptions.RetryFor); 0 means sluice.DefaultSettleRetryFor.
+	SettleRetryFor time.Duration
 }
 
 // Sentinel is store.sentinel: the master name the sentinels monitor, their addresses, and their

@@ -67,7 +67,7 @@ var (
 	topFields      = []string{"listen", "admin_listen", "upstream", "tls", "store", "identity", "policies", "default_policy", "clients", "routes", "models", "limits", "server", "rls", "forward_auth", "log", "admin", "tracing", "load_shedding"}
 	tlsFields      = []string{"cert_file", "key_file"}
 	adminTLSFields = []string{"cert_file", "key_file", "client_ca_file"}
-	storeFields    = []string{"type", "addrs", "url", "username", "password", "password_env", "prefix", "timeout", "on_error", "local_share", "max_keys", "refusal_cache", "sentinel", "replicas_ack", "replicas_ack_timeout"}
+	storeFields    = []string{"type", "addrs", "url", "username", "password", "password_env", "prefix", "timeout", "on_error", "local_share", "max_keys", "refusal_cache", "sentinel", "replicas_ack", "replicas_ack_timeout", "settle_retry_for"}
 	redisOnly      = []string{"addrs", "url", "username", "password", "password_env", "prefix", "timeout", "on_error", "local_share", "sentinel", "replicas_ack", "replicas_ack_timeout"}
 	sentinelKeys   = []string{"master", "addrs", "username", "password", "password_env"} // store.sentinel's fields
 	identityKinds  = []string{"api_key", "jwt", "ip"}

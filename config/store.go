@@ -153,6 +153,15 @@ func (p *parser) store(n *yaml.Node, s *Store) {
 			}
 		}
 	}
+	if n := p.get(m, "settle_retry_for"); n != nil {
+		if d, ok := p.duration(n, path, "settle_retry_for"); ok {
+			if d < time.Second || d > 24*time.Hour {
+				p.errorf(n, path, nil, "settle_retry_for %v must be from 1s to 24h: how long a settlement the store could not confirm is retried", d)
+			} else {
+				s.SettleRetryFor = d
+			}
+		}
+	}
 	if s.Type == StoreRedis {
 		switch {
 		case len(s.Addrs) == 0 && s.URL == "" && !m.has("addrs") && urlN == nil && !m.has("sentinel"):

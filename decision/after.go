@@ -197,10 +197,16 @@ func (d *Decider) settleAll(ctx context.Context, req *Request, v *Verdict, cost 
 		if key == "" {
 			key = req.Who.Key
 		}
-		err := sluice.SettleDecision(ctx, d.Store, key, l.Policy, dec, estimate, actual)
+		var err error
+		if d.Settlements != nil {
+			err = d.Settlements.Settle(ctx, key, l.Policy, dec, estimate, actual)
+		} else {
+			err = sluice.SettleDecision(ctx, d.Store, key, l.Policy, dec, estimate, actual)
+		}
 		d.observeSettled(req, i, dec, estimate, actual, err)
-		// (ErrUnconfirmed: applied, not confirmed by enough replicas — settled, not failed.)
-		if err != nil && !errors.Is(err, sluice.ErrUnconfirmed) {
+		// (ErrUnconfirmed: applied, not confirmed by enough replicas; ErrSettlementPending: queued
+		// to be retried until it lands, applied once — settled, not failed.)
+		if err != nil && !errors.Is(err, sluice.ErrUnconfirmed) && !errors.Is(err, sluice.ErrSettlementPending) {
 			outcome = SettleFailed // (the other limits are settled still: each is its own step)
 		} else if outcome != SettleFailed {
 			outcome = Settled

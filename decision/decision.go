@@ -171,6 +171,11 @@ type Decider struct {
 	// Renewer renews the concurrency slots of requests in flight that their front end releases
 	// (Request.Releases); nil: none are renewed (slots.go).
 	Renewer *Renewer
+	// Settlements, if set, makes the settlements (Finish, Refund) and usage charges
+	// (Request.Charges) land: one the store could not confirm is retried in the background until
+	// it lands, applied once (sluice.Settlements, on Store's store). nil: one attempt each
+	// (sluice.SettleDecision, ChargeDecision).
+	Settlements *sluice.Settlements
 }
 
 // Decide decides req: every limit in one atomic store call, the enforced ones all or nothing, the
@@ -262,8 +267,10 @@ func (d *Decider) fail(req *Request, v *Verdict, err error) {
 
 // charge charges each limit's usage (Request.Charges) that its decision out[i] did not consume:
 // the decision consumed its cost only if the request was allowed and so was it. Each is one
-// atomic step on the store (sluice.ChargeDecision), after the decision; a charge the store could
-// not make fails the request, as a decision would (an unconfirmed one was made).
+// atomic step on the store (sluice.ChargeDecision), after the decision. With Settlements, a
+// charge the store could not confirm is queued to be retried until it lands (applied once), and
+// counts as made; one that could not be made or queued fails the request, as a decision would
+// (an unconfirmed one was made).
 func (d *Decider) charge(ctx context.Context, req *Request, allowed bool, out []sluice.Decision) error {
 	for i, n := range req.Charges {
 		consumed := int64(0)
@@ -278,11 +285,16 @@ func (d *Decider) charge(ctx context.Context, req *Request, allowed bool, out []
 		if key == "" {
 			key = req.Who.Key
 		}
-		err := sluice.ChargeDecision(ctx, d.Store, key, l.Policy, out[i], n)
-		if err != nil && !errors.Is(err, sluice.ErrUnconfirmed) {
+		var err error
+		if d.Settlements != nil {
+			err = d.Settlements.Charge(ctx, key, l.Policy, out[i], n)
+		} else {
+			err = sluice.ChargeDecision(ctx, d.Store, key, l.Policy, out[i], n)
+		}
+		if err != nil && !errors.Is(err, sluice.ErrUnconfirmed) && !errors.Is(err, sluice.ErrSettlementPending) {
 			return err
 		}
-		// Applied: the limit now costs consumed + n on the store, as a settlement would leave it.
+		// Applied (or to be, pending): the limit costs consumed + n on the store, as a settlement would leave it.
 		d.observeSettled(req, i, out[i], consumed, consumed+n, err)
 		if o, ok := d.Observer.(UsageObserver); ok {
 			o.Charged(req, i, n)

@@ -17,9 +17,10 @@ type LimitSettleObserver interface {
 }
 
 // observeSettled tells d's Observer, if it is a LimitSettleObserver, of a settlement of limit i
-// that the store applied: err is nil, or ErrUnconfirmed (applied, not confirmed).
+// that the store applied: err is nil, or ErrUnconfirmed (applied, not confirmed), or
+// ErrSettlementPending (queued: it will be applied once it lands, or counted lost).
 func (d *Decider) observeSettled(req *Request, i int, dec sluice.Decision, estimate, actual int64, err error) {
-	if o, ok := d.Observer.(LimitSettleObserver); ok && (err == nil || errors.Is(err, sluice.ErrUnconfirmed)) {
+	if o, ok := d.Observer.(LimitSettleObserver); ok && (err == nil || errors.Is(err, sluice.ErrUnconfirmed) || errors.Is(err, sluice.ErrSettlementPending)) {
 		o.LimitSettled(req, i, dec, estimate, actual)
 	}
 }

@@ -37,7 +37,7 @@ func newLLMMetrics(reg prometheus.Registerer) *llmMetrics {
 			Help: "The price of the usage reported, in micro-dollars, by client and model (models with a price only)."},
 			[]string{"client", "model"}),
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_llm_requests_total",
-			Help: "Requests of usage routes that passed, once their response ended, by client, model and outcome: settled (to the usage the response reported), no_usage (none reported: the estimate stood, or no_usage: refund refunded it), failed (the store could not settle: the estimate stands)."},
+			Help: "Requests of usage routes that passed, once their response ended, by client, model and outcome: settled (to the usage the response reported), no_usage (none reported: the estimate stood, or no_usage: refund refunded it), failed (the settlement could be neither made nor queued to be retried: the estimate stands)."},
 			[]string{"client", "model", "outcome"}),
 	}
 	reg.MustRegister(m.tokens, m.reserved, m.cost, m.requests)
@@ -98,7 +98,7 @@ type ModelStats struct {
 	Requests    int64  `json:"requests"`     // that passed and ended
 	Settled     int64  `json:"settled"`      // settled to their reported usage
 	NoUsage     int64  `json:"no_usage"`     // ended without a usage: the estimate stood (or was refunded)
-	Failed      int64  `json:"failed"`       // the store could not settle
+	Failed      int64  `json:"failed"`       // the settlement could be neither made nor queued
 	Reserved    int64  `json:"reserved"`     // tokens reserved up front
 	Input       int64  `json:"input"`        // tokens reported: input, cached ones included
 	CachedInput int64  `json:"cached_input"` // the part of Input read from the provider's cache

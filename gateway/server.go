@@ -48,6 +48,10 @@ type Server struct {
 
 	listen, adminListen atomic.Pointer[string] // the addresses listened on (Proxy.Serve, AdminServer)
 	stopping            atomic.Bool            // shutting down: /readyz answers 503 (Stopping)
+
+	// settlements makes every Gateway's settlements and usage charges land (Envoy's rate limit
+	// service's too: it decides through Decide), drained by Close.
+	settlements *sluice.Settlements
 }
 
 // Stopping makes /readyz answer 503 from now on: the process is shutting down (its
@@ -110,11 +114,14 @@ func NewServer(cfg *config.Config, path string, st Store, log *slog.Logger) (*Se
 		s.registerFleet(s.fleet)
 	}
 	s.registerShed()
+	s.settlements = sluice.NewSettlements(s.store, sluice.SettlementOptions{RetryFor: cfg.Store.SettleRetryFor})
+	s.registerSettlements()
 	g, err := New(cfg, s.store, s.metrics, nil)
 	if err != nil {
 		s.closer()
 		return nil, err
 	}
+	g.decider.Settlements = s.settlements
 	g.access = newAccessLog(cfg.Log.Access, log)
 	s.metrics.bodies.setLimit(cfg.Server.BodyMemory)
 	s.current.Store(g)
@@ -314,6 +321,7 @@ func (s *Server) reload() error {
 	if err != nil {
 		return err
 	}
+	g.decider.Settlements = s.settlements
 	g.access = newAccessLog(cfg.Log.Access, s.log)
 	var commit func()
 	if s.prepare != nil {
@@ -352,8 +360,23 @@ func (s *Server) Decide(ctx context.Context, req *decision.Request) decision.Ver
 	return s.current.Load().Decide(ctx, req)
 }
 
-// Close closes the store.
-func (s *Server) Close() { s.closer() }
+// Close lands the settlements still pending, for up to server.drain_timeout (at least a second;
+// those left then are counted lost), and closes the store.
+func (s *Server) Close() {
+	bound := max(s.Config().Server.DrainTimeout, time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), bound)
+	defer cancel()
+	before := s.settlements.Stats()
+	if before.Pending > 0 {
+		s.log.Info("landing the settlements still pending before closing the store", "pending", before.Pending, "bound", bound.String())
+	}
+	s.settlements.Close(ctx)
+	if after := s.settlements.Stats(); after.LostShutdown > before.LostShutdown {
+		s.log.Warn("settlements lost at shutdown: the store did not take them in time; their estimates stand",
+			"lost", after.LostShutdown-before.LostShutdown, "bound", bound.String())
+	}
+	s.closer()
+}
 
 // AdminServer returns the admin listener's server: Admin's handler, with a bound on everything a
 // client can make it wait for (a header, a request whole, an answer, an idle connection, a
@@ -562,6 +585,9 @@ type StoreStats struct {
 	Errors      uint64 `json:"errors"`
 	Unavailable uint64 `json:"unavailable"`
 	Fallbacks   uint64 `json:"fallbacks"` // decisions the failure mode made instead of the store
+	// Settlements: those the store could not confirm when asked, pending until they land, and
+	// those given up (lost), by reason (sluice_settlements_pending, sluice_settlements_lost_total).
+	Settlements sluice.SettlementStats `json:"settlements"`
 }
 
 // stats serves GET /v1/stats.
@@ -577,7 +603,8 @@ func (s *Server) stats(w http.ResponseWriter, r *http.Request) {
 	}
 	st.Clients, st.RateSeconds = s.metrics.activity.snapshot(now)
 	st.Store = StoreStats{Type: cfg.Store.Type, OnError: cfg.Store.OnError.String(), Reachable: true,
-		Errors: s.metrics.storeErrors(), Unavailable: s.metrics.unavailable.Load(), Fallbacks: s.metrics.fallbacks.Load()}
+		Errors: s.metrics.storeErrors(), Unavailable: s.metrics.unavailable.Load(), Fallbacks: s.metrics.fallbacks.Load(),
+		Settlements: s.settlements.Stats()}
 	if a, ok := s.store.(sluice.Available); ok {
 		st.Store.BreakerOpen = !a.Available()
 	}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/chromedp/chromedp"
 
+	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/gateway"
 	"github.com/sluicehq/sluice/internal/browsertest"
 	"github.com/sluicehq/sluice/internal/llmtest"
@@ -76,8 +77,8 @@ clients:
 	if fine.Limited || fine.Allowed != 10 || fine.Refused != 0 {
 		t.Fatalf("partner-fine: %+v, want not limited, 10 allowed", fine)
 	}
-	if !st.Store.Reachable || st.Store.Type != "memory" || st.Store.BreakerOpen {
-		t.Fatalf("store: %+v", st.Store)
+	if !st.Store.Reachable || st.Store.Type != "memory" || st.Store.BreakerOpen || st.Store.Settlements != (sluice.SettlementStats{}) {
+		t.Fatalf("store: %+v (nothing pending, nothing lost)", st.Store)
 	}
 
 	// The admin listener's root is the browser simulation, served whole.
@@ -113,6 +114,12 @@ clients:
 		tab.Wait("the rates chart with partner-over's refusals",
 			`document.querySelector('#chart canvas') !== null && [...document.querySelectorAll('#chart .u-legend th')].some(th => th.textContent.includes("partner-over refused"))`)
 		tab.Wait("three points on the chart", `Number(document.body.dataset.points) >= 3`)
+		// The store's settlements: nothing pending, nothing lost (the figures /v1/stats gives).
+		for _, item := range []string{"settlements pending", "settlements lost"} {
+			if got := browsertest.Eval[string](tab, `document.querySelector('#store div[data-item="`+item+`"] dd').textContent`); got != "0" {
+				t.Fatalf("the page's %s: %q, want 0", item, got)
+			}
+		}
 		tab.Screenshot(size.name)
 	}
 }

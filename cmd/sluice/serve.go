@@ -64,7 +64,8 @@ with its lines and the running one stays, the Envoy files included (listen, admi
 and rls.listen change at a restart).
 SIGTERM or SIGINT shut down gracefully: with server.shutdown_delay, sluice first serves on that
 long with /readyz answering 503 (a second signal ends the wait); then requests in flight may
-finish for server.drain_timeout (default 30s), and are cut. A request body must keep coming: server.body_timeout and
+finish for server.drain_timeout (default 30s), and are cut; settlements the store has not
+confirmed yet get as long again to land. A request body must keep coming: server.body_timeout and
 server.body_min_rate bound a slow one. /readyz is 200 when decisions go to the store. A bad
 configuration at start exits with code 2. See docs/config.md.`,
 		Args: cobra.NoArgs,

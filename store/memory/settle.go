@@ -51,6 +51,14 @@ func (s *Store) Settle(_ context.Context, key string, p sluice.Policy, at, reser
 	return nil
 }
 
+// SettleOnce implements sluice.OnceSettler: it is Settle, and ignores id and keep. A settlement
+// here is made in process, under the key's locks, and its outcome is never unknown: nil means it
+// was applied, an error that nothing changed. So a settlement attempted again after an error is
+// applied once, and no record of ids is needed (nor memory spent on one).
+func (s *Store) SettleOnce(ctx context.Context, key string, p sluice.Policy, at, reserved, actual int64, _ string, _ time.Duration) error {
+	return s.Settle(ctx, key, p, at, reserved, actual)
+}
+
 // peekReset is the ResetAfter of state s at now: when it will be as if never seen.
 func peekReset(p *sluice.Policy, s *algorithm.State, now int64) time.Duration {
 	var d sluice.Decision
@@ -58,4 +66,4 @@ func peekReset(p *sluice.Policy, s *algorithm.State, now int64) time.Duration {
 	return d.ResetAfter
 }
 
-var _ sluice.Settler = (*Store)(nil)
+var _ sluice.OnceSettler = (*Store)(nil)

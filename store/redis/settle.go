@@ -35,8 +35,41 @@ func (s *Store) Settle(ctx context.Context, key string, p sluice.Policy, at, res
 	return s.settleWithin(ctx, s.callTimeout(true), key, p, at, reserved, actual)
 }
 
+// SettleOnce implements sluice.OnceSettler: Settle, applied once for every call with the same id.
+// The script keeps the id, in the same atomic step as the settlement, as a key of the key's hash
+// slot (settledKey), for keep + the call's own bound + idMargin: an attempt that finds it there
+// changes nothing and succeeds. A script runs before its call's deadline or writes nothing
+// (lua/common.lua, DEADLINES): so every attempt that starts within keep of this one runs, if it
+// ever does, while the id is still kept (docs/design.md, "Settlements that land").
+func (s *Store) SettleOnce(ctx context.Context, key string, p sluice.Policy, at, reserved, actual int64, id string, keep time.Duration) error {
+	if id == "" || len(id) > maxSettleID {
+		return fmt.Errorf("redis store: a settlement's id must be 1 to %d bytes, not %d", maxSettleID, len(id))
+	}
+	timeout := s.callTimeout(true)
+	return s.settleOnce(ctx, timeout, key, p, at, reserved, actual, id, keep+timeout+idMargin)
+}
+
+// maxSettleID bounds a settlement's id (sluice.Settlements makes 32 bytes).
+const maxSettleID = 64
+
+// idMargin is added to how long a settlement's id is kept: Redis's clock and this process's may
+// run at different rates (deadline.go allows 200 ppm, 120 ms in 10 minutes), and a clock stepped
+// back shifts the deadlines by the step.
+const idMargin = 5 * time.Second
+
+// settledKey is the key that records that settlement id of key was made: in the key's hash slot
+// (its hash tag is the state key's, whatever the prefix and key hold: the same bytes up to "}").
+func (s *Store) settledKey(key, id string) string {
+	return s.prefix + "{" + key + "}:settled:" + id
+}
+
 // settleWithin is Settle bounded by timeout.
 func (s *Store) settleWithin(ctx context.Context, timeout time.Duration, key string, p sluice.Policy, at, reserved, actual int64) error {
+	return s.settleOnce(ctx, timeout, key, p, at, reserved, actual, "", 0)
+}
+
+// settleOnce is Settle bounded by timeout, once by id if it is not "", its record kept for idTTL.
+func (s *Store) settleOnce(ctx context.Context, timeout time.Duration, key string, p sluice.Policy, at, reserved, actual int64, id string, idTTL time.Duration) error {
 	var d sluice.Decision
 	if err := s.check(&p, 0, &d); err != nil {
 		return err
@@ -56,6 +89,11 @@ func (s *Store) settleWithin(ctx context.Context, timeout time.Duration, key str
 	defer cancel()
 	deadline, _ := ctx.Deadline()
 	j := &settleJob{p: &p, reserved: reserved, actual: actual}
+	keys := []string{hash, log}
+	if id != "" {
+		keys = append(keys, s.settledKey(key, id))
+		j.idTTL = strconv.FormatInt(max(idTTL.Milliseconds(), 1), 10)
+	}
 	if at != sluice.SettleNow {
 		j.at = strconv.FormatInt(at, 10)
 	}
@@ -74,7 +112,7 @@ func (s *Store) settleWithin(ctx context.Context, timeout time.Duration, key str
 	if actual < reserved && s.refused != nil {
 		j.channel = s.channel() // a refund: every instance's cache forgets the key (negcache.go)
 	}
-	r := request{p: s.settle, keys: []string{hash, log}, want: 2, calendar: cal, inst: inst, consumes: true, by: deadline}
+	r := request{p: s.settle, keys: keys, want: 2, calendar: cal, inst: inst, consumes: true, by: deadline}
 	_, err = s.run(ctx, c, &r, j)
 	if err == nil || errors.Is(err, sluice.ErrUnconfirmed) {
 		if s.refused != nil {
@@ -90,6 +128,7 @@ type settleJob struct {
 	at, atWindow     string
 	reserved, actual int64
 	channel          string // where a refund is published; "": not published
+	idTTL            string // ms the id's record (KEYS[3]) is kept; "": no id
 }
 
 // arguments implements job: settle.lua's ARGV.
@@ -100,7 +139,7 @@ func (j *settleJob) arguments(f *frame) ([]string, error) {
 	}
 	return []string{strconv.Itoa(int(j.p.Algorithm)), strconv.FormatInt(j.p.Limit, 10), period,
 		strconv.FormatInt(j.p.Burst, 10), j.at, strconv.FormatInt(j.reserved, 10), strconv.FormatInt(j.actual, 10),
-		f.s.now(), f.s.slack, f.deadline(f.by), j.atWindow, j.channel}, nil
+		f.s.now(), f.s.slack, f.deadline(f.by), j.atWindow, j.channel, j.idTTL}, nil
 }
 
 // consumed: a settlement that changed the state is what WAIT confirms.
@@ -108,4 +147,4 @@ func (j *settleJob) consumed(reply []int64) bool { return len(reply) > 0 && repl
 
 func (j *settleJob) giveBack([]int64) []refund { return nil } // (a settlement is not undone: ErrUnconfirmed)
 
-var _ sluice.Settler = (*Store)(nil)
+var _ sluice.OnceSettler = (*Store)(nil)

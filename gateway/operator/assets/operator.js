@@ -190,6 +190,11 @@
     }
   }
 
+  // settlementsLost is every settlement given up, whatever the reason (/v1/stats splits them).
+  function settlementsLost(s) {
+    return s.lost_deadline + s.lost_full + s.lost_shutdown + s.lost_refused;
+  }
+
   function render(st) {
     $("config").textContent = st.config;
     const store = $("store");
@@ -202,6 +207,8 @@
       ["store errors", String(st.store.errors)],
       ["refused 503 (store down)", String(st.store.unavailable)],
       ["fallback decisions", String(st.store.fallbacks)],
+      ["settlements pending", String(st.store.settlements.pending)],
+      ["settlements lost", String(settlementsLost(st.store.settlements))],
       ["uptime", Math.floor(st.uptime_s) + " s"],
     ];
     for (const [k, v] of items) {
@@ -210,7 +217,9 @@
       const dd = document.createElement("dd");
       dt.textContent = k;
       dd.textContent = v;
-      if ((k === "reachable" && !st.store.reachable) || (k === "breaker" && st.store.breaker_open)) dd.className = "badge limited";
+      if ((k === "reachable" && !st.store.reachable) || (k === "breaker" && st.store.breaker_open) ||
+        (k === "settlements lost" && v !== "0")) dd.className = "badge limited";
+      div.dataset.item = k;
       div.append(dt, dd);
       store.appendChild(div);
     }

@@ -3,6 +3,7 @@
 -- deciders give the state's reset after it, for its TTL).
 --
 -- KEYS[1], KEYS[2]  the state string and the sliding log's list, as single.lua's
+-- KEYS[3]  optional: the record of the settlement's id (a key of the same hash slot); absent: no id
 -- ARGV[1..4]  alg, limit, period (µs), burst, as single.lua's
 -- ARGV[5]  at, µs: the instant of the decision that charged (Decision.At, on the clock that
 --          decided it: Redis TIME, or the store's test clock); empty: now
@@ -16,6 +17,14 @@
 -- ARGV[12] optional: a channel on which a settlement that gave quota back (actual < reserved)
 --          and changed the state publishes KEYS[1], for every instance's negative cache
 --          (negcache.go); empty or absent: nothing published
+-- ARGV[13] with KEYS[3]: how long the id's record is kept, ms (a positive integer)
+--
+-- SETTLED ONCE. With KEYS[3], the settlement is made once for its id: a call that finds KEYS[3]
+-- (an earlier attempt of the same settlement ran, its reply lost or late) changes nothing and
+-- replies {0, time}; otherwise, once the settlement is made (changed or not: a retry must not
+-- find another state to settle), KEYS[3] is written with its TTL in the same script, so the
+-- record and the change are one atomic step (and one replicated effect). A call after its
+-- deadline, or that fails its checks, writes neither.
 --
 -- A calendar policy (fixed-window or sliding-window) passes its windows around the instance's
 -- clock as its period (ARGV[3], calendar.lua), and the script settles in the window of those
@@ -367,6 +376,17 @@ end
 if past_deadline(ARGV[10], time) then
   return deadline_error(ARGV[10], time)
 end
+local once = KEYS[3] ~= nil
+if once then
+  local ms = ARGV[13]
+  if ms == nil or not string.match(ms, '^[1-9]%d?%d?%d?%d?%d?%d?%d?%d?%d?%d?%d?$') then
+    return redis.error_reply('ERR sluice: the id\'s TTL ' .. string.format('%q', string.sub(tostring(ms), 1, 40)) ..
+      ' must be a positive integer of ms below 10^12')
+  end
+  if redis.call('EXISTS', KEYS[3]) == 1 then
+    return {0, reply_int(time or now)} -- made already, by an earlier attempt
+  end
+end
 local at = now
 if ARGV[5] ~= nil and ARGV[5] ~= '' then
   at = parse_int(ARGV[5])
@@ -393,6 +413,9 @@ if delta ~= 0 then
 end
 if err ~= nil then
   return err
+end
+if once then
+  redis.call('SET', KEYS[3], '1', 'PX', ARGV[13])
 end
 if changed then
   -- The state's TTL: its ResetAfter now, as a peek tells (a peek writes nothing).
