@@ -2,7 +2,6 @@ package decision
 
 import (
 	"context"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -10,35 +9,15 @@ import (
 	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/identity"
 	"github.com/sluicehq/sluice/store/memory"
+	"github.com/sluicehq/sluice/store/storetest"
 )
-
-// settleOutage is the memory store, its settlements (once by id or not) failing with
-// ErrStoreUnavailable, changing nothing, while down is set: decisions still go through.
-type settleOutage struct {
-	*memory.Store
-	down atomic.Bool
-}
-
-func (o *settleOutage) Settle(ctx context.Context, key string, p sluice.Policy, at, reserved, actual int64) error {
-	if o.down.Load() {
-		return sluice.ErrStoreUnavailable
-	}
-	return o.Store.Settle(ctx, key, p, at, reserved, actual)
-}
-
-func (o *settleOutage) SettleOnce(ctx context.Context, key string, p sluice.Policy, at, reserved, actual int64, id string, keep time.Duration) error {
-	if o.down.Load() {
-		return sluice.ErrStoreUnavailable
-	}
-	return o.Store.SettleOnce(ctx, key, p, at, reserved, actual, id, keep)
-}
 
 // TestSettlementsPending: with Decider.Settlements, a cost_from settlement and a usage charge
 // (Request.Charges, Envoy's hits_addend) that the store cannot make when asked are not lost: the
 // settlement counts as settled (not failed), the charge does not fail its request, both are
 // pending, and both land once the store takes them — the full costs charged, once.
 func TestSettlementsPending(t *testing.T) {
-	store := &settleOutage{Store: memory.New()}
+	store := storetest.NewSettleOutage(memory.New())
 	s := sluice.NewSettlements(store, sluice.SettlementOptions{Backoff: time.Millisecond, MaxBackoff: 10 * time.Millisecond})
 	defer s.Close(context.Background())
 	obs := &recordingObserver{}
@@ -51,7 +30,7 @@ func TestSettlementsPending(t *testing.T) {
 	if !v.Passes() {
 		t.Fatalf("refused: %+v", v)
 	}
-	store.down.Store(true)
+	store.Down.Store(true)
 	d.Finish(ctx, &req, &v, Response{Status: 200, Header: func(string) string { return "475" }})
 	v.Release()
 	if got := obs.outcomes[len(obs.outcomes)-1]; got != Settled {
@@ -67,7 +46,7 @@ func TestSettlementsPending(t *testing.T) {
 	if st := s.Stats(); st.Pending != 2 {
 		t.Fatalf("stats %+v: want 2 pending", st)
 	}
-	store.down.Store(false)
+	store.Down.Store(false)
 	deadline := time.Now().Add(20 * time.Second)
 	for s.Stats().Pending != 0 {
 		if time.Now().After(deadline) {

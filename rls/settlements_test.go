@@ -2,7 +2,6 @@ package rls_test
 
 import (
 	"context"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -11,28 +10,8 @@ import (
 	"github.com/sluicehq/sluice/rls"
 	"github.com/sluicehq/sluice/rls/envoyconf"
 	"github.com/sluicehq/sluice/store/memory"
+	"github.com/sluicehq/sluice/store/storetest"
 )
-
-// settleOutage is the memory store, its settlements and charges (once by id or not) failing
-// with ErrStoreUnavailable, changing nothing, while down is set: decisions still go through.
-type settleOutage struct {
-	*memory.Store
-	down atomic.Bool
-}
-
-func (o *settleOutage) Settle(ctx context.Context, key string, p sluice.Policy, at, reserved, actual int64) error {
-	if o.down.Load() {
-		return sluice.ErrStoreUnavailable
-	}
-	return o.Store.Settle(ctx, key, p, at, reserved, actual)
-}
-
-func (o *settleOutage) SettleOnce(ctx context.Context, key string, p sluice.Policy, at, reserved, actual int64, id string, keep time.Duration) error {
-	if o.down.Load() {
-		return sluice.ErrStoreUnavailable
-	}
-	return o.Store.SettleOnce(ctx, key, p, at, reserved, actual, id, keep)
-}
 
 // TestUsageChargePending: on a decider with Settlements (as sluice serve runs the service), a
 // hits_addend charge past the limit — decided without it, then added — that the store could not
@@ -45,7 +24,7 @@ func TestUsageChargePending(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	st := &settleOutage{Store: memory.New()}
+	st := storetest.NewSettleOutage(memory.New())
 	settlements := sluice.NewSettlements(st, sluice.SettlementOptions{Backoff: time.Millisecond, MaxBackoff: 10 * time.Millisecond})
 	defer settlements.Close(context.Background())
 	d := decision.Decider{Store: st, Settlements: settlements}
@@ -53,7 +32,7 @@ func TestUsageChargePending(t *testing.T) {
 	if got := statuses(s, t, 0, use(desc("bucket", "a"), 6)); got[0] != (answered{"OK", 4}) {
 		t.Fatalf("charge 6 of 10: %v", got)
 	}
-	st.down.Store(true)
+	st.Down.Store(true)
 	// 6 more do not fit: decided without them (a peek), then charged on their own — which fails.
 	if got := statuses(s, t, 0, use(desc("bucket", "a"), 6)); got[0].code != "OVER_LIMIT" {
 		t.Fatalf("charge 6 more while the store takes no charge: %v, want OVER_LIMIT", got)
@@ -61,7 +40,7 @@ func TestUsageChargePending(t *testing.T) {
 	if p := settlements.Stats().Pending; p != 1 {
 		t.Fatalf("pending %d, want the charge, 1", p)
 	}
-	st.down.Store(false)
+	st.Down.Store(false)
 	deadline := time.Now().Add(20 * time.Second)
 	for settlements.Stats().Pending != 0 {
 		if time.Now().After(deadline) {
