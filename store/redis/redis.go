@@ -94,7 +94,7 @@ type Options struct {
 	// settlement fails with ErrUnconfirmed (applied). wait.go says what this guarantees.
 	ReplicasAck int
 	// ReplicasAckTimeout bounds the WAIT (default Timeout; whole milliseconds, rounded up). A
-	// consuming call is then bounded by Timeout + ReplicasAckTimeout.
+	// consuming call is then bounded by SlowTimeout + ReplicasAckTimeout.
 	ReplicasAckTimeout time.Duration
 
 	// Prefix starts every key of the store (default DefaultPrefix, "rate-limit:"). A prefix that

@@ -74,7 +74,7 @@ import (
 //     shares one). With fewer than N replicas connected (after a failover, until a replica is
 //     replaced) every consuming decision waits out the timeout and fails.
 //   - Redis checks WAIT's timeout on its event loop: with the default hz 10 it may fire up to
-//     100 ms late; the call ends at Timeout + ReplicasAckTimeout whatever Redis does.
+//     100 ms late; the call ends at SlowTimeout + ReplicasAckTimeout whatever Redis does.
 //
 // Redis's own alternative is min-replicas-to-write / min-replicas-max-lag on the primary: it
 // refuses writes (the scripts then fail) while fewer replicas are connected with a lag within
