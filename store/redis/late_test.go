@@ -23,7 +23,7 @@ import (
 // dropped, its charge kept). Decide batched (the default) and unbatched, and DecideAll of two
 // limits (the multi script).
 func TestLateRepliesUseNoQuota(t *testing.T) {
-	srv := redistest.Start(t)
+	srv := redistest.Start(t, "--enable-debug-command", "yes") // (DEBUG SLEEP: the stalls)
 	const limit = 1_000_000
 	p := sluice.Policy{Name: "late", Algorithm: sluice.FixedWindow, Limit: limit, Period: time.Hour}
 	q := sluice.Policy{Name: "late2", Algorithm: sluice.FixedWindow, Limit: limit, Period: time.Hour}
