@@ -121,9 +121,9 @@ type Store struct {
 	Password    Secret        // redis password, from password or from the environment (password_env)
 	PasswordEnv string        // the environment variable Password was read from, if any
 	Prefix      string        // redis key prefix; default DefaultStorePrefix
-	Timeout     time.Duration // redis: how long a call waits while Redis answers nothing; default DefaultStoreTimeout
-	// SlowTimeout (redis) bounds every call, which waits on past Timeout while Redis answers
-	// others, and is how long Redis must answer nothing before a timeout counts as Redis down
+	Timeout     time.Duration // redis: how long a decision waits once Redis is found down, and settlements always; default DefaultStoreTimeout
+	// SlowTimeout (redis) bounds every decision while Redis is not known to be down, and is how
+	// long Redis must answer nothing at all before a call that timed out counts as Redis down
 	// (against the breaker); ≥ Timeout. Default DefaultSlowTimeout (raised to Timeout if below).
 	SlowTimeout time.Duration
 	OnError     sluice.FailureMode // what happens when Redis cannot decide; default FailClosed

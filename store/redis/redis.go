@@ -101,15 +101,16 @@ type Options struct {
 	// does not end in ':' gets one: "ctr" names the keys "ctr:{client}:policy…" and
 	// "ctr:instances", never "ctr{client}…" glued to the names after it.
 	Prefix string
-	// Timeout is how long a call waits for its reply while Redis answers nothing (default
-	// DefaultTimeout). While Redis answers other calls, a call waits on, up to SlowTimeout: Redis
-	// is alive, only slow (life.go).
+	// Timeout (default DefaultTimeout) is how long a decision waits for its reply once Redis has
+	// been found down (below), until Redis answers anything again; and the bound of settlements
+	// and of a lease's release and renewal.
 	Timeout time.Duration
-	// SlowTimeout bounds every store call (default DefaultSlowTimeout, and never below Timeout;
-	// each script carries it as its deadline on Redis's clock) and is how long Redis must answer
-	// nothing before a call's timeout counts as Redis down: until then a call that times out
-	// fails with sluice.ErrStoreSlow beside ErrStoreUnavailable, which a Limiter's breaker does
-	// not count. Equal to Timeout, every call waits Timeout and no longer.
+	// SlowTimeout (default DefaultSlowTimeout, and never below Timeout) bounds every decision
+	// while Redis is not known to be down; each script carries its bound as its deadline on
+	// Redis's clock. A call that ends without a reply is Redis down (ErrStoreUnavailable, which a
+	// Limiter's breaker counts) only if Redis answered nothing at all since it was sent; else it
+	// was slow — sluice.ErrStoreSlow beside ErrStoreUnavailable, which the breaker does not count
+	// (life.go). Equal to Timeout, every call waits Timeout and no longer.
 	SlowTimeout time.Duration
 	// Clock, if set, supplies now instead of Redis TIME: for running real Redis on virtual time
 	// in tests. Production leaves it nil. The scripts take times within 2^60 µs (36,000 years)
