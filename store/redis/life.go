@@ -106,7 +106,7 @@ func (s *Store) await(ctx context.Context, c *conn, slot uint16, h *handoff, sen
 		case <-ctx.Done():
 			why = unavailable(ctx.Err())
 		case <-t.C:
-			if why = s.verdict(c.life(slot), micros(sent), monoMicros(), doubted); why == nil {
+			if why = s.verdict(c.life(slot), micros(sent), monoMicros(), !doubted); why == nil {
 				t.Reset(silenceRecheck)
 			}
 		}
@@ -119,17 +119,18 @@ func (s *Store) await(ctx context.Context, c *conn, slot uint16, h *handoff, sen
 }
 
 // verdict is the error of a call on l sent at sent that ends without a reply at now (µs): slow if
-// Redis answered since sent, else down (nil the first time if doubt: look once more first, after
-// silenceRecheck).
+// Redis answered since sent, or if the call's bound was shorter than S (a settlement's, a lease's)
+// and Redis is not known down; else down — or, if doubt, nil: look once more, after
+// silenceRecheck, before finding Redis down.
 func (s *Store) verdict(l *slotLife, sent, now int64, doubt bool) error {
 	h := l.heard.Load()
 	switch {
 	case h > sent:
-		return errSlow(now - h)
+		return errSlow(now-sent, "Redis answered other calls meanwhile")
 	case l.down.Load() == h:
 		return errDown(now - max(h, sent))
 	case now-sent < int64(s.slow/time.Microsecond):
-		return errSlow(now - sent) // (a settlement's, or a lease's, shorter bound)
+		return errSlow(now-sent, "Redis is not known to be down")
 	case doubt:
 		return nil
 	}
@@ -149,7 +150,7 @@ func errDown(silence int64) error {
 		sluice.ErrStoreUnavailable, (time.Duration(silence) * time.Microsecond).Round(time.Millisecond))
 }
 
-func errSlow(quiet int64) error {
-	return fmt.Errorf("%w: %w: redis store: no reply in time (nothing heard from Redis for %v while waiting)",
-		sluice.ErrStoreUnavailable, sluice.ErrStoreSlow, (time.Duration(quiet) * time.Microsecond).Round(time.Millisecond))
+func errSlow(waited int64, why string) error {
+	return fmt.Errorf("%w: %w: redis store: no reply within %v; %s (slow, not down)",
+		sluice.ErrStoreUnavailable, sluice.ErrStoreSlow, (time.Duration(waited) * time.Microsecond).Round(time.Millisecond), why)
 }
