@@ -162,3 +162,56 @@ func TestHealthRule(t *testing.T) {
 		t.Errorf("StoreErrors %d; want every failure, %d", n, 3*len(neutral)+6)
 	}
 }
+
+// TestHealthRuleSlow: a call that got no reply in time from a store not known to be down
+// (ErrStoreSlow beside ErrStoreUnavailable: a healthy Redis on a busy machine) is answered by the
+// failure mode and counted as a store error, but is neutral to the breaker: any number of them
+// neither opens it nor resets the failures before them, and a slow probe is handed back.
+func TestHealthRuleSlow(t *testing.T) {
+	var now atomic.Int64
+	g := newGuard(nil, &guard{})
+	g.breaker = breaker{threshold: 3, cooldown: int64(time.Second), now: now.Load}
+	alive := context.Background()
+	slow := fmt.Errorf("%w: %w: redis store: no reply in time", ErrStoreUnavailable, ErrStoreSlow)
+	down := fmt.Errorf("%w: redis store: Redis has answered nothing for 500ms", ErrStoreUnavailable)
+	for i := range 100 {
+		if ok, _ := g.breaker.admit(); !ok {
+			t.Fatalf("slow call %d: the breaker does not admit", i)
+		}
+		if !g.account(alive, slow, false, false) {
+			t.Fatalf("slow call %d: not answered by the failure mode", i)
+		}
+	}
+	if g.breaker.open() {
+		t.Fatal("the breaker opened on calls that were only slow")
+	}
+	g.account(alive, down, false, false)
+	g.account(alive, down, false, false)
+	for range 10 {
+		g.account(alive, slow, false, false)
+	}
+	if g.breaker.open() {
+		t.Fatal("the breaker opened after 2 failures")
+	}
+	g.account(alive, down, false, false)
+	if !g.breaker.open() {
+		t.Fatal("slow calls between failures reset their count: the breaker is closed after the third")
+	}
+	now.Add(int64(time.Second))
+	if ok, probe := g.breaker.admit(); !ok || !probe {
+		t.Fatal("no probe after the cooldown")
+	}
+	if !g.account(alive, slow, false, true) {
+		t.Fatal("a slow probe is not answered by the failure mode")
+	}
+	if ok, probe := g.breaker.admit(); !ok || !probe {
+		t.Fatal("a slow probe was not handed back: the next call does not probe")
+	}
+	g.account(alive, down, false, true)
+	if ok, _ := g.breaker.admit(); ok {
+		t.Fatal("a probe that found the store down did not reopen the breaker")
+	}
+	if n := g.StoreErrors(); n != 100+3+10+2 {
+		t.Errorf("StoreErrors %d; want every call answered by the failure mode, %d", n, 100+3+10+2)
+	}
+}

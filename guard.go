@@ -19,7 +19,11 @@ import (
 //     (Decision.Source FromStore), a settlement or lease call that returned nil after a call, or
 //     an error wrapping ErrUnconfirmed (the store applied the change; replicas did not confirm it);
 //   - ErrStoreUnavailable while the caller still waits is a failure (a timeout, a lost
-//     connection, Redis not connected);
+//     connection, Redis not connected), answered by the failure mode — unless the error also
+//     wraps ErrStoreSlow: the call got no reply in time but the store is not known to be down
+//     (the Redis store says so until Redis has answered nothing for its SlowTimeout), which the
+//     failure mode answers and the breaker does not count, as neutral below. A healthy store on
+//     a busy machine answers late; only one that answers nothing opens the breaker;
 //   - anything else is neutral: a refusal from the negative cache (FromCache), a unit spent from
 //     a local budget (FromBudget), an error of a check made before any call (a cost over the
 //     limit, an invalid policy: any client can send one), a call the caller gave up on, a call
@@ -35,7 +39,7 @@ type guard struct {
 	share   float64    // FailLocal: this instance's share of a policy
 	size    func() int // FailLocal, if set instead of share: the instances that share a policy
 	breaker breaker
-	errors  atomic.Uint64 // the calls that failed (account's failures)
+	errors  atomic.Uint64 // the calls that failed (account's failures, the slow ones included)
 }
 
 // Guard wraps store with the breaker and the failure mode that opts set (WithFailureMode,
@@ -60,10 +64,10 @@ type Available interface {
 func (g *guard) Available() bool { return !g.breaker.open() }
 
 // StoreErrors is implemented by a guarded store (Guard): the calls to the store that failed
-// since it was guarded — each a failure the breaker counts (ErrStoreUnavailable while the caller
-// still waited: a timeout, a lost connection, Redis not connected), whatever the failure mode
-// then answered (fail-open and local fallbacks included). Calls the open breaker kept off the
-// store are not counted: they were not made.
+// since it was guarded — ErrStoreUnavailable while the caller still waited: a timeout, a lost
+// connection, Redis not connected; the slow ones (ErrStoreSlow) too, which the breaker does not
+// count — whatever the failure mode then answered (fail-open and local fallbacks included).
+// Calls the open breaker kept off the store are not counted: they were not made.
 type StoreErrors interface {
 	StoreErrors() uint64
 }
@@ -81,16 +85,21 @@ var errBreakerOpen = fmt.Errorf("%w: breaker open after repeated store failures"
 
 // account is the one health rule (see guard): it feeds the breaker with what a call that the
 // breaker admitted (probe: as its probe) told of the store, and reports whether the call failed
-// — ErrStoreUnavailable while ctx is alive, so that the failure mode decides. roundTrip says
-// whether a nil error came from a round trip to the store (a decision of its backend, a call
-// that was sent).
+// — ErrStoreUnavailable while ctx is alive, so that the failure mode decides; a slow store's
+// (ErrStoreSlow) is neutral to the breaker. roundTrip says whether a nil error came from a round
+// trip to the store (a decision of its backend, a call that was sent).
 func (g *guard) account(ctx context.Context, err error, roundTrip, probe bool) (failed bool) {
 	switch {
 	case err == nil && roundTrip, errors.Is(err, ErrUnconfirmed):
 		g.breaker.success()
 	case errors.Is(err, ErrStoreUnavailable) && ctx.Err() == nil:
 		g.errors.Add(1)
-		g.breaker.failure()
+		switch {
+		case !errors.Is(err, ErrStoreSlow):
+			g.breaker.failure()
+		case probe:
+			g.breaker.abandon() // slow: it told nothing of whether the store is down
+		}
 		return true
 	case probe:
 		g.breaker.abandon() // neutral: it told nothing of the store's health

@@ -77,6 +77,12 @@ var (
 	// confirm it as asked (replicas_ack: too few replicas acknowledged it in time). Unlike
 	// ErrStoreUnavailable, the change was made: do not retry it.
 	ErrUnconfirmed = errors.New("sluice: store change applied but not confirmed")
+	// ErrStoreSlow, beside ErrStoreUnavailable in a store's error: the call got no reply in time,
+	// but the store is not known to be down — it may only be slow (a busy machine schedules it
+	// late). The failure mode answers the call; the breaker does not count it against the
+	// store's health (guard.account). The Redis store says so until Redis has answered nothing
+	// for its SlowTimeout.
+	ErrStoreSlow = errors.New("sluice: store slow")
 )
 
 // ParseAlgorithm returns the algorithm named s ("fixed-window", "sliding-log", "sliding-window",

@@ -32,11 +32,12 @@ import (
 const (
 	DefaultListen        = "127.0.0.1:8080"
 	DefaultAdminListen   = "127.0.0.1:9090"
-	DefaultStoreTimeout  = 50 * time.Millisecond // the Redis store's own default (checked by cmd/sluice's tests)
-	DefaultStorePrefix   = "rate-limit:"         // likewise
-	DefaultMaxKeys       = 1 << 20               // the memory store's own default (likewise)
-	DefaultRefusalCache  = 1 << 16               // the Redis store's cache of refusals: its own default (likewise)
-	DefaultLocalShare    = LocalShareFleet       // on_error local: 1/n of each policy, n the instances on the Redis
+	DefaultStoreTimeout  = 50 * time.Millisecond  // the Redis store's own default (checked by cmd/sluice's tests)
+	DefaultSlowTimeout   = 500 * time.Millisecond // likewise
+	DefaultStorePrefix   = "rate-limit:"          // likewise
+	DefaultMaxKeys       = 1 << 20                // the memory store's own default (likewise)
+	DefaultRefusalCache  = 1 << 16                // the Redis store's cache of refusals: its own default (likewise)
+	DefaultLocalShare    = LocalShareFleet        // on_error local: 1/n of each policy, n the instances on the Redis
 	DefaultAPIKeyHeader  = "X-API-Key"
 	DefaultJWTHeader     = "Authorization" // the token may follow "Bearer "
 	DefaultJWTClaim      = "sub"
@@ -114,14 +115,18 @@ const LocalShareFleet = 0
 
 // Store says where the limiter keeps its state.
 type Store struct {
-	Type        string   // StoreMemory (the default) or StoreRedis
-	Addrs       []string // redis: host:port; one is a single server, several are nodes of one Cluster, from which the client discovers the rest
-	URL         string   // redis, instead of Addrs: redis://[user@]host:port[/db], rediss:// for TLS
-	Username    string   // redis ACL user
-	Password    Secret   // redis password, from password or from the environment (password_env)
-	PasswordEnv string   // the environment variable Password was read from, if any
-	Prefix      string   // redis key prefix; default DefaultStorePrefix
-	Timeout     time.Duration
+	Type        string        // StoreMemory (the default) or StoreRedis
+	Addrs       []string      // redis: host:port; one is a single server, several are nodes of one Cluster, from which the client discovers the rest
+	URL         string        // redis, instead of Addrs: redis://[user@]host:port[/db], rediss:// for TLS
+	Username    string        // redis ACL user
+	Password    Secret        // redis password, from password or from the environment (password_env)
+	PasswordEnv string        // the environment variable Password was read from, if any
+	Prefix      string        // redis key prefix; default DefaultStorePrefix
+	Timeout     time.Duration // redis: how long a decision waits once Redis is found down, and settlements always; default DefaultStoreTimeout
+	// SlowTimeout (redis) bounds every decision while Redis is not known to be down, and is how
+	// long Redis must answer nothing at all before a call that timed out counts as Redis down
+	// (against the breaker); ≥ Timeout. Default DefaultSlowTimeout (raised to Timeout if below).
+	SlowTimeout time.Duration
 	OnError     sluice.FailureMode // what happens when Redis cannot decide; default FailClosed
 	LocalShare  float64            // with OnError FailLocal: this instance's share of each policy, in (0, 1], or LocalShareFleet
 	MaxKeys     int                // keys held by the memory store (or the local fallback); 0: DefaultMaxKeys

@@ -39,6 +39,27 @@ routes:                         # optional: cost per operation
   - {method: POST, path_prefix: /reports, cost: 5}
 `
 
+// store.slow_timeout: its default, raised to timeout when timeout is longer, and as given.
+func TestStoreSlowTimeout(t *testing.T) {
+	for _, tc := range []struct {
+		store string
+		want  time.Duration
+	}{
+		{"{type: redis, addrs: [r:6379]}", DefaultSlowTimeout},
+		{"{type: redis, addrs: [r:6379], timeout: 2s}", 2 * time.Second},
+		{"{type: redis, addrs: [r:6379], timeout: 20ms, slow_timeout: 3s}", 3 * time.Second},
+		{"{type: redis, addrs: [r:6379], timeout: 20ms, slow_timeout: 20ms}", 20 * time.Millisecond},
+	} {
+		cfg, err := parseTest(t, "upstream: http://127.0.0.1:9000\nstore: "+tc.store+"\n")
+		if err != nil {
+			t.Fatalf("%s: %v", tc.store, err)
+		}
+		if cfg.Store.SlowTimeout != tc.want {
+			t.Errorf("%s: slow_timeout %v, want %v", tc.store, cfg.Store.SlowTimeout, tc.want)
+		}
+	}
+}
+
 func TestDesignExample(t *testing.T) {
 	cfg, err := parseTest(t, designYAML)
 	if err != nil {
@@ -49,7 +70,7 @@ func TestDesignExample(t *testing.T) {
 	}
 	s := cfg.Store
 	if s.Type != StoreRedis || !slices.Equal(s.Addrs, []string{"127.0.0.1:6379"}) || s.OnError != sluice.FailClosed ||
-		s.Timeout != 50*time.Millisecond || s.Prefix != "rate-limit:" {
+		s.Timeout != 50*time.Millisecond || s.SlowTimeout != 500*time.Millisecond || s.Prefix != "rate-limit:" {
 		t.Errorf("store %+v", s)
 	}
 	if len(cfg.Identity) != 2 || cfg.Identity[0].APIKey.Header != "X-API-Key" || cfg.Identity[1].IP == nil {

@@ -142,6 +142,8 @@ var errorCases = []struct {
 	{"duration: days", up + "policies:\n  - {name: a, algorithm: fixed-window, limit: 1, period: 1d}\n", []wantErr{at(3, "there is no unit d")}},
 	{"duration: too short", up + "policies:\n  - {name: a, algorithm: fixed-window, limit: 1, period: 100us}\n", []wantErr{at(3, "period 100µs must be ≥ 1ms")}},
 	{"duration: timeout negative", up + "store: {type: redis, addrs: [r:6379], timeout: -1s}\n", []wantErr{at(2, "timeout -1s must be > 0")}},
+	{"duration: slow_timeout below timeout", up + "store:\n  type: redis\n  addrs: [r:6379]\n  timeout: 100ms\n  slow_timeout: 80ms\n",
+		[]wantErr{at(6, "store: slow_timeout 80ms must be ≥ timeout (100ms)")}},
 	{"duration: leeway", up + "identity:\n  - jwt: {secret_env: JWT_SECRET, leeway: soon}\n", []wantErr{at(3, `leeway "soon" is not a duration`)}},
 	{"duration: max_delay", up + "limits:\n  max_delay: -5s\n", []wantErr{at(3, "max_delay -5s must be ≥ 0")}},
 

@@ -81,6 +81,17 @@ func (p *parser) store(n *yaml.Node, s *Store) {
 			}
 		}
 	}
+	if n := p.get(m, "slow_timeout"); n != nil {
+		if d, ok := p.duration(n, path, "slow_timeout"); ok {
+			if d < s.Timeout {
+				p.errorf(n, path, nil, "slow_timeout %v must be ≥ timeout (%v): a call waits timeout for a Redis that answers nothing, up to slow_timeout for one that answers others", d, s.Timeout)
+			} else {
+				s.SlowTimeout = d
+			}
+		}
+	} else {
+		s.SlowTimeout = max(s.SlowTimeout, s.Timeout)
+	}
 	if n := p.get(m, "on_error"); n != nil {
 		if v, ok := p.str(n, path, "on_error"); ok {
 			switch v {

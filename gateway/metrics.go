@@ -179,9 +179,9 @@ func buildInfo() prometheus.Collector {
 }
 
 // countStoreErrors registers sluice_store_errors_total: the calls to st that failed, as its guard
-// counts them (sluice.StoreErrors: every call the breaker counts as a failure, whatever the failure
-// mode then answered — a 503, a fail-open approval, a local decision); a store that is not
-// guarded (memory) fails none.
+// counts them (sluice.StoreErrors: every call the breaker counts as a failure, and every slow one
+// it does not — sluice.ErrStoreSlow —, whatever the failure mode then answered: a 503, a fail-open
+// approval, a local decision); a store that is not guarded (memory) fails none.
 func (m *Metrics) countStoreErrors(reg prometheus.Registerer, st sluice.Store) {
 	m.storeErrors = func() uint64 { return 0 }
 	if c, ok := st.(sluice.StoreErrors); ok {

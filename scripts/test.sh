@@ -75,6 +75,10 @@ fi
 # (config.TestPerformanceDocTables: scripts/bench-rls.sh computes its medians in Python).
 command -v python3 >/dev/null 2>&1 || apt_install "python3 is needed" python3
 
+# stress-ng, to load the CPU beside a test: a healthy Redis on a busy machine must not be taken
+# for a dead one (cmd/sluice's TestServeE2EBusyMachine fails, rather than skips, without it).
+command -v stress-ng >/dev/null 2>&1 || apt_install "stress-ng is needed" stress-ng
+
 # Where the stages keep the output they print only on failure.
 logs=$(mktemp -d)
 trap 'rm -rf "$logs"' EXIT

@@ -137,7 +137,7 @@ func runningBudgets(cfg *config.Config, srv *atomic.Pointer[gateway.Server]) fun
 func redisOptions(cfg config.Store, log *slog.Logger) redisstore.Options {
 	o := redisstore.Options{
 		Addrs: cfg.Addrs, URL: cfg.URL, Username: cfg.Username, Password: cfg.Password.Value(),
-		Prefix: cfg.Prefix, Timeout: cfg.Timeout, Logger: log, NegativeCacheSize: refusalCache(cfg.RefusalCache),
+		Prefix: cfg.Prefix, Timeout: cfg.Timeout, SlowTimeout: cfg.SlowTimeout, Logger: log, NegativeCacheSize: refusalCache(cfg.RefusalCache),
 		ReplicasAck: cfg.ReplicasAck, ReplicasAckTimeout: cfg.ReplicasAckTimeout,
 	}
 	if sn := cfg.Sentinel; sn != nil {

@@ -130,7 +130,7 @@ func TestACLUser(t *testing.T) {
 			for i, p := range policies {
 				hash, log := s.keys(fmt.Sprintf("acl-batch-%d", round), p.Name) // one client: one slot
 				args := [5]string{fmt.Sprint(int(p.Algorithm)), fmt.Sprint(p.Limit), fmt.Sprint(p.PeriodMicros()), fmt.Sprint(p.Burst), "1"}
-				batch = append(batch, newCall(fmt.Sprintf("acl-batch-%d", round), &p, 1, hash, log, args, 0, time.Now().Add(5*time.Second)))
+				batch = append(batch, newCall(fmt.Sprintf("acl-batch-%d", round), &p, 1, hash, log, args, 0, time.Now(), time.Now().Add(5*time.Second)))
 				_ = i
 			}
 			(&worker{b: c.batch}).send(batch)

@@ -59,7 +59,8 @@ type call struct {
 	keys     [2]string
 	args     [5]string
 	argv     [8]string // the single script's arguments (scratch)
-	deadline time.Time // when the caller stops waiting
+	sent     time.Time // when the caller asked (its timeout runs from then: await)
+	deadline time.Time // when the caller stops waiting, at the latest
 	slot     uint16    // keys' hash slot, on a cluster
 	reply    [7]int64  // the script's reply: the decision, then its time
 	err      error
@@ -86,10 +87,10 @@ func newBatcher(s *Store, c *conn, max int, cluster bool) *batcher {
 
 // newCall returns a call for the decision of key under p at cost on the keys hash and log with
 // args (single.lua's ARGV[1..5]; for a calendar policy, its windows around inst), whose caller
-// waits until deadline.
-func newCall(key string, p *sluice.Policy, cost int64, hash, log string, args [5]string, inst int64, deadline time.Time) *call {
+// asked at sent and waits until deadline at the latest.
+func newCall(key string, p *sluice.Policy, cost int64, hash, log string, args [5]string, inst int64, sent, deadline time.Time) *call {
 	c := &call{key: key, p: *p, cost: cost, cal: p.Calendar != algorithm.NoCalendar, inst: inst,
-		keys: [2]string{hash, log}, args: args, deadline: deadline}
+		keys: [2]string{hash, log}, args: args, sent: sent, deadline: deadline}
 	c.done = make(chan struct{})
 	return c
 }
@@ -123,31 +124,15 @@ func (c *call) giveBack(reply []int64) []refund {
 	return []refund{{key: c.key, p: c.p, at: reply[len(reply)-1], cost: c.cost}}
 }
 
-// wait waits for c's reply, or for ctx to end or c's deadline to pass: then the call is
-// abandoned, and whoever gets its reply gives back what it consumed. (The deadline is c's own, not
-// a context's: a context with a timeout, derived from the caller's for every decision, cost more
-// than the rest of Decide, on a caller's context that can be cancelled — a gRPC call's — whose
-// children are kept in a map under a lock.)
-func (c *call) wait(ctx context.Context) error {
-	t := deadlineTimers.Get().(*time.Timer)
-	t.Reset(time.Until(c.deadline))
-	defer func() {
-		t.Stop() // (since Go 1.23, nothing is received from a stopped timer: it can be reused)
-		deadlineTimers.Put(t)
-	}()
-	var why error
-	select {
-	case <-c.done:
-		return c.err
-	case <-ctx.Done():
-		why = ctx.Err()
-	case <-t.C:
-		why = context.DeadlineExceeded
+// wait waits for c's reply, or for ctx to end or c's deadline to pass (await: whether Redis is
+// slow or down): then the call is abandoned, and whoever gets its reply gives back what it
+// consumed. (The deadline is c's own, not a context's: a context with a timeout, derived from the
+// caller's for every decision, cost more than the rest of Decide, on a caller's context that can
+// be cancelled — a gRPC call's — whose children are kept in a map under a lock.)
+func (b *batcher) wait(ctx context.Context, c *call) error {
+	if err := b.s.await(ctx, b.c, c.slot, &c.handoff, c.sent, c.deadline); err != nil {
+		return err
 	}
-	if c.abandon() {
-		return unavailable(why)
-	}
-	<-c.done // delivered meanwhile: the answer stands
 	return c.err
 }
 
@@ -184,12 +169,12 @@ func (b *batcher) decide(ctx context.Context, c *call) error {
 		case <-ctx.Done():
 			return unavailable(ctx.Err())
 		case <-t.C:
-			return unavailable(context.DeadlineExceeded)
+			return b.s.timedOut(b.c, 0, c.sent)
 		case <-b.stop:
 			return errClosed
 		}
 	}
-	return c.wait(ctx) // (the worker finishes c even if nobody waits)
+	return b.wait(ctx, c) // (the worker finishes c even if nobody waits)
 }
 
 // decideInSlot sends c at once if its slot has no call in flight (and the requests that arrive
@@ -210,11 +195,11 @@ func (b *batcher) decideInSlot(ctx context.Context, c *call) error {
 		// late reply (exec.go), and c's caller waits only as long as its ctx.
 		b.s.bg.Add(1)
 		go b.leadFirst(q, c)
-		return c.wait(ctx)
+		return b.wait(ctx, c)
 	}
 	q.waiting = append(q.waiting, c)
 	q.mu.Unlock()
-	return c.wait(ctx) // (the slot's next call decides c even if nobody waits)
+	return b.wait(ctx, c) // (the slot's next call decides c even if nobody waits)
 }
 
 // lead sends batch, all of one slot, then passes on what waits for the slot: to a new
@@ -291,7 +276,7 @@ func (w *worker) send(batch []*call) {
 	for _, c := range batch {
 		consumes = consumes || c.cost > 0
 	}
-	timeout := s.callTimeout(consumes)
+	timeout := s.hardTimeout(consumes)
 	ctx, cancel := context.WithTimeout(context.Background(), timeout+s.lateGrace())
 	defer cancel()
 	now := time.Now()

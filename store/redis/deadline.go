@@ -18,8 +18,9 @@ import (
 
 // Deadlines: a call the store gave up on uses no quota.
 //
-// The store bounds every call (Options.Timeout, and the caller's context); when the bound passes,
-// the caller is told the store is unavailable — the gateway answers "503, used no quota". But a
+// The store bounds every call (Options.SlowTimeout, or Options.Timeout while Redis is known down:
+// life.go; and the caller's context); when the bound passes, the caller is told the store is
+// unavailable — the gateway answers "503, used no quota". But a
 // Redis that hangs (a stopped process, a stalled host) still has the call on its socket, and runs
 // it when it resumes. So each script call carries its deadline on Redis's clock, and a script
 // that runs after it decides nothing and writes nothing (lua/common.lua, DEADLINES).
@@ -231,8 +232,9 @@ func parseTime(t []string) (int64, error) {
 }
 
 // errDeadlinePassed is the error of a call that reached Redis after its deadline: it decided
-// nothing.
-var errDeadlinePassed = fmt.Errorf("%w: redis store: the call reached Redis after its deadline; it decided nothing", sluice.ErrStoreUnavailable)
+// nothing. Redis answered it, late: slow, not down (life.go).
+var errDeadlinePassed = fmt.Errorf("%w: %w: redis store: the call reached Redis after its deadline; it decided nothing",
+	sluice.ErrStoreUnavailable, sluice.ErrStoreSlow)
 
 const deadlineReply = "sluice: deadline passed: time "
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -27,6 +28,8 @@ import (
 //   - the reply's length, and learning Redis's time from it (deadline.go);
 //   - the mapping of errors: a deadline passed, a calendar out of range, an actual cost over
 //     the limit, everything else unavailable;
+//   - the call's deadline, and what a call that ends without a reply says of Redis: slow or down
+//     (life.go), from whether Redis answered anything since it was sent;
 //   - late replies: a decision the caller stopped waiting for (its context ended) whose reply
 //     still comes, and says it consumed, is given back (giveBack), so that "unavailable: used no
 //     quota" holds for replies that arrive after the caller gave up, not only for calls that reach
@@ -87,7 +90,11 @@ func (s *Store) lateGrace() time.Duration { return max(s.timeout, time.Second) }
 // (ErrUnconfirmed: it was applied).
 func (s *Store) run(ctx context.Context, c *conn, r *request, j job) ([]int64, error) {
 	sl := c.slot(r.keys[0])
-	f := frame{s: s, by: r.by, inst: r.inst}
+	// The call's deadline: r.by, or T from now if Redis is known down (life.go); its scripts
+	// carry it, and its caller waits until then.
+	sent := time.Now()
+	by := s.deadline(c, sl, sent, r.by, s.callTimeout(r.consumes))
+	f := frame{s: s, by: by, inst: r.inst}
 	f.est, f.ok = c.estimate(sl)
 	for attempt := 0; ; attempt++ {
 		args, err := j.arguments(&f)
@@ -102,9 +109,12 @@ func (s *Store) run(ctx context.Context, c *conn, r *request, j job) ([]int64, e
 		} else {
 			a.primary = c.primary()
 		}
-		res, gone := s.send(ctx, c, r, j, args, wait)
-		if gone {
-			return nil, unavailable(ctx.Err()) // (the call goes on, and gives back what it consumed)
+		res, gone := s.send(ctx, c, sl, r, j, args, wait, sent, by)
+		if gone != nil {
+			return nil, gone // (the call goes on, and gives back what it consumed)
+		}
+		if err := res.NonRedisError(); err != nil && (ctx.Err() != nil || timeout(err)) {
+			return nil, s.timedOut(c, sl, sent) // (slow or down: life.go)
 		}
 		reply, err := res.AsIntSlice()
 		if err != nil {
@@ -133,33 +143,30 @@ func (s *Store) run(ctx context.Context, c *conn, r *request, j job) ([]int64, e
 }
 
 // send sends the call and returns its result; gone: the caller stopped waiting first (ctx
-// ended). A decision's direct call runs in a goroutine of its own, on a context lateGrace longer
-// than the caller's, so that a reply that comes after the caller gave up is still read and what
-// it consumed given back; the batcher's worker does the same for its calls (batch.go).
-func (s *Store) send(ctx context.Context, c *conn, r *request, j job, args []string, wait *ack) (rueidis.RedisResult, bool) {
-	if r.worker || !r.decides || !r.consumes {
-		return s.exec(ctx, c, r.p, r.keys, args, wait), false
+// ended, or the call's deadline by passed: await, which says whether Redis is slow or down), and
+// why. A decision's direct call runs in a
+// goroutine of its own, on a context lateGrace longer than the caller's, so that a reply that
+// comes after the caller gave up is still read and what it consumed given back; the batcher's
+// worker does the same for its calls (batch.go).
+func (s *Store) send(ctx context.Context, c *conn, sl uint16, r *request, j job, args []string, wait *ack, sent, by time.Time) (rueidis.RedisResult, error) {
+	if r.worker || !r.decides {
+		return s.exec(ctx, c, r.p, r.keys, args, wait), nil
 	}
 	h := &lateCall{}
 	h.done = make(chan struct{})
 	if wait != nil {
 		h.a = &ack{job: j, primary: wait.primary}
 	}
-	lctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), r.by.Add(s.lateGrace()))
+	lctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), by.Add(s.lateGrace()))
 	s.bg.Add(1)
 	go h.run(s, lctx, cancel, c, r.p, r.keys, args, j, r.want)
-	select {
-	case <-h.done:
-	case <-ctx.Done():
-		if h.abandon() {
-			return rueidis.RedisResult{}, true
-		}
-		<-h.done
+	if err := s.await(ctx, c, sl, &h.handoff, sent, by); err != nil {
+		return rueidis.RedisResult{}, err
 	}
 	if wait != nil {
 		wait.err, wait.lost = h.a.err, h.a.lost
 	}
-	return h.res, false
+	return h.res, nil
 }
 
 // lateCall is a direct decision's call running on beyond its caller.
@@ -296,6 +303,14 @@ func (c *conn) failed(slot uint16, err error) error {
 		return fmt.Errorf("%w: %v", sluice.ErrCostExceedsLimit, re.Error())
 	}
 	return unavailable(err)
+}
+
+// timeout reports whether err is a timeout: this call's, or one that broke the connection it
+// shared (rueidis fails every call waiting on a connection whose own call timed out). Judged by
+// whether Redis answers (life.go), unlike a refused or reset connection, a failure at once.
+func timeout(err error) bool {
+	var netErr net.Error
+	return errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &netErr) && netErr.Timeout())
 }
 
 // decisionOf is the decision of a script's six numbers r, made at the script's time at.

@@ -16,13 +16,14 @@ import (
 
 // TestLateRepliesUseNoQuota: a decision answered ErrStoreUnavailable used no quota, even when
 // its script ran in time and only the reply came after the caller stopped waiting (a store
-// timeout so short that replies race it, many decisions at once; another connection stalls
+// timeout — and slow timeout, so that no call waits on for a Redis that answers others — so
+// short that replies race it, many decisions at once; another connection stalls
 // Redis now and then with DEBUG SLEEP). What Redis counted must equal the approvals answered,
 // exactly, once the store is closed (it used to count some of the 503s: a late reply was
 // dropped, its charge kept). Decide batched (the default) and unbatched, and DecideAll of two
 // limits (the multi script).
 func TestLateRepliesUseNoQuota(t *testing.T) {
-	srv := redistest.Start(t)
+	srv := redistest.Start(t, "--enable-debug-command", "yes") // (DEBUG SLEEP: the stalls)
 	const limit = 1_000_000
 	p := sluice.Policy{Name: "late", Algorithm: sluice.FixedWindow, Limit: limit, Period: time.Hour}
 	q := sluice.Policy{Name: "late2", Algorithm: sluice.FixedWindow, Limit: limit, Period: time.Hour}
@@ -32,7 +33,7 @@ func TestLateRepliesUseNoQuota(t *testing.T) {
 		multi    bool
 	}{{"batched", 0, false}, {"unbatched", 1, false}, {"multi", 0, true}} {
 		t.Run(tc.name, func(t *testing.T) {
-			st, err := redis.New(redis.Options{Addrs: []string{srv.Addr}, Timeout: 2 * time.Millisecond, MaxBatch: tc.maxBatch,
+			st, err := redis.New(redis.Options{Addrs: []string{srv.Addr}, Timeout: 2 * time.Millisecond, SlowTimeout: 2 * time.Millisecond, MaxBatch: tc.maxBatch,
 				Prefix: "late-" + tc.name + ":", NegativeCacheSize: -1})
 			if err != nil {
 				t.Fatal(err)

@@ -70,6 +70,7 @@ const ACLRules = "resetkeys ~rate-limit:* resetchannels &rate-limit:* -@all +sel
 const (
 	DefaultPrefix            = "rate-limit:"
 	DefaultTimeout           = 50 * time.Millisecond
+	DefaultSlowTimeout       = 500 * time.Millisecond
 	DefaultNegativeCacheSize = 1 << 16
 	DefaultMaxBatch          = 16
 	// virtualClockSlack is added to TTLs when a test clock decides time: Redis expires keys on
@@ -93,14 +94,24 @@ type Options struct {
 	// settlement fails with ErrUnconfirmed (applied). wait.go says what this guarantees.
 	ReplicasAck int
 	// ReplicasAckTimeout bounds the WAIT (default Timeout; whole milliseconds, rounded up). A
-	// consuming call is then bounded by Timeout + ReplicasAckTimeout.
+	// consuming call is then bounded by SlowTimeout + ReplicasAckTimeout.
 	ReplicasAckTimeout time.Duration
 
 	// Prefix starts every key of the store (default DefaultPrefix, "rate-limit:"). A prefix that
 	// does not end in ':' gets one: "ctr" names the keys "ctr:{client}:policy…" and
 	// "ctr:instances", never "ctr{client}…" glued to the names after it.
-	Prefix  string
-	Timeout time.Duration // bound on every store call; default DefaultTimeout
+	Prefix string
+	// Timeout (default DefaultTimeout) is how long a decision waits for its reply once Redis has
+	// been found down (below), until Redis answers anything again; and the bound of settlements
+	// and of a lease's release and renewal.
+	Timeout time.Duration
+	// SlowTimeout (default DefaultSlowTimeout, and never below Timeout) bounds every decision
+	// while Redis is not known to be down; each script carries its bound as its deadline on
+	// Redis's clock. A call that ends without a reply is Redis down (ErrStoreUnavailable, which a
+	// Limiter's breaker counts) only if Redis answered nothing at all since it was sent; else it
+	// was slow — sluice.ErrStoreSlow beside ErrStoreUnavailable, which the breaker does not count
+	// (life.go). Equal to Timeout, every call waits Timeout and no longer.
+	SlowTimeout time.Duration
 	// Clock, if set, supplies now instead of Redis TIME: for running real Redis on virtual time
 	// in tests. Production leaves it nil. The scripts take times within 2^60 µs (36,000 years)
 	// of the epoch and answer an error for any other.
@@ -125,7 +136,8 @@ type Options struct {
 type Store struct {
 	co       rueidis.ClientOption
 	prefix   string
-	timeout  time.Duration
+	timeout  time.Duration // Options.Timeout (T)
+	slow     time.Duration // Options.SlowTimeout (S ≥ T)
 	clock    sluice.Clock
 	slack    string // ttl_slack argument, µs
 	maxBatch int    // 1: one script per decision
@@ -165,6 +177,7 @@ type conn struct {
 	functions bool           // calls go to the library's functions (FCALL); false: the scripts (funcs.go)
 	batch     *batcher       // nil: one script per decision
 	offsets   *offsets       // Redis's clock, for deadlines; nil with Options.Clock
+	lives     []slotLife     // whether Redis answers, by slot (life.go)
 	stop      chan struct{}  // ends refresh and listen
 	refreshed chan struct{}  // closed when refresh has ended; nil if it never ran
 	listening sync.WaitGroup // listen (negcache.go)
@@ -241,14 +254,21 @@ func open(opts Options) (*Store, error) {
 	if s.timeout <= 0 {
 		s.timeout = DefaultTimeout
 	}
+	if s.slow = opts.SlowTimeout; s.slow <= 0 {
+		s.slow = DefaultSlowTimeout
+	}
+	s.slow = max(s.slow, s.timeout)
 	if s.maxBatch <= 0 {
 		s.maxBatch = DefaultMaxBatch
 	}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
-	co.Dialer.Timeout = max(s.timeout, 100*time.Millisecond)
-	co.ConnWriteTimeout = max(s.timeout, 100*time.Millisecond)
+	// (A connection's bounds — its handshake's, and the keep-alive PING's that rueidis closes it
+	// after — are the longest a call waits for a Redis that is alive (life.go): a busy machine
+	// must not fail connections, and the calls on them, that it would not fail calls for.)
+	co.Dialer.Timeout = max(s.slow, 100*time.Millisecond)
+	co.ConnWriteTimeout = max(s.slow, 100*time.Millisecond)
 	if opts.Sentinel != nil {
 		co.Sentinel.Dialer.Timeout = co.Dialer.Timeout
 	}
@@ -259,7 +279,7 @@ func open(opts Options) (*Store, error) {
 		}
 	}
 	if s.acks != nil {
-		co.ConnWriteTimeout = max(s.timeout+s.acks.timeout, 100*time.Millisecond)
+		co.ConnWriteTimeout = max(s.slow+s.acks.timeout, 100*time.Millisecond)
 	}
 	s.co = co
 	if s.clock != nil {
@@ -334,6 +354,7 @@ func (s *Store) connect() (*conn, error) {
 		return nil, err
 	}
 	c := &conn{client: client, cluster: client.Mode() == rueidis.ClientModeCluster, stop: make(chan struct{})}
+	c.lives = newLife(c.cluster)
 	if s.clock == nil {
 		c.offsets = newOffsets(c.cluster)
 		if err := c.offsets.measure(s.ctx, client, max(s.timeout, time.Second), monoMicros); err != nil {
@@ -341,7 +362,7 @@ func (s *Store) connect() (*conn, error) {
 			return nil, fmt.Errorf("reading Redis's clock (TIME): %w", err)
 		}
 		c.refreshed = make(chan struct{})
-		go c.refresh(c.stop, max(s.timeout, 100*time.Millisecond))
+		go c.refresh(c.stop, max(s.slow, 100*time.Millisecond)) // (a TIME that times out may break the connection it shares with decisions)
 	}
 	if !s.scripts {
 		ctx, cancel := context.WithTimeout(s.ctx, max(s.timeout, time.Second))
@@ -549,11 +570,13 @@ func (s *Store) Decide(ctx context.Context, key string, p sluice.Policy, cost in
 		return sluice.Decision{Limit: p.Capacity()}, err
 	}
 	// The call's deadline: the caller's, or the store's bound if sooner (what a context with that
-	// timeout would have; the batcher's callers wait for it without one: call.wait).
-	deadline := time.Now().Add(s.callTimeout(cost > 0))
+	// timeout would have; the batcher's callers wait for it without one: batcher.wait).
+	asked := time.Now()
+	deadline := asked.Add(s.hardTimeout(cost > 0))
 	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
 		deadline = d
 	}
+	deadline = s.deadline(c, c.slot(hash), asked, deadline, s.callTimeout(cost > 0)) // (T if Redis is known down: life.go)
 	var inst int64
 	period := ""
 	if p.Calendar != algorithm.NoCalendar {
@@ -566,7 +589,7 @@ func (s *Store) Decide(ctx context.Context, key string, p sluice.Policy, cost in
 	}
 	args := [5]string{strconv.Itoa(int(p.Algorithm)), strconv.FormatInt(p.Limit, 10), period,
 		strconv.FormatInt(p.Burst, 10), strconv.FormatInt(cost, 10)}
-	call := newCall(key, &p, cost, hash, hash[:len(hash)-len(stateSuffix)]+":log", args, inst, deadline)
+	call := newCall(key, &p, cost, hash, hash[:len(hash)-len(stateSuffix)]+":log", args, inst, asked, deadline)
 	if c.batch != nil {
 		err = c.batch.decide(ctx, call)
 	} else {
@@ -637,7 +660,7 @@ func (s *Store) DecideAll(ctx context.Context, key string, limits []sluice.Limit
 	if err != nil {
 		return false, err
 	}
-	ctx, cancel := context.WithTimeout(ctx, s.callTimeout(true))
+	ctx, cancel := context.WithTimeout(ctx, s.hardTimeout(true)) // (each call waits less if Redis answers nothing: await)
 	defer cancel()
 	m := multiCall{s: s, c: c, now: s.now(), key: key, limits: limits, keys: keys, out: out}
 	for i := range limits {
@@ -942,13 +965,14 @@ func unavailable(err error) error {
 
 var _ sluice.Store = (*Store)(nil)
 
-// Ping reports whether Redis answers within the store's timeout (readiness checks).
+// Ping reports whether Redis answers within the store's SlowTimeout (readiness checks): a PING
+// that timed out sooner could break the connection it shares with decisions on a busy machine.
 func (s *Store) Ping(ctx context.Context) error {
 	c, err := s.connected()
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	ctx, cancel := context.WithTimeout(ctx, s.slow)
 	defer cancel()
 	if err := c.client.Do(ctx, c.client.B().Ping().Build()).Error(); err != nil {
 		return unavailable(err)

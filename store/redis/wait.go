@@ -74,7 +74,7 @@ import (
 //     shares one). With fewer than N replicas connected (after a failover, until a replica is
 //     replaced) every consuming decision waits out the timeout and fails.
 //   - Redis checks WAIT's timeout on its event loop: with the default hz 10 it may fire up to
-//     100 ms late; the call ends at Timeout + ReplicasAckTimeout whatever Redis does.
+//     100 ms late; the call ends at SlowTimeout + ReplicasAckTimeout whatever Redis does.
 //
 // Redis's own alternative is min-replicas-to-write / min-replicas-max-lag on the primary: it
 // refuses writes (the scripts then fail) while fewer replicas are connected with a lag within
@@ -118,6 +118,12 @@ func (s *Store) callTimeout(consumes bool) time.Duration {
 	return s.timeout
 }
 
+// hardTimeout is the most one store call waits, while Redis answers (life.go): SlowTimeout, and
+// with replicas_ack ReplicasAckTimeout more for a call that may consume.
+func (s *Store) hardTimeout(consumes bool) time.Duration {
+	return s.callTimeout(consumes) - s.timeout + s.slow
+}
+
 // ack asks exec to confirm a call's writes with WAIT: job.consumed says from the script's reply
 // whether it wrote; err is then set to nil if enough replicas acknowledged, else to what fell
 // short (the executor makes it the call's error, exec.go).
@@ -135,6 +141,15 @@ type ack struct {
 // (see above), followed there, if the reply says the call consumed, by WAIT, whose shortfall it
 // reports in wait.err.
 func (s *Store) exec(ctx context.Context, c *conn, p *program, keys, args []string, wait *ack) rueidis.RedisResult {
+	res := s.execute(ctx, c, p, keys, args, wait)
+	if res.NonRedisError() == nil {
+		c.answered(c.slot(keys[0])) // Redis answered: it is alive (life.go)
+	}
+	return res
+}
+
+// execute is exec, without recording that Redis answered.
+func (s *Store) execute(ctx context.Context, c *conn, p *program, keys, args []string, wait *ack) rueidis.RedisResult {
 	if wait == nil {
 		if c.functions {
 			return fcall(ctx, c.client, p, keys, args)
