@@ -161,7 +161,6 @@ func TestClientBodyFailureLogged(t *testing.T) {
 	})
 }
 
-
 // TestUsageBodyMemoryFull: while one usage request's body holds all of server.body_memory (its
 // client sends it slowly), another usage request waits up to server.body_timeout and is then
 // answered 503 with Retry-After in the route's error shape, charging nothing; a request on a
