@@ -92,7 +92,6 @@ routes:
 				_, _ = io.Copy(io.Discard, resp.Body)
 				resp.Body.Close()
 			}
-			time.Sleep(10 * time.Millisecond) // (a client's pace, not a synchronisation)
 		}
 	}()
 
