@@ -30,6 +30,10 @@ type Response struct {
 	// refund, refund_on's "no response") unless the upstream itself failed; it is charged the
 	// usage the response reported before the client left, else its estimate.
 	Left bool
+	// Unsent: the request was never sent to the upstream (its client left while it was held).
+	// On a usage route it produced nothing: its tokens and dollars are refunded (its requests
+	// still count), whatever the route's no_usage.
+	Unsent bool
 }
 
 // SettleOutcome is what Finish did with a request's estimate.
@@ -143,7 +147,8 @@ func (d *Decider) Refund(ctx context.Context, req *Request, v *Verdict) {
 // estimate, or is refunded if the route says no_usage: refund (its requests still count), and
 // refund_on refunds a listed status or an upstream that gave no response; a client that left
 // before the usage came (Response.Left) keeps the estimate — the upstream was at work, and
-// leaving just before a stream's end must not make it free.
+// leaving just before a stream's end must not make it free — unless the request never reached
+// the upstream (Response.Unsent: it left while held), which refunds its tokens and dollars.
 func (d *Decider) finishUsage(ctx context.Context, req *Request, v *Verdict, resp Response) {
 	if !v.Passes() || len(v.Decisions) != len(req.Limits) {
 		return
@@ -163,7 +168,7 @@ func (d *Decider) finishUsage(ctx context.Context, req *Request, v *Verdict, res
 		if outcome == SettleKept {
 			outcome = Settled // (the estimate was exact)
 		}
-	case req.Usage.Rule.Refund && !resp.Left:
+	case resp.Unsent || (req.Usage.Rule.Refund && !resp.Left):
 		if d.settleAll(ctx, req, v, func(i int) int64 {
 			if req.Limits[i].Unit == config.UnitRequests {
 				return -1

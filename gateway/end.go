@@ -83,6 +83,7 @@ type requestEnd struct {
 	// none. It is written by whoever copies the body, which also fires the end.
 	usage *llm.Meter
 
+	sent  atomic.Bool // the request was sent to the upstream (or the sending began)
 	cut   atomic.Bool // net/http: the upstream's body failed (endBody)
 	w     endWriter   // net/http: the response writer (gateway.go)
 	fired atomic.Bool
@@ -178,7 +179,7 @@ func (e *requestEnd) fire(how ending) {
 	left := how == endClientLeft
 	resp := decision.Response{Status: status, Header: header, Usage: e.usageOf(), Left: left}
 	if upstream == 0 || how == endCut || how == endNoResponse {
-		resp = decision.Response{Aborted: true, Left: left}
+		resp = decision.Response{Aborted: true, Left: left, Unsent: !e.sent.Load()}
 	}
 	g.decider.Finish(e.ctx, &e.req, e.verdict(), resp) // (nothing if it was settled already: refunded when shed)
 	if how == endClientLeft && upstream == 0 {

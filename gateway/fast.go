@@ -136,6 +136,7 @@ var expect = []string{"Expect"}
 func (g *Gateway) forward(ctx *fasthttp.RequestCtx, e *requestEnd) (how ending, later bool) {
 	req, resp := &ctx.Request, &ctx.Response
 	up := g.up
+	e.sent.Store(true)
 	if upgrade := req.Header.Peek("Upgrade"); len(upgrade) > 0 {
 		return g.tunnel(ctx, e)
 	}

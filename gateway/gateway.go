@@ -304,6 +304,9 @@ type timedTransport struct {
 }
 
 func (t timedTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	if e := endOf(r); e != nil {
+		e.sent.Store(true)
+	}
 	sent := time.Now()
 	resp, err := t.rt.RoundTrip(r)
 	if err == nil {

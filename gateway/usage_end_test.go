@@ -257,3 +257,40 @@ func metricOf(t *testing.T, srv *gateway.Server, name string) float64 {
 	}
 	return total
 }
+
+// TestUsageLeftWhileHeld: a request on a usage route held by a leaky bucket whose client leaves
+// before it is sent never reaches the upstream: its tokens and dollars are refunded (its
+// requests still count), though the route keeps the estimate of a client that leaves once the
+// upstream has its request.
+func TestUsageLeftWhileHeld(t *testing.T) {
+	forEachEngine(t, func(t *testing.T, engine string) {
+		h := llmtest.NewHandler()
+		up := &upstream{Server: httptest.NewServer(h)}
+		t.Cleanup(up.Close)
+		cfg := strings.ReplaceAll(strings.ReplaceAll(usageConfig, "STORE", "store: {type: memory}"), "SUM", sum("sk-team"))
+		cfg = strings.Replace(cfg, "policy: [tpm, rpm, streams, budget]", "policy: [tpm, rpm, budget, drip]", 1)
+		cfg = strings.Replace(cfg, "policies:\n", "policies:\n  - {name: drip, algorithm: leaky-bucket, limit: 1, period: 5s, burst: 5, counts: requests}\n", 1)
+		fe, srv := start(t, engine, cfg, up)
+		f := &llmFixture{t: t, url: fe.URL, srv: srv, up: h, http: &http.Client{}}
+		small := `{"model":"gpt-small","max_tokens":100,"messages":[{"role":"user","content":"hello"}]}`
+		resp := f.post("/v1/chat/completions", small, "X-Test-Usage", "input=2,output=100")
+		resp.Body.Close()
+		f.settled(1)
+		// The next one is held about 5 s: its client sends it and leaves.
+		c, err := net.Dial("tcp", strings.TrimPrefix(fe.URL, "http://"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		fmt.Fprintf(c, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer sk-team\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(small), small)
+		waitFor(t, "the second request charged and held", func() bool { return f.left("tpm", 100000) == 100000-102-102 })
+		c.Close()
+		f.settled(2)
+		if tok, usd, req := f.left("tpm", 100000), f.left("budget", 1_000_000), f.left("rpm", 1000); tok != 100000-102 || usd != 1_000_000-402 || req != 998 {
+			t.Errorf("after the held request's client left: %d tokens, %d micro-dollars, %d requests left; want %d, %d (refunded), 998 (it still counts)",
+				tok, usd, req, 100000-102, 1_000_000-402)
+		}
+		if h.Count() != 1 {
+			t.Errorf("the upstream saw %d requests, want 1", h.Count())
+		}
+	})
+}
