@@ -3,10 +3,11 @@ package sluice
 import (
 	"container/heap"
 	"context"
-	"crypto/rand"
+	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -119,7 +120,9 @@ func NewSettlements(store Store, o SettlementOptions) *Settlements {
 		o.MaxBackoff = max(o.Backoff, DefaultSettleMaxBackoff)
 	}
 	s := &Settlements{store: store, o: o, wake: make(chan struct{}, 1)}
-	_, _ = rand.Read(s.inst[:])
+	// (math/rand/v2's generator is seeded from the system's entropy in every process; an id need
+	// be unique, not secret, and crypto/rand added 160 KB to the web page's wasm.)
+	binary.BigEndian.PutUint64(s.inst[:], rand.Uint64())
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	return s
 }
@@ -215,12 +218,7 @@ func (h *settleQueue) Pop() any {
 
 // jitter is d less up to a quarter, at random: retries of many settlements spread out.
 func jitter(d time.Duration) time.Duration {
-	var b [8]byte
-	_, _ = rand.Read(b[:])
-	var n uint64
-	for _, x := range b {
-		n = n<<8 | uint64(x)
-	}
+	n := rand.Uint64()
 	q := int64(d / 4)
 	if q <= 0 {
 		return d
