@@ -1,8 +1,10 @@
 package gateway
 
 import (
+	"bytes"
 	"errors"
 	"io"
+	"slices"
 
 	"github.com/valyala/fasthttp"
 
@@ -171,7 +173,9 @@ func (g *Gateway) resolveUsage(ctx *fasthttp.RequestCtx, e *requestEnd, u *confi
 		src.stream = ctx.RequestBodyStream()
 		src.timedOut = func() bool { bc := bodyConnOf(ctx.Conn()); return bc != nil && bc.timedOut }
 	} else {
-		src.inHand = ctx.Request.Body() // (fasthttp's own buffer, at most maxBufferBody)
+		// fasthttp's own buffer (a body that came whole with its header), clipped so that an
+		// edit that makes it longer is made in a new array, not past its end.
+		src.inHand = slices.Clip(ctx.Request.Body())
 	}
 	prob, drained, ok := g.resolveUsageBody(e, fastRequest{ctx}, b2s(ctx.Method()), b2s(ctx.Path()), u, src)
 	if !ok {
@@ -182,14 +186,13 @@ func (g *Gateway) resolveUsage(ctx *fasthttp.RequestCtx, e *requestEnd, u *confi
 		e.fire(endWhole)
 		return false
 	}
-	if body := e.req.Usage.Body; src.stream != nil || !sameArray(body, src.inHand) {
-		ctx.Request.SetBodyRaw(body) // the one copy, not copied again (the stream read is over)
+	switch body := e.req.Usage.Body; {
+	case src.stream != nil, len(body) > 0 && len(src.inHand) > 0 && &body[0] != &src.inHand[0]:
+		ctx.Request.SetBodyRaw(body) // the one copy, ours, not copied again (the stream read is over)
+	case len(body) != len(src.inHand):
+		// Edited shorter in fasthttp's buffer, which SetBodyRaw gives back to its pool: a copy.
+		ctx.Request.SetBodyRaw(bytes.Clone(body))
 	}
 	usageHeader(ctx.Request.Header.Set)
 	return true
-}
-
-// sameArray reports whether a and b start at the same byte.
-func sameArray(a, b []byte) bool {
-	return len(a) > 0 && len(b) > 0 && &a[0] == &b[0]
 }

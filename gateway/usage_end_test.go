@@ -294,3 +294,44 @@ func TestUsageLeftWhileHeld(t *testing.T) {
 		}
 	})
 }
+
+// TestUsageInjectsExactly: inject_usage's edit, made in the body's own array, reaches the upstream
+// exactly, whether it makes the body longer (stream_options added, in the room read after it) or
+// shorter (include_usage false made true), on a small body and on one over 64 KiB.
+func TestUsageInjectsExactly(t *testing.T) {
+	forEachEngine(t, func(t *testing.T, engine string) {
+		got := make(chan []byte, 1)
+		up := &upstream{Server: httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			b, _ := io.ReadAll(r.Body)
+			got <- b
+			w.Header().Set("Content-Type", "application/json")
+			io.WriteString(w, `{"usage":{"prompt_tokens":1,"completion_tokens":1,"total_tokens":2}}`)
+		}))}
+		t.Cleanup(up.Close)
+		cfg := strings.ReplaceAll(strings.ReplaceAll(usageConfig, "STORE", "store: {type: memory}"), "SUM", sum("sk-team"))
+		cfg = strings.Replace(cfg, "usage: {format: openai}", "usage: {format: openai, inject_usage: true}", 1)
+		fe, srv := start(t, engine, cfg, up)
+		f := &llmFixture{t: t, url: fe.URL, srv: srv, http: &http.Client{}}
+		big := strings.Repeat("x", 100_000)
+		for _, c := range []struct{ name, body, want string }{
+			{"longer, small", `{"model":"gpt-small","stream":true,"messages":[{"role":"user","content":"hi"}]}`,
+				`{"model":"gpt-small","stream":true,"stream_options":{"include_usage":true},"messages":[{"role":"user","content":"hi"}]}`},
+			{"shorter, small", `{"model":"gpt-small","stream":true,"stream_options":{"include_usage":false},"messages":[{"role":"user","content":"hi"}]}`,
+				`{"model":"gpt-small","stream":true,"stream_options":{"include_usage":true},"messages":[{"role":"user","content":"hi"}]}`},
+			{"longer, large", `{"model":"gpt-small","stream":true,"messages":[{"role":"user","content":"` + big + `"}]}`,
+				`{"model":"gpt-small","stream":true,"stream_options":{"include_usage":true},"messages":[{"role":"user","content":"` + big + `"}]}`},
+			{"shorter, large", `{"model":"gpt-small","stream":true,"stream_options":{"include_usage":false},"messages":[{"role":"user","content":"` + big + `"}]}`,
+				`{"model":"gpt-small","stream":true,"stream_options":{"include_usage":true},"messages":[{"role":"user","content":"` + big + `"}]}`},
+		} {
+			resp := f.post("/v1/chat/completions", c.body)
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusOK {
+				t.Fatalf("%s: %d", c.name, resp.StatusCode)
+			}
+			if b := <-got; string(b) != c.want {
+				t.Errorf("%s: the upstream got %d bytes %.120q…, want %d bytes %.120q…", c.name, len(b), b, len(c.want), c.want)
+			}
+		}
+	})
+}
