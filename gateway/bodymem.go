@@ -58,15 +58,17 @@ func (b *bodyMemory) setLimit(n int64) {
 	b.mu.Unlock()
 }
 
-// acquire reserves n bytes, waiting up to wait for them; false: they did not fit in time
-// (counted), and nothing is reserved.
-func (b *bodyMemory) acquire(n int64, wait time.Duration) bool {
+// acquire reserves n bytes, or the whole budget if n is more (a chunked body's max_body and its
+// slack may pass a budget of exactly max_body by a few bytes), waiting up to wait for them, and
+// returns what it reserved; false: it did not fit in time (counted), and nothing is reserved.
+func (b *bodyMemory) acquire(n int64, wait time.Duration) (int64, bool) {
 	b.mu.Lock()
+	n = min(n, b.limit)
 	if b.waiters.Len() == 0 && b.used+n <= b.limit {
 		b.used += n
 		b.mu.Unlock()
 		b.inUse.Add(float64(n))
-		return true
+		return n, true
 	}
 	w := &bodyWaiter{n: n, ready: make(chan struct{})}
 	el := b.waiters.PushBack(w)
@@ -75,20 +77,20 @@ func (b *bodyMemory) acquire(n int64, wait time.Duration) bool {
 	defer t.Stop()
 	select {
 	case <-w.ready:
-		return true
+		return n, true
 	case <-t.C:
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	select {
 	case <-w.ready: // granted as the wait ran out
-		return true
+		return n, true
 	default:
 	}
 	b.waiters.Remove(el)
 	b.grant() // the ones behind it may fit
 	b.refused.Inc()
-	return false
+	return 0, false
 }
 
 // release gives back n bytes.
@@ -127,6 +129,13 @@ type heldBody struct {
 func (h *heldBody) hold(b *bodyMemory, n int64) {
 	h.b = b
 	h.n.Store(n)
+}
+
+// shrink gives back what is held beyond n bytes.
+func (h *heldBody) shrink(n int64) {
+	if held := h.n.Load(); held > n && h.n.CompareAndSwap(held, n) {
+		h.b.release(held - n)
+	}
 }
 
 func (h *heldBody) release() {

@@ -13,10 +13,10 @@ import (
 func TestBodyMemory(t *testing.T) {
 	b := newBodyMemory(prometheus.NewRegistry())
 	b.setLimit(100)
-	if !b.acquire(60, time.Hour) {
+	if _, ok := b.acquire(60, time.Hour); !ok {
 		t.Fatal("60 of 100: refused")
 	}
-	if b.acquire(50, 10*time.Millisecond) {
+	if _, ok := b.acquire(50, 10*time.Millisecond); ok {
 		t.Fatal("50 more of 100 with 60 held: granted")
 	}
 	waiters := func() int {
@@ -28,11 +28,11 @@ func TestBodyMemory(t *testing.T) {
 		t.Fatalf("after a refusal: %d waiting, %d used; want none waiting, 60 used", waiters(), b.used)
 	}
 	big, small := make(chan bool), make(chan bool)
-	go func() { big <- b.acquire(80, time.Hour) }()
+	go func() { _, ok := b.acquire(80, time.Hour); big <- ok }()
 	for waiters() != 1 {
 		time.Sleep(time.Millisecond) // (until the goroutine has queued)
 	}
-	go func() { small <- b.acquire(10, time.Hour) }()
+	go func() { _, ok := b.acquire(10, time.Hour); small <- ok }()
 	for waiters() != 2 {
 		time.Sleep(time.Millisecond)
 	}
@@ -51,7 +51,7 @@ func TestBodyMemory(t *testing.T) {
 	b.release(90)
 	b.setLimit(10)
 	done := make(chan bool)
-	go func() { done <- b.acquire(50, time.Hour) }()
+	go func() { _, ok := b.acquire(50, time.Hour); done <- ok }()
 	for waiters() != 1 {
 		time.Sleep(time.Millisecond)
 	}
@@ -59,8 +59,17 @@ func TestBodyMemory(t *testing.T) {
 	if !<-done || b.used != 50 {
 		t.Fatalf("after the limit was raised: used %d, want 50", b.used)
 	}
+	b.release(50)
+	if n, ok := b.acquire(500, time.Hour); !ok || n != 50 || b.used != 50 {
+		t.Fatalf("500 bytes of a budget of 50: reserved %d (%v), %d used; want the whole budget, 50", n, ok, b.used)
+	}
 	var h heldBody
 	h.hold(b, 50)
+	h.shrink(20) // (a chunked body smaller than it reserved)
+	if b.used != 20 {
+		t.Fatalf("after a held body shrank to 20: %d used, want 20", b.used)
+	}
+	h.shrink(30) // (never grows)
 	h.release()
 	h.release() // (once only)
 	if b.used != 0 {

@@ -113,7 +113,8 @@ func (g *Gateway) resolveUsageBody(e *requestEnd, r identity.Request, method, pa
 	body, drained, err := src.inHand, true, error(nil)
 	if src.stream != nil {
 		if n := bodyReserve(src.length, u.MaxBody); n > 0 {
-			if !g.metrics.bodies.acquire(n, g.cfg.Server.BodyTimeout) {
+			n, ok := g.metrics.bodies.acquire(n, g.cfg.Server.BodyTimeout)
+			if !ok {
 				return answer.BodyMemoryFull(u.Errors, bodyMemoryRetry), false, false
 			}
 			e.body.hold(g.metrics.bodies, n)
@@ -121,8 +122,8 @@ func (g *Gateway) resolveUsageBody(e *requestEnd, r identity.Request, method, pa
 		body, drained, err = readUsageBody(src.stream, src.length, u.MaxBody)
 		if err != nil {
 			e.body.release()
-		} else if held := int64(len(body)) + bodySlack; e.body.n.Load() > held {
-			g.metrics.bodies.release(e.body.n.Swap(held) - held) // (chunked: what it did not need)
+		} else {
+			e.body.shrink(int64(len(body)) + bodySlack) // (chunked: what it did not need)
 		}
 	} else if int64(len(body)) > u.MaxBody {
 		err = decision.ErrBodyTooLarge

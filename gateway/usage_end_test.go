@@ -236,6 +236,20 @@ func TestUsageBodyMemoryFull(t *testing.T) {
 		if got := f.left("tpm", 100000); got == 100000 {
 			t.Errorf("the request that got through charged nothing")
 		}
+		// A chunked body reserves max_body, and gives back what it did not need once read: all
+		// of it at its end.
+		req, _ := http.NewRequest(http.MethodPost, fe.URL+"/v1/messages", io.MultiReader(strings.NewReader(big))) // (no length: chunked)
+		req.Header.Set("Authorization", "Bearer sk-team")
+		req.Header.Set("Content-Type", "application/json")
+		resp, err = http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK || req.ContentLength != 0 && req.ContentLength != -1 {
+			t.Errorf("a chunked usage request: %d, want 200", resp.StatusCode)
+		}
+		waitFor(t, "the chunked body's memory given back", func() bool { return metricOf(t, srv, "sluice_body_memory_bytes") == 0 })
 	})
 }
 
