@@ -48,18 +48,19 @@ func TestBodyMemory(t *testing.T) {
 	if b.used != 90 {
 		t.Fatalf("%d used, want 90", b.used)
 	}
-	b.release(90)
-	b.setLimit(10)
+	b.release(80) // (10 still held)
+	b.setLimit(50)
 	done := make(chan bool)
 	go func() { _, ok := b.acquire(50, time.Hour); done <- ok }()
 	for waiters() != 1 {
 		time.Sleep(time.Millisecond)
 	}
-	b.setLimit(50) // a reload that raises the budget lets it in
-	if !<-done || b.used != 50 {
-		t.Fatalf("after the limit was raised: used %d, want 50", b.used)
+	b.setLimit(60) // a reload that raises the budget lets it in
+	if !<-done || b.used != 60 {
+		t.Fatalf("after the limit was raised: used %d, want 60", b.used)
 	}
-	b.release(50)
+	b.release(60)
+	b.setLimit(50)
 	if n, ok := b.acquire(500, time.Hour); !ok || n != 50 || b.used != 50 {
 		t.Fatalf("500 bytes of a budget of 50: reserved %d (%v), %d used; want the whole budget, 50", n, ok, b.used)
 	}
