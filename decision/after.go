@@ -2,7 +2,6 @@ package decision
 
 import (
 	"context"
-	"errors"
 	"strconv"
 	"strings"
 
@@ -209,9 +208,7 @@ func (d *Decider) settleAll(ctx context.Context, req *Request, v *Verdict, cost 
 			err = sluice.SettleDecision(ctx, d.Store, key, l.Policy, dec, estimate, actual)
 		}
 		d.observeSettled(req, i, dec, estimate, actual, err)
-		// (ErrUnconfirmed: applied, not confirmed by enough replicas; ErrSettlementPending: queued
-		// to be retried until it lands, applied once — settled, not failed.)
-		if err != nil && !errors.Is(err, sluice.ErrUnconfirmed) && !errors.Is(err, sluice.ErrSettlementPending) {
+		if !applied(err) {
 			outcome = SettleFailed // (the other limits are settled still: each is its own step)
 		} else if outcome != SettleFailed {
 			outcome = Settled

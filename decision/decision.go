@@ -291,7 +291,7 @@ func (d *Decider) charge(ctx context.Context, req *Request, allowed bool, out []
 		} else {
 			err = sluice.ChargeDecision(ctx, d.Store, key, l.Policy, out[i], n)
 		}
-		if err != nil && !errors.Is(err, sluice.ErrUnconfirmed) && !errors.Is(err, sluice.ErrSettlementPending) {
+		if !applied(err) {
 			return err
 		}
 		// Applied (or to be, pending): the limit costs consumed + n on the store, as a settlement would leave it.

@@ -20,7 +20,7 @@ type LimitSettleObserver interface {
 // that the store applied: err is nil, or ErrUnconfirmed (applied, not confirmed), or
 // ErrSettlementPending (queued: it will be applied once it lands, or counted lost).
 func (d *Decider) observeSettled(req *Request, i int, dec sluice.Decision, estimate, actual int64, err error) {
-	if o, ok := d.Observer.(LimitSettleObserver); ok && (err == nil || errors.Is(err, sluice.ErrUnconfirmed) || errors.Is(err, sluice.ErrSettlementPending)) {
+	if o, ok := d.Observer.(LimitSettleObserver); ok && applied(err) {
 		o.LimitSettled(req, i, dec, estimate, actual)
 	}
 }
@@ -30,4 +30,11 @@ func (d *Decider) observeSettled(req *Request, i int, dec sluice.Decision, estim
 type UsageObserver interface {
 	// Charged says that req.Limits[i] was charged n more than its decision consumed.
 	Charged(req *Request, i int, n int64)
+}
+
+// applied reports whether a settlement or charge that returned err was made, or will be: nil,
+// ErrUnconfirmed (applied, not confirmed by enough replicas), or ErrSettlementPending (queued,
+// retried until it lands, applied once).
+func applied(err error) bool {
+	return err == nil || errors.Is(err, sluice.ErrUnconfirmed) || errors.Is(err, sluice.ErrSettlementPending)
 }
