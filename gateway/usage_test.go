@@ -198,25 +198,33 @@ func TestUsageSettles(t *testing.T) {
 }
 
 // TestUsageClientLeaves: a client that leaves a stream in the middle keeps its estimate (the
-// usage never came), and its stream slot is given back.
+// usage never came), and its stream slot is given back — on a no_usage: refund route too: what
+// the upstream did decides, and it was producing tokens.
 func TestUsageClientLeaves(t *testing.T) {
 	forEachEngine(t, func(t *testing.T, engine string) {
-		f := startLLM(t, engine, "memory")
-		resp := f.post("/v1/chat/completions", `{"model":"gpt-small","max_tokens":1000,"stream":true,"stream_options":{"include_usage":true},"messages":[{"role":"user","content":"hello"}]}`,
-			"X-Test-Events", "1000", "X-Test-Interval", "5ms", "X-Test-Usage", "input=1,output=1")
-		br := bufio.NewReader(resp.Body)
-		if _, err := br.ReadString('\n'); err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close() // the client leaves after the first event
-		f.settled(1)
-		if got, want := f.left("tpm", 100000), int64(100000-1002); got != want {
-			t.Errorf("after the client left: %d tokens left, want %d (the estimate)", got, want)
-		}
-		if n := counterSum(t, f.srv.Registry(), "sluice_llm_requests_total", map[string]string{"outcome": "no_usage"}); n != 1 {
-			t.Errorf("no_usage requests: %v, want 1", n)
-		}
+		t.Run("estimate", func(t *testing.T) { testUsageClientLeaves(t, startLLM(t, engine, "memory")) })
+		t.Run("no_usage refund", func(t *testing.T) { testUsageClientLeaves(t, startRefundLLM(t, engine, nil)) })
 	})
+}
+
+func testUsageClientLeaves(t *testing.T, f *llmFixture) {
+	resp := f.post("/v1/chat/completions", `{"model":"gpt-small","max_tokens":1000,"stream":true,"stream_options":{"include_usage":true},"messages":[{"role":"user","content":"hello"}]}`,
+		"X-Test-Events", "1000", "X-Test-Interval", "5ms", "X-Test-Usage", "input=1,output=1")
+	br := bufio.NewReader(resp.Body)
+	if _, err := br.ReadString('\n'); err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close() // the client leaves after the first event
+	f.settled(1)
+	if got, want := f.left("tpm", 100000), int64(100000-1002); got != want {
+		t.Errorf("after the client left: %d tokens left, want %d (the estimate)", got, want)
+	}
+	if got, want := f.left("budget", 1_000_000), int64(1_000_000-4002); got != want {
+		t.Errorf("after the client left: %d micro-dollars left, want %d (the estimate)", got, want)
+	}
+	if n := counterSum(t, f.srv.Registry(), "sluice_llm_requests_total", map[string]string{"outcome": "no_usage"}); n != 1 {
+		t.Errorf("no_usage requests: %v, want 1", n)
+	}
 }
 
 // TestUsageRefusedUpFront: parallel streams over the team's limit are refused before they reach
