@@ -116,17 +116,33 @@ func NewServer(cfg *config.Config, path string, st Store, log *slog.Logger) (*Se
 	s.registerShed()
 	s.settlements = sluice.NewSettlements(s.store, sluice.SettlementOptions{RetryFor: cfg.Store.SettleRetryFor})
 	s.registerSettlements()
-	g, err := New(cfg, s.store, s.metrics, nil)
+	g, err := s.gateway(cfg, nil)
 	if err != nil {
 		s.closer()
 		return nil, err
 	}
+	s.run(cfg, g)
+	return s, nil
+}
+
+// gateway makes the Gateway for cfg with what the Server keeps across configurations: its store,
+// metrics and settlements, and up (the previous Gateway's connections; nil: new ones).
+func (s *Server) gateway(cfg *config.Config, up *Upstream) (*Gateway, error) {
+	g, err := New(cfg, s.store, s.metrics, up)
+	if err != nil {
+		return nil, err
+	}
 	g.decider.Settlements = s.settlements
-	g.access = newAccessLog(cfg.Log.Access, log)
+	g.access = newAccessLog(cfg.Log.Access, s.log)
+	return g, nil
+}
+
+// run makes cfg and its Gateway g the running ones (with what they set of the Server's own: the
+// body memory).
+func (s *Server) run(cfg *config.Config, g *Gateway) {
 	s.metrics.bodies.setLimit(cfg.Server.BodyMemory)
 	s.current.Store(g)
 	s.cfg.Store(cfg)
-	return s, nil
 }
 
 // Registry is where the Server's metrics are registered: other front ends (cmd/sluice's Envoy
@@ -317,21 +333,17 @@ func (s *Server) reload() error {
 	if cfg.Listen != "" && cfg.Upstream == nil {
 		return fmt.Errorf("%s: upstream is required while the proxy listener runs (it stops with listen: \"\" at a restart)", cfg.File)
 	}
-	g, err := New(cfg, s.store, s.metrics, s.current.Load().Upstream())
+	g, err := s.gateway(cfg, s.current.Load().Upstream())
 	if err != nil {
 		return err
 	}
-	g.decider.Settlements = s.settlements
-	g.access = newAccessLog(cfg.Log.Access, s.log)
 	var commit func()
 	if s.prepare != nil {
 		if commit, err = s.prepare(cfg); err != nil {
 			return err
 		}
 	}
-	s.metrics.bodies.setLimit(cfg.Server.BodyMemory)
-	s.current.Store(g)
-	s.cfg.Store(cfg)
+	s.run(cfg, g)
 	if commit != nil {
 		commit()
 	}
