@@ -43,6 +43,7 @@ type Problem struct {
 	ViolatedPolicies []string // "violated-policies": the names of the policies that refused (the quota-exceeded type defines it)
 	Client           string   // "client": the configured client's name; "" for an anonymous client
 	RetryAfter       int64    // "retry-after": seconds to wait, as in the Retry-After field; 0 when there is nothing to wait for
+	Field            string   // "field": the request body's field a 400 is about (the clients API: "overrides.gold.limit")
 
 	// RetryAfterMs is the wait in milliseconds (0: RetryAfter's seconds), sent as
 	// Retry-After-Ms beside Retry-After in an LLM API's shape.
@@ -325,6 +326,10 @@ func (p Problem) AppendJSON(b []byte) []byte {
 	if p.RetryAfter > 0 {
 		b = append(b, `,"retry-after":`...)
 		b = strconv.AppendInt(b, p.RetryAfter, 10)
+	}
+	if p.Field != "" {
+		b = append(b, `,"field":`...)
+		b = appendJSONString(b, p.Field)
 	}
 	return append(b, '}')
 }

@@ -235,6 +235,11 @@ type Client struct {
 	Policy       []string // its policies; empty: DefaultPolicy
 	Line         int
 
+	// Set for clients managed at runtime (config/runtime.go); the file's have none of these.
+	Source    string              // SourceFile ("") or SourceAPI
+	Plan      string              // the plan its policies and overrides came from, if any (informative)
+	Overrides map[string]Override // by policy name: the limit, burst or period this client has instead of the policy's
+
 	index      int        // in Config.Clients
 	resolution resolution // Policy (or DefaultPolicy) resolved
 }
@@ -352,7 +357,17 @@ type Admin struct {
 	// TLS, if set, serves the admin listener over HTTPS; with TLS.ClientCAFile, it also wants a
 	// client certificate (as the token, both when both are set). Changes at a restart.
 	TLS *TLS
+	// ClientsFile (memory store only) is where the clients API's records are kept across
+	// restarts (a journal: package clients); "": in memory only, gone at a restart. With a Redis
+	// store they are kept in Redis. Changes at a restart.
+	ClientsFile string
+	// ClientsPoll is how often each instance looks for changes of the clients API's records
+	// (one GET of the registry's version); default DefaultClientsPoll.
+	ClientsPoll time.Duration
 }
+
+// DefaultClientsPoll is admin.clients_poll's default.
+const DefaultClientsPoll = 100 * time.Millisecond
 
 // Log formats.
 const (

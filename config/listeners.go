@@ -505,6 +505,24 @@ func (p *parser) admin(n *yaml.Node, a *Admin) {
 	if n := p.get(m, "tls"); n != nil {
 		a.TLS = p.tls(n, path+".tls", adminTLSFields)
 	}
+	if n := p.get(m, "clients_file"); n != nil {
+		if s, ok := p.str(n, path, "clients_file"); ok {
+			if s == "" {
+				p.errorf(n, path, nil, "clients_file is empty; leave it out to keep the clients API's records in memory only")
+			}
+			a.ClientsFile = p.path(s)
+		}
+	}
+	a.ClientsPoll = DefaultClientsPoll
+	if n := p.get(m, "clients_poll"); n != nil {
+		if d, ok := p.duration(n, path, "clients_poll"); ok {
+			if d < 10*time.Millisecond || d > 10*time.Second {
+				p.errorf(n, path, nil, "clients_poll %v must be from 10ms to 10s: how often each instance looks for changes of the clients API's records", d)
+			} else {
+				a.ClientsPoll = d
+			}
+		}
+	}
 }
 
 // tracing reads the tracing section: OpenTelemetry spans exported over OTLP/gRPC or OTLP/HTTP.

@@ -545,30 +545,14 @@ func (p *parser) references(c *Config, r *refs) {
 }
 
 // known lists the policy names for "is not a policy" errors.
-func (p *parser) known(c *Config) string {
-	if len(c.Policies) == 0 {
-		return "no policies are configured"
-	}
-	names := make([]string, 0, len(c.Policies))
-	for _, pol := range c.Policies {
-		names = append(names, pol.Name)
-	}
-	if len(names) > 10 {
-		names = append(names[:10], "...")
-	}
-	return "known: " + strings.Join(names, ", ")
-}
+func (p *parser) known(c *Config) string { return c.knownPolicies() }
 
 // resolveAll builds the lookups and every resolution, once the file is known to be valid, and
 // checks that every route's cost can fit the policies that apply on it.
 func (p *parser) resolveAll(c *Config, r *refs) {
 	c.defaults = c.resolution(c.DefaultPolicy, "", false)
 	for _, cl := range c.Clients {
-		if len(cl.Policy) > 0 {
-			cl.resolution = c.resolution(cl.Policy, "", false)
-		} else {
-			cl.resolution = c.defaults
-		}
+		cl.resolution = c.clientResolution(cl, "", false)
 	}
 	p.usageResolutions(c, r) // (config/usage.go)
 	for _, rt := range c.Routes {
@@ -578,11 +562,7 @@ func (p *parser) resolveAll(c *Config, r *refs) {
 			rt.own = &res
 		} else if rt.Scope != "" || usage {
 			// (a usage route counts tokens where the client's policies elsewhere count requests)
-			rt.scoped = make([]resolution, len(c.Clients)+1)
-			for j, cl := range c.Clients {
-				rt.scoped[j] = c.resolution(cl.resolutionNames(c), rt.Scope, usage)
-			}
-			rt.scoped[len(c.Clients)] = c.resolution(c.DefaultPolicy, rt.Scope, usage)
+			c.scopeRoute(rt)
 		}
 		// A cost that no state could ever approve is a configuration error, not a 429 forever.
 		checked := map[string]bool{}
@@ -622,19 +602,7 @@ func (p *parser) resolveAll(c *Config, r *refs) {
 			}
 		}
 	}
-	c.matchList = slices.Clone(c.Routes)
-	slices.SortStableFunc(c.matchList, func(a, b *Route) int {
-		if d := len(b.PathPrefix) - len(a.PathPrefix); d != 0 {
-			return d
-		}
-		switch {
-		case a.Method != "" && b.Method == "":
-			return -1
-		case a.Method == "" && b.Method != "":
-			return 1
-		}
-		return 0
-	})
+	c.sortRoutes()
 }
 
 // resolutionNames is the names of the client's policies: its own, or the default.

@@ -85,7 +85,7 @@ var (
 	retryFields    = []string{"initial", "max"}
 	faFields       = []string{"refused_status"}
 	logFields      = []string{"format", "level", "access"}
-	adminFields    = []string{"token_env", "metrics_listen", "tls"}
+	adminFields    = []string{"token_env", "metrics_listen", "tls", "clients_file", "clients_poll"}
 	tracingFields  = []string{"otlp_endpoint", "otlp_protocol", "sample", "service_name"}
 	accessFields   = []string{"sample", "per_second"}
 	budgetFields   = []string{"size", "max_age"}
@@ -202,6 +202,12 @@ func (p *parser) config(root *yaml.Node) *Config {
 		if l := c.Admin.MetricsListen; l != "" && (l == c.Listen || l == c.AdminListen || (c.RLS != nil && l == c.RLS.Listen)) {
 			p.errorf(m.values["admin"], "admin", nil, "metrics_listen %q is also another listener's; give it a port of its own", l)
 		}
+		if c.Admin.ClientsFile != "" && c.Store.Type == StoreRedis {
+			am := p.mapping(n, n, "", "admin")
+			p.errorf(p.get(am, "clients_file"), "admin", nil, "clients_file is for the memory store: with a Redis store the clients API's records are kept in Redis, shared by every instance")
+		}
+	} else {
+		c.Admin.ClientsPoll = DefaultClientsPoll
 	}
 	if n := p.get(m, "forward_auth"); n != nil {
 		p.forwardAuth(n, &c.ForwardAuth)

@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"reflect"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -23,6 +24,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/answer"
+	"github.com/sluicehq/sluice/clients"
 	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/decision"
 	"github.com/sluicehq/sluice/gateway/operator"
@@ -52,6 +54,13 @@ type Server struct {
 	// settlements makes every Gateway's settlements and usage charges land (Envoy's rate limit
 	// service's too: it decides through Decide), drained by Close.
 	settlements *sluice.Settlements
+
+	// base is the file's configuration (adjusted) that cfg merges the clients API's records
+	// into (clients.go); clients is their manager, nil without one. swap orders the swaps of
+	// reloads and of the records' changes.
+	base    atomic.Pointer[config.Config]
+	clients *clients.Manager
+	swap    sync.Mutex
 }
 
 // Stopping makes /readyz answer 503 from now on: the process is shutting down (its
@@ -71,6 +80,9 @@ type Store struct {
 	// Shares, if set, counts this instance's approvals for the registry's heartbeats (which
 	// read it with Shares.Counts); the Server records every decision in it.
 	Shares *Shares
+	// Clients, if set, is where the store keeps the clients API's records (a Redis store's
+	// registry); nil: the caller keeps them (clients.MemoryBackend).
+	Clients clients.Backend
 }
 
 // NewServer returns a Server running cfg on st; path is the file Reload reads. The Server
@@ -121,6 +133,7 @@ func NewServer(cfg *config.Config, path string, st Store, log *slog.Logger) (*Se
 		s.closer()
 		return nil, err
 	}
+	s.base.Store(cfg)
 	s.run(cfg, g)
 	return s, nil
 }
@@ -299,6 +312,8 @@ func (s *Server) Reload() error {
 }
 
 func (s *Server) reload() error {
+	s.swap.Lock()
+	defer s.swap.Unlock()
 	if s.path == "" {
 		return errors.New("the demo has no configuration file to reload")
 	}
@@ -333,6 +348,10 @@ func (s *Server) reload() error {
 	if cfg.Listen != "" && cfg.Upstream == nil {
 		return fmt.Errorf("%s: upstream is required while the proxy listener runs (it stops with listen: \"\" at a restart)", cfg.File)
 	}
+	base := cfg
+	if cfg, err = s.merged(cfg); err != nil {
+		return err
+	}
 	g, err := s.gateway(cfg, s.current.Load().Upstream())
 	if err != nil {
 		return err
@@ -343,6 +362,7 @@ func (s *Server) reload() error {
 			return err
 		}
 	}
+	s.base.Store(base)
 	s.run(cfg, g)
 	if commit != nil {
 		commit()

@@ -137,6 +137,13 @@ func serve(ctx context.Context, path string, watch time.Duration, o overrides, s
 	running.Store(srv)
 	defer srv.Close()
 	srv.Adjust(o.apply)
+	clientsCtx, stopClients := context.WithCancel(ctx)
+	defer stopClients()
+	closeClients, err := startClients(clientsCtx, cfg, st, srv, log)
+	if err != nil {
+		return err
+	}
+	defer closeClients()
 	srv.Mount("GET /", web.Handler()) // the browser simulation, and what no other pattern matches
 
 	svc, err := startRLS(cfg, srv, log)

@@ -282,6 +282,8 @@ type launchOpts struct {
 	client *http.Client
 	// bin is the sluice binary to run ("": sluiceBinary's, with -race when this test binary has it).
 	bin string
+	// env is added to the process's environment (NAME=value).
+	env []string
 }
 
 // launchWith is launch with the choices of opts. A nil cfg starts the demo (no --config) on the
@@ -320,7 +322,7 @@ func launchWith(t *testing.T, dir, name string, cfg configFunc, ready string, op
 			p.admin = "https://" + admin
 		}
 		p.cmd = exec.Command(bin, append(serve, args...)...)
-		p.cmd.Env = sluiceEnv()
+		p.cmd.Env = append(sluiceEnv(), opts.env...)
 		p.cmd.Stdout, p.cmd.Stderr = p.stdout, p.stderr
 		if err := p.cmd.Start(); err != nil {
 			return nil, err

@@ -1,11 +1,15 @@
 package main
 
 import (
+	"context"
+	"errors"
+	"fmt"
 	"log/slog"
 	"sync/atomic"
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/clients"
 	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/gateway"
 	"github.com/sluicehq/sluice/store/memory"
@@ -54,6 +58,7 @@ func openStore(cfg config.Store, log *slog.Logger, budgets func(sluice.Policy) s
 		share := fallbackShare(cfg)
 		st.Fleet = func() gateway.FleetStats { return fleetStats(fleet, share) }
 		st.Shares = shares
+		st.Clients = registry{rs.Registry()}
 	default:
 		st.Store = memory.New(memoryOptions(cfg)...)
 	}
@@ -161,4 +166,75 @@ func refusalCache(n int) int {
 		return -1
 	}
 	return n
+}
+
+// registry is the clients API's records in a Redis store's registry (clients.Backend).
+type registry struct{ r *redisstore.Registry }
+
+func (g registry) Version(ctx context.Context) (int64, error) { return g.r.Version(ctx) }
+
+func (g registry) Since(ctx context.Context, v int64) ([]clients.Entry, int64, error) {
+	es, at, err := g.r.Since(ctx, v)
+	out := make([]clients.Entry, len(es))
+	for i, e := range es {
+		out[i] = clients.Entry{Field: e.Field, Rev: e.Rev, Data: e.Data}
+	}
+	return out, at, err
+}
+
+func (g registry) Get(ctx context.Context, field string) (clients.Entry, error) {
+	e, err := g.r.Get(ctx, field)
+	return clients.Entry{Field: e.Field, Rev: e.Rev, Data: e.Data}, err
+}
+
+func (g registry) Write(ctx context.Context, field string, expect int64, data, audit []byte) (int64, error) {
+	v, err := g.r.Write(ctx, field, expect, data, audit)
+	switch {
+	case errors.Is(err, redisstore.ErrRevision):
+		return 0, fmt.Errorf("%w: %v", clients.ErrConflict, err)
+	case errors.Is(err, redisstore.ErrNoRecord):
+		return 0, clients.ErrNotFound
+	}
+	return v, err
+}
+
+func (g registry) Audit(ctx context.Context, before int64, n int) ([]clients.AuditEntry, error) {
+	es, err := g.r.Audit(ctx, before, n)
+	out := make([]clients.AuditEntry, len(es))
+	for i, e := range es {
+		out[i] = clients.AuditEntry{Version: e.Version, At: e.At, Data: e.Data}
+	}
+	return out, err
+}
+
+// startClients runs the clients API's records beside the file's clients on srv: kept in the
+// Redis store's registry (st.Clients), or, on the memory store, in this process and
+// admin.clients_file if set. It reads them once (a Redis that does not answer yet is read when
+// it does), and keeps them current until ctx ends. The returned function closes what it opened.
+func startClients(ctx context.Context, cfg *config.Config, st gateway.Store, srv *gateway.Server, log *slog.Logger) (func(), error) {
+	b := st.Clients
+	closer := func() {}
+	if b == nil {
+		mb, err := clients.NewMemoryBackend(cfg.Admin.ClientsFile)
+		if err != nil {
+			return nil, configError{fmt.Errorf("%s: admin.clients_file: %w", cfg.File, err)}
+		}
+		b, closer = mb, func() { mb.Close() }
+		if cfg.AdminListen != "" && cfg.Admin.ClientsFile == "" {
+			log.Info("the clients API keeps its records in memory: they are gone at a restart (admin.clients_file keeps them)")
+		}
+	}
+	m := clients.NewManager(b, cfg.Admin.ClientsPoll, log)
+	sctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	_, err := m.Sync(sctx)
+	cancel()
+	if err != nil {
+		log.Warn("clients registry: not read at the start; its clients run once the store answers", "error", err.Error())
+	}
+	if err := srv.UseClients(m); err != nil {
+		closer()
+		return nil, failure{err}
+	}
+	go m.Run(ctx)
+	return closer, nil
 }

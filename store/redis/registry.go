@@ -1,0 +1,233 @@
+package redis
+
+// The clients registry: the records of the clients API (package clients) — clients, plans,
+// overrides — kept in Redis so that every instance on it sees them, and their audit trail.
+//
+// Four keys, in one slot (a hash tag: one script writes them all, on a Redis Cluster too):
+//
+//	<prefix>{<prefix>registry}:records  hash: "<kind>/<name>" -> "<revision> <JSON>"
+//	<prefix>{<prefix>registry}:changes  sorted set: "<kind>/<name>" scored by the version that last wrote it (deletes too)
+//	<prefix>{<prefix>registry}:version  the last version given: every write takes the next
+//	<prefix>{<prefix>registry}:audit    stream: one entry per write, the last AuditKeep kept
+//
+// (With a prefix that has a hash tag of its own, that tag decides the slot: one slot still.) An
+// instance polls the version (one GET); when it grew, it reads the fields whose score is above the
+// version it had, and their records. A version below the one it had means the registry began
+// anew (flushed, a failover to a replica that had not got it): it reads everything again.
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/rueidis"
+)
+
+//go:embed registry.lua
+var registryLua string
+
+var registryScript = rueidis.NewLuaScript(registryLua)
+
+// AuditKeep is how many audit entries the registry keeps (about: the stream is trimmed
+// approximately, as Redis does best).
+const AuditKeep = 10000
+
+// ErrRevision is Registry.Write's error when the record's revision is not the one expected.
+var ErrRevision = errors.New("the record's revision is not the one expected")
+
+// ErrNoRecord is Registry.Write's error for a delete of a record that does not exist.
+var ErrNoRecord = errors.New("no such record")
+
+// Registry is the clients registry on the store's Redis. Its methods are safe for concurrent use.
+type Registry struct {
+	s                                *Store
+	records, changes, version, audit string
+}
+
+// RegistryEntry is one record: its field ("client/acme"), the version that wrote it (its
+// revision) and its JSON; Data nil for a record deleted (Since) or absent (Get).
+type RegistryEntry struct {
+	Field string
+	Rev   int64
+	Data  []byte
+}
+
+// RegistryAudit is one audit entry: the version its write took, when (Redis's clock: the stream
+// id), and the entry's JSON as written.
+type RegistryAudit struct {
+	Version int64
+	At      time.Time
+	Data    []byte
+}
+
+// Registry returns the store's clients registry.
+func (s *Store) Registry() *Registry {
+	tag := s.prefix + "{" + s.prefix + "registry}:"
+	return &Registry{s: s, records: tag + "records", changes: tag + "changes", version: tag + "version", audit: tag + "audit"}
+}
+
+func (r *Registry) conn(ctx context.Context) (*conn, context.Context, context.CancelFunc, error) {
+	c, err := r.s.connected()
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, r.s.slow)
+	return c, ctx, cancel, nil
+}
+
+// Version returns the registry's version: 0 for none written yet.
+func (r *Registry) Version(ctx context.Context) (int64, error) {
+	c, ctx, cancel, err := r.conn(ctx)
+	if err != nil {
+		return 0, err
+	}
+	defer cancel()
+	v, err := c.client.Do(ctx, c.client.B().Get().Key(r.version).Build()).AsInt64()
+	if rueidis.IsRedisNil(err) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, unavailable(err)
+	}
+	return v, nil
+}
+
+// Since returns the records written after version v (all of them for 0; deleted ones with nil
+// Data), and the version they are current as of: call it again with that.
+func (r *Registry) Since(ctx context.Context, v int64) ([]RegistryEntry, int64, error) {
+	now, err := r.Version(ctx)
+	if err != nil {
+		return nil, 0, err
+	}
+	c, ctx, cancel, err := r.conn(ctx)
+	if err != nil {
+		return nil, 0, err
+	}
+	defer cancel()
+	var fields []string
+	if v == 0 {
+		fields, err = c.client.Do(ctx, c.client.B().Hkeys().Key(r.records).Build()).AsStrSlice()
+	} else {
+		fields, err = c.client.Do(ctx, c.client.B().Zrangebyscore().Key(r.changes).Min("("+strconv.FormatInt(v, 10)).Max("+inf").Build()).AsStrSlice()
+	}
+	if err != nil {
+		return nil, 0, unavailable(err)
+	}
+	out := make([]RegistryEntry, 0, len(fields))
+	for len(fields) > 0 {
+		n := min(len(fields), 1000)
+		vals, err := c.client.Do(ctx, c.client.B().Hmget().Key(r.records).Field(fields[:n]...).Build()).ToArray()
+		if err != nil {
+			return nil, 0, unavailable(err)
+		}
+		for i, val := range vals {
+			e := RegistryEntry{Field: fields[i]}
+			if s, err := val.ToString(); err == nil {
+				e.Rev, e.Data, err = parseRecord(s)
+				if err != nil {
+					return nil, 0, fmt.Errorf("redis store: registry: %s: %w", fields[i], err)
+				}
+			}
+			out = append(out, e)
+		}
+		fields = fields[n:]
+	}
+	return out, now, nil
+}
+
+func parseRecord(s string) (int64, []byte, error) {
+	revS, data, ok := strings.Cut(s, " ")
+	rev, err := strconv.ParseInt(revS, 10, 64)
+	if !ok || err != nil {
+		return 0, nil, fmt.Errorf("not a record (want \"<revision> <JSON>\")")
+	}
+	return rev, []byte(data), nil
+}
+
+// Get returns the record of field (Data nil, Rev 0: none).
+func (r *Registry) Get(ctx context.Context, field string) (RegistryEntry, error) {
+	c, ctx, cancel, err := r.conn(ctx)
+	if err != nil {
+		return RegistryEntry{}, err
+	}
+	defer cancel()
+	s, err := c.client.Do(ctx, c.client.B().Hget().Key(r.records).Field(field).Build()).ToString()
+	if rueidis.IsRedisNil(err) {
+		return RegistryEntry{Field: field}, nil
+	}
+	if err != nil {
+		return RegistryEntry{}, unavailable(err)
+	}
+	e := RegistryEntry{Field: field}
+	e.Rev, e.Data, err = parseRecord(s)
+	return e, err
+}
+
+// Write writes data as field's record (nil deletes it) if its revision is expect (-1: whatever
+// it is; 0: it must not exist), appending audit to the trail in the same step. It returns the
+// version the write took (the record's new revision). ErrRevision: the revision was another
+// (nothing written); ErrNoRecord: a delete of nothing.
+func (r *Registry) Write(ctx context.Context, field string, expect int64, data, audit []byte) (int64, error) {
+	c, ctx, cancel, err := r.conn(ctx)
+	if err != nil {
+		return 0, err
+	}
+	defer cancel()
+	reply, err := registryScript.Exec(ctx, c.client, []string{r.records, r.changes, r.version, r.audit},
+		[]string{field, strconv.FormatInt(expect, 10), string(data), string(audit), strconv.Itoa(AuditKeep)}).AsIntSlice()
+	if err != nil {
+		return 0, unavailable(err)
+	}
+	if len(reply) != 2 {
+		return 0, fmt.Errorf("redis store: registry: the script answered %v", reply)
+	}
+	switch reply[0] {
+	case -1:
+		return 0, fmt.Errorf("%w (it is %d)", ErrRevision, reply[1])
+	case -2:
+		return 0, ErrNoRecord
+	}
+	return reply[0], nil
+}
+
+// Audit returns up to n audit entries, the newest first, older than version before (0: the
+// newest).
+func (r *Registry) Audit(ctx context.Context, before int64, n int) ([]RegistryAudit, error) {
+	c, ctx, cancel, err := r.conn(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer cancel()
+	var out []RegistryAudit
+	end := "+"
+	for len(out) < n {
+		entries, err := c.client.Do(ctx, c.client.B().Xrevrange().Key(r.audit).End(end).Start("-").Count(int64(n+1)).Build()).AsXRange()
+		if err != nil {
+			return nil, unavailable(err)
+		}
+		for _, e := range entries {
+			if e.ID == end {
+				continue
+			}
+			v, _ := strconv.ParseInt(e.FieldValues["v"], 10, 64)
+			if before > 0 && v >= before {
+				continue
+			}
+			ms, _, _ := strings.Cut(e.ID, "-")
+			msi, _ := strconv.ParseInt(ms, 10, 64)
+			out = append(out, RegistryAudit{Version: v, At: time.UnixMilli(msi).UTC(), Data: []byte(e.FieldValues["e"])})
+			if len(out) == n {
+				break
+			}
+		}
+		if len(entries) <= 1 {
+			break
+		}
+		end = entries[len(entries)-1].ID
+	}
+	return out, nil
+}
