@@ -226,7 +226,7 @@ func redactKeys(kind string, data []byte) json.RawMessage {
 
 // prepare checks a new record (data: its JSON; nil for a delete) against the records and the
 // configuration; its error is a 400 (or 409 for a delete that would strand clients).
-type prepare func(r *http.Request, name string, body []byte, now time.Time, who string) (data []byte, err error)
+type prepare func(r *http.Request, name string, body, cur []byte, now time.Time, who string) (data []byte, err error)
 
 // writer serves PUT (put) and DELETE (put nil) of kind's records.
 func (a *API) writer(kind string, put prepare) http.Handler {
@@ -243,7 +243,7 @@ func (a *API) writer(kind string, put prepare) http.Handler {
 			return
 		}
 		if kind == KindClient && name == "anonymous" {
-			problem(w, http.StatusBadRequest, "name", "\"anonymous\" names requests of no configured client; choose another name")
+			problem(w, http.StatusBadRequest, "name", "\"anonymous\" names requests of no configured client; choose another name; nothing was changed")
 			return
 		}
 		expect, given, err := preconditions(r)
@@ -272,7 +272,7 @@ func (a *API) writer(kind string, put prepare) http.Handler {
 			}
 			var data []byte
 			if put != nil {
-				if data, err = put(r, name, body, time.Now().UTC(), who); err != nil {
+				if data, err = put(r, name, body, cur.Data, time.Now().UTC(), who); err != nil {
 					badInput(w, err)
 					return
 				}
@@ -352,13 +352,22 @@ func (a *API) deletable(kind, name string) error {
 	return nil
 }
 
-func (a *API) putClient(r *http.Request, name string, body []byte, now time.Time, who string) ([]byte, error) {
+func (a *API) putClient(r *http.Request, name string, body, cur []byte, now time.Time, who string) ([]byte, error) {
 	rec, err := parseClient(body)
 	if err != nil {
 		return nil, err
 	}
 	rec.Meta = Meta{Updated: now, UpdatedBy: who}
+	var prev Client
+	if cur != nil {
+		_ = json.Unmarshal(cur, &prev)
+	}
 	for i := range rec.Keys {
+		for _, k := range prev.Keys { // (a key kept keeps when it was made)
+			if k.SHA256 == rec.Keys[i].SHA256 && rec.Keys[i].Created == nil {
+				rec.Keys[i].Created = k.Created
+			}
+		}
 		if rec.Keys[i].Created == nil {
 			rec.Keys[i].Created = &now
 		}
@@ -382,7 +391,12 @@ func (a *API) checkClient(name string, rec *Client, now time.Time) error {
 		return bad("keys", "%v", err)
 	}
 	base := a.Base()
-	if err := base.CheckClient(cl, nil); err != nil {
+	probe := *cl
+	if len(cl.APIKeySHA256) == 0 && cl.JWTSubject == "" {
+		// A client may be made before its key (POST .../keys generates one): it runs once it has one.
+		probe.APIKeySHA256 = []string{strings.Repeat("0", 64)}
+	}
+	if err := base.CheckClient(&probe, nil); err != nil {
 		return err
 	}
 	cur := a.Config()
@@ -399,7 +413,7 @@ func (a *API) checkClient(name string, rec *Client, now time.Time) error {
 	return nil
 }
 
-func (a *API) putPlan(r *http.Request, name string, body []byte, now time.Time, who string) ([]byte, error) {
+func (a *API) putPlan(r *http.Request, name string, body, cur []byte, now time.Time, who string) ([]byte, error) {
 	rec, err := parsePlan(body)
 	if err != nil {
 		return nil, err
@@ -435,7 +449,7 @@ func fieldOf(err error) string {
 	return ""
 }
 
-func (a *API) putRule(r *http.Request, name string, body []byte, now time.Time, who string) ([]byte, error) {
+func (a *API) putRule(r *http.Request, name string, body, cur []byte, now time.Time, who string) ([]byte, error) {
 	rec, err := parseRule(body)
 	if err != nil {
 		return nil, err

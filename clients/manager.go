@@ -3,7 +3,6 @@ package clients
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"log/slog"
 	"maps"
@@ -234,6 +233,9 @@ func (m *Manager) Merge(base *config.Config) (*config.Config, error) {
 			st.expiry = earliest(st.expiry, *s.Rec.Expires)
 		}
 		cl, err := m.resolve(base, name, s.Rec, rules, now, &st.expiry)
+		if err == nil && len(cl.APIKeySHA256) == 0 && cl.JWTSubject == "" {
+			err = noKey(name, len(s.Rec.Keys) > 0)
+		}
 		if err == nil {
 			err = base.CheckClient(cl, nil)
 		}
@@ -273,6 +275,14 @@ func (m *Manager) Merge(base *config.Config) (*config.Config, error) {
 	return cfg, nil
 }
 
+// noKey is why a client with no key (expired: its keys all did) and no jwt_subject cannot run.
+func noKey(name string, expired bool) error {
+	if expired {
+		return fmt.Errorf("every key it has expired: POST /v1/clients/%s/keys makes one", name)
+	}
+	return fmt.Errorf("it has no key yet: POST /v1/clients/%s/keys makes one", name)
+}
+
 func identities(cl *config.Client) []string {
 	ids := slices.Clone(cl.APIKeySHA256)
 	if cl.JWTSubject != "" {
@@ -303,9 +313,6 @@ func (m *Manager) resolve(base *config.Config, name string, rec *Client, rules [
 			*next = earliest(*next, *k.Expires)
 		}
 		cl.APIKeySHA256 = append(cl.APIKeySHA256, k.SHA256)
-	}
-	if len(cl.APIKeySHA256) == 0 && cl.JWTSubject == "" {
-		return nil, errors.New("every key it has expired")
 	}
 	var planOver map[string]Limits
 	if rec.Plan != "" {

@@ -194,6 +194,10 @@ type clientBody struct {
 	UpdatedBy string    `json:"updated_by"`
 	Revision  int64     `json:"revision"`
 	Source    string    `json:"source"`
+	Running   bool      `json:"running"`
+	Why       string    `json:"why"`
+	Shadows   bool      `json:"shadows_file_client"`
+	ETag      string    `json:"etag"` // (sluice clients get shows it)
 }
 
 // parseClient reads a client's PUT body into its record, checking what needs no configuration.
@@ -215,6 +219,9 @@ func parseClient(body []byte) (*Client, error) {
 			return nil, bad(fmt.Sprintf("api_key_sha256[%d]", i), "must be 64 hex digits (the SHA-256 of the key: printf %%s KEY | sha256sum), not %d characters", len(h))
 		}
 		h = strings.ToLower(h)
+		if slices.Contains(b.APIKeySHA256[:i], b.APIKeySHA256[i]) {
+			return nil, bad(fmt.Sprintf("api_key_sha256[%d]", i), "is listed twice")
+		}
 		if !slices.ContainsFunc(c.Keys, func(k Key) bool { return k.SHA256 == h }) {
 			c.Keys = append(c.Keys, Key{SHA256: h})
 		}
@@ -259,6 +266,7 @@ type planBody struct {
 	UpdatedBy string            `json:"updated_by"`
 	Revision  int64             `json:"revision"`
 	Clients   int               `json:"clients"`
+	ETag      string            `json:"etag"`
 }
 
 func parsePlan(body []byte) (*Plan, error) {
@@ -286,6 +294,7 @@ type ruleBody struct {
 	Updated   time.Time         `json:"updated_at"`
 	UpdatedBy string            `json:"updated_by"`
 	Revision  int64             `json:"revision"`
+	ETag      string            `json:"etag"`
 }
 
 func parseRule(body []byte) (*Rule, error) {

@@ -113,7 +113,7 @@ Exit codes: 0 success, 1 the command failed at its work, 2 a bad command line or
 	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error {
 		return fmt.Errorf("%w (see %s --help)", err, cmd.CommandPath())
 	})
-	root.AddCommand(newServeCommand(), newDemoCommand(), newCheckCommand(), newSimulateCommand(stdin), newVersionCommand(), newWebCommand(), newRatelimitCommand())
+	root.AddCommand(newServeCommand(), newDemoCommand(), newCheckCommand(), newSimulateCommand(stdin), newVersionCommand(), newWebCommand(), newRatelimitCommand(), newClientsCommand())
 	return root
 }
 

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"sync/atomic"
@@ -58,7 +57,7 @@ func openStore(cfg config.Store, log *slog.Logger, budgets func(sluice.Policy) s
 		share := fallbackShare(cfg)
 		st.Fleet = func() gateway.FleetStats { return fleetStats(fleet, share) }
 		st.Shares = shares
-		st.Clients = registry{rs.Registry()}
+		st.Clients = clients.RedisBackend(rs.Registry())
 	default:
 		st.Store = memory.New(memoryOptions(cfg)...)
 	}
@@ -166,45 +165,6 @@ func refusalCache(n int) int {
 		return -1
 	}
 	return n
-}
-
-// registry is the clients API's records in a Redis store's registry (clients.Backend).
-type registry struct{ r *redisstore.Registry }
-
-func (g registry) Version(ctx context.Context) (int64, error) { return g.r.Version(ctx) }
-
-func (g registry) Since(ctx context.Context, v int64) ([]clients.Entry, int64, error) {
-	es, at, err := g.r.Since(ctx, v)
-	out := make([]clients.Entry, len(es))
-	for i, e := range es {
-		out[i] = clients.Entry{Field: e.Field, Rev: e.Rev, Data: e.Data}
-	}
-	return out, at, err
-}
-
-func (g registry) Get(ctx context.Context, field string) (clients.Entry, error) {
-	e, err := g.r.Get(ctx, field)
-	return clients.Entry{Field: e.Field, Rev: e.Rev, Data: e.Data}, err
-}
-
-func (g registry) Write(ctx context.Context, field string, expect int64, data, audit []byte) (int64, error) {
-	v, err := g.r.Write(ctx, field, expect, data, audit)
-	switch {
-	case errors.Is(err, redisstore.ErrRevision):
-		return 0, fmt.Errorf("%w: %v", clients.ErrConflict, err)
-	case errors.Is(err, redisstore.ErrNoRecord):
-		return 0, clients.ErrNotFound
-	}
-	return v, err
-}
-
-func (g registry) Audit(ctx context.Context, before int64, n int) ([]clients.AuditEntry, error) {
-	es, err := g.r.Audit(ctx, before, n)
-	out := make([]clients.AuditEntry, len(es))
-	for i, e := range es {
-		out[i] = clients.AuditEntry{Version: e.Version, At: e.At, Data: e.Data}
-	}
-	return out, err
 }
 
 // startClients runs the clients API's records beside the file's clients on srv: kept in the
