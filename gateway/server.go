@@ -600,6 +600,10 @@ type Stats struct {
 	LoadShedding *ShedStats `json:"load_shedding,omitempty"`
 	// Diagnosis is the usual mistakes found in the traffic, each with what to do (diagnosis.go).
 	Diagnosis Diagnosis `json:"diagnosis"`
+	// Registry is what this instance runs of the clients API's records: how many clients from
+	// the API and from the file, the file's the API shadows, those that cannot run and why, and
+	// when the records were last read (package clients).
+	Registry *clients.Status `json:"registry,omitempty"`
 }
 
 // StoreStats is the store's health as the gateway sees it.
@@ -646,6 +650,7 @@ func (s *Server) stats(w http.ResponseWriter, r *http.Request) {
 	}
 	st.LoadShedding = s.current.Load().shedStats()
 	st.Diagnosis = s.metrics.diag.snapshot(now, cfg, st.Fleet)
+	st.Registry = s.ClientsStatus()
 	ctx, cancel := context.WithTimeout(r.Context(), time.Second)
 	defer cancel()
 	if err := s.ping(ctx); err != nil {

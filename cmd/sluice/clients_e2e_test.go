@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -8,9 +9,14 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto/network"
+	"github.com/chromedp/chromedp"
+
+	"github.com/sluicehq/sluice/internal/browsertest"
 	"github.com/sluicehq/sluice/internal/redistest"
 )
 
@@ -284,5 +290,127 @@ func TestServeE2EClientsKeyRotation(t *testing.T) {
 		if strings.Contains(p.stderr.String(), k.APIKey) {
 			t.Errorf("%s logged the generated key", p.admin)
 		}
+	}
+}
+
+// clientsFileConfig is a memory store keeping the clients API's records in clients.journal;
+// extra is another policy the API's clients take (none: the policy is gone).
+func clientsFileConfig(upstreamURL string, extra bool) configFunc {
+	return func(listen, admin string) string {
+		cfg := fmt.Sprintf(`listen: %s
+admin_listen: %s
+upstream: %s
+admin: {token_env: SLUICE_E2E_CLIENTS_TOKEN, clients_file: clients.journal}
+identity:
+  - api_key: {header: X-API-Key}
+policies:
+  - {name: standard, algorithm: sliding-log, limit: 5, period: 1h}
+clients:
+  - {name: acme, api_key_sha256: %q, policy: standard}
+`, listen, admin, upstreamURL, sha256Hex("file-acme-key"))
+		if extra {
+			cfg = strings.Replace(cfg, "policies:\n", "policies:\n  - {name: extra, algorithm: sliding-log, limit: 7, period: 1h}\n", 1)
+		}
+		return cfg
+	}
+}
+
+// registryOf is the /v1/stats "registry" of p.
+func registryOf(t *testing.T, p *sluiceProc) map[string]any {
+	t.Helper()
+	var st struct{ Registry map[string]any }
+	r := adminDo(t, p, "GET", "/v1/stats", "", clientsToken)
+	if err := json.Unmarshal(r.body, &st); err != nil || st.Registry == nil {
+		t.Fatalf("/v1/stats: %d %s: no registry", r.status, r.body)
+	}
+	return st.Registry
+}
+
+// TestServeE2EClientsFileAndRestart: on the memory store with admin.clients_file, a client the
+// API names as the file does replaces the file's (the stats and the operator page say so); a
+// reload that removes a policy the API's clients take leaves them not running, with why, and
+// the file's configuration runs; a restart keeps every record.
+func TestServeE2EClientsFileAndRestart(t *testing.T) {
+	t.Parallel()
+	up := newUpstream(t)
+	dir := t.TempDir()
+	opts := launchOpts{env: []string{"SLUICE_E2E_CLIENTS_TOKEN=" + clientsToken}}
+	p, err := launchWith(t, dir, "sluice.yaml", clientsFileConfig(up.URL, true), "/readyz", opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, key := range map[string]string{"acme": "api-acme-key", "beta": "api-beta-key"} {
+		body := fmt.Sprintf(`{"api_key_sha256": %q, "policy": "extra"}`, sha256Hex(key))
+		if r := adminDo(t, p, "PUT", "/v1/clients/"+name, body, clientsToken); r.status != http.StatusCreated {
+			t.Fatalf("PUT %s: %d %s", name, r.status, r.body)
+		}
+	}
+	// The API's acme runs: its key is acme's under extra; the file's key is anonymous.
+	if r := get(t, p.proxy, "/x", "X-API-Key", "api-acme-key"); !strings.HasPrefix(policyOf(r), `"extra"`) {
+		t.Errorf("the API's acme key: policy %q; want extra", policyOf(r))
+	}
+	if r := get(t, p.proxy, "/x", "X-API-Key", "file-acme-key"); policyOf(r) != "" {
+		t.Errorf("the file's acme key, shadowed: policy %q; want none (anonymous, no default policy)", policyOf(r))
+	}
+	reg := registryOf(t, p)
+	if fmt.Sprint(reg["shadowed"]) != "[acme]" || reg["from_api"] != 2.0 || reg["from_file"] != 0.0 {
+		t.Errorf("registry %v; want acme shadowed, 2 from the API, 0 from the file", reg)
+	}
+	// The operator page (its requests carry the token, as a browser behind an authenticating
+	// proxy's would) says which wins.
+	tab := browsertest.NewTab(t, 1280, 800)
+	tab.Do("send the admin token", chromedp.Func(func(ctx context.Context, _ *chromedp.Target) error {
+		_, err := chromedp.Call(ctx, network.SetExtraHTTPHeaders, network.SetExtraHTTPHeadersParams{Headers: network.Headers{"Authorization": "Bearer " + clientsToken}})
+		return err
+	}))
+	tab.Do("open the operator page", chromedp.Navigate(p.admin+"/operator/"))
+	tab.Wait("the file client the API's replaces",
+		`document.querySelector('#store div[data-item="file clients replaced by the API"] dd')?.textContent === "acme"`)
+	if got := browsertest.Eval[string](tab, `document.querySelector('#store div[data-item="clients"] dd').textContent`); got != "2 from the API, 0 from the file" {
+		t.Errorf("the page's clients: %q", got)
+	}
+
+	// A reload without the policy extra: the API's clients stop running, with why.
+	writeFile(t, p.config, clientsFileConfig(up.URL, false)(strings.TrimPrefix(p.proxy, "http://"), strings.TrimPrefix(p.admin, "http://")))
+	p.signal(syscall.SIGHUP)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		reg = registryOf(t, p)
+		if d, _ := reg["dropped"].(map[string]any); len(d) == 2 {
+			if !strings.Contains(fmt.Sprint(d["beta"]), `"extra" is not a policy`) {
+				t.Errorf("why beta does not run: %v", d["beta"])
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after the reload, registry %v; want acme and beta not running", reg)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if r := get(t, p.proxy, "/x", "X-API-Key", "api-beta-key"); policyOf(r) != "" {
+		t.Errorf("beta's key after its policy went: %q; want anonymous", policyOf(r))
+	}
+	tab.Wait("the API clients not running, flagged",
+		`document.querySelector('#store div[data-item="API clients not running"] dd.badge')?.textContent.includes("beta")`)
+	tab.Screenshot("operator-clients")
+
+	// A restart keeps every record (the journal).
+	if code := p.stop(); code != 0 {
+		t.Fatalf("sluice exited %d", code)
+	}
+	p, err = launchWith(t, dir, "sluice.yaml", clientsFileConfig(up.URL, true), "/readyz", opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"acme", "beta"} {
+		if r := adminDo(t, p, "GET", "/v1/clients/"+name, "", clientsToken); r.status != http.StatusOK || r.header.Get("ETag") == "" {
+			t.Errorf("GET %s after the restart: %d %s", name, r.status, r.body)
+		}
+	}
+	if r := get(t, p.proxy, "/x", "X-API-Key", "api-beta-key"); !strings.HasPrefix(policyOf(r), `"extra"`) {
+		t.Errorf("beta's key after the restart: %q; want extra", policyOf(r))
+	}
+	if r := adminDo(t, p, "GET", "/v1/audit", "", clientsToken); !strings.Contains(string(r.body), `"name":"beta"`) {
+		t.Errorf("the audit after the restart: %s", r.body)
 	}
 }

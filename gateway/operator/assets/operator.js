@@ -195,6 +195,17 @@
     return s.lost_deadline + s.lost_full + s.lost_shutdown + s.lost_refused;
   }
 
+  // The clients API's records as this instance runs them: which wins when the file and the API
+  // name one client (the API's), and those that cannot run.
+  function registryItems(r) {
+    const out = [["clients", r.from_api + " from the API, " + r.from_file + " from the file"]];
+    if (r.shadowed && r.shadowed.length) out.push(["file clients replaced by the API", r.shadowed.join(", ")]);
+    const dropped = Object.entries(r.dropped || {});
+    if (dropped.length) out.push(["API clients not running", dropped.map(([n, why]) => n + " (" + why + ")").join("; ")]);
+    out.push(["clients read", r.error ? "failed: " + r.error : when(r.synced_at) + " (version " + r.version + ")"]);
+    return out;
+  }
+
   function render(st) {
     $("config").textContent = st.config;
     const store = $("store");
@@ -211,6 +222,7 @@
       ["settlements lost", String(settlementsLost(st.store.settlements))],
       ["uptime", Math.floor(st.uptime_s) + " s"],
     ];
+    if (st.registry) items.push(...registryItems(st.registry));
     for (const [k, v] of items) {
       const div = document.createElement("div");
       const dt = document.createElement("dt");
@@ -218,7 +230,8 @@
       dt.textContent = k;
       dd.textContent = v;
       if ((k === "reachable" && !st.store.reachable) || (k === "breaker" && st.store.breaker_open) ||
-        (k === "settlements lost" && v !== "0")) dd.className = "badge limited";
+        (k === "settlements lost" && v !== "0") || k === "API clients not running" ||
+        (k === "clients read" && v.startsWith("failed"))) dd.className = "badge limited";
       div.dataset.item = k;
       div.append(dt, dd);
       store.appendChild(div);
