@@ -24,3 +24,23 @@ func TestFleetLocalShare(t *testing.T) {
 		}
 	}
 }
+
+// TestFleetName: store.fleet names the instance registry's fleet; without it the fleet is
+// DefaultFleet ("default"), whose registry is the one of before fleets had names.
+func TestFleetName(t *testing.T) {
+	for _, c := range []struct{ store, want string }{
+		{"{type: redis, addrs: [r:6379]}", "default"},
+		{"{type: redis, addrs: [r:6379], fleet: api}", "api"},
+		{"{type: redis, addrs: [r:6379], fleet: LLM-gw_2.eu}", "LLM-gw_2.eu"},
+		{"{type: memory}", DefaultFleet},
+	} {
+		cfg, err := parseTest(t, "upstream: http://127.0.0.1:9000\nstore: "+c.store+"\n")
+		if err != nil {
+			t.Errorf("store: %s: %v", c.store, err)
+			continue
+		}
+		if cfg.Store.Fleet != c.want {
+			t.Errorf("store: %s: Fleet %q; want %q", c.store, cfg.Store.Fleet, c.want)
+		}
+	}
+}
