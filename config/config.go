@@ -614,6 +614,9 @@ func (c *Config) String() string {
 			fmt.Fprintf(&b, " %v", c.Store.Addrs)
 		}
 		fmt.Fprintf(&b, " %v", c.Store.OnError)
+		if c.Store.Fleet != DefaultFleet {
+			fmt.Fprintf(&b, " fleet %s", c.Store.Fleet)
+		}
 	}
 	kinds := make([]string, len(c.Identity))
 	for i := range c.Identity {

@@ -1,6 +1,9 @@
 package config
 
-import "testing"
+import (
+	"strings"
+	"testing"
+)
 
 // TestFleetLocalShare: local_share is fleet (the default: 1/n of each policy, n the instances on
 // the Redis) or a fixed number.
@@ -41,6 +44,9 @@ func TestFleetName(t *testing.T) {
 		}
 		if cfg.Store.Fleet != c.want {
 			t.Errorf("store: %s: Fleet %q; want %q", c.store, cfg.Store.Fleet, c.want)
+		}
+		if named := strings.Contains(cfg.String(), " fleet "+c.want+","); named != (c.want != DefaultFleet) {
+			t.Errorf("store: %s: the configuration's summary %q; want the fleet named unless it is the default", c.store, cfg.String())
 		}
 	}
 }

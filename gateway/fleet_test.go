@@ -1,8 +1,12 @@
 package gateway_test
 
 import (
+	"errors"
 	"io"
+	"log/slog"
 	"net/http"
+	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -10,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/gateway"
 	"github.com/sluicehq/sluice/internal/redistest"
 )
@@ -142,7 +147,7 @@ func metricsText(t *testing.T, admin string) string {
 func TestFleetNames(t *testing.T) {
 	rs := redistest.Start(t)
 	up := newUpstream(t)
-	config := func(fleet string) string {
+	fleetYAML := func(fleet string) string {
 		return `
 upstream: UPSTREAM
 store: {type: redis, addrs: [` + rs.Addr + `], on_error: local, timeout: 500ms, fleet: ` + fleet + `}
@@ -156,7 +161,7 @@ default_policy: ` + fleet + `-window
 	type instance struct{ fleet, gw, admin string }
 	var insts []instance
 	for _, fleet := range []string{"api", "api", "llm"} {
-		gw, srv := start(t, "fasthttp", config(fleet), up)
+		gw, srv := start(t, "fasthttp", fleetYAML(fleet), up)
 		insts = append(insts, instance{fleet, gw.URL, httptestServer(t, srv)})
 	}
 	sent := map[string]int64{"api": 6, "llm": 3} // 3 to each instance
@@ -238,5 +243,41 @@ default_policy: ` + fleet + `-window
 		if want := 11 / wantMembers[in.fleet]; allowed != want {
 			t.Errorf("instance %d (%s) with Redis down: %d of 12 admitted locally; want floor(11/%d) = %d", i, in.fleet, allowed, wantMembers[in.fleet], want)
 		}
+	}
+}
+
+// TestFleetNameReload: store.fleet changes at a restart only (like the rest of the store): a
+// reload that changes it is refused, and the instance stays in the fleet it started in.
+func TestFleetNameReload(t *testing.T) {
+	rs := redistest.Start(t)
+	up := newUpstream(t)
+	path := filepath.Join(t.TempDir(), "sluice.yaml")
+	write := func(fleet string) {
+		t.Helper()
+		yaml := "upstream: " + up.URL + "\nstore: {type: redis, addrs: [" + rs.Addr + "], fleet: " + fleet + "}\n"
+		if err := os.WriteFile(path, []byte(yaml), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("api")
+	cfg, err := config.Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := gateway.NewTestServer(cfg, path, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	admin := httptestServer(t, srv)
+	write("llm")
+	if err := srv.Reload(); !errors.Is(err, gateway.ErrStoreChanged) {
+		t.Errorf("a reload changing store.fleet: %v; want ErrStoreChanged", err)
+	}
+	if f := stats(t, admin).Fleet; f == nil || f.Name != "api" || srv.Config().Store.Fleet != "api" {
+		t.Errorf("after the refused reload: fleet %+v, configuration's %q; want api", f, srv.Config().Store.Fleet)
+	}
+	if v := metricValue(t, admin, `sluice_fleet_info\{fleet="api"\}`); v != "1" {
+		t.Errorf("after the refused reload: sluice_fleet_info{fleet=api} %s; want 1", v)
 	}
 }
