@@ -38,6 +38,7 @@ const (
 	DefaultMaxKeys       = 1 << 20                // the memory store's own default (likewise)
 	DefaultRefusalCache  = 1 << 16                // the Redis store's cache of refusals: its own default (likewise)
 	DefaultLocalShare    = LocalShareFleet        // on_error local: 1/n of each policy, n the instances on the Redis
+	DefaultFleet         = "default"              // the instance registry's fleet: its keys are those of before fleets had names
 	DefaultAPIKeyHeader  = "X-API-Key"
 	DefaultJWTHeader     = "Authorization" // the token may follow "Bearer "
 	DefaultJWTClaim      = "sub"
@@ -129,6 +130,7 @@ type Store struct {
 	SlowTimeout time.Duration
 	OnError     sluice.FailureMode // what happens when Redis cannot decide; default FailClosed
 	LocalShare  float64            // with OnError FailLocal: this instance's share of each policy, in (0, 1], or LocalShareFleet
+	Fleet       string             // redis: the instances that count each other in the registry (the fallback's share, the diagnosis); default DefaultFleet
 	MaxKeys     int                // keys held by the memory store (or the local fallback); 0: DefaultMaxKeys
 	// RefusalCache bounds the refusals the Redis store remembers, to answer a client retrying
 	// before its Retry-After without a round trip; 0 turns the cache off. Default
@@ -627,6 +629,9 @@ func (c *Config) String() string {
 			fmt.Fprintf(&b, " %v", c.Store.Addrs)
 		}
 		fmt.Fprintf(&b, " %v", c.Store.OnError)
+		if c.Store.Fleet != DefaultFleet {
+			fmt.Fprintf(&b, " fleet %s", c.Store.Fleet)
+		}
 	}
 	kinds := make([]string, len(c.Identity))
 	for i := range c.Identity {

@@ -67,8 +67,8 @@ var (
 	topFields      = []string{"listen", "admin_listen", "upstream", "tls", "store", "identity", "policies", "default_policy", "clients", "routes", "models", "limits", "server", "rls", "forward_auth", "log", "admin", "tracing", "load_shedding"}
 	tlsFields      = []string{"cert_file", "key_file"}
 	adminTLSFields = []string{"cert_file", "key_file", "client_ca_file"}
-	storeFields    = []string{"type", "addrs", "url", "username", "password", "password_env", "prefix", "timeout", "slow_timeout", "on_error", "local_share", "max_keys", "refusal_cache", "sentinel", "replicas_ack", "replicas_ack_timeout", "settle_retry_for"}
-	redisOnly      = []string{"addrs", "url", "username", "password", "password_env", "prefix", "timeout", "slow_timeout", "on_error", "local_share", "sentinel", "replicas_ack", "replicas_ack_timeout"}
+	storeFields    = []string{"type", "addrs", "url", "username", "password", "password_env", "prefix", "timeout", "slow_timeout", "on_error", "local_share", "fleet", "max_keys", "refusal_cache", "sentinel", "replicas_ack", "replicas_ack_timeout", "settle_retry_for"}
+	redisOnly      = []string{"addrs", "url", "username", "password", "password_env", "prefix", "timeout", "slow_timeout", "on_error", "local_share", "fleet", "sentinel", "replicas_ack", "replicas_ack_timeout"}
 	sentinelKeys   = []string{"master", "addrs", "username", "password", "password_env"} // store.sentinel's fields
 	identityKinds  = []string{"api_key", "jwt", "ip"}
 	apiKeyFields   = []string{"header"}
@@ -106,7 +106,7 @@ func (p *parser) config(root *yaml.Node) *Config {
 	c := &Config{
 		File: p.file, Listen: DefaultListen, AdminListen: DefaultAdminListen,
 		Store: Store{Type: StoreMemory, Prefix: DefaultStorePrefix, Timeout: DefaultStoreTimeout, SlowTimeout: DefaultSlowTimeout, LocalShare: DefaultLocalShare,
-			RefusalCache: DefaultRefusalCache},
+			Fleet: DefaultFleet, RefusalCache: DefaultRefusalCache},
 		Limits:      Limits{MaxDelay: DefaultMaxDelay},
 		Server:      Server{BodyTimeout: DefaultBodyTimeout, BodyMinRate: DefaultBodyMinRate, BodyMemory: DefaultBodyMemory, DrainTimeout: DefaultDrainTimeout},
 		ForwardAuth: ForwardAuth{RefusedStatus: DefaultRefusedStatus},

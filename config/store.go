@@ -121,6 +121,18 @@ func (p *parser) store(n *yaml.Node, s *Store) {
 			}
 		}
 	}
+	if n := p.get(m, "fleet"); n != nil {
+		if v, ok := p.str(n, path, "fleet"); ok {
+			switch {
+			case !clientNameRE.MatchString(v):
+				p.errorf(n, path, nil, "fleet %q may only have A-Z, a-z, 0-9, '.', '_' and '-' (and not be empty)", v)
+			case len(v) > maxNameLen:
+				p.errorf(n, path, nil, "fleet is longer than %d characters", maxNameLen)
+			default:
+				s.Fleet = v
+			}
+		}
+	}
 	if n := p.get(m, "max_keys"); n != nil {
 		if v, ok := p.int(n, path, "max_keys"); ok {
 			if v < 0 || v > 1<<40 {

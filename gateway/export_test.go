@@ -65,7 +65,7 @@ func OpenStore(cfg config.Store, log *slog.Logger) (Store, error) {
 			}
 			return out
 		}
-		if fleet, err = rs.Fleet(redisstore.FleetOptions{Counts: counts}); err != nil {
+		if fleet, err = rs.Fleet(redisstore.FleetOptions{Name: cfg.Fleet, Counts: counts}); err != nil {
 			rs.Close()
 			return st, err
 		}
@@ -81,7 +81,7 @@ func OpenStore(cfg config.Store, log *slog.Logger) (Store, error) {
 			case cfg.OnError == sluice.FailLocal:
 				share = cfg.LocalShare
 			}
-			f := FleetStats{Self: v.Self, Instances: v.Count, FallbackShare: share, Error: v.Err, Members: []FleetInstance{}}
+			f := FleetStats{Name: fleet.Name(), Self: v.Self, Instances: v.Count, FallbackShare: share, Error: v.Err, Members: []FleetInstance{}}
 			for _, in := range v.Instances {
 				m := FleetInstance{ID: in.ID, LastSeen: in.LastSeen, Dropped: in.Dropped}
 				for _, c := range in.Counts {

@@ -11,6 +11,8 @@ import (
 // it), each one's approvals (the diagnosis's shares), and the share of each policy this one
 // decides on alone while Redis is down.
 type FleetStats struct {
+	// Name is the fleet's (store.fleet): only instances of this name on the Redis count here.
+	Name string `json:"name"`
 	Self string `json:"self"` // this instance's id
 	// Instances is the live count at the last heartbeat that reached Redis; 0 if none has.
 	Instances int `json:"instances"`
@@ -37,11 +39,15 @@ type FleetInstance struct {
 }
 
 // registerFleet adds the registry's gauges: the live instances and the fallback's share (no
-// labels: one series each).
+// labels: one series each), and the fleet's name (sluice_fleet_info, 1 with the name as its
+// label; it cannot change without a restart).
 func (s *Server) registerFleet(fleet func() FleetStats) {
-	s.registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sluice_fleet_instances",
-		Help: "Gateway instances sharing the Redis (registered with a heartbeat), as last seen; 0 until a heartbeat reached it."},
-		func() float64 { return float64(fleet().Instances) }),
+	s.registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sluice_fleet_info",
+		Help:        "1, labelled with the name of this instance's fleet (store.fleet): the instances counted by sluice_fleet_instances.",
+		ConstLabels: prometheus.Labels{"fleet": fleet().Name}}, func() float64 { return 1 }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sluice_fleet_instances",
+			Help: "Gateway instances of this fleet sharing the Redis (registered with a heartbeat), as last seen; 0 until a heartbeat reached it."},
+			func() float64 { return float64(fleet().Instances) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sluice_fallback_share",
 			Help: "The share of each policy this instance decides on alone while Redis is down (on_error: local, local_share: fleet): 1/instances (the higher count seen for a TTL after Redis's registry began anew)."},
 			func() float64 { return fleet().FallbackShare }))

@@ -19,8 +19,9 @@ const (
 )
 
 // fleetConfig: on_error local with the default local_share (fleet); two clients, each with a
-// fixed window of 31 per 1000 hours (a window that cannot roll over during the test).
-func fleetConfig(upstreamURL, redisAddr string) configFunc {
+// fixed window of 31 per 1000 hours (a window that cannot roll over during the test). fleet is
+// the store's fleet line ("": none, the default fleet).
+func fleetConfig(upstreamURL, redisAddr, fleet string) configFunc {
 	return func(listen, admin string) string {
 		return fmt.Sprintf(`listen: %s
 admin_listen: %s
@@ -30,6 +31,7 @@ store:
   addrs: [%s]
   on_error: local
   timeout: 1s
+  %s
 identity:
   - api_key: {header: X-API-Key}
   - ip: {}
@@ -38,7 +40,7 @@ policies:
 clients:
   - {name: fleet-a, api_key_sha256: %q, policy: fleet-window}
   - {name: fleet-b, api_key_sha256: %q, policy: fleet-window}
-`, listen, admin, upstreamURL, redisAddr, sha256Hex(fleetKeyA), sha256Hex(fleetKeyB))
+`, listen, admin, upstreamURL, redisAddr, fleet, sha256Hex(fleetKeyA), sha256Hex(fleetKeyB))
 	}
 }
 
@@ -94,8 +96,12 @@ func admitted(t *testing.T, p *sluiceProc, path, key string, n int) int {
 // TestServeE2EFleetShare: three `sluice serve` processes on one Redis, with on_error: local and
 // the default local_share (fleet), register in its instance registry and see three live
 // instances (/v1/stats lists them and says the fallback's share, 1/3; sluice_fleet_instances
-// is 3). Redis is killed: each instance then admits exactly floor(31/3) = 10 of one client's
-// requests on its own — 30 in all, not 3 × 31 — still counting the three it last saw. Redis
+// is 3). A fourth process on the same Redis is another gateway (store.fleet: llm): it sees
+// itself alone, and the three do not count it (they name no fleet: the default fleet, whose
+// registry is the one of before names). Redis is killed: each of the three then admits exactly
+// floor(31/3) = 10 of one client's requests on its own — 30 in all, not 3 × 31 — still counting
+// the three it last saw, and the llm one all 31 (its share 1/1; as one fleet of four each would
+// admit 7). Redis
 // comes back; one process is killed (SIGKILL: it never leaves the registry), and once its
 // heartbeat's TTL has passed the other two see two instances. Redis is killed again: each of the
 // two admits exactly floor(31/2) = 15 of another client's requests, the count it last saw.
@@ -103,7 +109,9 @@ func TestServeE2EFleetShare(t *testing.T) {
 	t.Parallel()
 	rs := redistest.Start(t)
 	up := newUpstream(t)
-	procs := startThree(t, fleetConfig(up.URL, rs.Addr))
+	llm := startSluice(t, t.TempDir(), "llm.yaml", fleetConfig(up.URL, rs.Addr, "fleet: llm"))
+	waitFleet(t, []*sluiceProc{llm}, 1, time.Time{}, 20*time.Second) // registered before the others start
+	procs := startThree(t, fleetConfig(up.URL, rs.Addr, ""))
 
 	seen := waitFleet(t, procs, 3, time.Time{}, 20*time.Second)
 	var selves []string
@@ -126,6 +134,22 @@ func TestServeE2EFleetShare(t *testing.T) {
 		if v := procs[i].metric(t, "sluice_fleet_instances", nil); v != 3 {
 			t.Errorf("instance %d: sluice_fleet_instances %v; want 3", i, v)
 		}
+		if v := procs[i].metric(t, "sluice_fleet_info", map[string]string{"fleet": "default"}); f.Name != "default" || v != 1 {
+			t.Errorf("instance %d's fleet is named %q (sluice_fleet_info{fleet=default} %v); want default (1)", i, f.Name, v)
+		}
+	}
+	// The llm gateway, at a heartbeat after the three registered: itself alone, in its /v1/stats
+	// fleet, its diagnosis and its metrics.
+	lf := waitFleet(t, []*sluiceProc{llm}, 1, time.Now(), 20*time.Second)[0]
+	var llmStats gateway.Stats
+	if r := get(t, llm.admin, "/v1/stats"); json.Unmarshal(r.body, &llmStats) != nil || llmStats.Diagnosis.Counting.Instances != 1 {
+		t.Errorf("the llm gateway's diagnosis counts %d instances; want 1: %s", llmStats.Diagnosis.Counting.Instances, r.body)
+	}
+	if lf.Name != "llm" || len(lf.Members) != 1 || lf.Members[0].ID != lf.Self || slices.Contains(selves, lf.Self) || lf.FallbackShare != 1 {
+		t.Errorf("the llm gateway's fleet: %+v; want llm, itself alone, share 1", lf)
+	}
+	if v := llm.metric(t, "sluice_fleet_info", map[string]string{"fleet": "llm"}); v != 1 || llm.metric(t, "sluice_fleet_instances", nil) != 1 {
+		t.Errorf("the llm gateway: sluice_fleet_info{fleet=llm} %v, sluice_fleet_instances %v; want 1, 1", v, llm.metric(t, "sluice_fleet_instances", nil))
 	}
 
 	rs.Kill()
@@ -137,6 +161,9 @@ func TestServeE2EFleetShare(t *testing.T) {
 	}
 	if got := up.count(pathA); got != 30 {
 		t.Errorf("the upstream received %d of fleet-a's requests with Redis down; want 3 × 10 = 30", got)
+	}
+	if n := admitted(t, llm, "/llm/orders", fleetKeyA, 40); n != 31 {
+		t.Errorf("the llm gateway with Redis down: admitted %d of 40; want its whole share, 31 (1/1)", n)
 	}
 	// The next heartbeat fails, and the count stays.
 	for i, p := range procs {

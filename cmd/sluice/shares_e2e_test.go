@@ -108,7 +108,7 @@ func send(t *testing.T, p *sluiceProc, path string, n int) int {
 // partner's requests unevenly, 30, 20 and 10, of a limit of 100. After their heartbeats the
 // /v1/stats of ANY instance shows each instance's exact approvals for the partner, its share,
 // the total of 60 and the 3 instances; nothing is flagged (they count together: 60 of 100); and
-// the operator page (Chromium) shows the table, client by instance.
+// the operator page (Chromium) shows the table, client by instance, under its fleet's name.
 func TestServeE2EShares(t *testing.T) {
 	t.Parallel()
 	rs := redistest.Start(t)
@@ -180,6 +180,9 @@ func TestServeE2EShares(t *testing.T) {
 	}
 	if browsertest.Eval[bool](tab, `document.querySelector('#diag-shares td.over') !== null`) {
 		t.Error("the page flags a total over the limit; 60 of 100 is not")
+	}
+	if h := browsertest.Eval[string](tab, `document.getElementById("fleet-h").textContent`); h != "Instances of fleet default" {
+		t.Errorf("the page's instances heading: %q; want it to name the fleet, default", h)
 	}
 	tab.Screenshot("shares-desktop")
 }

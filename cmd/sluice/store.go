@@ -28,11 +28,11 @@ import (
 // the guard, so that a failed take meets the failure mode); budgets says which, at every
 // decision, following reloads. The memory store is one process: nothing to take budgets from.
 //
-// Every Redis store runs the instance registry (store/redis Fleet): its heartbeats carry this
-// instance's approvals per client (gateway.Shares, which the Server fills) and read every
-// instance's, for the diagnosis; and with local_share: fleet its count is the local fallback's
-// share. A heartbeat that fails harms no decision: the registry logs it once and keeps the last
-// count seen.
+// Every Redis store runs the instance registry (store/redis Fleet) of its fleet (store.fleet:
+// only instances of one name count each other): its heartbeats carry this instance's approvals
+// per client (gateway.Shares, which the Server fills) and read every instance's, for the
+// diagnosis; and with local_share: fleet its count is the local fallback's share. A heartbeat
+// that fails harms no decision: the registry logs it once and keeps the last count seen.
 func openStore(cfg config.Store, log *slog.Logger, budgets func(sluice.Policy) sluice.LocalBudget) (gateway.Store, error) {
 	var st gateway.Store
 	var fleet *redisstore.Fleet
@@ -48,7 +48,7 @@ func openStore(cfg config.Store, log *slog.Logger, budgets func(sluice.Policy) s
 			st.Store = sluice.Budgeted(rs, budgets)
 		}
 		shares := gateway.NewShares()
-		if fleet, err = rs.Fleet(redisstore.FleetOptions{Counts: fleetCounts(shares), LogShare: fleetShare}); err != nil {
+		if fleet, err = rs.Fleet(redisstore.FleetOptions{Name: cfg.Fleet, Counts: fleetCounts(shares), LogShare: fleetShare}); err != nil {
 			rs.Close()
 			return st, err
 		}
@@ -110,7 +110,7 @@ func fleetStats(f *redisstore.Fleet, share float64) gateway.FleetStats {
 	if share < 0 {
 		share = 1 / float64(f.Size())
 	}
-	st := gateway.FleetStats{Self: v.Self, Instances: v.Count, FallbackShare: share, Error: v.Err,
+	st := gateway.FleetStats{Name: f.Name(), Self: v.Self, Instances: v.Count, FallbackShare: share, Error: v.Err,
 		Members: make([]gateway.FleetInstance, len(v.Instances))}
 	for i, in := range v.Instances {
 		m := gateway.FleetInstance{ID: in.ID, LastSeen: in.LastSeen, Dropped: in.Dropped}

@@ -1,8 +1,9 @@
 package redis
 
-// The instance registry: each gateway instance on one Redis heartbeats into one sorted set
-// (prefix + "instances"), so that every instance knows how many share the Redis — and so, while
-// Redis is down, which share of each policy it may decide on alone (sluice.WithFleetFallback:
+// The instance registry: each gateway instance on one Redis heartbeats into its fleet's sorted
+// set (prefix + "instances" for the default fleet, prefix + "fleet:<name>:instances" for another:
+// FleetOptions.Name), so that every instance knows how many of its fleet share the Redis — and
+// so, while Redis is down, which share of each policy it may decide on alone (sluice.WithFleetFallback:
 // 1/n of the limit, n the fleet's size, Fleet.Size). Each heartbeat also carries the instance's
 // approvals per client (FleetOptions.Counts) into a hash beside the set, and reads every listed
 // instance's back: each instance's share of a client's approvals, which shows instances that do
@@ -44,6 +45,7 @@ var fleetLua string
 
 // Defaults of the registry.
 const (
+	DefaultFleetName     = "default"
 	DefaultFleetInterval = 2 * time.Second  // between heartbeats
 	DefaultFleetTTL      = 10 * time.Second // an instance not heard from for this long is gone
 	// FleetListed is how many live instances a heartbeat lists (the most recently heard from
@@ -58,6 +60,12 @@ const (
 
 // FleetOptions configures an instance's entry in the registry.
 type FleetOptions struct {
+	// Name names the fleet: the instances that count each other, each fleet in a registry of its
+	// own on the Redis (two gateways sharing a Redis but not a configuration are two fleets, and
+	// neither counts the other's instances). 1 to MaxFleetID of A-Z, a-z, 0-9, '.', '_' and '-'.
+	// Default (and DefaultFleetName): the registry's keys of before fleets had names, prefix +
+	// "instances"; any other name's is prefix + "fleet:" + Name + ":instances".
+	Name string
 	// ID names this instance in the registry (and on the operator page): 1 to MaxFleetID
 	// printable ASCII characters, no spaces. Default: hostname-pid-random, unique per process.
 	// Never put a secret in it: every instance, and anyone reading Redis, sees it.
@@ -119,7 +127,7 @@ type FleetView struct {
 // with Start (or call Beat yourself), and Close it before the store.
 type Fleet struct {
 	s             *Store
-	id, key       string
+	name, id, key string
 	shares        string // the hash of the instances' counts; "" if none can share the registry's slot
 	since         string // when the registry began (fleet.lua's KEYS[3]); "" with shares
 	interval, ttl time.Duration
@@ -154,12 +162,35 @@ func (s *Store) Fleet(opts FleetOptions) (*Fleet, error) {
 	} else if err := checkFleetID(opts.ID); err != nil {
 		return nil, err
 	}
-	f := &Fleet{s: s, id: opts.ID, key: s.prefix + "instances", interval: opts.Interval, ttl: opts.TTL,
+	key, err := fleetKey(s.prefix, opts.Name)
+	if err != nil {
+		return nil, err
+	}
+	f := &Fleet{s: s, name: cmp.Or(opts.Name, DefaultFleetName), id: opts.ID, key: key, interval: opts.Interval, ttl: opts.TTL,
 		script: rueidis.NewLuaScript(fleetLua), stop: make(chan struct{}), counts: opts.Counts, logShare: opts.LogShare}
 	f.shares = sharesKey(s.prefix, f.key, ":shares")
 	f.since = sharesKey(s.prefix, f.key, ":since")
 	f.view.Store(&FleetView{Self: f.id})
 	return f, nil
+}
+
+// fleetKey is the registry's key of the fleet name under prefix: the default name's is that of
+// before fleets had names (prefix + "instances"), so that a rolling upgrade of one fleet does not
+// split it; another's holds the name between "fleet:" and ":instances". A name cannot hold a ':',
+// so no two names' keys (nor the keys beside them, which end in :shares or :since) are one.
+func fleetKey(prefix, name string) (string, error) {
+	if name == "" || name == DefaultFleetName {
+		return prefix + "instances", nil
+	}
+	if len(name) > MaxFleetID {
+		return "", fmt.Errorf("redis store: fleet: name of %d bytes; at most %d", len(name), MaxFleetID)
+	}
+	for i := 0; i < len(name); i++ {
+		if c := name[i]; !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '.' || c == '_' || c == '-') {
+			return "", fmt.Errorf("redis store: fleet: name %q: byte %d is not one of A-Z, a-z, 0-9, '.', '_' and '-'", name, i)
+		}
+	}
+	return prefix + "fleet:" + name + ":instances", nil
 }
 
 // sharesKey is the name of a key beside the registry, ending in suffix (":shares", the hash of the
@@ -210,6 +241,9 @@ func defaultFleetID() string {
 
 // ID is this instance's id in the registry.
 func (f *Fleet) ID() string { return f.id }
+
+// Name is the fleet's name (FleetOptions.Name, DefaultFleetName if it had none).
+func (f *Fleet) Name() string { return f.name }
 
 // Size is the number of instances sharing the Redis, as the local fallback's share takes it
 // (sluice.WithFleetFallback: 1/Size): the live count of the heartbeats that reached it, which
@@ -263,14 +297,14 @@ func (f *Fleet) run() {
 		switch {
 		case err != nil && !failing:
 			f.s.log.Warn("fleet: a heartbeat failed (Redis down, or an ACL without the registry's commands); no decision depends on it, and the last count seen stays",
-				"instance", f.id, "instances", f.Size(), "error", err.Error())
+				"fleet", f.name, "instance", f.id, "instances", f.Size(), "error", err.Error())
 		case err == nil && (failing || f.count.Load() != last):
 			n := f.count.Load()
-			args := []any{"instance", f.id, "instances", n}
+			args := []any{"fleet", f.name, "instance", f.id, "instances", n}
 			if f.logShare {
 				args = append(args, "local_share", "1/"+strconv.FormatInt(n, 10))
 			}
-			f.s.log.Info("fleet: live instances on this Redis", args...)
+			f.s.log.Info("fleet: live instances of this fleet on this Redis", args...)
 		}
 		failing = err != nil
 		select {

@@ -22,11 +22,13 @@
     cell(tr, "", "n").appendChild(span);
   }
 
-  // The instance registry (every Redis store): how many instances share the Redis, and so, with
-  // on_error: local, which share of each policy this one decides on alone while Redis is down.
+  // The instance registry (every Redis store): how many instances of this one's fleet (its name:
+  // store.fleet) share the Redis, and so, with on_error: local, which share of each policy this
+  // one decides on alone while Redis is down.
   function renderFleet(f) {
     $("fleet").hidden = !f;
     if (!f) return;
+    $("fleet-name").textContent = f.name ? " of fleet " + f.name : "";
     const share = f.fallback_share === 0 ? "" : f.instances > 0 && Math.abs(f.fallback_share * f.instances - 1) < 1e-9 ? "1/" + f.instances :
       f.instances === 0 && f.fallback_share === 1 ? "1 (no heartbeat has reached Redis yet)" : String(f.fallback_share);
     $("fleet-summary").textContent = f.instances + " live; this instance, " + f.self + (share ? ", decides on " + share +
