@@ -579,6 +579,18 @@ func (c *Config) ClientBySubject(subject string) (*Client, bool) {
 	return cl, ok
 }
 
+// TeamByName returns the team called name.
+func (c *Config) TeamByName(name string) (*Group, bool) {
+	g, ok := c.teams[name]
+	return g, ok
+}
+
+// OrganisationByName returns the organisation called name.
+func (c *Config) OrganisationByName(name string) (*Group, bool) {
+	g, ok := c.orgs[name]
+	return g, ok
+}
+
 // Route returns the route of a request: among the routes whose path_prefix starts path, the
 // longest; of equally long ones, the one for method before the one for any method.
 func (c *Config) Route(method, path string) (*Route, bool) {

@@ -29,18 +29,6 @@ const (
 
 var groupFields = []string{"name", "organisation", "policy"}
 
-// TeamByName returns the team called name.
-func (c *Config) TeamByName(name string) (*Group, bool) {
-	g, ok := c.teams[name]
-	return g, ok
-}
-
-// OrganisationByName returns the organisation called name.
-func (c *Config) OrganisationByName(name string) (*Group, bool) {
-	g, ok := c.orgs[name]
-	return g, ok
-}
-
 // LevelsFor returns the limits a request of client on route is charged at the levels above the
 // client (its team's and its organisation's policies; tokens and dollars on usage routes only),
 // in that order, besides AppliedPoliciesFor's. They apply on every route, whatever its policy or
