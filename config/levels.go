@@ -162,6 +162,21 @@ func (p *parser) clientGroups(m *mapping, path string, cl *Client, c *Config) {
 	}
 }
 
+// checkClientGroups checks a runtime client's team and organisation as clientGroups checks a
+// file's (CheckClient): each must be defined, and an organisation beside a team must be the team's.
+func (c *Config) checkClientGroups(cl *Client) error {
+	team, ok := c.teams[cl.Team]
+	switch {
+	case cl.Team != "" && !ok:
+		return fieldErr("team", "%q is not defined in teams (%s)", cl.Team, knownGroups(c.Teams, "teams"))
+	case cl.Organisation != "" && c.orgs[cl.Organisation] == nil:
+		return fieldErr("organisation", "%q is not defined in organisations (%s)", cl.Organisation, knownGroups(c.Organisations, "organisations"))
+	case team != nil && cl.Organisation != "" && cl.Organisation != team.Organisation:
+		return fieldErr("organisation", "%q is not its team's: team %q is in organisation %q", cl.Organisation, team.Name, team.Organisation)
+	}
+	return nil
+}
+
 // knownGroups lists the groups' names for "is not defined" errors.
 func knownGroups(groups []*Group, field string) string {
 	if len(groups) == 0 {

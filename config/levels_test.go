@@ -1,6 +1,7 @@
 package config
 
 import (
+	"errors"
 	"strings"
 	"testing"
 )
@@ -110,21 +111,43 @@ clients:
 	}
 }
 
-// TestLevelsLaterClient: a client added to a configuration after it was loaded gets its groups'
-// limits from the same function, by its team's name.
-func TestLevelsLaterClient(t *testing.T) {
-	cfg, err := parseTest(t, levelsBase+`organisations: [{name: acme, policy: org-rpm}]
+// TestLevelsWithClients: clients merged into a configuration at runtime are checked for their
+// team and organisation as the file's are, and charged their groups' policies like them.
+func TestLevelsWithClients(t *testing.T) {
+	cfg, err := parseTest(t, levelsBase+`organisations: [{name: acme, policy: org-rpm}, {name: beta, policy: org-rpm}]
 teams: [{name: ml, organisation: acme, policy: team-tpm}]
 `)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cl := &Client{Name: "late", Team: "ml"}
-	cfg.resolveLevels(cl)
-	if got := len(cfg.LevelsFor(cl, nil)); got != 2 {
-		t.Fatalf("a later client of team ml has %d level limits, want 2 (team-tpm, org-rpm)", got)
+	for _, c := range []struct {
+		cl    Client
+		field string
+	}{
+		{Client{Team: "ops"}, "team"},
+		{Client{Organisation: "gamma"}, "organisation"},
+		{Client{Team: "ml", Organisation: "beta"}, "organisation"},
+	} {
+		c.cl.Name, c.cl.APIKeySHA256 = "late", []string{hashA}
+		var fe *FieldError
+		if err := cfg.CheckClient(&c.cl, nil); !errors.As(err, &fe) || fe.Field != c.field {
+			t.Errorf("team %q, organisation %q: %v, want an error about %s", c.cl.Team, c.cl.Organisation, err, c.field)
+		}
 	}
-	if a := cfg.LevelsFor(cl, nil)[1]; a.Key != "org:acme" || a.PolicyName != "org-rpm" {
-		t.Errorf("its organisation's limit: %+v", a)
+	late := &Client{Name: "late", APIKeySHA256: []string{hashA}, Team: "ml"}
+	if err := cfg.CheckClient(late, nil); err != nil {
+		t.Fatal(err)
+	}
+	n, err := cfg.WithClients([]*Client{late})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl, _ := n.ClientByName("late")
+	var keys []string
+	for _, a := range n.LevelsFor(cl, nil) {
+		keys = append(keys, a.Key+" "+a.PolicyName)
+	}
+	if got := strings.Join(keys, ", "); got != "team:ml team-tpm, org:acme org-rpm" {
+		t.Errorf("a runtime client of team ml is charged %q, want team-tpm under team:ml and org-rpm under org:acme", got)
 	}
 }
