@@ -16,8 +16,8 @@ var inFlight = sluice.Policy{Name: "in-flight", Algorithm: sluice.Concurrency, L
 func TestConcurrencyFields(t *testing.T) {
 	h := http.Header{}
 	Headers(h, []Applied{
-		{perSecond, sluice.Decision{Allowed: true, Limit: 10, Remaining: 7, ResetAfter: 300 * time.Millisecond}, ""},
-		{inFlight, sluice.Decision{Allowed: true, Limit: 5, Remaining: 4, ResetAfter: 30 * time.Second}, ""},
+		{perSecond, sluice.Decision{Allowed: true, Limit: 10, Remaining: 7, ResetAfter: 300 * time.Millisecond}, "", ""},
+		{inFlight, sluice.Decision{Allowed: true, Limit: 5, Remaining: 4, ResetAfter: 30 * time.Second}, "", ""},
 	}, false)
 	if got, want := h.Get("RateLimit-Policy"), `"per-second";q=10;w=1, "in-flight";q=5;qu="concurrent-requests"`; got != want {
 		t.Errorf("RateLimit-Policy: %s, want %s", got, want)
@@ -25,7 +25,7 @@ func TestConcurrencyFields(t *testing.T) {
 	if got, want := h.Get("RateLimit"), `"per-second";r=7;t=1, "in-flight";r=4;t=30`; got != want {
 		t.Errorf("RateLimit: %s, want %s", got, want)
 	}
-	refused := []Applied{{inFlight, sluice.Decision{Limit: 5, RetryAfter: time.Second, ResetAfter: 30 * time.Second}, ""}}
+	refused := []Applied{{inFlight, sluice.Decision{Limit: 5, RetryAfter: time.Second, ResetAfter: 30 * time.Second}, "", ""}}
 	h = http.Header{}
 	Headers(h, refused, false)
 	if got, want := h.Get("RateLimit"), `"in-flight";r=0;t=1`; got != want {

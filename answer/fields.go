@@ -27,6 +27,9 @@ type Applied struct {
 	// Unit is what the policy counts, plural, for the words of an answer: "" is requests; a
 	// route in front of an LLM API counts "tokens" or "micro-dollars".
 	Unit string
+	// Level is whom the policy counts for when not the client itself: the group whose quota it
+	// is, as a refusal names it (team "ml", organisation "acme"); "" the client.
+	Level string
 }
 
 // Field names, as the draft and RFC 9110 spell them. The header map holds them in Go's canonical

@@ -96,7 +96,7 @@ func TestHeaders(t *testing.T) {
 	}{
 		{
 			name:       "one policy allowed",
-			decisions:  []Applied{{standard, sluice.Decision{Allowed: true, Limit: 20, Remaining: 19, ResetAfter: 3 * time.Second}, ""}},
+			decisions:  []Applied{{standard, sluice.Decision{Allowed: true, Limit: 20, Remaining: 19, ResetAfter: 3 * time.Second}, "", ""}},
 			policy:     []member{policyMember("standard", 100, 60)},
 			limit:      []member{limitMember("standard", 19, 3)},
 			policyText: `"standard";q=100;w=60`,
@@ -105,8 +105,8 @@ func TestHeaders(t *testing.T) {
 		{
 			name: "two policies allowed: both reported",
 			decisions: []Applied{
-				{perSecond, sluice.Decision{Allowed: true, Limit: 10, Remaining: 7, ResetAfter: 300 * time.Millisecond}, ""},
-				{daily, sluice.Decision{Allowed: true, Limit: 10000, Remaining: 9412, ResetAfter: 50510*time.Second + time.Microsecond}, ""},
+				{perSecond, sluice.Decision{Allowed: true, Limit: 10, Remaining: 7, ResetAfter: 300 * time.Millisecond}, "", ""},
+				{daily, sluice.Decision{Allowed: true, Limit: 10000, Remaining: 9412, ResetAfter: 50510*time.Second + time.Microsecond}, "", ""},
 			},
 			policy:     []member{policyMember("per-second", 10, 1), policyMember("daily", 10000, 86400)},
 			limit:      []member{limitMember("per-second", 7, 1), limitMember("daily", 9412, 50511)},
@@ -116,8 +116,8 @@ func TestHeaders(t *testing.T) {
 		{
 			name: "refused by one: only it, with t the retry time",
 			decisions: []Applied{
-				{perSecond, sluice.Decision{Allowed: false, Limit: 10, Remaining: 0, RetryAfter: 99 * time.Millisecond, ResetAfter: time.Second}, ""},
-				{daily, sluice.Decision{Allowed: true, Limit: 10000, Remaining: 9411, ResetAfter: 50000 * time.Second}, ""},
+				{perSecond, sluice.Decision{Allowed: false, Limit: 10, Remaining: 0, RetryAfter: 99 * time.Millisecond, ResetAfter: time.Second}, "", ""},
+				{daily, sluice.Decision{Allowed: true, Limit: 10000, Remaining: 9411, ResetAfter: 50000 * time.Second}, "", ""},
 			},
 			policy:    []member{policyMember("per-second", 10, 1), policyMember("daily", 10000, 86400)},
 			limit:     []member{limitMember("per-second", 0, 1)},
@@ -126,71 +126,71 @@ func TestHeaders(t *testing.T) {
 		{
 			name: "refused by both",
 			decisions: []Applied{
-				{perSecond, sluice.Decision{Allowed: false, Limit: 10, RetryAfter: 100 * time.Millisecond, ResetAfter: time.Second}, ""},
-				{daily, sluice.Decision{Allowed: false, Limit: 10000, RetryAfter: 7200*time.Second + 1, ResetAfter: 7200*time.Second + 1}, ""},
+				{perSecond, sluice.Decision{Allowed: false, Limit: 10, RetryAfter: 100 * time.Millisecond, ResetAfter: time.Second}, "", ""},
+				{daily, sluice.Decision{Allowed: false, Limit: 10000, RetryAfter: 7200*time.Second + 1, ResetAfter: 7200*time.Second + 1}, "", ""},
 			},
 			policy: []member{policyMember("per-second", 10, 1), policyMember("daily", 10000, 86400)},
 			limit:  []member{limitMember("per-second", 0, 1), limitMember("daily", 0, 7201)},
 		},
 		{
 			name:      "refused with some remaining (a costly request)",
-			decisions: []Applied{{standard, sluice.Decision{Allowed: false, Limit: 20, Remaining: 3, RetryAfter: 1200 * time.Millisecond, ResetAfter: 10200 * time.Millisecond}, ""}},
+			decisions: []Applied{{standard, sluice.Decision{Allowed: false, Limit: 20, Remaining: 3, RetryAfter: 1200 * time.Millisecond, ResetAfter: 10200 * time.Millisecond}, "", ""}},
 			policy:    []member{policyMember("standard", 100, 60)},
 			limit:     []member{limitMember("standard", 3, 2)},
 		},
 		{
 			name:      "refused forever: t is the reset",
-			decisions: []Applied{{standard, sluice.Decision{Allowed: false, Limit: 20, Remaining: 20, RetryAfter: sluice.Never}, ""}},
+			decisions: []Applied{{standard, sluice.Decision{Allowed: false, Limit: 20, Remaining: 20, RetryAfter: sluice.Never}, "", ""}},
 			policy:    []member{policyMember("standard", 100, 60)},
 			limit:     []member{limitMember("standard", 20, 0)},
 		},
 		{
 			name:      "fresh key: t=0",
-			decisions: []Applied{{daily, sluice.Decision{Allowed: true, Limit: 10000, Remaining: 9999}, ""}},
+			decisions: []Applied{{daily, sluice.Decision{Allowed: true, Limit: 10000, Remaining: 9999}, "", ""}},
 			policy:    []member{policyMember("daily", 10000, 86400)},
 			limit:     []member{limitMember("daily", 9999, 0)},
 		},
 		{
 			name:      "sub-second period: w rounded up",
-			decisions: []Applied{{sluice.Policy{Name: "burst", Algorithm: sluice.FixedWindow, Limit: 5, Period: 250 * time.Millisecond}, sluice.Decision{Allowed: true, Limit: 5, Remaining: 4, ResetAfter: 200 * time.Millisecond}, ""}},
+			decisions: []Applied{{sluice.Policy{Name: "burst", Algorithm: sluice.FixedWindow, Limit: 5, Period: 250 * time.Millisecond}, sluice.Decision{Allowed: true, Limit: 5, Remaining: 4, ResetAfter: 200 * time.Millisecond}, "", ""}},
 			policy:    []member{policyMember("burst", 5, 1)},
 			limit:     []member{limitMember("burst", 4, 1)},
 		},
 		{
 			name:      "fractional period: w rounded up",
-			decisions: []Applied{{sluice.Policy{Name: "odd", Algorithm: sluice.SlidingWindow, Limit: 3, Period: 1500 * time.Millisecond}, sluice.Decision{Allowed: true, Limit: 3, Remaining: 2, ResetAfter: 1500 * time.Millisecond}, ""}},
+			decisions: []Applied{{sluice.Policy{Name: "odd", Algorithm: sluice.SlidingWindow, Limit: 3, Period: 1500 * time.Millisecond}, sluice.Decision{Allowed: true, Limit: 3, Remaining: 2, ResetAfter: 1500 * time.Millisecond}, "", ""}},
 			policy:    []member{policyMember("odd", 3, 2)},
 			limit:     []member{limitMember("odd", 2, 2)},
 		},
 		{
 			name:      "negative values are never sent",
-			decisions: []Applied{{daily, sluice.Decision{Allowed: true, Limit: 10000, Remaining: -5, ResetAfter: -time.Second}, ""}},
+			decisions: []Applied{{daily, sluice.Decision{Allowed: true, Limit: 10000, Remaining: -5, ResetAfter: -time.Second}, "", ""}},
 			policy:    []member{policyMember("daily", 10000, 86400)},
 			limit:     []member{limitMember("daily", 0, 0)},
 		},
 		{
 			name:       "huge limit clamped to what an sf-integer holds",
-			decisions:  []Applied{{sluice.Policy{Name: "vast", Algorithm: sluice.FixedWindow, Limit: 1 << 53, Period: time.Hour}, sluice.Decision{Allowed: true, Limit: 1 << 53, Remaining: 1<<53 - 1}, ""}},
+			decisions:  []Applied{{sluice.Policy{Name: "vast", Algorithm: sluice.FixedWindow, Limit: 1 << 53, Period: time.Hour}, sluice.Decision{Allowed: true, Limit: 1 << 53, Remaining: 1<<53 - 1}, "", ""}},
 			policy:     []member{policyMember("vast", 999_999_999_999_999, 3600)},
 			limit:      []member{limitMember("vast", 999_999_999_999_999, 0)},
 			policyText: `"vast";q=999999999999999;w=3600`,
 		},
 		{
 			name:       "quote and backslash escaped",
-			decisions:  []Applied{{sluice.Policy{Name: `the "gold" \ plan`, Algorithm: sluice.FixedWindow, Limit: 1, Period: time.Second}, sluice.Decision{Allowed: true, Limit: 1}, ""}},
+			decisions:  []Applied{{sluice.Policy{Name: `the "gold" \ plan`, Algorithm: sluice.FixedWindow, Limit: 1, Period: time.Second}, sluice.Decision{Allowed: true, Limit: 1}, "", ""}},
 			policy:     []member{policyMember(`the "gold" \ plan`, 1, 1)},
 			limit:      []member{limitMember(`the "gold" \ plan`, 0, 0)},
 			policyText: `"the \"gold\" \\ plan";q=1;w=1`,
 		},
 		{
 			name:      "non-ASCII percent-encoded",
-			decisions: []Applied{{sluice.Policy{Name: "café\n", Algorithm: sluice.FixedWindow, Limit: 1, Period: time.Second}, sluice.Decision{Allowed: true, Limit: 1}, ""}},
+			decisions: []Applied{{sluice.Policy{Name: "café\n", Algorithm: sluice.FixedWindow, Limit: 1, Period: time.Second}, sluice.Decision{Allowed: true, Limit: 1}, "", ""}},
 			policy:    []member{policyMember("caf%c3%a9%0a", 1, 1)},
 			limit:     []member{limitMember("caf%c3%a9%0a", 0, 0)},
 		},
 		{
 			name:      "empty name",
-			decisions: []Applied{{sluice.Policy{Algorithm: sluice.FixedWindow, Limit: 1, Period: time.Second}, sluice.Decision{Allowed: true, Limit: 1}, ""}},
+			decisions: []Applied{{sluice.Policy{Algorithm: sluice.FixedWindow, Limit: 1, Period: time.Second}, sluice.Decision{Allowed: true, Limit: 1}, "", ""}},
 			policy:    []member{policyMember("", 1, 1)},
 			limit:     []member{limitMember("", 0, 0)},
 		},
@@ -246,7 +246,7 @@ func TestHeadersNone(t *testing.T) {
 func TestHeadersKeepUpstreamFields(t *testing.T) {
 	h := http.Header{}
 	h.Add("RateLimit", `"backend";r=5;t=10`)
-	Headers(h, []Applied{{standard, sluice.Decision{Allowed: true, Limit: 20, Remaining: 19, ResetAfter: 3 * time.Second}, ""}}, false)
+	Headers(h, []Applied{{standard, sluice.Decision{Allowed: true, Limit: 20, Remaining: 19, ResetAfter: 3 * time.Second}, "", ""}}, false)
 	want := []member{limitMember("backend", 5, 10), limitMember("standard", 19, 3)}
 	if got := parseList(t, h.Values("Ratelimit")); !reflect.DeepEqual(got, want) {
 		t.Errorf("RateLimit lines %q parse as %v, want %v", h.Values("Ratelimit"), got, want)
@@ -259,24 +259,24 @@ func TestLegacyHeaders(t *testing.T) {
 		decisions               []Applied
 		limit, remaining, reset string
 	}{
-		{"one", []Applied{{standard, sluice.Decision{Allowed: true, Limit: 20, Remaining: 19, ResetAfter: 2500 * time.Millisecond}, ""}}, "20", "19", "3"},
+		{"one", []Applied{{standard, sluice.Decision{Allowed: true, Limit: 20, Remaining: 19, ResetAfter: 2500 * time.Millisecond}, "", ""}}, "20", "19", "3"},
 		{"fewest remaining", []Applied{
-			{daily, sluice.Decision{Allowed: true, Limit: 10000, Remaining: 9000, ResetAfter: time.Hour}, ""},
-			{perSecond, sluice.Decision{Allowed: true, Limit: 10, Remaining: 2, ResetAfter: time.Second}, ""},
+			{daily, sluice.Decision{Allowed: true, Limit: 10000, Remaining: 9000, ResetAfter: time.Hour}, "", ""},
+			{perSecond, sluice.Decision{Allowed: true, Limit: 10, Remaining: 2, ResetAfter: time.Second}, "", ""},
 		}, "10", "2", "1"},
 		{"tie: longest reset", []Applied{
-			{perSecond, sluice.Decision{Allowed: true, Limit: 10, Remaining: 0, ResetAfter: time.Second}, ""},
-			{daily, sluice.Decision{Allowed: true, Limit: 10000, Remaining: 0, ResetAfter: time.Hour}, ""},
+			{perSecond, sluice.Decision{Allowed: true, Limit: 10, Remaining: 0, ResetAfter: time.Second}, "", ""},
+			{daily, sluice.Decision{Allowed: true, Limit: 10000, Remaining: 0, ResetAfter: time.Hour}, "", ""},
 		}, "10000", "0", "3600"},
 		{"refusal beats fewer remaining", []Applied{
-			{daily, sluice.Decision{Allowed: true, Limit: 10000, Remaining: 0, ResetAfter: time.Hour}, ""},
-			{perSecond, sluice.Decision{Allowed: false, Limit: 10, Remaining: 1, RetryAfter: 200 * time.Millisecond, ResetAfter: time.Second}, ""},
+			{daily, sluice.Decision{Allowed: true, Limit: 10000, Remaining: 0, ResetAfter: time.Hour}, "", ""},
+			{perSecond, sluice.Decision{Allowed: false, Limit: 10, Remaining: 1, RetryAfter: 200 * time.Millisecond, ResetAfter: time.Second}, "", ""},
 		}, "10", "1", "1"},
 		{"longest refusal", []Applied{
-			{perSecond, sluice.Decision{Allowed: false, Limit: 10, RetryAfter: 200 * time.Millisecond}, ""},
-			{daily, sluice.Decision{Allowed: false, Limit: 10000, RetryAfter: 90 * time.Minute}, ""},
+			{perSecond, sluice.Decision{Allowed: false, Limit: 10, RetryAfter: 200 * time.Millisecond}, "", ""},
+			{daily, sluice.Decision{Allowed: false, Limit: 10000, RetryAfter: 90 * time.Minute}, "", ""},
 		}, "10000", "0", "5400"},
-		{"limit from the policy when the decision has none", []Applied{{standard, sluice.Decision{Allowed: true, Remaining: 3}, ""}}, "20", "3", "0"},
+		{"limit from the policy when the decision has none", []Applied{{standard, sluice.Decision{Allowed: true, Remaining: 3}, "", ""}}, "20", "3", "0"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -321,9 +321,9 @@ func TestWait(t *testing.T) {
 		want time.Duration
 	}{
 		{"none", nil, 0},
-		{"all allowed", []Applied{{perSecond, allowed, ""}, {daily, allowed, ""}}, 0},
-		{"longest refusal", []Applied{{perSecond, sluice.Decision{RetryAfter: time.Second}, ""}, {daily, allowed, ""}, {standard, sluice.Decision{RetryAfter: 3 * time.Second}, ""}}, 3 * time.Second},
-		{"never", []Applied{{perSecond, sluice.Decision{RetryAfter: time.Second}, ""}, {standard, sluice.Decision{RetryAfter: sluice.Never}, ""}}, sluice.Never},
+		{"all allowed", []Applied{{perSecond, allowed, "", ""}, {daily, allowed, "", ""}}, 0},
+		{"longest refusal", []Applied{{perSecond, sluice.Decision{RetryAfter: time.Second}, "", ""}, {daily, allowed, "", ""}, {standard, sluice.Decision{RetryAfter: 3 * time.Second}, "", ""}}, 3 * time.Second},
+		{"never", []Applied{{perSecond, sluice.Decision{RetryAfter: time.Second}, "", ""}, {standard, sluice.Decision{RetryAfter: sluice.Never}, "", ""}}, sluice.Never},
 	} {
 		if got := Wait(tt.ds); got != tt.want {
 			t.Errorf("%s: Wait = %v, want %v", tt.name, got, tt.want)
@@ -382,7 +382,7 @@ func TestRetryAfterSucceeds(t *testing.T) {
 			if d.Allowed {
 				t.Fatal("never refused")
 			}
-			applied := []Applied{{policy, d, ""}}
+			applied := []Applied{{policy, d, "", ""}}
 			h := http.Header{}
 			Headers(h, applied, true)
 			ra := RetryAfter(Wait(applied))
@@ -408,7 +408,7 @@ func FuzzPolicyName(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, name string) {
 		h := http.Header{}
-		Headers(h, []Applied{{sluice.Policy{Name: name, Algorithm: sluice.FixedWindow, Limit: 1, Period: time.Second}, sluice.Decision{Allowed: true, Limit: 1}, ""}}, false)
+		Headers(h, []Applied{{sluice.Policy{Name: name, Algorithm: sluice.FixedWindow, Limit: 1, Period: time.Second}, sluice.Decision{Allowed: true, Limit: 1}, "", ""}}, false)
 		got := parseList(t, h.Values(FieldRateLimitPolicy))
 		if len(got) != 1 {
 			t.Fatalf("%q: %d members", name, len(got))
@@ -424,8 +424,8 @@ func FuzzPolicyName(f *testing.F) {
 
 func BenchmarkHeaders(b *testing.B) {
 	ds := []Applied{
-		{perSecond, sluice.Decision{Allowed: true, Limit: 10, Remaining: 7, ResetAfter: 300 * time.Millisecond}, ""},
-		{daily, sluice.Decision{Allowed: true, Limit: 10000, Remaining: 9412, ResetAfter: 50510 * time.Second}, ""},
+		{perSecond, sluice.Decision{Allowed: true, Limit: 10, Remaining: 7, ResetAfter: 300 * time.Millisecond}, "", ""},
+		{daily, sluice.Decision{Allowed: true, Limit: 10000, Remaining: 9412, ResetAfter: 50510 * time.Second}, "", ""},
 	}
 	b.Run("two-policies", func(b *testing.B) {
 		b.ReportAllocs()

@@ -1,8 +1,10 @@
 package answer
 
 import (
+	"cmp"
 	"fmt"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -61,6 +63,9 @@ type Problem struct {
 //	 "title":"Quota Exceeded","status":429,
 //	 "detail":"client \"partner-a\" exceeded policy \"standard\" (100 requests per 1m); retry after 12 s (the same request sent sooner is refused too)",
 //	 "violated-policies":["standard"],"client":"partner-a","retry-after":12}
+//
+// A policy of a level above the client (Applied.Level) is named with its level: "team \"ml\"
+// exceeded its policy \"team-usd\" ($500.00 per month)", after the client's own.
 func QuotaExceeded(client string, decisions []Applied) Problem {
 	p := Problem{
 		Type:   TypeQuotaExceeded,
@@ -76,24 +81,51 @@ func QuotaExceeded(client string, decisions []Applied) Problem {
 		}
 	}
 	var d strings.Builder
-	d.WriteString(who(client))
-	d.WriteString(" exceeded ")
 	if len(refused) == 0 { // not a refusal; say no more than is known
-		d.WriteString("its quota")
-	} else if len(refused) == 1 {
-		d.WriteString("policy ")
-	} else {
-		d.WriteString("policies ")
+		d.WriteString(who(client))
+		d.WriteString(" exceeded its quota")
 	}
-	for i, a := range refused {
-		switch {
-		case i == 0:
-		case i == len(refused)-1:
-			d.WriteString(" and ")
-		default:
-			d.WriteString(", ")
+	// The client's own policies first, as "client \"k1\" exceeded policy …", then each level
+	// above it that refused: "team \"ml\" exceeded its policy …".
+	levels := make([]string, 0, 3)
+	for _, a := range refused {
+		if !slices.Contains(levels, a.Level) {
+			levels = append(levels, a.Level)
 		}
-		fmt.Fprintf(&d, "%q (%s)", a.Policy.Name, describe(a.Policy, a.Unit))
+	}
+	slices.SortStableFunc(levels, func(a, b string) int { return cmp.Compare(min(len(a), 1), min(len(b), 1)) })
+	for li, level := range levels {
+		var at []*Applied
+		for _, a := range refused {
+			if a.Level == level {
+				at = append(at, a)
+			}
+		}
+		if li > 0 {
+			d.WriteString(", and ")
+		}
+		if level == "" {
+			d.WriteString(who(client))
+			d.WriteString(" exceeded ")
+		} else {
+			d.WriteString(level)
+			d.WriteString(" exceeded its ")
+		}
+		if len(at) == 1 {
+			d.WriteString("policy ")
+		} else {
+			d.WriteString("policies ")
+		}
+		for i, a := range at {
+			switch {
+			case i == 0:
+			case i == len(at)-1:
+				d.WriteString(" and ")
+			default:
+				d.WriteString(", ")
+			}
+			fmt.Fprintf(&d, "%q (%s)", a.Policy.Name, describe(a.Policy, a.Unit))
+		}
 	}
 	if wait := Wait(decisions); wait >= 0 {
 		p.RetryAfter = max(1, Seconds(wait))

@@ -80,7 +80,7 @@ func TestQuotaExceeded(t *testing.T) {
 			name:   "one policy",
 			client: "partner-a",
 			decisions: []Applied{{sluice.Policy{Name: "standard", Algorithm: sluice.FixedWindow, Limit: 100, Period: time.Minute},
-				sluice.Decision{Limit: 100, RetryAfter: 11*time.Second + 300*time.Millisecond}, ""}},
+				sluice.Decision{Limit: 100, RetryAfter: 11*time.Second + 300*time.Millisecond}, "", ""}},
 			want: problemBody{
 				Type: TypeQuotaExceeded, Title: "Quota Exceeded", Status: 429,
 				Detail:           `client "partner-a" exceeded policy "standard" (100 requests per 1m); retry after 12 s (the same request sent sooner is refused too)`,
@@ -91,9 +91,9 @@ func TestQuotaExceeded(t *testing.T) {
 			name:   "two of three policies",
 			client: "partner-b",
 			decisions: []Applied{
-				{perSecond, sluice.Decision{Limit: 10, RetryAfter: 100 * time.Millisecond}, ""},
-				{standard, sluice.Decision{Allowed: true, Limit: 20, Remaining: 5}, ""},
-				{daily, sluice.Decision{Limit: 10000, RetryAfter: 3599*time.Second + 1}, ""},
+				{perSecond, sluice.Decision{Limit: 10, RetryAfter: 100 * time.Millisecond}, "", ""},
+				{standard, sluice.Decision{Allowed: true, Limit: 20, Remaining: 5}, "", ""},
+				{daily, sluice.Decision{Limit: 10000, RetryAfter: 3599*time.Second + 1}, "", ""},
 			},
 			want: problemBody{
 				Type: TypeQuotaExceeded, Title: "Quota Exceeded", Status: 429,
@@ -103,7 +103,7 @@ func TestQuotaExceeded(t *testing.T) {
 		},
 		{
 			name:      "anonymous, token bucket with a burst",
-			decisions: []Applied{{standard, sluice.Decision{Limit: 20, RetryAfter: 600 * time.Millisecond}, ""}},
+			decisions: []Applied{{standard, sluice.Decision{Limit: 20, RetryAfter: 600 * time.Millisecond}, "", ""}},
 			want: problemBody{
 				Type: TypeQuotaExceeded, Title: "Quota Exceeded", Status: 429,
 				Detail:           `this anonymous client (counted by its network address) exceeded policy "standard" (100 requests per 1m, at most 20 at once); retry after 1 s (the same request sent sooner is refused too)`,
@@ -114,9 +114,9 @@ func TestQuotaExceeded(t *testing.T) {
 			name:   "leaky bucket, three policies refused",
 			client: "c",
 			decisions: []Applied{
-				{sluice.Policy{Name: "queue", Algorithm: sluice.LeakyBucket, Limit: 1, Period: 90 * time.Minute, Burst: 2}, sluice.Decision{RetryAfter: time.Second}, ""},
-				{sluice.Policy{Name: "q0", Algorithm: sluice.LeakyBucket, Limit: 5, Period: time.Second}, sluice.Decision{RetryAfter: time.Second}, ""},
-				{perSecond, sluice.Decision{RetryAfter: 2 * time.Second}, ""},
+				{sluice.Policy{Name: "queue", Algorithm: sluice.LeakyBucket, Limit: 1, Period: 90 * time.Minute, Burst: 2}, sluice.Decision{RetryAfter: time.Second}, "", ""},
+				{sluice.Policy{Name: "q0", Algorithm: sluice.LeakyBucket, Limit: 5, Period: time.Second}, sluice.Decision{RetryAfter: time.Second}, "", ""},
+				{perSecond, sluice.Decision{RetryAfter: 2 * time.Second}, "", ""},
 			},
 			want: problemBody{
 				Type: TypeQuotaExceeded, Title: "Quota Exceeded", Status: 429,
@@ -217,7 +217,7 @@ func TestOtherProblems(t *testing.T) {
 		},
 		{
 			name: "cost exceeds limit",
-			p:    CostExceedsLimit("partner-a", Applied{standard, sluice.Decision{Limit: 20, Remaining: 20, RetryAfter: sluice.Never}, ""}, 25),
+			p:    CostExceedsLimit("partner-a", Applied{standard, sluice.Decision{Limit: 20, Remaining: 20, RetryAfter: sluice.Never}, "", ""}, 25),
 			want: problemBody{
 				Type: TypeCostExceedsLimit, Title: "Request Cost Exceeds Quota", Status: 400,
 				Detail:           `this request counts as 25 requests, but policy "standard" (100 requests per 1m, at most 20 at once) never lets client "partner-a" make more than 20 at once, so it can never be approved and retrying will not help; ask the API's operator for a larger quota`,
@@ -260,8 +260,8 @@ func TestOtherProblems(t *testing.T) {
 // connection: status, Retry-After, both Structured Fields, and the problem body.
 func TestRefusalOverHTTP(t *testing.T) {
 	decisions := []Applied{
-		{perSecond, sluice.Decision{Limit: 10, RetryAfter: 1700 * time.Millisecond, ResetAfter: 2 * time.Second}, ""},
-		{daily, sluice.Decision{Allowed: true, Limit: 10000, Remaining: 17, ResetAfter: 5 * time.Hour}, ""},
+		{perSecond, sluice.Decision{Limit: 10, RetryAfter: 1700 * time.Millisecond, ResetAfter: 2 * time.Second}, "", ""},
+		{daily, sluice.Decision{Allowed: true, Limit: 10000, Remaining: 17, ResetAfter: 5 * time.Hour}, "", ""},
 	}
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		Headers(w.Header(), decisions, true)
@@ -348,8 +348,8 @@ func FuzzProblemJSON(f *testing.F) {
 
 func BenchmarkRefusal(b *testing.B) {
 	ds := []Applied{
-		{perSecond, sluice.Decision{Limit: 10, RetryAfter: 1700 * time.Millisecond, ResetAfter: 2 * time.Second}, ""},
-		{daily, sluice.Decision{Allowed: true, Limit: 10000, Remaining: 17, ResetAfter: 5 * time.Hour}, ""},
+		{perSecond, sluice.Decision{Limit: 10, RetryAfter: 1700 * time.Millisecond, ResetAfter: 2 * time.Second}, "", ""},
+		{daily, sluice.Decision{Allowed: true, Limit: 10000, Remaining: 17, ResetAfter: 5 * time.Hour}, "", ""},
 	}
 	b.ReportAllocs()
 	for b.Loop() {
@@ -364,6 +364,41 @@ func TestDollars(t *testing.T) {
 	for n, want := range map[int64]string{0: "$0.00", 50_000_000: "$50.00", 1050: "$0.00105", 2_234_567: "$2.234567", 10: "$0.00001", -1_500_000: "-$1.50"} {
 		if got := Dollars(n); got != want {
 			t.Errorf("Dollars(%d) = %q, want %q", n, got, want)
+		}
+	}
+}
+
+// TestQuotaExceededLevels: a refusal by a policy of a level above the client names the level and
+// the group ("team \"ml\" exceeded its policy …"), after the client's own, which reads as ever;
+// violated-policies lists them all, and the LLM shapes carry the same sentence.
+func TestQuotaExceededLevels(t *testing.T) {
+	usd := sluice.Policy{Name: "team-usd-month", Algorithm: sluice.FixedWindow, Limit: 500_000_000, Calendar: sluice.Month, Location: time.UTC}
+	tpm := sluice.Policy{Name: "key-tpm", Algorithm: sluice.FixedWindow, Limit: 1000, Period: time.Minute}
+	org := sluice.Policy{Name: "org-rpm", Algorithm: sluice.FixedWindow, Limit: 10, Period: time.Minute}
+	refused := sluice.Decision{Limit: 1, RetryAfter: 2 * time.Second}
+	for _, c := range []struct {
+		name   string
+		ds     []Applied
+		detail string
+	}{
+		{"team only", []Applied{{tpm, sluice.Decision{Allowed: true}, "tokens", ""}, {usd, refused, "micro-dollars", `team "ml"`}},
+			`team "ml" exceeded its policy "team-usd-month" ($500.00 per month in UTC); retry after 2 s`},
+		{"key and organisation", []Applied{{org, refused, "", `organisation "acme"`}, {tpm, refused, "tokens", ""}},
+			`client "k1" exceeded policy "key-tpm" (1000 tokens per 1m), and organisation "acme" exceeded its policy "org-rpm" (10 requests per 1m); retry after 2 s`},
+		{"key only, as ever", []Applied{{tpm, refused, "tokens", ""}},
+			`client "k1" exceeded policy "key-tpm" (1000 tokens per 1m); retry after 2 s`},
+	} {
+		p := QuotaExceeded("k1", c.ds)
+		if !strings.HasPrefix(p.Detail, c.detail) {
+			t.Errorf("%s: detail %q, want it to start %q", c.name, p.Detail, c.detail)
+		}
+		if p.Client != "k1" || len(p.ViolatedPolicies) == 0 {
+			t.Errorf("%s: client %q, violated %v", c.name, p.Client, p.ViolatedPolicies)
+		}
+		p.Shape = ShapeOpenAI
+		var e struct{ Error struct{ Message string } }
+		if err := json.Unmarshal(p.AppendJSON(nil), &e); err != nil || e.Error.Message != p.Detail {
+			t.Errorf("%s: OpenAI's message %q (%v), want the detail", c.name, e.Error.Message, err)
 		}
 	}
 }

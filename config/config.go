@@ -88,6 +88,12 @@ type Config struct {
 	// Models are the models' prices and policies, for usage routes (config/usage.go).
 	Models []*Model
 
+	// Organisations and Teams group clients above themselves: a request of a client is charged
+	// at every level it belongs to (config/levels.go). In file order.
+	Organisations []*Group
+	Teams         []*Group
+	orgs, teams   map[string]*Group // by name
+
 	policies  map[string]*Policy
 	models    map[string]*Model // Models by name
 	byName    map[string]*Client
@@ -244,6 +250,21 @@ type Client struct {
 
 	index      int        // in Config.Clients
 	resolution resolution // Policy (or DefaultPolicy) resolved
+
+	// Team and Organisation name the groups whose policies charge the client's requests too
+	// (config/levels.go); "" none. A client in a team is in the team's organisation.
+	Team         string
+	Organisation string
+	levels       [2][]AppliedPolicy // its groups' policies: [0] on other routes, [1] on usage routes
+}
+
+// Group is an organisation or a team: a name its policies count under for all its clients
+// (config/levels.go).
+type Group struct {
+	Name         string   // [A-Za-z0-9._-]+, unique among its kind
+	Organisation string   // a team's organisation; "" none (and always, for an organisation)
+	Policy       []string // its policies
+	Line         int
 }
 
 // Route gives requests by method and path prefix a cost, and optionally their own policies or
@@ -415,6 +436,11 @@ type AppliedPolicy struct {
 	// Unit is what the policy counts here: requests, or on a usage route tokens or
 	// micro-dollars (never UnitDefault).
 	Unit Unit
+
+	// Level is whom the limit counts for when that is not the client itself, as answers name it
+	// (team "ml", organisation "acme"); "" the client (config/levels.go). Key is then the
+	// group's.
+	Level string
 }
 
 // resolution is a list of policies resolved for one case, in both shapes the gateway asks for.
@@ -553,6 +579,18 @@ func (c *Config) ClientByAPIKey(key string) (*Client, bool) {
 func (c *Config) ClientBySubject(subject string) (*Client, bool) {
 	cl, ok := c.bySubject[subject]
 	return cl, ok
+}
+
+// TeamByName returns the team called name.
+func (c *Config) TeamByName(name string) (*Group, bool) {
+	g, ok := c.teams[name]
+	return g, ok
+}
+
+// OrganisationByName returns the organisation called name.
+func (c *Config) OrganisationByName(name string) (*Group, bool) {
+	g, ok := c.orgs[name]
+	return g, ok
 }
 
 // Route returns the route of a request: among the routes whose path_prefix starts path, the

@@ -416,6 +416,7 @@ func (p *parser) clients(n *yaml.Node, c *Config, r *refs) {
 		if n := p.get(m, "policy"); n != nil {
 			r.lists = append(r.lists, refList{path, "policy", p.names(n, path, "policy"), &cl.Policy})
 		}
+		p.clientGroups(m, path, cl, c) // team, organisation (config/levels.go)
 		if ok {
 			c.byName[name] = cl
 			c.Clients = append(c.Clients, cl)
@@ -553,6 +554,7 @@ func (p *parser) resolveAll(c *Config, r *refs) {
 	c.defaults = c.resolution(c.DefaultPolicy, "", false)
 	for _, cl := range c.Clients {
 		cl.resolution = c.clientResolution(cl, "", false)
+		c.resolveLevels(cl) // its team's and organisation's policies (config/levels.go)
 	}
 	p.usageResolutions(c, r) // (config/usage.go)
 	for _, rt := range c.Routes {
@@ -600,6 +602,9 @@ func (p *parser) resolveAll(c *Config, r *refs) {
 			for _, cl := range c.Clients {
 				checkAll(&cl.resolution)
 			}
+		}
+		for _, cl := range c.Clients { // (its groups' policies apply on every route)
+			checkAll(&resolution{applied: c.LevelsFor(cl, rt)})
 		}
 	}
 	c.sortRoutes()

@@ -119,6 +119,9 @@ func (c *Config) CheckClient(cl *Client, others func(yield func(*Client) bool)) 
 			return fieldErr(fmt.Sprintf("policy[%d]", i), "%q is not a policy (%s)", name, c.knownPolicies())
 		}
 	}
+	if err := c.checkClientGroups(cl); err != nil { // (config/levels.go)
+		return err
+	}
 	return c.checkOverrides(cl)
 }
 
@@ -227,6 +230,7 @@ func (c *Config) WithClients(clients []*Client) (*Config, error) {
 			n.bySubject[cl.JWTSubject] = &cl
 		}
 		cl.resolution = n.clientResolution(&cl, "", false)
+		n.resolveLevels(&cl) // its team's and organisation's policies (config/levels.go)
 		n.Clients[i] = &cl
 	}
 	n.Routes = make([]*Route, len(c.Routes))

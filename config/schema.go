@@ -64,7 +64,7 @@ func decodeYAML(data []byte, name string) (root *yaml.Node, e *Error) {
 
 // Field names, in the order docs/config.md lists them.
 var (
-	topFields      = []string{"listen", "admin_listen", "upstream", "tls", "store", "identity", "policies", "default_policy", "clients", "routes", "models", "limits", "server", "rls", "forward_auth", "log", "admin", "tracing", "load_shedding"}
+	topFields      = []string{"listen", "admin_listen", "upstream", "tls", "store", "identity", "policies", "default_policy", "organisations", "teams", "clients", "routes", "models", "limits", "server", "rls", "forward_auth", "log", "admin", "tracing", "load_shedding"}
 	tlsFields      = []string{"cert_file", "key_file"}
 	adminTLSFields = []string{"cert_file", "key_file", "client_ca_file"}
 	storeFields    = []string{"type", "addrs", "url", "username", "password", "password_env", "prefix", "timeout", "slow_timeout", "on_error", "local_share", "fleet", "max_keys", "refusal_cache", "sentinel", "replicas_ack", "replicas_ack_timeout", "settle_retry_for"}
@@ -75,7 +75,7 @@ var (
 	jwtFields      = []string{"header", "algorithms", "secret_env", "public_key_file", "claim", "issuer", "audience", "leeway"}
 	ipFields       = []string{"trusted_proxies", "ipv4_prefix", "ipv6_prefix", "forwarded_header"}
 	policyFields   = []string{"name", "algorithm", "limit", "period", "burst", "dry_run", "key_by", "local_budget", "calendar", "time_zone", "lease", "counts"}
-	clientFields   = []string{"name", "api_key_sha256", "jwt_subject", "policy"}
+	clientFields   = []string{"name", "api_key_sha256", "jwt_subject", "policy", "team", "organisation"}
 	routeFields    = []string{"method", "path_prefix", "cost", "policy", "scope", "cost_from", "count_only", "refund_on", "priority", "usage"}
 	limitsFields   = []string{"max_delay", "legacy_headers"}
 	serverFields   = []string{"body_timeout", "body_min_rate", "body_memory", "drain_timeout", "shutdown_delay"}
@@ -168,6 +168,7 @@ func (p *parser) config(root *yaml.Node) *Config {
 	if n := p.get(m, "default_policy"); n != nil {
 		r.lists = append(r.lists, refList{"", "default_policy", p.names(n, "", "default_policy"), &c.DefaultPolicy})
 	}
+	p.groups(m, c, &r) // organisations and teams (config/levels.go)
 	if n := p.get(m, "clients"); n != nil {
 		p.clients(n, c, &r)
 	}

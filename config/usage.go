@@ -7,6 +7,7 @@ package config
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -411,6 +412,7 @@ func (p *parser) usageResolutions(c *Config, r *refs) {
 				names = append(names, cl.resolutionNames(c)...)
 			}
 		}
+		names = append(slices.Clip(names), c.groupPolicyNames()...) // (theirs apply on every route)
 		// (A model's own policy smaller than the cap refuses that model's large requests with a
 		// 400 that says so, as a provider answers a request too large for its model.)
 		seen := map[string]bool{}

@@ -221,7 +221,7 @@ func (d *Decider) DecideInto(ctx context.Context, req *Request, v *Verdict) {
 		return
 	}
 	for i := range req.Limits {
-		v.Decisions[i] = answer.Applied{Policy: req.Limits[i].Policy, Decision: out[i], Unit: req.Limits[i].Unit.Noun()}
+		v.Decisions[i] = answer.Applied{Policy: req.Limits[i].Policy, Decision: out[i], Unit: req.Limits[i].Unit.Noun(), Level: req.Limits[i].Level}
 		v.Decisions[i].Policy.Name = req.Limits[i].PolicyName
 	}
 	if err := d.charge(ctx, req, allowed, out); err != nil {
@@ -323,7 +323,7 @@ func failure(req *Request, err error) answer.Problem {
 			if algorithm.CheckCost(&l.Policy, c, &d) != nil {
 				p := l.Policy
 				p.Name = l.PolicyName
-				return answer.CostExceedsLimit(req.Who.Client, answer.Applied{Policy: p, Decision: d, Unit: l.Unit.Noun()}, c)
+				return answer.CostExceedsLimit(req.Who.Client, answer.Applied{Policy: p, Decision: d, Unit: l.Unit.Noun(), Level: l.Level}, c)
 			}
 		}
 		return answer.BadRequest("the request's cost cannot be decided")

@@ -137,10 +137,16 @@ func (p *Policies) Named(who identity.Identity, client *config.Client, policy st
 	return req, true
 }
 
-// limits returns the Limits of the policies that apply to client on route. They are made once
-// per configuration and shared by every request: do not modify them.
+// limits returns the Limits of the policies that apply to client on route: its own, then those of
+// the levels above it (its team's, its organisation's: config.LevelsFor), all decided together.
+// They are made once per configuration and shared by every request: do not modify them (a client
+// in a group gets a new slice, the two joined).
 func (p *Policies) limits(client *config.Client, route *config.Route) []Limit {
-	return p.cfg.AppliedPoliciesFor(client, route)
+	own := p.cfg.AppliedPoliciesFor(client, route)
+	if levels := p.cfg.LevelsFor(client, route); len(levels) > 0 {
+		return append(slices.Clip(own), levels...)
+	}
+	return own
 }
 
 // Chain builds the identity sources of cfg, in order.
