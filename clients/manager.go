@@ -304,7 +304,8 @@ func earliest(a, b time.Time) time.Time {
 // else its plan's), and its overrides by precedence (its own, the rules, its plan's). next is
 // lowered to the earliest key expiry ahead.
 func (m *Manager) resolve(base *config.Config, name string, rec *Client, rules []namedRule, now time.Time, next *time.Time) (*config.Client, error) {
-	cl := &config.Client{Name: name, JWTSubject: rec.JWTSubject, Policy: rec.Policy, Plan: rec.Plan, Source: config.SourceAPI}
+	cl := &config.Client{Name: name, JWTSubject: rec.JWTSubject, Policy: rec.Policy, Plan: rec.Plan, Source: config.SourceAPI,
+		Team: rec.Team, Organisation: rec.Organisation}
 	for _, k := range rec.Keys {
 		if expired(k.Expires, now) {
 			continue
