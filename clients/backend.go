@@ -61,14 +61,15 @@ const MemoryAuditKeep = 10000
 // answered) and rewrites compacted when it holds more than twice the lines it needs. So the
 // records survive a restart. Without a file they live as long as the process.
 type MemoryBackend struct {
-	mu      sync.Mutex
-	path    string
-	file    *os.File // the journal, open for appending; nil without a path
-	lines   int      // in the journal
-	version int64
-	records map[string]Entry
-	changed map[string]int64 // field -> the version that last wrote it (deletes too)
-	audit   []AuditEntry     // oldest first, at most MemoryAuditKeep
+	mu       sync.Mutex
+	path     string
+	file     *os.File // the journal, open for appending; nil without a path
+	lines    int      // in the journal
+	version  int64
+	records  map[string]Entry
+	changed  map[string]int64 // field -> the version that last wrote it (deletes too)
+	audit    []AuditEntry     // oldest first, at most MemoryAuditKeep
+	readOnly bool
 }
 
 // journalLine is one write in MemoryBackend's journal.
@@ -81,8 +82,18 @@ type journalLine struct {
 }
 
 // NewMemoryBackend returns a MemoryBackend, replaying path's journal (if path is not "") when
-// it exists. Close it to close the journal.
+// it exists. Close it to close the journal. One process at a time may have a journal open so.
 func NewMemoryBackend(path string) (*MemoryBackend, error) {
+	return openMemoryBackend(path, false)
+}
+
+// ReadMemoryBackend returns path's records as NewMemoryBackend would, without writing to the
+// file ever (sluice check reads the journal of a running instance): its Write fails.
+func ReadMemoryBackend(path string) (*MemoryBackend, error) {
+	return openMemoryBackend(path, true)
+}
+
+func openMemoryBackend(path string, readOnly bool) (*MemoryBackend, error) {
 	m := &MemoryBackend{path: path, records: map[string]Entry{}, changed: map[string]int64{}}
 	if path == "" {
 		return m, nil
@@ -105,9 +116,13 @@ func NewMemoryBackend(path string) (*MemoryBackend, error) {
 		}
 		m.apply(j)
 	}
-	if m.lines > 2*len(m.records)+1000 || len(lines) > 0 && len(bytes.TrimSpace(lines[len(lines)-1])) > 0 {
+	switch {
+	case readOnly:
+		m.readOnly = true
+		return m, nil
+	case m.lines > 2*len(m.records)+1000 || len(lines) > 0 && len(bytes.TrimSpace(lines[len(lines)-1])) > 0:
 		err = m.compact()
-	} else {
+	default:
 		m.file, err = os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
 	}
 	if err != nil {
@@ -247,6 +262,9 @@ func (m *MemoryBackend) Write(_ context.Context, field string, expect int64, dat
 	}
 	if data == nil && !ok {
 		return 0, ErrNotFound
+	}
+	if m.readOnly {
+		return 0, errors.New("clients file: opened to read only")
 	}
 	j := journalLine{Version: m.version + 1, Field: field, Data: data, At: time.Now().UTC(), Audit: audit}
 	if m.path != "" {

@@ -15,6 +15,7 @@ package config
 import (
 	"crypto"
 	"crypto/sha256"
+	"crypto/subtle"
 	"encoding/hex"
 	"fmt"
 	"log/slog"
@@ -374,6 +375,10 @@ type Admin struct {
 	// /v1/forward-auth (which trusts only trusted_proxies) must carry: Authorization: Bearer TOKEN.
 	Token    Secret
 	TokenEnv string // the environment variable it was read from
+	// Tokens are more bearer tokens, each with a name, that the admin listener takes as it takes
+	// Token: the clients API's audit trail says who wrote by the token's name (Token's is
+	// AdminTokenName).
+	Tokens []NamedToken
 	// MetricsListen, if set, is a listener of its own serving only /metrics (and /healthz),
 	// without the token, for scrapers that should reach nothing else.
 	MetricsListen string
@@ -388,6 +393,34 @@ type Admin struct {
 	// (one GET of the registry's version); default DefaultClientsPoll.
 	ClientsPoll time.Duration
 }
+
+// NamedToken is one of admin.tokens.
+type NamedToken struct {
+	Name     string
+	Token    Secret
+	TokenEnv string
+}
+
+// AdminTokenName is the name admin.token_env's token writes under in the audit trail.
+const AdminTokenName = "admin"
+
+// AdminTokenFor returns the name of the admin token that token is (compared in constant time),
+// or "" if it is none of them.
+func (a *Admin) AdminTokenFor(token string) string {
+	name := ""
+	if !a.Token.IsZero() && subtle.ConstantTimeCompare([]byte(token), []byte(a.Token.Value())) == 1 {
+		name = AdminTokenName
+	}
+	for _, t := range a.Tokens {
+		if subtle.ConstantTimeCompare([]byte(token), []byte(t.Token.Value())) == 1 && name == "" {
+			name = t.Name
+		}
+	}
+	return name
+}
+
+// HasToken reports whether the admin listener takes tokens (admin.token_env or admin.tokens).
+func (a *Admin) HasToken() bool { return !a.Token.IsZero() || len(a.Tokens) > 0 }
 
 // DefaultClientsPoll is admin.clients_poll's default.
 const DefaultClientsPoll = 100 * time.Millisecond

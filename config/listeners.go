@@ -505,6 +505,34 @@ func (p *parser) admin(n *yaml.Node, a *Admin) {
 	if n := p.get(m, "tls"); n != nil {
 		a.TLS = p.tls(n, path+".tls", adminTLSFields)
 	}
+	if n := p.get(m, "tokens"); n != nil {
+		seen := map[string]*yaml.Node{}
+		p.listItems(n, "admin.tokens", func(i int, item *yaml.Node, tm *mapping) {
+			tpath := fmt.Sprintf("admin.tokens[%d]", i)
+			p.checkKnown(tm, tpath, "name", "token_env")
+			var t NamedToken
+			if nn := p.get(tm, "name"); nn == nil {
+				p.errorf(item, tpath, nil, "name is required: it says who wrote in the clients API's audit trail")
+			} else if s, ok := p.str(nn, tpath, "name"); ok {
+				switch {
+				case !clientNameRE.MatchString(s) || len(s) > 64:
+					p.errorf(nn, tpath, nil, "name %q must be 1 to 64 of A-Z, a-z, 0-9, '.', '_' and '-'", s)
+				case s == AdminTokenName:
+					p.errorf(nn, tpath, nil, "name %q is admin.token_env's; give this token another", s)
+				case seen[s] != nil:
+					p.errorf(nn, tpath, nil, "name %q is already a token's at line %d", s, seen[s].Line)
+				default:
+					seen[s], t.Name = nn, s
+				}
+			}
+			if en := p.get(tm, "token_env"); en == nil {
+				p.errorf(item, tpath, nil, "token_env is required: the environment variable that holds the token")
+			} else {
+				t.TokenEnv, t.Token = p.env(en, tpath, "token_env", "admin token")
+			}
+			a.Tokens = append(a.Tokens, t)
+		})
+	}
 	if n := p.get(m, "clients_file"); n != nil {
 		if s, ok := p.str(n, path, "clients_file"); ok {
 			if s == "" {

@@ -85,7 +85,7 @@ var (
 	retryFields    = []string{"initial", "max"}
 	faFields       = []string{"refused_status"}
 	logFields      = []string{"format", "level", "access"}
-	adminFields    = []string{"token_env", "metrics_listen", "tls", "clients_file", "clients_poll"}
+	adminFields    = []string{"token_env", "tokens", "metrics_listen", "tls", "clients_file", "clients_poll"}
 	tracingFields  = []string{"otlp_endpoint", "otlp_protocol", "sample", "service_name"}
 	accessFields   = []string{"sample", "per_second"}
 	budgetFields   = []string{"size", "max_age"}

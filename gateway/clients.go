@@ -1,7 +1,6 @@
 package gateway
 
 import (
-	"crypto/subtle"
 	"net/http"
 
 	"github.com/sluicehq/sluice/clients"
@@ -62,14 +61,14 @@ func (s *Server) refresh() error {
 // changes who is limited and how, and a listener without a token lets anyone who reaches it in.
 func (s *Server) writer(r *http.Request) (who, why string) {
 	a := s.cfg.Load().Admin
-	if a.Token.IsZero() {
-		return "", "the clients API's writes need an admin token: set admin.token_env (and send Authorization: Bearer TOKEN); reads work without one"
+	if !a.HasToken() {
+		return "", "the clients API's writes need an admin token: set admin.token_env or admin.tokens (and send Authorization: Bearer TOKEN); reads work without one"
 	}
-	got, ok := identity.BearerToken(r.Header.Get("Authorization"))
-	if ok && subtle.ConstantTimeCompare([]byte(got), []byte(a.Token.Value())) == 1 {
-		return "admin", ""
+	got, _ := identity.BearerToken(r.Header.Get("Authorization"))
+	if who := a.AdminTokenFor(got); who != "" {
+		return who, ""
 	}
-	return "", "the admin listener wants Authorization: Bearer TOKEN (admin.token_env)"
+	return "", "the admin listener wants Authorization: Bearer TOKEN (admin.token_env or admin.tokens)"
 }
 
 // ClientsStatus is what the Server runs of the clients API's records (nil: it has none).

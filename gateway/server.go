@@ -2,7 +2,6 @@ package gateway
 
 import (
 	"context"
-	"crypto/subtle"
 	"crypto/tls"
 	"encoding/json"
 	"errors"
@@ -490,12 +489,12 @@ func (s *Server) unauthorized(r *http.Request) string {
 	if a.TLS != nil && a.TLS.ClientCAFile != "" && (r.TLS == nil || len(r.TLS.VerifiedChains) == 0) {
 		return "the admin listener wants a client certificate signed by a CA of admin.tls.client_ca_file"
 	}
-	if a.Token.IsZero() {
+	if !a.HasToken() {
 		return ""
 	}
 	got, ok := identity.BearerToken(r.Header.Get("Authorization"))
-	if !ok || subtle.ConstantTimeCompare([]byte(got), []byte(a.Token.Value())) != 1 {
-		return "the admin listener wants Authorization: Bearer TOKEN (admin.token_env)"
+	if !ok || a.AdminTokenFor(got) == "" {
+		return "the admin listener wants Authorization: Bearer TOKEN (admin.token_env or admin.tokens)"
 	}
 	return ""
 }
