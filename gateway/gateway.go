@@ -273,7 +273,7 @@ func (o observer) Decided(req *decision.Request, v *decision.Verdict, took time.
 		}
 	}
 	m.latency.Observe(took.Seconds())
-	now := time.Now()
+	now := m.now()
 	early, wasEarly := o.g.retries.earlyBy(req.Who.Key, now)
 	if wasEarly {
 		m.earlyRetries.WithLabelValues(req.Client).Inc()
@@ -292,6 +292,7 @@ func (o observer) Decided(req *decision.Request, v *decision.Verdict, took time.
 		m.holds.Observe(v.Hold.Seconds())
 	}
 	m.activity.record(req.Client, outcome, now, retryAt)
+	m.needs.decided(req, v, now)
 	m.diag.decided(req, v, now, early, wasEarly)
 }
 

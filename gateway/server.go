@@ -452,6 +452,7 @@ func (s *Server) Admin() http.Handler {
 	})
 	mux.HandleFunc("POST /v1/check", s.check)
 	mux.HandleFunc("GET /v1/stats", s.stats)
+	mux.HandleFunc("GET /v1/clients/{name}/needs", s.clientNeeds) // needs_whatif.go
 	mux.Handle("GET /operator/", http.StripPrefix("/operator/", operator.Handler()))
 	for _, m := range s.mounts {
 		mux.Handle(m.pattern, m.h)
