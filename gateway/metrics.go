@@ -37,8 +37,8 @@ type Metrics struct {
 	// CounterVec hashes the labels and takes a lock on every request.
 	byPolicy cowMap[[2]string, *resultCounters]
 
-	activity  *activity     // per client, for the operator page
-	needs     *needs        // per client and policy, what it uses of its limits (needs.go)
+	activity  *activity // per client, for the operator page
+	needs     *needs    // per client and policy, what it uses of its limits (needs.go)
 	now       func() time.Time
 	diag      *diagnosis    // the operator page's diagnosis (diagnosis.go)
 	fallbacks atomic.Uint64 // decisions made by a failure mode (fail-open, local), not the store
