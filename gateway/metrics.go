@@ -37,11 +37,11 @@ type Metrics struct {
 	// CounterVec hashes the labels and takes a lock on every request.
 	byPolicy cowMap[[2]string, *resultCounters]
 
-	activity  *activity // per client, for the operator page
-	needs     *needs    // per client and policy, what it uses of its limits (needs.go)
-	now       func() time.Time
-	diag      *diagnosis    // the operator page's diagnosis (diagnosis.go)
-	fallbacks atomic.Uint64 // decisions made by a failure mode (fail-open, local), not the store
+	activity  *activity        // per client, for the operator page
+	needs     *needs           // per client and policy, what it uses of its limits (needs.go)
+	now       func() time.Time // when decisions are recorded (time.Now; a test's virtual clock)
+	diag      *diagnosis       // the operator page's diagnosis (diagnosis.go)
+	fallbacks atomic.Uint64    // decisions made by a failure mode (fail-open, local), not the store
 	// unavailable counts requests answered 503 because the store could not decide
 	// (StoreStats.Unavailable; sluice_undecided_total has them by kind).
 	unavailable atomic.Uint64
