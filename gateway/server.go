@@ -430,8 +430,8 @@ func (s *Server) AdminServer() *http.Server {
 
 // Admin returns the admin listener's handler: /metrics (Prometheus), /healthz (the process is
 // up), /readyz (decisions go to the store), POST /v1/check (the decision API), /v1/forward-auth
-// (proxies' auth sub-requests), GET /v1/stats and the operator page that shows them (/operator/),
-// and the browser simulation (/).
+// (proxies' auth sub-requests), GET /v1/stats and GET /v1/clients/{name}/needs and the operator
+// page that shows them (/operator/), and the browser simulation (/).
 func (s *Server) Admin() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.registry, promhttp.HandlerOpts{EnableOpenMetrics: true}))
