@@ -23,7 +23,8 @@ import (
 //
 //   - at most maxNeedsClients clients: a new one beyond them takes the place of the least
 //     recently active one (whose record is lost);
-//   - at most maxNeedsPolicies policies per client (any further policy of a client is not kept);
+//   - at most maxNeedsPolicies policies per client: a further one (after a reload that renamed
+//     them) takes the place of the client's least recently used;
 //   - per client and policy (a needSeries): needsDays per-day histograms of needsBuckets 4-byte
 //     counts (a window's use in one of them, within 12.5%), and, for the last day, at most
 //     needsMinutes minute pages of needPageBytes (a minute page is made the first time the
@@ -40,6 +41,8 @@ type needs struct {
 	clients atomic.Pointer[map[string]*clientNeeds]
 	mu      sync.Mutex // serialises adding and evicting clients
 	max     int        // maxNeedsClients, but for a test
+	// replays bounds the what-ifs replaying at once (maxReplays); the others wait their turn.
+	replays chan struct{}
 }
 
 // anonymousClient is the one name of every client that is not configured.
@@ -55,6 +58,8 @@ const (
 	needPageBytes    = 144 // unsafe.Sizeof(needPage{}), checked by a test
 	// needsMinWindows is how many windows with use a series needs before it is flagged.
 	needsMinWindows = 30
+	// maxReplays is how many what-ifs replay at once (each up to sim.MaxRequests decisions).
+	maxReplays = 2
 )
 
 // clientNeeds is one client's series, one per policy (by its configured name).
@@ -67,7 +72,8 @@ type clientNeeds struct {
 
 // needSeries is one client's use of one policy.
 type needSeries struct {
-	name string // the policy's configured name
+	name   string       // the policy's configured name
+	active atomic.Int64 // µs of its latest request: when full, the client's least recently used is replaced
 
 	mu        sync.Mutex
 	policy    sluice.Policy // as the latest request saw it (a reload may change it)
@@ -100,7 +106,9 @@ type needPage struct {
 	reqs    [60]uint16
 }
 
-func newNeeds() *needs { return &needs{max: maxNeedsClients} }
+func newNeeds() *needs {
+	return &needs{max: maxNeedsClients, replays: make(chan struct{}, maxReplays)}
+}
 
 // client returns name's record, made (evicting the least recently active beyond the bound) if
 // it has none.
@@ -146,8 +154,8 @@ func (n *needs) lookup(name string) *clientNeeds {
 	return nil
 }
 
-// seriesOf returns the client's series of policy, made if it has none and there is room; nil if
-// there is none.
+// seriesOf returns the client's series of policy, made (create) if it has none; nil if it has
+// none and create is false.
 func (c *clientNeeds) seriesOf(policy string, create bool) *needSeries {
 	for i := range c.series {
 		s := c.series[i].Load()
@@ -163,18 +171,24 @@ func (c *clientNeeds) seriesOf(policy string, create bool) *needSeries {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	oldest := 0
 	for i := range c.series {
 		s := c.series[i].Load()
 		if s == nil {
-			s = &needSeries{name: policy}
-			c.series[i].Store(s)
-			return s
+			oldest = i
+			break
 		}
 		if s.name == policy {
 			return s
 		}
+		if s.active.Load() < c.series[oldest].Load().active.Load() {
+			oldest = i
+		}
 	}
-	return nil // full: maxNeedsPolicies
+	// A free slot, or (full: a reload renamed the client's policies) the least recently used one's.
+	s := &needSeries{name: policy}
+	c.series[oldest].Store(s)
+	return s
 }
 
 // all returns the client's series, in the order first seen.
@@ -207,9 +221,6 @@ func (n *needs) decided(req *decision.Request, v *decision.Verdict, now time.Tim
 			continue
 		}
 		s := c.seriesOf(l.PolicyName, true)
-		if s == nil {
-			continue
-		}
 		agg := req.Client == anonymousClient || l.Key != ""
 		s.add(us, &l.Policy, l.DryRun, agg, req.LimitCost(i), passed && a.Decision.Allowed, !a.Decision.Allowed)
 	}
@@ -219,6 +230,9 @@ func (n *needs) decided(req *decision.Request, v *decision.Verdict, now time.Tim
 func (s *needSeries) add(us int64, p *sluice.Policy, dryRun, aggregate bool, cost int64, consumed, refused bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.active.Load() < us {
+		s.active.Store(us)
+	}
 	s.policy, s.dryRun, s.aggregate = *p, dryRun, aggregate
 	if !s.open || us >= s.winEnd {
 		// A new window (a request a moment late for the current one counts in it).

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -332,6 +333,36 @@ func TestNeedsBounded(t *testing.T) {
 	}
 	if code, _ := getJSON(t, admin+fmt.Sprintf("/v1/clients/runtime-%03d/needs", extra-1), &r); code != 200 || len(r.Policies) != 1 || r.Policies[0].Offered != 1 {
 		t.Fatalf("the latest client: %d %+v", code, r)
+	}
+}
+
+// A client keeps at most four policies: a fifth (a reload renamed them) takes the place of the
+// least recently used one.
+func TestNeedsPolicySlots(t *testing.T) {
+	t.Parallel()
+	srv, clock, admin := clockedServer(t, nil)
+	c, _ := srv.Config().ClientByName("busy")
+	req, _ := gateway.PoliciesOf(srv).Named(identity.Identity{Client: "busy", Key: "busy"}, c, "")
+	v := srv.Decide(context.Background(), &req)
+	defer v.Release()
+	for i := 0; i < 6; i++ {
+		clock.Advance(time.Second)
+		renamed := req
+		renamed.Limits = slices.Clone(req.Limits) // (shared by every request: not modified)
+		renamed.Limits[0].PolicyName = fmt.Sprintf("tight-%d", i)
+		gateway.RecordNeeds(srv, &renamed, &v, clock.Now())
+	}
+	var r gateway.NeedsReport
+	getJSON(t, admin+"/v1/clients/busy/needs", &r)
+	var names []string
+	for _, p := range r.Policies {
+		if p.Recorded {
+			names = append(names, p.Policy)
+		}
+	}
+	// tight (the first decision), tight-0 and tight-1 made room for tight-3, tight-4 and tight-5.
+	if got := strings.Join(names, ","); got != "tight-2,tight-3,tight-4,tight-5" {
+		t.Fatalf("kept policies: %s", got)
 	}
 }
 

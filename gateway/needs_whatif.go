@@ -207,6 +207,12 @@ func (s *Server) clientNeeds(w http.ResponseWriter, r *http.Request) {
 		needsProblem(w, http.StatusBadRequest, field, err.Error())
 		return
 	}
+	select {
+	case s.metrics.needs.replays <- struct{}{}:
+		defer func() { <-s.metrics.needs.replays }()
+	case <-r.Context().Done():
+		return // the asker left while others replayed
+	}
 	res, err := series.whatIf(proposed, now.UnixMicro())
 	if err != nil {
 		needsProblem(w, http.StatusBadRequest, "policy", "replaying the kept day: "+err.Error())
