@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math/bits"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -490,25 +491,33 @@ func flags(p PolicyNeeds) []NeedsFlag {
 	return out
 }
 
-// windowName names what a policy's use is counted per: its period, or its calendar window.
+// windowName names what a policy's use is counted per: its period, as a Go duration without
+// its zero minutes and seconds ("1m", "1h", "1h30m", "1.5s"), or its calendar window ("day").
 func windowName(p sluice.Policy) string {
 	if p.Calendar != sluice.NoCalendar {
 		return p.Calendar.String()
 	}
-	return p.Period.String()
+	w := p.Period.String() // 1h0m0s, 1m0s, 1h30m0s, 1.5s, 90ms
+	if t, ok := strings.CutSuffix(w, "m0s"); ok {
+		w = t + "m"
+	}
+	if t, ok := strings.CutSuffix(w, "h0m"); ok {
+		w = t + "h"
+	}
+	return w
 }
 
-// shortWindow writes a window name as a rate's unit: 1m0s as "min", 1s as "s", 1h0m0s as "h",
-// 24h0m0s as "day"; any other as it is.
+// shortWindow writes a window name as a rate's unit: 1m as "min", 1s as "s", 1h as "h", 24h as
+// "day"; any other as it is.
 func shortWindow(w string) string {
 	switch w {
 	case "1s":
 		return "s"
-	case "1m0s":
+	case "1m":
 		return "min"
-	case "1h0m0s":
+	case "1h":
 		return "h"
-	case "24h0m0s":
+	case "24h":
 		return "day"
 	}
 	return w

@@ -194,7 +194,7 @@ func TestNeedsRecordedDay(t *testing.T) {
 	}
 
 	steady := need("steady")
-	if steady.Policy != "roomy" || steady.Limit != 1000 || steady.Window != "1m0s" || steady.Peak != 10 || steady.P99 != 10 ||
+	if steady.Policy != "roomy" || steady.Limit != 1000 || steady.Window != "1m" || steady.Peak != 10 || steady.P99 != 10 ||
 		steady.Windows != minutes-1 || steady.Current != 10 || steady.Refused != 0 || steady.Offered != 10*minutes {
 		t.Fatalf("steady: %+v", steady)
 	}
@@ -237,7 +237,7 @@ func TestNeedsRecordedDay(t *testing.T) {
 		t.Fatalf("what-if at 130: %+v, want none refused", enough)
 	}
 	// A period and an algorithm of its own: 200 per 2 minutes holds every burst.
-	if w := whatIf("busy", "policy=tight&limit=200&period=2m&algorithm=sliding-window"); w.WouldRefuse >= int64(busyRefused) || w.Proposed.Window != "2m0s" {
+	if w := whatIf("busy", "policy=tight&limit=200&period=2m&algorithm=sliding-window"); w.WouldRefuse >= int64(busyRefused) || w.Proposed.Window != "2m" {
 		t.Fatalf("what-if of 200 per 2m, sliding: %+v", w)
 	}
 	if w := whatIf("steady", "policy=roomy&limit=5"); w.WouldRefuse != 5*minutes {

@@ -194,7 +194,7 @@
   // its limit, and its flags, for the clients /v1/stats lists; fetched every 10 s, not every poll.
   const NEEDS_EVERY = 10000;
   let needsAt = -Infinity, needsBusy = false;
-  const perWindow = (w) => "/" + ({ "1s": "s", "1m0s": "min", "1h0m0s": "h", "24h0m0s": "day" }[w] || w);
+  const perWindow = (w) => "/" + ({ "1s": "s", "1m": "min", "1h": "h", "24h": "day" }[w] || w);
   const needsURL = (client) => "../v1/clients/" + encodeURIComponent(client) + "/needs";
 
   async function loadNeeds(clients) {
