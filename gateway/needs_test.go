@@ -292,6 +292,28 @@ func TestNeedsBounded(t *testing.T) {
 	srv, clock, admin := clockedServer(t, nil)
 	var wg sync.WaitGroup
 	const workers, each = 16, 100_000 / 16
+	// A reader asks for the report all the while (it reads what the writers change).
+	done, read := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(read)
+		for {
+			resp, err := http.Get(admin + "/v1/clients/anonymous/needs")
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			resp.Body.Close()
+			if resp.StatusCode != 200 {
+				t.Errorf("the report while recording: %d", resp.StatusCode)
+				return
+			}
+			select {
+			case <-done:
+				return
+			default:
+			}
+		}
+	}()
 	for w := 0; w < workers; w++ {
 		wg.Add(1)
 		go func() {
@@ -302,6 +324,8 @@ func TestNeedsBounded(t *testing.T) {
 		}()
 	}
 	wg.Wait()
+	close(done)
+	<-read
 	clients, series, pages := gateway.NeedsKept(srv)
 	if clients != 1 || series != 1 || pages != 1 {
 		t.Fatalf("after %d anonymous addresses: %d clients, %d series, %d pages kept; want 1 each", workers*each, clients, series, pages)
