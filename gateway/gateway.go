@@ -6,7 +6,8 @@
 //
 // A Gateway is one configuration; a Server swaps Gateways on reload without dropping requests.
 // The Server decides on a store its caller opened (cmd/sluice, the composition root): the
-// gateway imports no store and mounts no pages of its own.
+// gateway opens no store to decide on (a what-if of a client's needs replays in the simulator,
+// package sim, on a memory store of its own) and mounts no pages of its own.
 package gateway
 
 import (
