@@ -332,8 +332,9 @@ func TestNeedsBounded(t *testing.T) {
 	}
 	var r gateway.NeedsReport
 	getJSON(t, admin+"/v1/clients/anonymous/needs", &r)
-	if p := policyOf(t, r, "open"); !p.Aggregate || p.Offered != workers*each || len(p.Flags) != 0 {
-		t.Fatalf("anonymous: %+v, want every request in one aggregate series, no flags", p)
+	// A token bucket's use is counted per period: all of it in the one second they came in.
+	if p := policyOf(t, r, "open"); !p.Aggregate || p.Offered != workers*each || p.Window != "1s" || p.Current != workers*each || len(p.Flags) != 0 {
+		t.Fatalf("anonymous: %+v, want every request in one aggregate series, its second's use, no flags", p)
 	}
 	if code, detail := getJSON(t, admin+"/v1/clients/anonymous/needs?policy=open&limit=5", nil); code != 400 || !strings.HasPrefix(detail, "policy: ") {
 		t.Fatalf("a what-if of the anonymous aggregate: %d %q", code, detail)
