@@ -3,9 +3,11 @@ package gateway
 import (
 	"log/slog"
 	"time"
+	"unsafe"
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/config"
+	"github.com/sluicehq/sluice/decision"
 	"github.com/sluicehq/sluice/store/memory"
 	redisstore "github.com/sluicehq/sluice/store/redis"
 )
@@ -129,3 +131,50 @@ func SetWatchDelay(t interface{ Cleanup(func()) }, d time.Duration) {
 	watchDelay = d
 	t.Cleanup(func() { watchDelay = old })
 }
+
+// NewClockedServer is NewServer on a memory store that reads clock, with the Server's own
+// record of decisions (the operator page's activity, the clients' needs) on it too: a test
+// feeds it days of traffic without waiting.
+func NewClockedServer(cfg *config.Config, clock *sluice.ManualClock) (*Server, error) {
+	s, err := NewServer(cfg, "", Store{Store: memory.New(memory.WithClock(clock))}, slog.New(slog.DiscardHandler))
+	if err == nil {
+		s.metrics.now = clock.Now
+	}
+	return s, err
+}
+
+// NeedsKept returns how many clients the Server keeps needs of, and how many series (client and
+// policy) and minute pages they hold.
+func NeedsKept(s *Server) (clients, series, pages int) {
+	m := s.metrics.needs.clients.Load()
+	if m == nil {
+		return 0, 0, 0
+	}
+	for _, c := range *m {
+		for _, sr := range c.all() {
+			series++
+			sr.mu.Lock()
+			for _, pg := range sr.pages {
+				if pg != nil {
+					pages++
+				}
+			}
+			sr.mu.Unlock()
+		}
+	}
+	return len(*m), series, pages
+}
+
+// RecordNeeds records a decided request in the Server's needs, as its observer does.
+func RecordNeeds(s *Server, req *decision.Request, v *decision.Verdict, now time.Time) {
+	s.metrics.needs.decided(req, v, now)
+}
+
+// MaxNeedsClients is the most clients whose needs are kept.
+const MaxNeedsClients = maxNeedsClients
+
+// NeedPageBytes is the size the documentation gives a minute page, and its real size.
+func NeedPageBytes() (documented, real uintptr) { return needPageBytes, unsafe.Sizeof(needPage{}) }
+
+// PoliciesOf returns what the Server's running Gateway resolves requests with.
+func PoliciesOf(s *Server) *decision.Policies { return s.current.Load().policies }

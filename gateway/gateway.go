@@ -6,7 +6,8 @@
 //
 // A Gateway is one configuration; a Server swaps Gateways on reload without dropping requests.
 // The Server decides on a store its caller opened (cmd/sluice, the composition root): the
-// gateway imports no store and mounts no pages of its own.
+// gateway opens no store to decide on (a what-if of a client's needs replays in the simulator,
+// package sim, on a memory store of its own) and mounts no pages of its own.
 package gateway
 
 import (
@@ -273,7 +274,7 @@ func (o observer) Decided(req *decision.Request, v *decision.Verdict, took time.
 		}
 	}
 	m.latency.Observe(took.Seconds())
-	now := time.Now()
+	now := m.now()
 	early, wasEarly := o.g.retries.earlyBy(req.Who.Key, now)
 	if wasEarly {
 		m.earlyRetries.WithLabelValues(req.Client).Inc()
@@ -292,6 +293,7 @@ func (o observer) Decided(req *decision.Request, v *decision.Verdict, took time.
 		m.holds.Observe(v.Hold.Seconds())
 	}
 	m.activity.record(req.Client, outcome, now, retryAt)
+	m.needs.decided(req, v, now)
 	m.diag.decided(req, v, now, early, wasEarly)
 }
 

@@ -37,9 +37,11 @@ type Metrics struct {
 	// CounterVec hashes the labels and takes a lock on every request.
 	byPolicy cowMap[[2]string, *resultCounters]
 
-	activity  *activity     // per client, for the operator page
-	diag      *diagnosis    // the operator page's diagnosis (diagnosis.go)
-	fallbacks atomic.Uint64 // decisions made by a failure mode (fail-open, local), not the store
+	activity  *activity        // per client, for the operator page
+	needs     *needs           // per client and policy, what it uses of its limits (needs.go)
+	now       func() time.Time // when decisions are recorded (time.Now; a test's virtual clock)
+	diag      *diagnosis       // the operator page's diagnosis (diagnosis.go)
+	fallbacks atomic.Uint64    // decisions made by a failure mode (fail-open, local), not the store
 	// unavailable counts requests answered 503 because the store could not decide
 	// (StoreStats.Unavailable; sluice_undecided_total has them by kind).
 	unavailable atomic.Uint64
@@ -116,6 +118,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Help:    "The upstream's answers to forwarded requests, by status class (1xx..5xx), and how long each took to its header.",
 		Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30}}, []string{"class"})
 	m.activity = newActivity()
+	m.needs = newNeeds()
+	m.now = time.Now
 	m.diag = newDiagnosis()
 	m.settlements = newSettlements(reg)
 	m.shedding = newShedMetrics(reg)

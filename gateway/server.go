@@ -429,8 +429,8 @@ func (s *Server) AdminServer() *http.Server {
 
 // Admin returns the admin listener's handler: /metrics (Prometheus), /healthz (the process is
 // up), /readyz (decisions go to the store), POST /v1/check (the decision API), /v1/forward-auth
-// (proxies' auth sub-requests), GET /v1/stats and the operator page that shows them (/operator/),
-// and the browser simulation (/).
+// (proxies' auth sub-requests), GET /v1/stats and GET /v1/clients/{name}/needs and the operator
+// page that shows them (/operator/), and the browser simulation (/).
 func (s *Server) Admin() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.registry, promhttp.HandlerOpts{EnableOpenMetrics: true}))
@@ -451,6 +451,7 @@ func (s *Server) Admin() http.Handler {
 	})
 	mux.HandleFunc("POST /v1/check", s.check)
 	mux.HandleFunc("GET /v1/stats", s.stats)
+	mux.HandleFunc("GET /v1/clients/{name}/needs", s.clientNeeds) // needs_whatif.go
 	mux.Handle("GET /operator/", http.StripPrefix("/operator/", operator.Handler()))
 	for _, m := range s.mounts {
 		mux.Handle(m.pattern, m.h)

@@ -192,6 +192,115 @@
     }
   }
 
+  // Needs (GET /v1/clients/{name}/needs): each client's use per window of each policy beside
+  // its limit, and its flags, for the clients /v1/stats lists; fetched every 10 s, not every poll.
+  const NEEDS_EVERY = 10000;
+  let needsAt = -Infinity, needsBusy = false;
+  const perWindow = (w) => "/" + ({ "1s": "s", "1m": "min", "1h": "h", "24h": "day" }[w] || w);
+  const needsURL = (client) => "../v1/clients/" + encodeURIComponent(client) + "/needs";
+
+  async function loadNeeds(clients) {
+    if (needsBusy || performance.now() - needsAt < NEEDS_EVERY) return;
+    needsBusy = true;
+    try {
+      const all = [];
+      for (const c of clients) {
+        const r = await fetch(needsURL(c.client), { cache: "no-store" });
+        if (!r.ok) continue; // no longer kept (the least recently active beyond the bound)
+        const rep = await r.json();
+        for (const p of rep.policies) all.push({ client: rep.client, ...p });
+      }
+      renderNeeds(all);
+      needsAt = performance.now();
+    } finally {
+      needsBusy = false;
+    }
+  }
+
+  const needsNote = $("needs-note").textContent;
+
+  function renderNeeds(list) {
+    $("needs-note").textContent = needsNote;
+    const tbody = $("needs-table").tBodies[0];
+    tbody.replaceChildren();
+    if (list.length === 0) {
+      const td = cell(tbody.insertRow(), "no requests yet", "muted");
+      td.colSpan = 9;
+    }
+    const select = $("whatif-target");
+    const chosen = select.value;
+    select.replaceChildren();
+    for (const p of list) {
+      const tr = tbody.insertRow();
+      tr.dataset.client = p.client;
+      tr.dataset.policy = p.policy;
+      tr.dataset.flags = p.flags.map((f) => f.kind).join(" ");
+      const th = document.createElement("th");
+      th.scope = "row";
+      th.textContent = p.client;
+      tr.appendChild(th);
+      const per = perWindow(p.window);
+      cell(tr, p.policy + (p.dry_run ? " (dry run)" : ""));
+      cell(tr, p.limit + per, "n");
+      cell(tr, p.recorded ? p.peak + per : "—", "n");
+      cell(tr, p.recorded ? p.p99 + per : "—", "n");
+      cell(tr, p.recorded ? p.p50 + per : "—", "n");
+      cell(tr, String(p.windows), "n");
+      alarm(tr, p.refused);
+      const flags = cell(tr, p.aggregate ? "many keys: no flags" : "", "flags" + (p.aggregate ? " muted" : ""));
+      for (const f of p.flags) {
+        const b = document.createElement("span");
+        b.className = "badge " + (f.kind === "too_low" ? "limited" : "far");
+        b.dataset.kind = f.kind;
+        b.textContent = f.kind.replace("_", " ") + ": " + f.detail;
+        flags.appendChild(b);
+      }
+      if (p.recorded && !p.aggregate) {
+        const o = document.createElement("option");
+        o.value = JSON.stringify([p.client, p.policy]);
+        o.textContent = p.client + " · " + p.policy + " (" + p.limit + per + ")";
+        select.appendChild(o);
+      }
+    }
+    if ([...select.options].some((o) => o.value === chosen)) select.value = chosen;
+  }
+
+  // The what-if: the chosen client's last day replayed under the limit (and period) typed.
+  $("whatif").addEventListener("submit", async (e) => {
+    e.preventDefault();
+    const out = $("whatif-result");
+    out.className = "";
+    delete out.dataset.wouldRefuse;
+    if (!$("whatif-target").value) {
+      out.className = "failed";
+      out.textContent = "no client's use is kept yet";
+      return;
+    }
+    const [client, policy] = JSON.parse($("whatif-target").value);
+    const q = new URLSearchParams({ policy, limit: $("whatif-limit").value });
+    if ($("whatif-period").value.trim()) q.set("period", $("whatif-period").value.trim());
+    out.textContent = "replaying…";
+    try {
+      const r = await fetch(needsURL(client) + "?" + q, { cache: "no-store" });
+      const body = await r.json();
+      if (!r.ok) {
+        out.className = "failed";
+        out.textContent = body.detail || "GET " + r.status;
+        return;
+      }
+      const was = body.current, would = body.proposed;
+      out.dataset.wouldRefuse = String(body.would_refuse);
+      out.dataset.refusedAsRecorded = String(body.refused_as_recorded);
+      out.textContent = client + " · " + policy + ": at " + would.limit + perWindow(would.window) + " (" + would.algorithm + "), " +
+        body.would_refuse + " of its " + body.offered + " requests of the last day would have been refused; at " +
+        was.limit + perWindow(was.window) + ", " + body.refused_as_recorded + " were" +
+        (body.not_replayed > 0 ? " (" + body.not_replayed + " earlier requests not replayed)" : "");
+    } catch (err) {
+      out.className = "failed";
+      out.textContent = "cannot replay (" + err.message + ")";
+    }
+  });
+
   // settlementsLost is every settlement given up, whatever the reason (/v1/stats splits them).
   function settlementsLost(s) {
     return s.lost_deadline + s.lost_full + s.lost_shutdown + s.lost_refused;
@@ -364,6 +473,9 @@
       const st = await r.json();
       render(st);
       drawChart(st);
+      loadNeeds(st.clients).catch((e) => {
+        $("needs-note").textContent = "cannot read the clients' needs (" + e.message + "); retrying";
+      });
       $("error").hidden = true;
     } catch (e) {
       $("error").textContent = "cannot read the gateway's stats (" + e.message + "); retrying";
