@@ -152,7 +152,7 @@ func getJSON(t *testing.T, url string, into any) (int, string) {
 	return 200, ""
 }
 
-func policyOf(t *testing.T, r gateway.NeedsReport, name string) gateway.PolicyNeeds {
+func needsPolicy(t *testing.T, r gateway.NeedsReport, name string) gateway.PolicyNeeds {
 	t.Helper()
 	for _, p := range r.Policies {
 		if p.Policy == name {
@@ -333,7 +333,7 @@ func TestNeedsBounded(t *testing.T) {
 	var r gateway.NeedsReport
 	getJSON(t, admin+"/v1/clients/anonymous/needs", &r)
 	// A token bucket's use is counted per period: all of it in the one second they came in.
-	if p := policyOf(t, r, "open"); !p.Aggregate || p.Offered != workers*each || p.Window != "1s" || p.Current != workers*each || len(p.Flags) != 0 {
+	if p := needsPolicy(t, r, "open"); !p.Aggregate || p.Offered != workers*each || p.Window != "1s" || p.Current != workers*each || len(p.Flags) != 0 {
 		t.Fatalf("anonymous: %+v, want every request in one aggregate series, its second's use, no flags", p)
 	}
 	if code, detail := getJSON(t, admin+"/v1/clients/anonymous/needs?policy=open&limit=5", nil); code != 400 || !strings.HasPrefix(detail, "policy: ") {
