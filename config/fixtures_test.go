@@ -118,12 +118,14 @@ func sum(key string) string {
 
 // testEnv is the environment the tests parse in.
 var testEnv = map[string]string{
-	"JWT_SECRET":         "a-secret-of-at-least-64-bytes-for-hs512-0123456789abcdef0123456789",
-	"SHORT_SECRET":       "too-short",
-	"EMPTY":              "",
-	"REDIS_PASSWORD":     "hunter2-redis-password",
-	"SLUICE_ADMIN_TOKEN": "an-admin-token",
-	"SENTINEL_PASSWORD":  "a-sentinel-password",
+	"JWT_SECRET":           "a-secret-of-at-least-64-bytes-for-hs512-0123456789abcdef0123456789",
+	"SHORT_SECRET":         "too-short",
+	"EMPTY":                "",
+	"REDIS_PASSWORD":       "hunter2-redis-password",
+	"SLUICE_ADMIN_TOKEN":   "an-admin-token",
+	"SENTINEL_PASSWORD":    "a-sentinel-password",
+	"SLUICE_CI_TOKEN":      "a-ci-token",
+	"SLUICE_BILLING_TOKEN": "a-billing-token",
 }
 
 func lookupEnv(k string) (string, bool) { v, ok := testEnv[k]; return v, ok }
