@@ -54,6 +54,13 @@ func (a *API) Mount(handle func(pattern string, h http.Handler)) {
 	handle("GET /v1/overrides/{name}", a.getter(KindOverride))
 	handle("PUT /v1/overrides/{name}", a.writer(KindOverride, a.putRule))
 	handle("DELETE /v1/overrides/{name}", a.writer(KindOverride, nil))
+	for _, kind := range []string{KindTeam, KindOrg} {
+		plural := "/v1/" + kind + "s"
+		handle("GET "+plural, a.listGroups(kind))
+		handle("GET "+plural+"/{name}", a.getter(kind))
+		handle("PUT "+plural+"/{name}", a.writer(kind, a.putGroup(kind)))
+		handle("DELETE "+plural+"/{name}", a.writer(kind, nil))
+	}
 	handle("GET /v1/audit", http.HandlerFunc(a.audit))
 }
 
@@ -340,7 +347,14 @@ func (a *API) applied(ctx context.Context, v int64) {
 
 // deletable says why a record cannot be deleted: a plan clients still take.
 func (a *API) deletable(kind, name string) error {
-	if kind != KindPlan {
+	switch kind {
+	case KindTeam, KindOrg:
+		if users := a.M.groupUsers(kind, name); len(users) > 0 {
+			return fmt.Errorf("%s %q has %s of the API's: move them first", kind, name, strings.Join(users, ", "))
+		}
+		return nil
+	case KindPlan:
+	default:
 		return nil
 	}
 	if cs := a.M.planClients(name); len(cs) > 0 {
@@ -382,7 +396,8 @@ func (a *API) putClient(r *http.Request, name string, body, cur []byte, now time
 func (a *API) checkClient(name string, rec *Client, now time.Time) error {
 	a.M.mu.Lock()
 	var next time.Time
-	cl, err := a.M.resolve(a.Base(), name, rec, a.M.sortedRules(), now, &next)
+	base := a.M.groupsBase(a.Base())
+	cl, err := a.M.resolve(base, name, rec, a.M.sortedRules(), now, &next)
 	a.M.mu.Unlock()
 	if err != nil {
 		if rec.Plan != "" && strings.HasPrefix(err.Error(), "plan ") {
@@ -390,7 +405,6 @@ func (a *API) checkClient(name string, rec *Client, now time.Time) error {
 		}
 		return bad("keys", "%v", err)
 	}
-	base := a.Base()
 	probe := *cl
 	if len(cl.APIKeySHA256) == 0 && cl.JWTSubject == "" {
 		// A client may be made before its key (POST .../keys generates one): it runs once it has one.
@@ -419,7 +433,9 @@ func (a *API) putPlan(r *http.Request, name string, body, cur []byte, now time.T
 		return nil, err
 	}
 	rec.Meta = Meta{Updated: now, UpdatedBy: who}
-	base := a.Base()
+	a.M.mu.Lock()
+	base := a.M.groupsBase(a.Base())
+	a.M.mu.Unlock()
 	probe := &config.Client{Name: "plan-" + name, Policy: rec.Policy, Overrides: overrides(rec.Overrides), JWTSubject: "-"}
 	if err := base.CheckClient(probe, nil); err != nil && !strings.HasPrefix(fieldOf(err), "jwt_subject") {
 		return nil, err
@@ -455,7 +471,9 @@ func (a *API) putRule(r *http.Request, name string, body, cur []byte, now time.T
 		return nil, err
 	}
 	rec.Meta = Meta{Updated: now, UpdatedBy: who}
-	base := a.Base()
+	a.M.mu.Lock()
+	base := a.M.groupsBase(a.Base())
+	a.M.mu.Unlock()
 	for _, p := range slices.Sorted(maps.Keys(rec.Overrides)) {
 		if _, ok := base.Policy(p); !ok {
 			return nil, bad("overrides."+p, "%q is not a policy", p)
@@ -480,6 +498,11 @@ func (a *API) putRule(r *http.Request, name string, body, cur []byte, now time.T
 // checkAll checks the API's clients that which selects (and that match pattern, if given) as
 // they would resolve now (under m.mu); the error names the first client that would not run.
 func (m *Manager) checkAll(base *config.Config, which func(*Client) bool, now time.Time, pattern ...string) error {
+	return m.checkAllWith(m.groupsBase(base), which, now, pattern...)
+}
+
+// checkAllWith is checkAll on base as it is (its groups merged already).
+func (m *Manager) checkAllWith(base *config.Config, which func(*Client) bool, now time.Time, pattern ...string) error {
 	rules := m.sortedRules()
 	if len(pattern) > 0 { // a rule applies to the file's clients too
 		for _, fc := range base.Clients {
@@ -759,4 +782,86 @@ func (a *API) audit(w http.ResponseWriter, r *http.Request) {
 	}
 	b, _ := json.Marshal(out)
 	writeJSON(w, http.StatusOK, b)
+}
+
+// putGroup checks a team's or an organisation's body against the running configuration and the
+// API's clients that are in it.
+func (a *API) putGroup(kind string) prepare {
+	ckind := config.GroupTeam
+	if kind == KindOrg {
+		ckind = config.GroupOrganisation
+	}
+	return func(r *http.Request, name string, body, cur []byte, now time.Time, who string) ([]byte, error) {
+		rec, err := parseGroup(body, kind)
+		if err != nil {
+			return nil, err
+		}
+		rec.Meta = Meta{Updated: now, UpdatedBy: who}
+		a.M.mu.Lock()
+		defer a.M.mu.Unlock()
+		into := a.M.teams
+		if kind == KindOrg {
+			into = a.M.orgs
+		}
+		old := into[name]
+		into[name] = &stored[Group]{Rec: rec}
+		defer func() {
+			if old != nil {
+				into[name] = old
+			} else {
+				delete(into, name)
+			}
+		}()
+		var st Status
+		st.Dropped = map[string]string{}
+		base := a.M.mergeGroups(a.Base(), &st)
+		if why, ok := st.Dropped[kind+"/"+name]; ok {
+			var fe *config.FieldError
+			if err := base.CheckGroup(&config.Group{Name: name, Organisation: rec.Organisation, Policy: rec.Policy}, ckind); errors.As(err, &fe) {
+				return nil, bad(fe.Field, "%s", fe.Msg)
+			}
+			return nil, bad("", "%s", why)
+		}
+		if err := a.M.checkAllWith(base, func(c *Client) bool { return c.Team == name || c.Organisation == name }, now); err != nil {
+			return nil, err
+		}
+		return json.Marshal(rec)
+	}
+}
+
+// listGroups lists the API's teams or organisations.
+func (a *API) listGroups(kind string) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		prefix := r.URL.Query().Get("prefix")
+		list(w, r, kind, a.M, func(m *Manager) map[string]*stored[Group] {
+			if kind == KindOrg {
+				return m.orgs
+			}
+			return m.teams
+		}, func(name string, _ *Group) bool { return strings.HasPrefix(name, prefix) }, "prefix")
+	})
+}
+
+// groupUsers are the API's clients (and, of an organisation, teams) in group name of kind.
+func (m *Manager) groupUsers(kind, name string) []string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []string
+	for _, n := range slices.Sorted(maps.Keys(m.clients)) {
+		c := m.clients[n].Rec
+		if kind == KindTeam && c.Team == name || kind == KindOrg && c.Organisation == name {
+			out = append(out, "client "+n)
+		}
+	}
+	if kind == KindOrg {
+		for _, n := range slices.Sorted(maps.Keys(m.teams)) {
+			if m.teams[n].Rec.Organisation == name {
+				out = append(out, "team "+n)
+			}
+		}
+	}
+	if len(out) > 5 {
+		out = append(out[:5], fmt.Sprintf("%d more", len(out)-5))
+	}
+	return out
 }

@@ -462,3 +462,57 @@ func TestExpiry(t *testing.T) {
 		t.Errorf("status %+v; want 1 expired", st)
 	}
 }
+
+// TestGroups: teams and organisations made through the API charge their clients at their levels
+// (the running configuration's limits for the client include the team's and the organisation's,
+// under their keys); a bad group is a 400 naming the field; a group with members cannot be
+// deleted.
+func TestGroups(t *testing.T) {
+	t.Parallel()
+	b, _ := NewMemoryBackend("")
+	ta := newTestAPI(t, b, baseConfig(t))
+	for _, c := range []struct{ path, body string }{
+		{"/v1/organisations/acme", `{"policy": "standard"}`},
+		{"/v1/teams/ml", `{"organisation": "acme", "policy": ["burst"]}`},
+		{"/v1/clients/k", fmt.Sprintf(`{"api_key_sha256": %q, "policy": "anon", "team": "ml"}`, hash("k"))},
+	} {
+		if st, _, body := ta.do(t, "PUT", c.path, c.body); st != 201 {
+			t.Fatalf("PUT %s: %d %s", c.path, st, body)
+		}
+	}
+	cfg := ta.cfg.Load()
+	cl, ok := cfg.ClientByName("k")
+	if !ok {
+		t.Fatal("client k is not running")
+	}
+	var got []string
+	for _, a := range cfg.LevelsFor(cl, nil) {
+		got = append(got, a.Key+"/"+a.PolicyName)
+	}
+	if strings.Join(got, " ") != "team:ml/burst org:acme/standard" {
+		t.Errorf("k's levels: %v; want the team's burst and the organisation's standard", got)
+	}
+	for _, c := range []struct{ path, body, field string }{
+		{"/v1/teams/t2", `{"organisation": "nope", "policy": "burst"}`, "organisation"},
+		{"/v1/teams/t2", `{"policy": "per-path"}`, "policy[0]"},
+		{"/v1/teams/t2", `{"policy": []}`, "policy"},
+		{"/v1/organisations/o2", `{"organisation": "acme", "policy": "burst"}`, "organisation"},
+		{"/v1/clients/k2", fmt.Sprintf(`{"api_key_sha256": %q, "team": "nope"}`, hash("k2")), "team"},
+	} {
+		st, _, body := ta.do(t, "PUT", c.path, c.body)
+		var p struct{ Field string }
+		json.Unmarshal([]byte(body), &p)
+		if st != 400 || p.Field != c.field {
+			t.Errorf("PUT %s %s: %d %s; want 400 naming %s", c.path, c.body, st, body, c.field)
+		}
+	}
+	for _, path := range []string{"/v1/organisations/acme", "/v1/teams/ml"} {
+		if st, _, body := ta.do(t, "DELETE", path, ""); st != http.StatusConflict {
+			t.Errorf("DELETE %s with members: %d %s; want 409", path, st, body)
+		}
+	}
+	ta.do(t, "DELETE", "/v1/clients/k", "")
+	if st, _, body := ta.do(t, "DELETE", "/v1/teams/ml", ""); st != 204 {
+		t.Errorf("DELETE the empty team: %d %s", st, body)
+	}
+}

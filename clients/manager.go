@@ -29,6 +29,8 @@ type Manager struct {
 	clients map[string]*stored[Client]
 	plans   map[string]*stored[Plan]
 	rules   map[string]*stored[Rule]
+	teams   map[string]*stored[Group]
+	orgs    map[string]*stored[Group]
 	synced  time.Time // when the last sync reached the backend
 	syncErr string    // why the last sync failed; "" if it worked
 
@@ -56,6 +58,8 @@ type Status struct {
 	FromFile int       `json:"from_file"`       // clients running from the file
 	// Shadowed are the file's clients the API has a client of the same name for: the API's runs.
 	Shadowed []string `json:"shadowed,omitempty"`
+	// ShadowedGroups are the file's teams and organisations ("team/ml") the API's replace.
+	ShadowedGroups []string `json:"shadowed_groups,omitempty"`
 	// Dropped are the API's clients that cannot run under the configuration now (a policy it
 	// names is gone, a key another client has), with why: their keys are anonymous until mended.
 	Dropped map[string]string `json:"dropped,omitempty"`
@@ -71,7 +75,7 @@ func NewManager(b Backend, poll time.Duration, log *slog.Logger) *Manager {
 		poll = DefaultPoll
 	}
 	return &Manager{b: b, log: log, poll: poll, clients: map[string]*stored[Client]{}, plans: map[string]*stored[Plan]{},
-		rules: map[string]*stored[Rule]{}, applied: make(chan struct{}), kick: make(chan struct{}, 1), now: time.Now}
+		rules: map[string]*stored[Rule]{}, teams: map[string]*stored[Group]{}, orgs: map[string]*stored[Group]{}, applied: make(chan struct{}), kick: make(chan struct{}, 1), now: time.Now}
 }
 
 // SetApply has the Manager call apply whenever the records change (and at an expiry).
@@ -106,6 +110,7 @@ func (m *Manager) Sync(ctx context.Context) (bool, error) {
 	defer m.mu.Unlock()
 	if since == 0 {
 		m.clients, m.plans, m.rules = map[string]*stored[Client]{}, map[string]*stored[Plan]{}, map[string]*stored[Rule]{}
+		m.teams, m.orgs = map[string]*stored[Group]{}, map[string]*stored[Group]{}
 	}
 	for _, e := range entries {
 		if err := m.take(e); err != nil && m.log != nil {
@@ -138,6 +143,10 @@ func (m *Manager) take(e Entry) error {
 		return takeInto(m.plans, name, e)
 	case KindOverride:
 		return takeInto(m.rules, name, e)
+	case KindTeam:
+		return takeInto(m.teams, name, e)
+	case KindOrg:
+		return takeInto(m.orgs, name, e)
 	}
 	return fmt.Errorf("unknown kind %q", kind)
 }
@@ -198,31 +207,11 @@ func (m *Manager) Merge(base *config.Config) (*config.Config, error) {
 	defer m.mu.Unlock()
 	now := m.now()
 	st := Status{Version: m.version, SyncedAt: m.synced, Error: m.syncErr, Dropped: map[string]string{}}
-	var out []*config.Client
+	base = m.mergeGroups(base, &st)
 	rules := m.sortedRules()
-	for _, fc := range base.Clients {
-		if s, ok := m.clients[fc.Name]; ok && !expired(s.Rec.Expires, now) {
-			st.Shadowed = append(st.Shadowed, fc.Name)
-			continue
-		}
-		cl := *fc
-		if o := applicable(base, fc.Policy, ruleOverrides(rules, fc.Name, nil)); len(o) > 0 {
-			if cl.Overrides = overrides(o); base.CheckClient(&cl, nil) != nil {
-				cl.Overrides = nil // (a rule that does not fit a file client leaves it as the file says: checkAll refuses such a rule)
-			}
-		}
-		out = append(out, &cl)
-		st.FromFile++
-	}
-	taken := map[string]string{} // key hash or subject -> client, to drop a later duplicate
-	for _, fc := range out {
-		for _, h := range fc.APIKeySHA256 {
-			taken[h] = fc.Name
-		}
-		if fc.JWTSubject != "" {
-			taken["sub:"+fc.JWTSubject] = fc.Name
-		}
-	}
+	// The API's clients that can run under base: each replaces the file's client of its name.
+	var candidates []*config.Client
+	replaces := map[string]bool{}
 	for _, name := range slices.Sorted(maps.Keys(m.clients)) {
 		s := m.clients[name]
 		if expired(s.Rec.Expires, now) {
@@ -239,24 +228,60 @@ func (m *Manager) Merge(base *config.Config) (*config.Config, error) {
 		if err == nil {
 			err = base.CheckClient(cl, nil)
 		}
-		if err == nil {
-			for _, id := range identities(cl) {
-				if other, ok := taken[id]; ok {
-					err = fmt.Errorf("its key or subject is client %q's too", other)
-					break
-				}
-			}
-		}
 		if err != nil {
 			st.Dropped[name] = err.Error()
 			continue
 		}
+		candidates = append(candidates, cl)
+		replaces[name] = true
+	}
+	var out []*config.Client
+	file := map[string]*config.Client{}
+	for _, fc := range base.Clients {
+		cl := *fc
+		if t, ok := base.TeamByName(fc.Team); ok && slices.Contains(st.ShadowedGroups, KindTeam+"/"+fc.Team) {
+			cl.Organisation = t.Organisation // (its team is the API's now: so is its organisation)
+		}
+		if o := applicable(base, fc.Policy, ruleOverrides(rules, fc.Name, nil)); len(o) > 0 {
+			if cl.Overrides = overrides(o); base.CheckClient(&cl, nil) != nil {
+				cl.Overrides = nil // (a rule that does not fit a file client leaves it as the file says: checkAll refuses such a rule)
+			}
+		}
+		file[fc.Name] = &cl
+		if !replaces[fc.Name] {
+			out = append(out, &cl)
+		}
+	}
+	taken := map[string]string{} // key hash or subject -> client, to drop a later duplicate
+	take := func(cl *config.Client) bool {
 		for _, id := range identities(cl) {
-			taken[id] = name
+			if other, ok := taken[id]; ok && other != cl.Name {
+				st.Dropped[cl.Name] = fmt.Sprintf("its key or subject is client %q's too", other)
+				return false
+			}
+		}
+		for _, id := range identities(cl) {
+			taken[id] = cl.Name
+		}
+		return true
+	}
+	for _, fc := range out {
+		take(fc)
+	}
+	for _, cl := range candidates {
+		if !take(cl) {
+			if fc, ok := file[cl.Name]; ok && take(fc) { // (it cannot run: the file's does)
+				out = append(out, fc)
+			}
+			continue
+		}
+		if _, ok := file[cl.Name]; ok {
+			st.Shadowed = append(st.Shadowed, cl.Name)
 		}
 		out = append(out, cl)
 		st.FromAPI++
 	}
+	st.FromFile = len(out) - st.FromAPI
 	if len(st.Dropped) == 0 {
 		st.Dropped = nil
 	}
@@ -281,6 +306,49 @@ func noKey(name string, expired bool) error {
 		return fmt.Errorf("every key it has expired: POST /v1/clients/%s/keys makes one", name)
 	}
 	return fmt.Errorf("it has no key yet: POST /v1/clients/%s/keys makes one", name)
+}
+
+// mergeGroups is base with the API's teams and organisations beside the file's (the API's
+// replacing the file's of one name); those that cannot be (a policy gone, an organisation not
+// there) are dropped with why.
+func (m *Manager) mergeGroups(base *config.Config, st *Status) *config.Config {
+	if len(m.teams) == 0 && len(m.orgs) == 0 {
+		return base
+	}
+	orgs := m.groupsOf(base, base.Organisations, m.orgs, KindOrg, config.GroupOrganisation, st)
+	withOrgs := base.WithGroups(base.Teams, orgs)
+	teams := m.groupsOf(withOrgs, base.Teams, m.teams, KindTeam, config.GroupTeam, st)
+	return base.WithGroups(teams, orgs)
+}
+
+// groupsBase is base with the API's teams and organisations (under m.mu): what the API's clients
+// are checked against.
+func (m *Manager) groupsBase(base *config.Config) *config.Config {
+	return m.mergeGroups(base, &Status{Dropped: map[string]string{}})
+}
+
+// groupsOf merges the file's groups and the API's of one kind, checked against base.
+func (m *Manager) groupsOf(base *config.Config, file []*config.Group, api map[string]*stored[Group], kind, ckind string, st *Status) []*config.Group {
+	var out []*config.Group
+	replaces := map[string]bool{}
+	for _, name := range slices.Sorted(maps.Keys(api)) {
+		rec := api[name].Rec
+		g := &config.Group{Name: name, Organisation: rec.Organisation, Policy: rec.Policy}
+		if err := base.CheckGroup(g, ckind); err != nil {
+			st.Dropped[kind+"/"+name] = err.Error() // (the file's of its name, if any, stays)
+			continue
+		}
+		out = append(out, g)
+		replaces[name] = true
+	}
+	for _, g := range file {
+		if replaces[g.Name] {
+			st.ShadowedGroups = append(st.ShadowedGroups, kind+"/"+g.Name)
+			continue
+		}
+		out = append(out, g)
+	}
+	return out
 }
 
 func identities(cl *config.Client) []string {

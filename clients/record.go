@@ -30,6 +30,8 @@ const (
 	KindClient   = "client"
 	KindPlan     = "plan"
 	KindOverride = "override"
+	KindTeam     = "team"
+	KindOrg      = "organisation"
 )
 
 // Bounds on a record, so that the registry and every instance's memory stay bounded by the
@@ -79,6 +81,49 @@ type Plan struct {
 	Overrides map[string]Limits `json:"overrides,omitempty"`
 	Metadata  map[string]string `json:"metadata,omitempty"`
 	Meta
+}
+
+// Group is a team's or an organisation's record: the policies its clients' requests are
+// charged together, and a team's organisation.
+type Group struct {
+	Organisation string            `json:"organisation,omitempty"`
+	Policy       []string          `json:"policy"`
+	Metadata     map[string]string `json:"metadata,omitempty"`
+	Meta
+}
+
+// groupBody is a team's or an organisation's PUT body.
+type groupBody struct {
+	Organisation string            `json:"organisation"`
+	Policy       strings1          `json:"policy"`
+	Metadata     map[string]string `json:"metadata"`
+	Name         string            `json:"name"`
+	Updated      time.Time         `json:"updated_at"`
+	UpdatedBy    string            `json:"updated_by"`
+	Revision     int64             `json:"revision"`
+	ETag         string            `json:"etag"`
+	Clients      int               `json:"clients"`
+}
+
+func parseGroup(body []byte, kind string) (*Group, error) {
+	var b groupBody
+	if err := decodeStrict(body, &b); err != nil {
+		return nil, err
+	}
+	g := &Group{Organisation: b.Organisation, Policy: b.Policy, Metadata: b.Metadata}
+	if kind == KindOrg && g.Organisation != "" {
+		return nil, bad("organisation", "an organisation is in no other")
+	}
+	if g.Organisation != "" && (!nameRE.MatchString(g.Organisation) || len(g.Organisation) > MaxNameLen) {
+		return nil, bad("organisation", "%q must be 1 to %d of A-Z, a-z, 0-9, '.', '_' and '-'", g.Organisation, MaxNameLen)
+	}
+	if len(g.Policy) == 0 {
+		return nil, bad("policy", "is required: the policies its clients' requests are charged together")
+	}
+	if err := checkNames("policy", g.Policy, MaxPolicies); err != nil {
+		return nil, err
+	}
+	return g, checkMetadata(g.Metadata)
 }
 
 // Rule is an override by name pattern: the overrides of every client whose name matches it

@@ -293,3 +293,55 @@ func (c *Config) sortRoutes() {
 		return 0
 	})
 }
+
+// Kinds of groups (CheckGroup).
+const (
+	GroupTeam         = "team"
+	GroupOrganisation = "organisation"
+)
+
+// CheckGroup checks g as a team or an organisation (kind) of c would be checked in the file: its
+// name, its policies (at least one, each known, none with a key_by), and a team's organisation
+// (one of c's). The error is a *FieldError.
+func (c *Config) CheckGroup(g *Group, kind string) error {
+	if !clientNameRE.MatchString(g.Name) || len(g.Name) > 128 {
+		return fieldErr("name", "%q must be 1 to 128 of A-Z, a-z, 0-9, '.', '_' and '-'", g.Name)
+	}
+	if len(g.Policy) == 0 {
+		return fieldErr("policy", "is required: the policies its clients' requests are charged together")
+	}
+	for i, name := range g.Policy {
+		pol, ok := c.policies[name]
+		switch {
+		case !ok:
+			return fieldErr(fmt.Sprintf("policy[%d]", i), "%q is not a policy (%s)", name, c.knownPolicies())
+		case pol.KeyBy != nil:
+			return fieldErr(fmt.Sprintf("policy[%d]", i), "policy %q has a key_by; a group's policies count for the whole group (its key is the group's)", name)
+		case slices.Contains(g.Policy[:i], name):
+			return fieldErr(fmt.Sprintf("policy[%d]", i), "%q is listed twice", name)
+		}
+	}
+	switch {
+	case kind == GroupOrganisation && g.Organisation != "":
+		return fieldErr("organisation", "an organisation is in no other")
+	case kind == GroupTeam && g.Organisation != "" && c.orgs[g.Organisation] == nil:
+		return fieldErr("organisation", "%q is not an organisation (%s)", g.Organisation, knownGroups(c.Organisations, "organisations"))
+	}
+	return nil
+}
+
+// WithGroups returns a copy of c whose teams and organisations are teams and orgs (each passed
+// CheckGroup; the file's among them as the caller chose). Merge clients into it after
+// (WithClients): their levels are resolved from these.
+func (c *Config) WithGroups(teams, orgs []*Group) *Config {
+	n := *c
+	n.Teams, n.Organisations = teams, orgs
+	n.teams, n.orgs = make(map[string]*Group, len(teams)), make(map[string]*Group, len(orgs))
+	for _, g := range teams {
+		n.teams[g.Name] = g
+	}
+	for _, g := range orgs {
+		n.orgs[g.Name] = g
+	}
+	return &n
+}
