@@ -16,8 +16,9 @@ import (
 // Backend keeps the registry's records: the store's Redis (shared by every instance on it), or
 // MemoryBackend (this process, and a file if given). Its methods are safe for concurrent use.
 type Backend interface {
-	// Version is the registry's version: it grows with every write; 0 before any.
-	Version(ctx context.Context) (int64, error)
+	// Version is the registry's version, which grows with every write (0 before any), and its
+	// epoch: another epoch is a registry begun anew (flushed), to be read whole.
+	Version(ctx context.Context) (int64, string, error)
 	// Since returns the records written after version v (all of them for 0), Data nil for those
 	// deleted, and the version they are current as of.
 	Since(ctx context.Context, v int64) ([]Entry, int64, error)
@@ -217,10 +218,10 @@ func (m *MemoryBackend) Close() error {
 	return err
 }
 
-func (m *MemoryBackend) Version(context.Context) (int64, error) {
+func (m *MemoryBackend) Version(context.Context) (int64, string, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return m.version, nil
+	return m.version, "", nil
 }
 
 func (m *MemoryBackend) Since(_ context.Context, v int64) ([]Entry, int64, error) {

@@ -82,7 +82,7 @@ func redisBackend(t *testing.T) Backend {
 	b := RedisBackend(st.Registry())
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		if _, err := b.Version(context.Background()); err == nil {
+		if _, _, err := b.Version(context.Background()); err == nil {
 			return b
 		} else if time.Now().After(deadline) {
 			t.Fatalf("the registry never answered: %v", err)
@@ -176,7 +176,7 @@ func TestMemoryJournal(t *testing.T) {
 	defer b.Close()
 	a, _ := b.Get(ctx, "client/a")
 	c, _ := b.Get(ctx, "client/c")
-	if v, _ := b.Version(ctx); v != 51 || string(a.Data) != `{"i":49}` || a.Rev != 50 || c.Data != nil {
+	if v, _, _ := b.Version(ctx); v != 51 || string(a.Data) != `{"i":49}` || a.Rev != 50 || c.Data != nil {
 		t.Fatalf("after the restart: version %d, a %+v, c %+v; want 51, a's last write, no c", v, a, c)
 	}
 	if _, err := b.Write(ctx, "client/c", 0, []byte(`{"c":1}`), []byte(`{}`)); err != nil {
@@ -354,7 +354,7 @@ func TestBadWritesChangeNothing(t *testing.T) {
 			t.Errorf("PUT %s %s: %d %s; want 400 naming %s", c.path, c.body, st, body, c.field)
 		}
 	}
-	if v, _ := b.Version(context.Background()); v != 0 {
+	if v, _, _ := b.Version(context.Background()); v != 0 {
 		t.Errorf("the registry's version is %d after only bad writes; want 0", v)
 	}
 	// Without the token: refused, nothing changed.
@@ -364,7 +364,7 @@ func TestBadWritesChangeNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	resp.Body.Close()
-	if v, _ := b.Version(context.Background()); resp.StatusCode != http.StatusForbidden || v != 0 {
+	if v, _, _ := b.Version(context.Background()); resp.StatusCode != http.StatusForbidden || v != 0 {
 		t.Errorf("PUT without the token: %d, version %d; want 403 and 0", resp.StatusCode, v)
 	}
 }
@@ -514,5 +514,90 @@ func TestGroups(t *testing.T) {
 	ta.do(t, "DELETE", "/v1/clients/k", "")
 	if st, _, body := ta.do(t, "DELETE", "/v1/teams/ml", ""); st != 204 {
 		t.Errorf("DELETE the empty team: %d %s", st, body)
+	}
+}
+
+// TestRegistryFaults, on a real Redis: while Redis answers nothing (frozen), an instance keeps
+// running the clients it last read and says why it could not read; once Redis answers, a change
+// made meanwhile runs at its next sync (staleness ≤ the outage + one poll + a merge). A Redis
+// that comes back empty and is written again past the version the instance had (a flush, a
+// failover to a replica that had not got the records) is read whole: the records it lost are
+// gone from the instance too, not kept beside the new ones.
+func TestRegistryFaults(t *testing.T) {
+	t.Parallel()
+	rs := redistest.Start(t)
+	st, err := redisstore.New(redisstore.Options{Addrs: []string{rs.Addr}, Prefix: "t:", Timeout: 200 * time.Millisecond, SlowTimeout: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(st.Close)
+	b := RedisBackend(st.Registry())
+	base := baseConfig(t)
+	ctx := context.Background()
+	waitUp := func() {
+		t.Helper()
+		deadline := time.Now().Add(15 * time.Second)
+		for {
+			if _, _, err := b.Version(ctx); err == nil {
+				return
+			} else if time.Now().After(deadline) {
+				t.Fatalf("Redis never answered: %v", err)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	waitUp()
+	writer := newTestAPI(t, b, base) // another instance: the one written through
+	m := NewManager(b, time.Hour, nil) // this instance, synced by hand
+	put := func(name string, limit int) {
+		t.Helper()
+		body := fmt.Sprintf(`{"api_key_sha256": %q, "policy": "standard", "overrides": {"standard": {"limit": %d}}}`, hash(name), limit)
+		if st, _, out := writer.do(t, "PUT", "/v1/clients/"+name, body); st/100 != 2 {
+			t.Fatalf("PUT %s: %d %s", name, st, out)
+		}
+	}
+	limit := func(name string) int64 {
+		t.Helper()
+		cfg, err := m.Merge(base)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cl, ok := cfg.ClientByName(name)
+		if !ok {
+			return 0
+		}
+		return cfg.AppliedPoliciesFor(cl, nil)[0].Policy.Limit
+	}
+	put("a", 7)
+	if _, err := m.Sync(ctx); err != nil || limit("a") != 7 {
+		t.Fatalf("after the first sync: %v, a's limit %d; want 7", err, limit("a"))
+	}
+
+	rs.Stop() // frozen: answers nothing
+	if _, err := m.Sync(ctx); err == nil {
+		t.Fatal("a sync against a frozen Redis worked")
+	}
+	if got, st := limit("a"), m.Status(); got != 7 || st.Error == "" {
+		t.Errorf("while Redis is frozen: a's limit %d, status error %q; want 7 (the last read) and why", got, st.Error)
+	}
+	rs.Cont()
+	waitUp()
+	put("a", 9)
+	if _, err := m.Sync(ctx); err != nil || limit("a") != 9 || m.Status().Error != "" {
+		t.Errorf("the first sync after Redis answers: %v, a's limit %d; want 9", err, limit("a"))
+	}
+
+	// Redis restarted empty, then written more times than the version the instance had.
+	had := m.Status().Version
+	rs.Restart()
+	waitUp()
+	for i := int64(0); i <= had; i++ {
+		put("b", 5+int(i))
+	}
+	if _, err := m.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if limit("a") != 0 || limit("b") != 5+had {
+		t.Errorf("after Redis came back empty and was written past version %d: a's limit %d (want 0: gone), b's %d (want %d)", had, limit("a"), limit("b"), 5+had)
 	}
 }

@@ -25,7 +25,8 @@ type Manager struct {
 	poll time.Duration
 
 	mu      sync.Mutex
-	version int64 // the registry's version the records are current as of
+	version int64  // the registry's version the records are current as of
+	epoch   string // and its epoch
 	clients map[string]*stored[Client]
 	plans   map[string]*stored[Plan]
 	rules   map[string]*stored[Rule]
@@ -83,22 +84,22 @@ func (m *Manager) SetApply(apply func()) { m.apply = apply }
 
 // Sync reads what changed in the registry since the last sync and reports whether anything did.
 func (m *Manager) Sync(ctx context.Context) (bool, error) {
-	v, err := m.b.Version(ctx)
+	v, epoch, err := m.b.Version(ctx)
 	if err != nil {
 		m.failed(err)
 		return false, err
 	}
 	m.mu.Lock()
-	have := m.version
+	have, had := m.version, m.epoch
 	m.mu.Unlock()
-	if v == have {
+	if v == have && epoch == had {
 		m.mu.Lock()
 		m.synced, m.syncErr = m.now(), ""
 		m.mu.Unlock()
 		return false, nil
 	}
 	since := have
-	if v < have { // the registry began anew (flushed, failed over): read it whole
+	if v < have || epoch != had { // the registry began anew (flushed, failed over): read it whole
 		since = 0
 	}
 	entries, at, err := m.b.Since(ctx, since)
@@ -117,7 +118,7 @@ func (m *Manager) Sync(ctx context.Context) (bool, error) {
 			m.log.Error("clients registry: a record cannot be read; it is left out", "field", e.Field, "error", err.Error())
 		}
 	}
-	m.version, m.synced, m.syncErr = at, m.now(), ""
+	m.version, m.epoch, m.synced, m.syncErr = at, epoch, m.now(), ""
 	return true, nil
 }
 

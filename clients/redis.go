@@ -14,7 +14,7 @@ func RedisBackend(r *redisstore.Registry) Backend { return registry{r} }
 
 type registry struct{ r *redisstore.Registry }
 
-func (g registry) Version(ctx context.Context) (int64, error) { return g.r.Version(ctx) }
+func (g registry) Version(ctx context.Context) (int64, string, error) { return g.r.Version(ctx) }
 
 func (g registry) Since(ctx context.Context, v int64) ([]Entry, int64, error) {
 	es, at, err := g.r.Since(ctx, v)

@@ -7,17 +7,21 @@ package redis
 //
 //	<prefix>{<prefix>registry}:records  hash: "<kind>/<name>" -> "<revision> <JSON>"
 //	<prefix>{<prefix>registry}:changes  sorted set: "<kind>/<name>" scored by the version that last wrote it (deletes too)
-//	<prefix>{<prefix>registry}:version  the last version given: every write takes the next
+//	<prefix>{<prefix>registry}:version  hash: v, the last version given (every write takes the next), and
+//	                                    epoch, a random name given by the write that began the registry
 //	<prefix>{<prefix>registry}:audit    stream: one entry per write, the last AuditKeep kept
 //
 // (With a prefix that has a hash tag of its own, that tag decides the slot: one slot still.) An
-// instance polls the version (one GET); when it grew, it reads the fields whose score is above the
-// version it had, and their records. A version below the one it had means the registry began
-// anew (flushed, a failover to a replica that had not got it): it reads everything again.
+// instance polls the version and epoch (one HMGET); when the version grew, it reads the fields
+// whose score is above the version it had, and their records. Another epoch means the registry
+// began anew (flushed, a failover to a replica that had not got it), whatever its version now:
+// it reads everything again.
 
 import (
 	"context"
+	"crypto/rand"
 	_ "embed"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"strconv"
@@ -79,27 +83,36 @@ func (r *Registry) conn(ctx context.Context) (*conn, context.Context, context.Ca
 	return c, ctx, cancel, nil
 }
 
-// Version returns the registry's version: 0 for none written yet.
-func (r *Registry) Version(ctx context.Context) (int64, error) {
+// Version returns the registry's version (0 for none written yet) and its epoch ("" then).
+func (r *Registry) Version(ctx context.Context) (int64, string, error) {
 	c, ctx, cancel, err := r.conn(ctx)
 	if err != nil {
-		return 0, err
+		return 0, "", err
 	}
 	defer cancel()
-	v, err := c.client.Do(ctx, c.client.B().Get().Key(r.version).Build()).AsInt64()
-	if rueidis.IsRedisNil(err) {
-		return 0, nil
-	}
+	vals, err := c.client.Do(ctx, c.client.B().Hmget().Key(r.version).Field("v", "epoch").Build()).ToArray()
 	if err != nil {
-		return 0, unavailable(err)
+		return 0, "", unavailable(err)
 	}
-	return v, nil
+	if len(vals) != 2 {
+		return 0, "", fmt.Errorf("redis store: registry: HMGET answered %d values", len(vals))
+	}
+	vs, err := vals[0].ToString()
+	if rueidis.IsRedisNil(err) {
+		return 0, "", nil
+	}
+	v, perr := strconv.ParseInt(vs, 10, 64)
+	if err != nil || perr != nil {
+		return 0, "", fmt.Errorf("redis store: registry: the version is not a number (%q)", vs)
+	}
+	epoch, _ := vals[1].ToString()
+	return v, epoch, nil
 }
 
 // Since returns the records written after version v (all of them for 0; deleted ones with nil
 // Data), and the version they are current as of: call it again with that.
 func (r *Registry) Since(ctx context.Context, v int64) ([]RegistryEntry, int64, error) {
-	now, err := r.Version(ctx)
+	now, _, err := r.Version(ctx)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -178,7 +191,7 @@ func (r *Registry) Write(ctx context.Context, field string, expect int64, data, 
 	}
 	defer cancel()
 	reply, err := registryScript.Exec(ctx, c.client, []string{r.records, r.changes, r.version, r.audit},
-		[]string{field, strconv.FormatInt(expect, 10), string(data), string(audit), strconv.Itoa(AuditKeep)}).AsIntSlice()
+		[]string{field, strconv.FormatInt(expect, 10), string(data), string(audit), strconv.Itoa(AuditKeep), newEpoch()}).AsIntSlice()
 	if err != nil {
 		return 0, unavailable(err)
 	}
@@ -230,4 +243,11 @@ func (r *Registry) Audit(ctx context.Context, before int64, n int) ([]RegistryAu
 		end = entries[len(entries)-1].ID
 	}
 	return out, nil
+}
+
+// newEpoch names a registry that a write begins: random, so that one begun anew is told apart.
+func newEpoch() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
 }

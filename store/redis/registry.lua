@@ -3,9 +3,11 @@
 -- in one step.
 --
 -- KEYS[1] records (hash: field -> "<rev> <json>"), KEYS[2] changes (sorted set: field, scored by
--- the version that last wrote it), KEYS[3] version (the last version given), KEYS[4] audit (stream)
+-- the version that last wrote it), KEYS[3] version (hash: v, the last version given; epoch, named
+-- by the write that began the registry), KEYS[4] audit (stream)
 -- ARGV[1] field, ARGV[2] the revision expected (-1: any; 0: none, i.e. create), ARGV[3] the record's
--- JSON ("" deletes), ARGV[4] the audit entry's JSON, ARGV[5] the audit stream's length kept
+-- JSON ("" deletes), ARGV[4] the audit entry's JSON, ARGV[5] the audit stream's length kept,
+-- ARGV[6] an epoch for a registry that begins with this write
 -- Reply: {version, previous revision} written; {-1, current revision} if it was not the one
 -- expected (nothing written); {-2, 0} for a delete of nothing.
 local cur = redis.call('HGET', KEYS[1], ARGV[1])
@@ -20,7 +22,10 @@ end
 if ARGV[3] == '' and not cur then
   return {-2, 0}
 end
-local v = redis.call('INCR', KEYS[3])
+local v = redis.call('HINCRBY', KEYS[3], 'v', 1)
+if v == 1 then
+  redis.call('HSET', KEYS[3], 'epoch', ARGV[6])
+end
 if ARGV[3] == '' then
   redis.call('HDEL', KEYS[1], ARGV[1])
 else
