@@ -601,3 +601,31 @@ func TestRegistryFaults(t *testing.T) {
 		t.Errorf("after Redis came back empty and was written past version %d: a's limit %d (want 0: gone), b's %d (want %d)", had, limit("a"), limit("b"), 5+had)
 	}
 }
+
+// BenchmarkMerge is one merge of 10,000 API clients into the file's configuration: the M of the
+// propagation bound (docs/design.md).
+func BenchmarkMerge(b *testing.B) {
+	mb, _ := NewMemoryBackend("")
+	ctx := context.Background()
+	for i := range 10000 {
+		name := fmt.Sprintf("c%d", i)
+		data, _ := json.Marshal(Client{Keys: []Key{{SHA256: hash(name)}}, Policy: []string{"standard"}})
+		if _, err := mb.Write(ctx, "client/"+name, 0, data, []byte(`{}`)); err != nil {
+			b.Fatal(err)
+		}
+	}
+	cfg, err := config.Parse([]byte(fmt.Sprintf(baseYAML, hash("file-key"), hash("file-acme-key"))), "sluice.yaml")
+	if err != nil {
+		b.Fatal(err)
+	}
+	m := NewManager(mb, 0, nil)
+	if _, err := m.Sync(ctx); err != nil {
+		b.Fatal(err)
+	}
+	b.ResetTimer()
+	for range b.N {
+		if _, err := m.Merge(cfg); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

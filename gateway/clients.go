@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"github.com/prometheus/client_golang/prometheus"
 	"net/http"
 
 	"github.com/sluicehq/sluice/clients"
@@ -20,6 +21,21 @@ func (s *Server) UseClients(m *clients.Manager) error {
 			s.log.Error("clients registry: the clients could not be merged; the running ones stay", "error", err.Error())
 		}
 	})
+	s.registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sluice_clients", Help: "Clients running, from the clients API.",
+		ConstLabels: prometheus.Labels{"source": "api"}}, func() float64 { return float64(m.Status().FromAPI) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sluice_clients", Help: "Clients running, from the configuration file.",
+			ConstLabels: prometheus.Labels{"source": "file"}}, func() float64 { return float64(m.Status().FromFile) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sluice_clients_not_running",
+			Help: "The clients API's records that cannot run under the configuration (a policy gone, a key another client has): /v1/stats says why."},
+			func() float64 { return float64(len(m.Status().Dropped)) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sluice_clients_read_timestamp_seconds",
+			Help: "When this instance last read the clients API's records from the store (unix seconds); 0 if never."},
+			func() float64 {
+				if t := m.Status().SyncedAt; !t.IsZero() {
+					return float64(t.UnixNano()) / 1e9
+				}
+				return 0
+			}))
 	api := &clients.API{M: m, Config: s.Config, Base: func() *config.Config { return s.base.Load() }, Writer: s.writer, Log: s.log}
 	api.Mount(func(pattern string, h http.Handler) { s.Mount(pattern, h) })
 	if err := s.refresh(); err != nil {
