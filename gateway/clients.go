@@ -21,9 +21,9 @@ func (s *Server) UseClients(m *clients.Manager) error {
 			s.log.Error("clients registry: the clients could not be merged; the running ones stay", "error", err.Error())
 		}
 	})
-	s.registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sluice_clients", Help: "Clients running, from the clients API.",
+	s.registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sluice_clients", Help: clientsHelp,
 		ConstLabels: prometheus.Labels{"source": "api"}}, func() float64 { return float64(m.Status().FromAPI) }),
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sluice_clients", Help: "Clients running, from the configuration file.",
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sluice_clients", Help: clientsHelp,
 			ConstLabels: prometheus.Labels{"source": "file"}}, func() float64 { return float64(m.Status().FromFile) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sluice_clients_not_running",
 			Help: "The clients API's records that cannot run under the configuration (a policy gone, a key another client has): /v1/stats says why."},
@@ -44,6 +44,8 @@ func (s *Server) UseClients(m *clients.Manager) error {
 	m.Apply() // (the status's version: what this instance runs)
 	return nil
 }
+
+const clientsHelp = "Clients running, by where they come from: the clients API (api) or the configuration file (file)."
 
 // merged is cfg (a file's, adjusted) with the clients API's clients, if the Server has them.
 func (s *Server) merged(cfg *config.Config) (*config.Config, error) {
