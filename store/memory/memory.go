@@ -322,8 +322,10 @@ func (s *Store) decide(key string, p *sluice.Policy, cost, maxDelay int64, d *sl
 // decideSlot decides on a held slot, under its client's lock.
 func decideSlot(sl *slot, p *sluice.Policy, now, cost, maxDelay int64, d *sluice.Decision) error {
 	err := algorithm.DecideWithin(p, &sl.state, now, cost, maxDelay, d)
-	if d.Allowed && cost > 0 {
-		sl.expires = expiresAt(now, d.ResetAfter)
+	// An approval sets the key's expiry; so may a bucket's state converted to a lowered limit,
+	// whose use now drains later (algorithm.State: a changed limit keeps what was used).
+	if e := expiresAt(now, d.ResetAfter); (d.Allowed && cost > 0) || e > sl.expires {
+		sl.expires = e
 	}
 	return err
 }
