@@ -1,0 +1,205 @@
+// Package changetest drives a store through changes of a policy's numbers under the same name,
+// as a configuration reload or a per-client override makes them: the same state read under
+// another limit, burst, period or algorithm. A changed limit or burst keeps what was used; a
+// changed period or algorithm starts the key afresh (algorithm.State). Every decision is
+// compared with package algorithm's on a virtual clock, and the first one after each change
+// with the number worked out by hand, so that a store that restarted or lost the use fails.
+package changetest
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/algorithm"
+)
+
+// T0 is the instant the scenarios start at: a midnight (UTC) and so a window boundary of every
+// period they use.
+var T0 = time.Date(2026, 6, 10, 0, 0, 0, 0, time.UTC)
+
+// change is one scenario: 5 units used of the base policy at T0, then the changed policy (or the
+// two alternating) decided every quarter period, a peek and a request of cost 1 each time.
+type change struct {
+	name      string
+	to        func(p sluice.Policy) sluice.Policy
+	buckets   bool                              // only for the token and the leaky bucket
+	alternate bool                              // the base and the changed policy take turns
+	remaining func(changed sluice.Policy) int64 // the first peek's Remaining after the change, by hand
+}
+
+// left returns a remaining of n whatever the policy; fresh, the new policy's whole capacity.
+func left(n int64) func(sluice.Policy) int64 { return func(sluice.Policy) int64 { return n } }
+
+func fresh(p sluice.Policy) int64 { return p.Capacity() }
+
+var changes = []change{
+	{name: "limit raised", remaining: left(3), to: func(p sluice.Policy) sluice.Policy { // 5 of 8
+		p.Limit = 8
+		if p.Algorithm == sluice.LeakyBucket {
+			p.Burst = 7
+		}
+		return p
+	}},
+	{name: "limit lowered", remaining: left(0), to: func(p sluice.Policy) sluice.Policy { // 5 of 3
+		p.Limit = 3
+		if p.Algorithm == sluice.LeakyBucket {
+			p.Burst = 2
+		}
+		return p
+	}},
+	{name: "limits alternating", alternate: true, remaining: left(3), to: func(p sluice.Policy) sluice.Policy {
+		p.Limit = 8
+		if p.Algorithm == sluice.LeakyBucket {
+			p.Burst = 7
+		}
+		return p
+	}},
+	// The token bucket's 5 of a burst of 7: 2 left; the leaky bucket's queue of 5 in a room of 7: 3.
+	{name: "burst raised", buckets: true, to: func(p sluice.Policy) sluice.Policy { p.Burst = 7; return p }, remaining: func(p sluice.Policy) int64 {
+		if p.Algorithm == sluice.LeakyBucket {
+			return 3
+		}
+		return 2
+	}},
+	{name: "burst lowered", buckets: true, remaining: left(0), to: func(p sluice.Policy) sluice.Policy { p.Burst = 2; return p }},
+	{name: "period changed", remaining: fresh, to: func(p sluice.Policy) sluice.Policy {
+		if p.Calendar != sluice.NoCalendar {
+			p.Calendar = sluice.Week
+		} else {
+			p.Period = 2 * time.Second
+		}
+		return p
+	}},
+	{name: "algorithm changed", remaining: fresh, to: func(p sluice.Policy) sluice.Policy {
+		switch {
+		case p.Calendar != sluice.NoCalendar && p.Algorithm == sluice.FixedWindow:
+			p.Algorithm = sluice.SlidingWindow
+		case p.Calendar != sluice.NoCalendar:
+			p.Algorithm = sluice.FixedWindow
+		case p.Algorithm == sluice.FixedWindow:
+			p.Algorithm = sluice.SlidingLog
+		default:
+			p.Algorithm, p.Burst = sluice.FixedWindow, 0
+		}
+		return p
+	}},
+}
+
+// bases are the policies the scenarios start from: each algorithm at 5 a second (the leaky
+// bucket: one served and 4 queued), and the calendar windows at 5 a day.
+func bases() []sluice.Policy {
+	var out []sluice.Policy
+	for _, a := range algorithm.Algorithms {
+		p := sluice.Policy{Name: "changed", Algorithm: a, Limit: 5, Period: time.Second}
+		if a == sluice.LeakyBucket {
+			p.Burst = 4
+		}
+		out = append(out, p)
+	}
+	for _, a := range []sluice.Algorithm{sluice.FixedWindow, sluice.SlidingWindow} {
+		out = append(out, sluice.Policy{Name: "changed", Algorithm: a, Limit: 5, Calendar: sluice.Day})
+	}
+	return out
+}
+
+// Run runs every scenario on st, whose clock is clock (set here: the store must decide at its
+// time), each under a key of its own beginning with prefix.
+func Run(t *testing.T, st sluice.Store, clock *sluice.ManualClock, prefix string) {
+	ctx := context.Background()
+	for _, base := range bases() {
+		for _, ch := range changes {
+			if ch.buckets && base.Algorithm != sluice.TokenBucket && base.Algorithm != sluice.LeakyBucket {
+				continue
+			}
+			changed := ch.to(base)
+			key := fmt.Sprintf("%s-%v-%v-%s", prefix, base.Algorithm, base.Calendar, ch.name)
+			var model algorithm.State
+			step := func(p sluice.Policy, at time.Time, cost int64, what string) sluice.Decision {
+				t.Helper()
+				clock.Set(at)
+				d, err := st.Decide(ctx, key, p, cost)
+				if err != nil {
+					t.Fatalf("%s: %s: %v", key, what, err)
+				}
+				want, _ := algorithm.Decide(&p, &model, at.UnixMicro(), cost)
+				d.Source = want.Source // (a refusal may come from a store's negative cache)
+				if d != want {
+					t.Fatalf("%s: %s at %v under limit %d burst %d: %+v, want %+v", key, what, at.Sub(T0), p.Limit, p.Burst, d, want)
+				}
+				return d
+			}
+			for i := range 5 {
+				if d := step(base, T0, 1, fmt.Sprintf("request %d of 5", i+1)); !d.Allowed {
+					t.Fatalf("%s: request %d of 5 refused: %+v", key, i+1, d)
+				}
+			}
+			if d, want := step(changed, T0, 0, "the first peek after the change"), ch.remaining(changed); d.Remaining != want {
+				t.Fatalf("%s: the first peek after the change: remaining %d, want %d", key, d.Remaining, want)
+			}
+			quarter := changed.Period / 4
+			if quarter == 0 {
+				quarter = 6 * time.Hour // a calendar day's
+			}
+			for k := range 9 {
+				p := changed
+				if ch.alternate && k%2 == 1 {
+					p = base
+				}
+				at := T0.Add(time.Duration(k) * quarter)
+				step(p, at, 0, fmt.Sprintf("a peek after %d quarters", k))
+				step(p, at, 1, fmt.Sprintf("a request after %d quarters", k))
+			}
+		}
+	}
+}
+
+// RunConcurrency checks that a concurrency policy's slots in use are kept under another limit:
+// 2 of 2 held, raised to 3, one more; lowered to 1, none until both are given back. st must take
+// concurrency policies (a sluice.Leaser).
+func RunConcurrency(t *testing.T, st sluice.Store, clock *sluice.ManualClock, prefix string) {
+	ctx := context.Background()
+	clock.Set(T0)
+	leaser := st.(sluice.Leaser)
+	two := sluice.Policy{Name: "changed", Algorithm: sluice.Concurrency, Limit: 2, Period: 10 * time.Second}
+	acquire := func(key string, p sluice.Policy, id uint64) sluice.Decision {
+		t.Helper()
+		out := make([]sluice.Decision, 1)
+		if _, err := st.DecideAll(ctx, key, []sluice.Limit{{Policy: p, Cost: 1, Lease: id}}, out); err != nil {
+			t.Fatalf("%s: lease %d under limit %d: %v", key, id, p.Limit, err)
+		}
+		return out[0]
+	}
+	for _, to := range []int64{3, 1} {
+		key := fmt.Sprintf("%s-concurrency-to-%d", prefix, to)
+		for id := uint64(1); id <= 2; id++ {
+			if d := acquire(key, two, id); !d.Allowed {
+				t.Fatalf("%s: lease %d of 2 refused: %+v", key, id, d)
+			}
+		}
+		p := two
+		p.Limit = to
+		if to == 3 {
+			if d := acquire(key, p, 3); !d.Allowed || d.Remaining != 0 {
+				t.Fatalf("%s: 2 of 2 held, raised to 3: %+v, want exactly one more", key, d)
+			}
+			if d := acquire(key, p, 4); d.Allowed {
+				t.Fatalf("%s: raised to 3, a fourth: %+v, want refused", key, d)
+			}
+			continue
+		}
+		for id := uint64(1); id <= 2; id++ {
+			if d := acquire(key, p, 3); d.Allowed {
+				t.Fatalf("%s: lowered to 1 with %d held: %+v, want refused", key, 3-id, d)
+			}
+			if err := leaser.Release(ctx, key, p, id); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if d := acquire(key, p, 3); !d.Allowed || d.Remaining != 0 {
+			t.Fatalf("%s: lowered to 1, both given back: %+v, want allowed", key, d)
+		}
+	}
+}
