@@ -9,6 +9,8 @@ package changetest
 import (
 	"context"
 	"fmt"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -143,12 +145,29 @@ func Run(t *testing.T, st sluice.Store, clock *sluice.ManualClock, prefix string
 			if quarter == 0 {
 				quarter = 6 * time.Hour // a calendar day's
 			}
+			// settle settles at now a reservation made at T0 or now, under p, as the model does.
+			settle := func(p sluice.Policy, now time.Time, at int64, reserved, actual int64) {
+				t.Helper()
+				clock.Set(now)
+				if err := st.(sluice.Settler).Settle(ctx, key, p, at, reserved, actual); err != nil {
+					t.Fatalf("%s: settling %d of %d at %v: %v", key, actual, reserved, now.Sub(T0), err)
+				}
+				if _, err := algorithm.Settle(&p, &model, at, now.UnixMicro(), reserved, actual); err != nil {
+					t.Fatal(err)
+				}
+			}
 			for k := range 9 {
 				p := changed
 				if ch.alternate && k%2 == 1 {
 					p = base
 				}
 				at := T0.Add(time.Duration(k) * quarter)
+				switch k {
+				case 1: // a refund of a request made before the change, under the new numbers
+					settle(p, at, T0.UnixMicro(), 2, 1)
+				case 3: // an extra charge
+					settle(p, at, at.UnixMicro(), 1, 2)
+				}
 				step(p, at, 0, fmt.Sprintf("a peek after %d quarters", k))
 				step(p, at, 1, fmt.Sprintf("a request after %d quarters", k))
 			}
@@ -200,6 +219,48 @@ func RunConcurrency(t *testing.T, st sluice.Store, clock *sluice.ManualClock, pr
 		}
 		if d := acquire(key, p, 3); !d.Allowed || d.Remaining != 0 {
 			t.Fatalf("%s: lowered to 1, both given back: %+v, want allowed", key, d)
+		}
+	}
+}
+
+// RunRacing has 16 goroutines request one key at one instant, each alternating a limit of 50 and
+// one of 100 (an override applied and removed while requests race): whatever the interleaving,
+// exactly 100 are approved, as both read and write one use. For each rate algorithm (the leaky
+// bucket with room for its limit).
+func RunRacing(t *testing.T, st sluice.Store, clock *sluice.ManualClock, prefix string) {
+	clock.Set(T0.Add(time.Hour))
+	for _, base := range bases()[:len(algorithm.Algorithms)] {
+		lo, hi := base, base
+		lo.Limit, hi.Limit, lo.Period, hi.Period = 50, 100, time.Hour, time.Hour
+		if base.Algorithm == sluice.LeakyBucket {
+			lo.Burst, hi.Burst = 49, 99
+		}
+		key := fmt.Sprintf("%s-racing-%v", prefix, base.Algorithm)
+		var approved atomic.Int64
+		var wg sync.WaitGroup
+		for g := range 16 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := range 25 {
+					p := lo
+					if (g+i)%2 == 1 {
+						p = hi
+					}
+					d, err := st.Decide(context.Background(), key, p, 1)
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					if d.Allowed {
+						approved.Add(1)
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		if n := approved.Load(); n != 100 {
+			t.Errorf("%s: %d of 400 approved under limits 50 and 100 alternating; want exactly 100", key, n)
 		}
 	}
 }
