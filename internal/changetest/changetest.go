@@ -29,6 +29,7 @@ type change struct {
 	to        func(p sluice.Policy) sluice.Policy
 	buckets   bool                              // only for the token and the leaky bucket
 	alternate bool                              // the base and the changed policy take turns
+	peeks     bool                              // after the change, only peeks (no request, no settlement)
 	remaining func(changed sluice.Policy) int64 // the first peek's Remaining after the change, by hand
 }
 
@@ -37,14 +38,19 @@ func left(n int64) func(sluice.Policy) int64 { return func(sluice.Policy) int64 
 
 func fresh(p sluice.Policy) int64 { return p.Capacity() }
 
+// raise raises p's limit from 5 to 8 (and the leaky bucket's room with it).
+func raise(p sluice.Policy) sluice.Policy {
+	p.Limit = 8
+	if p.Algorithm == sluice.LeakyBucket {
+		p.Burst = 7
+	}
+	return p
+}
+
 var changes = []change{
-	{name: "limit raised", remaining: left(3), to: func(p sluice.Policy) sluice.Policy { // 5 of 8
-		p.Limit = 8
-		if p.Algorithm == sluice.LeakyBucket {
-			p.Burst = 7
-		}
-		return p
-	}},
+	{name: "limit raised", remaining: left(3), to: raise}, // 5 of 8
+	// Peeks alone: the first one converts a bucket, and the use drains at 8 a second from then on.
+	{name: "limit raised then peeks", peeks: true, remaining: left(3), to: raise},
 	{name: "limit lowered", remaining: left(0), to: func(p sluice.Policy) sluice.Policy { // 5 of 3
 		p.Limit = 3
 		if p.Algorithm == sluice.LeakyBucket {
@@ -52,13 +58,7 @@ var changes = []change{
 		}
 		return p
 	}},
-	{name: "limits alternating", alternate: true, remaining: left(3), to: func(p sluice.Policy) sluice.Policy {
-		p.Limit = 8
-		if p.Algorithm == sluice.LeakyBucket {
-			p.Burst = 7
-		}
-		return p
-	}},
+	{name: "limits alternating", alternate: true, remaining: left(3), to: raise},
 	// The token bucket's 5 of a burst of 7: 2 left; the leaky bucket's queue of 5 in a room of 7: 3.
 	{name: "burst raised", buckets: true, to: func(p sluice.Policy) sluice.Policy { p.Burst = 7; return p }, remaining: func(p sluice.Policy) int64 {
 		if p.Algorithm == sluice.LeakyBucket {
@@ -108,69 +108,95 @@ func bases() []sluice.Policy {
 }
 
 // Run runs every scenario on st, whose clock is clock (set here: the store must decide at its
-// time), each under a key of its own beginning with prefix.
+// time), each under a key of its own beginning with prefix: through Decide, and through DecideAll
+// beside a limit that never refuses. A DecideAll that refuses writes nothing, not even a bucket's
+// conversion to the changed limit; one that approves (or peeks) writes it.
 func Run(t *testing.T, st sluice.Store, clock *sluice.ManualClock, prefix string) {
+	for _, all := range []bool{false, true} {
+		for _, base := range bases() {
+			for _, ch := range changes {
+				if ch.buckets && base.Algorithm != sluice.TokenBucket && base.Algorithm != sluice.LeakyBucket {
+					continue
+				}
+				run(t, st, clock, fmt.Sprintf("%s-%v-%v-%s-all-%v", prefix, base.Algorithm, base.Calendar, ch.name, all), all, base, ch)
+			}
+		}
+	}
+}
+
+// roomy is the limit that never refuses beside the one under test in a DecideAll.
+var roomy = sluice.Policy{Name: "roomy", Algorithm: sluice.TokenBucket, Limit: 1 << 40, Period: time.Second}
+
+// run runs one scenario on key.
+func run(t *testing.T, st sluice.Store, clock *sluice.ManualClock, key string, all bool, base sluice.Policy, ch change) {
 	ctx := context.Background()
-	for _, base := range bases() {
-		for _, ch := range changes {
-			if ch.buckets && base.Algorithm != sluice.TokenBucket && base.Algorithm != sluice.LeakyBucket {
-				continue
-			}
-			changed := ch.to(base)
-			key := fmt.Sprintf("%s-%v-%v-%s", prefix, base.Algorithm, base.Calendar, ch.name)
-			var model algorithm.State
-			step := func(p sluice.Policy, at time.Time, cost int64, what string) sluice.Decision {
-				t.Helper()
-				clock.Set(at)
-				d, err := st.Decide(ctx, key, p, cost)
-				if err != nil {
-					t.Fatalf("%s: %s: %v", key, what, err)
-				}
-				want, _ := algorithm.Decide(&p, &model, at.UnixMicro(), cost)
-				d.Source = want.Source // (a refusal may come from a store's negative cache)
-				if d != want {
-					t.Fatalf("%s: %s at %v under limit %d burst %d: %+v, want %+v", key, what, at.Sub(T0), p.Limit, p.Burst, d, want)
-				}
-				return d
-			}
-			for i := range 5 {
-				if d := step(base, T0, 1, fmt.Sprintf("request %d of 5", i+1)); !d.Allowed {
-					t.Fatalf("%s: request %d of 5 refused: %+v", key, i+1, d)
-				}
-			}
-			if d, want := step(changed, T0, 0, "the first peek after the change"), ch.remaining(changed); d.Remaining != want {
-				t.Fatalf("%s: the first peek after the change: remaining %d, want %d", key, d.Remaining, want)
-			}
-			quarter := changed.Period / 4
-			if quarter == 0 {
-				quarter = 6 * time.Hour // a calendar day's
-			}
-			// settle settles at now a reservation made at T0 or now, under p, as the model does.
-			settle := func(p sluice.Policy, now time.Time, at int64, reserved, actual int64) {
-				t.Helper()
-				clock.Set(now)
-				if err := st.(sluice.Settler).Settle(ctx, key, p, at, reserved, actual); err != nil {
-					t.Fatalf("%s: settling %d of %d at %v: %v", key, actual, reserved, now.Sub(T0), err)
-				}
-				if _, err := algorithm.Settle(&p, &model, at, now.UnixMicro(), reserved, actual); err != nil {
-					t.Fatal(err)
-				}
-			}
-			for k := range 9 {
-				p := changed
-				if ch.alternate && k%2 == 1 {
-					p = base
-				}
-				at := T0.Add(time.Duration(k) * quarter)
-				switch k {
-				case 1: // a refund of a request made before the change, under the new numbers
-					settle(p, at, T0.UnixMicro(), 2, 1)
-				case 3: // an extra charge
-					settle(p, at, at.UnixMicro(), 1, 2)
-				}
-				step(p, at, 0, fmt.Sprintf("a peek after %d quarters", k))
-				step(p, at, 1, fmt.Sprintf("a request after %d quarters", k))
-			}
+	changed := ch.to(base)
+	var model algorithm.State
+	decide := func(p sluice.Policy, cost int64) (sluice.Decision, error) {
+		if !all {
+			return st.Decide(ctx, key, p, cost)
+		}
+		out := make([]sluice.Decision, 2)
+		_, err := st.DecideAll(ctx, key, []sluice.Limit{{Policy: p, Cost: cost}, {Policy: roomy, Cost: cost}}, out)
+		return out[0], err
+	}
+	step := func(p sluice.Policy, at time.Time, cost int64, what string) sluice.Decision {
+		t.Helper()
+		clock.Set(at)
+		d, err := decide(p, cost)
+		if err != nil {
+			t.Fatalf("%s: %s: %v", key, what, err)
+		}
+		trial := model
+		want, _ := algorithm.Decide(&p, &trial, at.UnixMicro(), cost)
+		if !all || want.Allowed {
+			model = trial
+		}
+		d.Source = want.Source // (a refusal may come from a store's negative cache)
+		if d != want {
+			t.Fatalf("%s: %s at %v under limit %d burst %d: %+v, want %+v", key, what, at.Sub(T0), p.Limit, p.Burst, d, want)
+		}
+		return d
+	}
+	for i := range 5 {
+		if d := step(base, T0, 1, fmt.Sprintf("request %d of 5", i+1)); !d.Allowed {
+			t.Fatalf("%s: request %d of 5 refused: %+v", key, i+1, d)
+		}
+	}
+	if d, want := step(changed, T0, 0, "the first peek after the change"), ch.remaining(changed); d.Remaining != want {
+		t.Fatalf("%s: the first peek after the change: remaining %d, want %d", key, d.Remaining, want)
+	}
+	quarter := changed.Period / 4
+	if quarter == 0 {
+		quarter = 6 * time.Hour // a calendar day's
+	}
+	// settle settles at now a reservation made at T0 or now, under p, as the model does.
+	settle := func(p sluice.Policy, now time.Time, at int64, reserved, actual int64) {
+		t.Helper()
+		clock.Set(now)
+		if err := st.(sluice.Settler).Settle(ctx, key, p, at, reserved, actual); err != nil {
+			t.Fatalf("%s: settling %d of %d at %v: %v", key, actual, reserved, now.Sub(T0), err)
+		}
+		if _, err := algorithm.Settle(&p, &model, at, now.UnixMicro(), reserved, actual); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for k := range 9 {
+		p := changed
+		if ch.alternate && k%2 == 1 {
+			p = base
+		}
+		at := T0.Add(time.Duration(k) * quarter)
+		switch {
+		case ch.peeks:
+		case k == 1: // a refund of a request made before the change, under the new numbers
+			settle(p, at, T0.UnixMicro(), 2, 1)
+		case k == 3: // an extra charge
+			settle(p, at, at.UnixMicro(), 1, 2)
+		}
+		step(p, at, 0, fmt.Sprintf("a peek after %d quarters", k))
+		if !ch.peeks {
+			step(p, at, 1, fmt.Sprintf("a request after %d quarters", k))
 		}
 	}
 }
