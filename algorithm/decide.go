@@ -67,6 +67,7 @@ func (s *State) renew(p *Policy, period int64) {
 	*s = State{Alg: p.Algorithm, Limit: p.Limit, Period: period, cache: derive(p.Limit, period)}
 }
 
+// derive computes a state's cache for limit and period (µs).
 func derive(limit, period int64) derived {
 	q, r := mul(period, 1).divmod(limit)
 	return derived{emitQ: q, emitR: r, invPeriod: ^uint64(0) / uint64(period)}
@@ -219,9 +220,11 @@ func CheckCost(p *Policy, cost int64, d *Decision) error {
 	return nil
 }
 
-// IsIdle reports whether s is as if never seen at now under p: a store may then drop the key.
+// IsIdle reports whether s is as if never seen at now under p: a store may then drop the key. It
+// changes nothing (a bucket of another limit is converted on a copy).
 func IsIdle(p *Policy, s *State, now int64) bool {
-	d, err := Decide(p, s, now, 0)
+	c := *s
+	d, err := Decide(p, &c, now, 0)
 	return err == nil && d.ResetAfter == 0
 }
 
