@@ -228,7 +228,9 @@ func (s *BudgetStore) decide(ctx context.Context, key string, p *Policy, cost in
 	}
 }
 
-// follow forgets a budget counted under another policy of the same name (a reload changed it).
+// follow forgets a budget counted under another policy of the same name (a reload or an override
+// changed it). Its unspent units stay used in the store, which keeps what was used under a changed
+// limit: they count until the window ends or the bucket refills, never more than was taken.
 func (e *budgetEntry) follow(p *Policy) {
 	if e.policy != *p {
 		e.policy, e.units, e.dryUntil, e.expires = *p, 0, time.Time{}, time.Time{}

@@ -426,3 +426,30 @@ func TestBudgetDecideAllConcurrent(t *testing.T) {
 		}
 	}
 }
+
+// TestBudgetUnderAChangedLimit: a budget taken under one limit is dropped when the policy's limit
+// changes (a reload, an override); what it took stays used in the store, which keeps what was
+// used under the new limit. Limit 10, a budget of 4 taken for one request (3 unspent); raised to
+// 12, the next request takes a new budget from the 8 the store has left: 1 + 8 requests pass in
+// the window in all, the 3 dropped units counting until it ends.
+func TestBudgetUnderAChangedLimit(t *testing.T) {
+	clock, mem, shared := budgetWorld(time.UnixMicro(0))
+	p := sluice.Policy{Name: "fw", Algorithm: sluice.FixedWindow, Limit: 10, Period: time.Second}
+	b := sluice.Budgeted(shared, budgetFor(sluice.LocalBudget{Size: 4, MaxAge: time.Hour}), sluice.WithBudgetClock(clock))
+	if d := mustDecide(t, b, "k", p, 1); !d.Allowed {
+		t.Fatalf("the first request: %+v", d)
+	}
+	p.Limit = 12
+	if d := peek(t, mem, "k", p); d.Remaining != 8 {
+		t.Fatalf("the store under 12 with a budget of 4 taken: remaining %d, want 8", d.Remaining)
+	}
+	passed := 0
+	for range 12 {
+		if mustDecide(t, b, "k", p, 1).Allowed {
+			passed++
+		}
+	}
+	if passed != 8 {
+		t.Fatalf("%d requests passed under 12 after a budget of 4 was taken under 10; want 8", passed)
+	}
+}

@@ -155,7 +155,7 @@ func TestCalendarSlidingWindow(t *testing.T) {
 }
 
 // A state written under another calendar, another zone or no calendar reads as never seen, and
-// a calendar state is never read by a policy with a period.
+// a calendar state is never read by a policy with a period; under another limit it keeps its count.
 func TestCalendarStateOfAnotherPolicy(t *testing.T) {
 	berlin, ny := load(t, "Europe/Berlin"), load(t, "America/New_York")
 	now := us(local(t, berlin, "2026-06-10 12:00:00"))
@@ -170,7 +170,6 @@ func TestCalendarStateOfAnotherPolicy(t *testing.T) {
 			{Algorithm: alg, Limit: 4, Calendar: Day, Location: ny},
 			{Algorithm: alg, Limit: 4, Calendar: Day},
 			{Algorithm: alg, Limit: 4, Period: day},
-			{Algorithm: alg, Limit: 5, Calendar: Day, Location: berlin},
 		}
 		for _, o := range others {
 			if d, err := Decide(&o, clone(s), now, 0); err != nil || d.Remaining != o.Limit || d.ResetAfter != 0 {
@@ -179,6 +178,11 @@ func TestCalendarStateOfAnotherPolicy(t *testing.T) {
 		}
 		if d, _ := Decide(&base, clone(s), now, 0); d.Remaining != 0 {
 			t.Errorf("%v: the same policy again: %+v", alg, d)
+		}
+		raised := base
+		raised.Limit = 5
+		if d, err := Decide(&raised, clone(s), now, 1); err != nil || !d.Allowed || d.Remaining != 0 {
+			t.Errorf("%v: 4 used, the limit raised to 5: %+v, %v; want exactly one more", alg, d, err)
 		}
 		// The same zone loaded again is the same zone.
 		again := base

@@ -42,11 +42,13 @@ func calendarTag(p *Policy) int64 {
 	return int64(h&^7 | 1<<63 | uint64(p.Calendar&7))
 }
 
-// renewCalendar makes s a fresh calendar state of p (tag = calendarTag(p)), unless it already is.
+// renewCalendar makes s a fresh calendar state of p (tag = calendarTag(p)), unless it already is
+// one (of any limit: its counts are kept, and it takes p's limit).
 func (s *State) renewCalendar(p *Policy, tag int64) {
 	if !s.current(p, tag) {
 		*s = State{Alg: p.Algorithm, Limit: p.Limit, Period: tag}
 	}
+	s.Limit = p.Limit
 }
 
 // calendarFixed: count the cost approved in the calendar window [start, end) holding now;

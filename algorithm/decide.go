@@ -8,9 +8,11 @@ import (
 )
 
 // State is the stored state of one key under one policy. Its zero value means "never seen", and
-// so does a state written under another algorithm, limit or period: a policy whose numbers a
+// so does a state written under another algorithm or period: a policy whose algorithm or period a
 // reload changed starts its keys afresh rather than misreading them (a window index under a new
-// period, a fraction of 1/limit µs under a new limit). A changed burst carries over.
+// period). A changed limit or burst keeps what was used: a window's counts and a sliding log's
+// entries are kept as they are, and a bucket's theoretical arrival time is converted so that the
+// units in use are the same under the new limit (adopt).
 // Which fields mean what depends on Alg:
 //
 //	fixed-window    Window = index of the window (floor(now/period)), Count = cost approved in it
@@ -52,14 +54,23 @@ type derived struct {
 	invPeriod    uint64 // floor((2^64-1)/period): see divP
 }
 
-// renew makes s a fresh state of p's algorithm, limit and period (µs), unless it already is one.
+// renew makes s a state of p's algorithm, limit and period (µs): a fresh one unless s is current;
+// a current state of another limit keeps its fields and takes p's limit (for a bucket, adopt has
+// converted it first).
 func (s *State) renew(p *Policy, period int64) {
 	if s.current(p, period) {
+		if s.Limit != p.Limit {
+			s.Limit, s.cache = p.Limit, derive(p.Limit, period)
+		}
 		return
 	}
-	q, r := mul(period, 1).divmod(p.Limit)
-	*s = State{Alg: p.Algorithm, Limit: p.Limit, Period: period,
-		cache: derived{emitQ: q, emitR: r, invPeriod: ^uint64(0) / uint64(period)}}
+	*s = State{Alg: p.Algorithm, Limit: p.Limit, Period: period, cache: derive(p.Limit, period)}
+}
+
+// derive computes a state's cache for limit and period (µs).
+func derive(limit, period int64) derived {
+	q, r := mul(period, 1).divmod(limit)
+	return derived{emitQ: q, emitR: r, invPeriod: ^uint64(0) / uint64(period)}
 }
 
 // divP returns floor(x/period) and x mod period. For x below 2^64 and a state whose cache is set,
@@ -101,8 +112,9 @@ type LogEntry struct {
 }
 
 // Decide decides a request of cost at now (µs) on the key whose state is *s, under the validated
-// policy p. It changes *s only when it approves a positive cost; a refusal, a peek (cost 0) or an
-// error leaves *s exactly as it was.
+// policy p. It changes *s only when it approves a positive cost, or when it converts a bucket's
+// state written under another limit to p's (adopt: the same use, so the same decisions at this
+// instant); a refusal, a peek (cost 0) or an error otherwise leaves *s exactly as it was.
 //
 // Time never runs backward for a key: a now earlier than the key's last recorded instant is
 // treated as that instant (a conservative choice: a clock step back never frees quota).
@@ -164,10 +176,10 @@ func DecideWithin(p *Policy, s *State, now, cost, maxDelay int64, d *Decision) e
 	return p.Validate()
 }
 
-// current reports whether s was written under p's algorithm, limit and period (µs; for a calendar
-// policy, its calendarTag); any other state counts as never seen.
+// current reports whether s was written under p's algorithm and period (µs; for a calendar policy,
+// its calendarTag), whatever its limit: any other state counts as never seen.
 func (s *State) current(p *Policy, period int64) bool {
-	return s.Alg == p.Algorithm && s.Limit == p.Limit && s.Period == period
+	return s.Alg == p.Algorithm && s.Period == period
 }
 
 // CheckCost returns the error of a request that no state could approve — a negative cost, a cost
@@ -208,9 +220,11 @@ func CheckCost(p *Policy, cost int64, d *Decision) error {
 	return nil
 }
 
-// IsIdle reports whether s is as if never seen at now under p: a store may then drop the key.
+// IsIdle reports whether s is as if never seen at now under p: a store may then drop the key. It
+// changes nothing (a bucket of another limit is converted on a copy).
 func IsIdle(p *Policy, s *State, now int64) bool {
-	d, err := Decide(p, s, now, 0)
+	c := *s
+	d, err := Decide(p, &c, now, 0)
 	return err == nil && d.ResetAfter == 0
 }
 

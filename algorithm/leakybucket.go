@@ -14,6 +14,7 @@ package algorithm
 // held too long is refused like one the queue has no room for, changing nothing, and its
 // RetryAfter is exact: ceil(wait/limit) - maxDelay, when its hold would be maxDelay.
 func leakyBucket(p *Policy, s *State, now, cost, maxDelay int64, d *Decision) error {
+	s.adopt(p, now) // a state of another limit: its use, under this one
 	period := p.PeriodMicros()
 	room := mul(p.Burst, period)
 	if maxDelay >= 0 {

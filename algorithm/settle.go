@@ -50,12 +50,12 @@ func Settle(p *Policy, s *State, at, now, reserved, actual int64) (bool, error) 
 	}
 	if p.Calendar != NoCalendar {
 		if !s.current(p, calendarTag(p)) {
-			return false, nil // the charge was forgotten (idle, or a policy of other numbers since)
+			return false, nil // the charge was forgotten (idle, or a policy of another algorithm or period since)
 		}
 		return refundCalendar(p, s, at, now, -delta), nil
 	}
 	if !s.current(p, p.PeriodMicros()) {
-		return false, nil // the charge was forgotten (idle, or a policy of other numbers since)
+		return false, nil // the charge was forgotten (idle, or a policy of another algorithm or period since)
 	}
 	return refund(p, s, at, now, reserved, -delta), nil
 }
@@ -134,6 +134,7 @@ func charge(p *Policy, s *State, now, cost int64) (changed, ok bool) {
 	case TokenBucket, LeakyBucket:
 		// A tat from 2^62 on is beyond any clock (as a cost's drain time, CheckCost).
 		c := *s
+		c.adopt(p, now)
 		if !gcraAdvance(p, &c, now, cost) || c.TAT >= 1<<62 {
 			return false, false
 		}
@@ -202,7 +203,8 @@ func refund(p *Policy, s *State, at, now, reserved, cost int64) bool {
 		s.Log = log
 		return left != cost
 	case TokenBucket, LeakyBucket:
-		return gcraRefund(p, s, at, now, reserved, cost)
+		adopted := s.adopt(p, now)
+		return gcraRefund(p, s, at, now, reserved, cost) || adopted
 	}
 	return true
 }

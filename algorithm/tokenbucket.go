@@ -5,6 +5,7 @@ package algorithm
 //
 //	approve iff tokens ≥ cost  ⇔  wait ≤ (C - cost)·period
 func tokenBucket(p *Policy, s *State, now, cost int64, d *Decision) error {
+	s.adopt(p, now) // a state of another limit: its use, under this one
 	period, capacity := p.PeriodMicros(), p.Capacity()
 	wait := gcraWait(p, s, now)
 	allowed := wait.lessEq(mul(capacity-cost, period))

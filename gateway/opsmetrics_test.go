@@ -2,16 +2,10 @@ package gateway_test
 
 import (
 	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
-
-	"github.com/sluicehq/sluice/config"
-	"github.com/sluicehq/sluice/gateway"
 )
 
 // The metrics an operator runs sluice by: the upstream's answers by status class and time (on
@@ -52,39 +46,20 @@ default_policy: q
 
 // A failed reload says so in its gauges until a reload takes.
 func TestReloadMetrics(t *testing.T) {
-	up := newUpstream(t)
-	path := filepath.Join(t.TempDir(), "sluice.yaml")
-	good := "upstream: " + up.URL + "\n"
-	if err := os.WriteFile(path, []byte(good), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := config.Load(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv, err := gateway.NewTestServer(cfg, path, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Close()
+	good := "upstream: UPSTREAM\n"
+	srv, reload := reloadable(t, newUpstream(t), good)
 	admin := httptest.NewServer(srv.Admin())
 	defer admin.Close()
 	if ok, at := metricSum(t, admin.URL, "sluice_config_last_reload_successful"), metricSum(t, admin.URL, "sluice_config_last_reload_timestamp_seconds"); ok != 1 || at != 0 {
 		t.Errorf("before any reload: successful %v, timestamp %v; want 1, 0", ok, at)
 	}
-	if err := os.WriteFile(path, []byte(strings.Replace(good, "upstream", "upstrem", 1)), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if srv.Reload() == nil {
+	if reload(strings.Replace(good, "upstream", "upstrem", 1)) == nil {
 		t.Fatal("a bad file reloaded")
 	}
 	if ok, at := metricSum(t, admin.URL, "sluice_config_last_reload_successful"), metricSum(t, admin.URL, "sluice_config_last_reload_timestamp_seconds"); ok != 0 || at < 1.7e9 {
 		t.Errorf("after a failed reload: successful %v, timestamp %v", ok, at)
 	}
-	if err := os.WriteFile(path, []byte(good), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := srv.Reload(); err != nil {
+	if err := reload(good); err != nil {
 		t.Fatal(err)
 	}
 	if ok := metricSum(t, admin.URL, "sluice_config_last_reload_successful"); ok != 1 {

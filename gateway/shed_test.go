@@ -3,19 +3,13 @@ package gateway_test
 import (
 	"encoding/json"
 	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
-
-	"github.com/sluicehq/sluice/config"
-	"github.com/sluicehq/sluice/gateway"
 )
 
 // switchUpstream is a real HTTP server whose work takes fast or, once slow is set, slowDelay; it
@@ -294,23 +288,7 @@ load_shedding: {min_limit: 1, max_limit: 1, retry_after: 2s}
 // flight and counts); one that changes them starts a new one; one without it has none, and
 // /v1/stats leaves load_shedding out.
 func TestShedReload(t *testing.T) {
-	up := newUpstream(t)
-	path := filepath.Join(t.TempDir(), "sluice.yaml")
-	write := func(s string) {
-		if err := os.WriteFile(path, []byte("upstream: "+up.URL+"\n"+s), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	write("load_shedding: {max_limit: 50}\n")
-	cfg, err := config.Load(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv, err := gateway.NewTestServer(cfg, path, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Close()
+	srv, reloadFile := reloadable(t, newUpstream(t), "upstream: UPSTREAM\nload_shedding: {max_limit: 50}\n")
 	gw := httptest.NewServer(srv)
 	defer gw.Close()
 	admin := httptest.NewServer(srv.Admin())
@@ -318,8 +296,7 @@ func TestShedReload(t *testing.T) {
 	get(t, gw.URL+"/a")
 	reload := func(s string) {
 		t.Helper()
-		write(s)
-		if err := srv.Reload(); err != nil {
+		if err := reloadFile("upstream: UPSTREAM\n" + s); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -12,8 +12,8 @@ import (
 // Change is a change of the policy at an instant of virtual time, as a configuration reload
 // makes it: from TMicros on, the session decides under the changed numbers, on the same store
 // and under the same policy name. So the rules of a reload apply (docs/design.md, "State and
-// reloads"): a changed limit starts the keys afresh, a changed burst carries over what was
-// spent. The browser simulation's live mode records one whenever its limit or burst is changed
+// reloads"): a changed limit or burst keeps what was used (a window's count, a bucket's units in
+// use). The browser simulation's live mode records one whenever its limit or burst is changed
 // while the clock runs, and `sluice simulate --change` replays it.
 type Change struct {
 	TMicros int64

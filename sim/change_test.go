@@ -9,8 +9,9 @@ import (
 )
 
 // A change applies from its instant on, as a reload would: a fixed window of 5 a second raised
-// to 8 at 2s lets 5, 5, then 8, 8 of 10 a second through; a token bucket's burst raised at 2s
-// gains the extra tokens only (the spent ones carry over), and its limit changed starts afresh.
+// to 8 at 2s lets 5, 5, then 8, 8 of 10 a second through, and raised in the middle of a window it
+// keeps the window's count; a token bucket's burst raised at 2s gains the extra tokens only (the
+// spent ones carry over), and so does its limit.
 func TestChangesApplyFromTheirInstant(t *testing.T) {
 	reqs, err := ParseTraffic("10/s for 4s")
 	if err != nil {
@@ -42,6 +43,10 @@ func TestChangesApplyFromTheirInstant(t *testing.T) {
 	if got, want := perSecond(fixed, "t=2s,limit=8"), [4]int64{5, 5, 8, 8}; got != want {
 		t.Errorf("fixed-window 5/s, limit 8 from 2s: allowed per second %v, want %v", got, want)
 	}
+	// At 2.5s the window has counted 5 (2.0s to 2.4s): 3 more under 8, not 8.
+	if got, want := perSecond(fixed, "t=2.5s,limit=8"), [4]int64{5, 5, 8, 8}; got != want {
+		t.Errorf("fixed-window 5/s, limit 8 from 2.5s: allowed per second %v, want %v", got, want)
+	}
 	if got, want := perSecond(fixed), [4]int64{5, 5, 5, 5}; got != want {
 		t.Errorf("fixed-window 5/s unchanged: allowed per second %v, want %v", got, want)
 	}
@@ -53,9 +58,15 @@ func TestChangesApplyFromTheirInstant(t *testing.T) {
 	if raised[0] != plain[0] || raised[1] != plain[1] || raised[2]+raised[3] != plain[2]+plain[3]+5 {
 		t.Errorf("token-bucket burst 5 → 10 at 2s: allowed per second %v, without the change %v: want 5 more after 2s", raised, plain)
 	}
-	// A new limit starts the key afresh: a full bucket of 20 at 2s.
+	// A new limit keeps the use: at 2s 4 units are in use (the last approval, at 1.8s, emptied
+	// the bucket), so under 20 the bucket has 16 left, refilled 20 a second: every request after
+	// 2s passes. Lowered to 2 instead, the 4 drain at 2 a second until one fits in the bucket of
+	// 2, at 3.5s: nothing passes in the third second, one in the fourth.
 	if got := perSecond(bucket, "t=2s,limit=20"); got[2] != 10 || got[3] != 10 {
 		t.Errorf("token-bucket limit 20 from 2s: allowed per second %v, want every request after 2s", got)
+	}
+	if got := perSecond(bucket, "t=2s,limit=2"); got[2] != 0 || got[3] != 1 {
+		t.Errorf("token-bucket limit 2 from 2s: allowed per second %v, want none in the third second, one in the fourth", got)
 	}
 }
 

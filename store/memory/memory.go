@@ -322,8 +322,10 @@ func (s *Store) decide(key string, p *sluice.Policy, cost, maxDelay int64, d *sl
 // decideSlot decides on a held slot, under its client's lock.
 func decideSlot(sl *slot, p *sluice.Policy, now, cost, maxDelay int64, d *sluice.Decision) error {
 	err := algorithm.DecideWithin(p, &sl.state, now, cost, maxDelay, d)
-	if d.Allowed && cost > 0 {
-		sl.expires = expiresAt(now, d.ResetAfter)
+	// An approval sets the key's expiry; so may a bucket's state converted to a lowered limit,
+	// whose use now drains later (algorithm.State: a changed limit keeps what was used).
+	if e := expiresAt(now, d.ResetAfter); (d.Allowed && cost > 0) || e > sl.expires {
+		sl.expires = e
 	}
 	return err
 }
@@ -696,6 +698,9 @@ func (s *Store) DecideAll(_ context.Context, key string, limits []sluice.Limit, 
 	for i := range limits {
 		l := &limits[i]
 		if !out[i].Allowed || l.Cost == 0 {
+			if c != nil {
+				keepConverted(c.find(l.Policy.Name), &trial[i], now, &out[i])
+			}
 			continue
 		}
 		expires := expiresAt(now, out[i].ResetAfter)
@@ -708,6 +713,20 @@ func (s *Store) DecideAll(_ context.Context, key string, limits []sluice.Limit, 
 		c = sh.addLocked(c, h, key, slot{policy: l.Policy.Name, expires: expires, state: trial[i]}, true)
 	}
 	return true, nil
+}
+
+// keepConverted writes to sl (if held) its trial state when a limit that consumed nothing (a
+// refusal of a dry-run limit, a peek) converted it, a bucket's use, to a changed limit
+// (algorithm.State): as Decide keeps the conversion, and the Redis scripts write it with the
+// approvals. A trial state of the same limit is the held one.
+func keepConverted(sl *slot, trial *algorithm.State, now int64, d *sluice.Decision) {
+	if sl == nil || sl.state.Limit == trial.Limit {
+		return
+	}
+	sl.state = *trial
+	if e := expiresAt(now, d.ResetAfter); e > sl.expires {
+		sl.expires = e
+	}
 }
 
 // unlockClient unlocks *c, if there is one.
@@ -843,6 +862,9 @@ func (s *Store) decideAllKeys(key string, limits []sluice.Limit, out []sluice.De
 	for i := range limits {
 		l, p := &limits[i], &places[i]
 		if !out[i].Allowed || l.Cost == 0 {
+			if p.held {
+				keepConverted(p.c.find(l.Policy.Name), &trial[i], now, &out[i])
+			}
 			continue
 		}
 		expires := expiresAt(now, out[i].ResetAfter)

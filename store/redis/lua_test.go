@@ -859,8 +859,9 @@ func TestLuaTTL(t *testing.T) {
 	}
 }
 
-// TestLuaRenew: a state written under another algorithm, limit or period is never seen, and
-// nothing of it survives the first approval under the new one; a changed burst carries over.
+// TestLuaRenew: a state written under another algorithm or period is never seen, and nothing of
+// it survives the first approval under the new one; a changed limit or burst carries over what
+// was used.
 func TestLuaRenew(t *testing.T) {
 	e := newLuaEnv(t)
 	t0 := int64(1_800_000_000_000_000)
@@ -882,12 +883,14 @@ func TestLuaRenew(t *testing.T) {
 	if got := step(log, t0+2, 1); got[0] != 0 {
 		t.Fatalf("sliding log full: %v", got)
 	}
-	// Another limit: a fresh state; a peek or a refusal does not renew it yet.
+	// Another limit: the log is the use, kept: 3 of 4 used.
 	log4 := luaPolicy(algorithm.SlidingLog, 4, 1_000_000, 0)
-	if got := step(log4, t0+3, 0); got[2] != 4 {
-		t.Fatalf("peek under a new limit: %v, want remaining 4", got)
+	if got := step(log4, t0+3, 0); got[2] != 1 {
+		t.Fatalf("peek under a new limit: %v, want remaining 1", got)
 	}
-	step(log4, t0+4, 1) // renews: the old log is gone
+	if got := step(log4, t0+4, 1); got[0] != 1 || got[2] != 0 {
+		t.Fatalf("the fourth under limit 4: %v, want approved, none left", got)
+	}
 	// Another algorithm: the log list and the count go.
 	sw := luaPolicy(algorithm.SlidingWindow, 4, 1_000_000, 0)
 	step(sw, t0+5, 2)
@@ -897,6 +900,8 @@ func TestLuaRenew(t *testing.T) {
 	tb := luaPolicy(algorithm.TokenBucket, 4, 1_000_000, 0)
 	step(tb, t0+6, 3)
 	step(luaPolicy(algorithm.TokenBucket, 4, 1_000_000, 10), t0+7, 1) // only the burst: carried over
+	step(luaPolicy(algorithm.TokenBucket, 7, 1_000_000, 10), t0+7, 0) // the limit: converted by a peek
+	step(luaPolicy(algorithm.TokenBucket, 3, 1_000_000, 10), t0+8, 1)
 	step(luaPolicy(algorithm.TokenBucket, 4, 2_000_000, 10), t0+8, 1) // the period: fresh
 	step(luaPolicy(algorithm.LeakyBucket, 4, 2_000_000, 10), t0+9, 1)
 	step(luaPolicy(algorithm.FixedWindow, 4, 2_000_000, 0), t0+10, 1)

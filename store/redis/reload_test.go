@@ -12,8 +12,8 @@ import (
 
 // TestNegativeCacheFollowsAPolicyChange: a reload that changes a policy's numbers under the same
 // name takes effect at once. A refusal cached under the old policy (2 an hour) is not served
-// under the new one (100 an hour), which decides in Redis and approves; the stale entry is
-// dropped, so that the old policy, were it back, asks Redis too.
+// under the new one (100 an hour), which decides in Redis and approves, keeping the 2 used (97
+// left after it); the stale entry is dropped, so that the old policy, were it back, asks Redis too.
 func TestNegativeCacheFollowsAPolicyChange(t *testing.T) {
 	srv := redistest.Start(t)
 	t0 := int64(1_800_000_000_000_000)
@@ -23,6 +23,7 @@ func TestNegativeCacheFollowsAPolicyChange(t *testing.T) {
 	raised := p
 	raised.Limit = 100
 	// refuse spends key's quota under p and has its refusal cached.
+	clone := func(s algorithm.State) *algorithm.State { return &s }
 	refuse := func(key string) {
 		t.Helper()
 		for i := range 2 {
@@ -37,8 +38,12 @@ func TestNegativeCacheFollowsAPolicyChange(t *testing.T) {
 		}
 	}
 	refuse("c")
-	var fresh algorithm.State
-	want, _ := algorithm.Decide(&raised, &fresh, t0, 1)
+	var used algorithm.State
+	algorithm.Decide(&p, &used, t0, 2)
+	want, _ := algorithm.Decide(&raised, clone(used), t0, 1)
+	if want.Remaining != 97 {
+		t.Fatalf("the model: %+v, want 97 left", want)
+	}
 	calls := st.Stats().Calls
 	if d, err := st.Decide(bg, "c", raised, 1); err != nil || d != want {
 		t.Fatalf("the raised limit after a refusal cached under the old one: %+v %v; want %+v", d, err, want)
@@ -50,8 +55,7 @@ func TestNegativeCacheFollowsAPolicyChange(t *testing.T) {
 	// A peek under the new policy approves without writing, so only its lookup can drop the
 	// stale entry: the old policy then asks Redis.
 	refuse("d")
-	fresh = algorithm.State{}
-	want, _ = algorithm.Decide(&raised, &fresh, t0, 0)
+	want, _ = algorithm.Decide(&raised, clone(used), t0, 0)
 	calls = st.Stats().Calls
 	if d, err := st.Decide(bg, "d", raised, 0); err != nil || d != want {
 		t.Fatalf("a peek under the raised limit: %+v %v; want %+v", d, err, want)

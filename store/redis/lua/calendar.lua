@@ -73,18 +73,22 @@ local function cal_stamp(alg, limit, token)
 end
 
 -- cal_read reads key's state under the calendar stamp h: current, then its nfields (2 or 3)
--- numbers, 0 if not current. A state under another stamp, a sliding log's list or the old
--- format's hash beside it is not current (no old version wrote calendar states) and marks key
--- stale, so that a write replaces it whole.
+-- numbers, 0 if not current. A state under a stamp of another algorithm, calendar or zone, a
+-- sliding log's list or the old format's hash beside it is not current (no old version wrote
+-- calendar states) and marks key stale, so that a write replaces it whole; one of another limit is
+-- current (its counts are kept).
 local function cal_read(key, logkey, h, nfields)
   local v = redis.call('GET', key)
   if v then
-    if string.sub(v, 1, #h) == h then
+    local i1 = string.find(h, ' ', 1, true) -- h is "<alg> <limit> <token> " (the token has no space)
+    local i2 = string.find(h, ' ', i1 + 1, true)
+    local i = match_stamp(v, string.sub(h, 1, i1), string.sub(h, i2))
+    if i ~= nil then
       local a, b, c
       if nfields == 3 then
-        a, b, c = string.match(v, '^(%-?%d+) (%-?%d+) (%-?%d+)$', #h + 1)
+        a, b, c = string.match(v, '^(%-?%d+) (%-?%d+) (%-?%d+)$', i)
       else
-        a, b = string.match(v, '^(%-?%d+) (%-?%d+)$', #h + 1)
+        a, b = string.match(v, '^(%-?%d+) (%-?%d+)$', i)
       end
       if a ~= nil then
         return true, parse_int(a, true), parse_int(b, true), c and parse_int(c, true) or 0

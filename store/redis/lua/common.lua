@@ -565,10 +565,12 @@ end
 --
 --   "<alg> <limit> <period> <field> <field> [<field>]"     e.g. "4 1000000 1000000 1764598000123456 0"
 --
--- the stamp (State.current: the algorithm, limit and period it was written under), then the
--- algorithm's numbers in decimal (fmt: exact at any size). A state whose stamp is not the
--- policy's is never seen: its fields read 0, as in a fresh algorithm.State.
---
+-- the stamp (the algorithm, limit and period it was written under), then the algorithm's numbers
+-- in decimal (fmt: exact at any size). A state whose algorithm or period is not the policy's is
+-- never seen: its fields read 0, as in a fresh algorithm.State (State.current). One of another
+-- limit keeps what was used (a window's counts; a bucket's use, converted: gcra_convert), and is
+-- written under the policy's limit by the next write.
+
 -- THE OLD FORMAT (before the string): a hash at the key logkey names less its ':log' (the store's
 -- keys: prefix{client}:policy, beside the string at …:v2), fields alg, limit, period and the
 -- algorithm's, written by HSET + PEXPIRE. Instances of the old version may still write it during a
@@ -579,7 +581,7 @@ end
 -- lies in the same hash slot (the same hash tag) and is read only when the string is missing.
 
 -- stale[key] is set when a call found something under key's names other than a current string
--- (a state of another policy, the old hash, the sliding log's list): a write of key's state then
+-- (a state of another algorithm or period, the old hash, the sliding log's list): a write of key's state then
 -- deletes logkey first, so that a state is one key and nothing of the old one leaks into it.
 local stale = {}
 
@@ -592,68 +594,93 @@ local function old_key(key, logkey)
   return key
 end
 
--- stamp is the string's prefix for the policy (alg, limit, period), with the space after it; the
--- last one made is kept (a batch's requests are usually of one policy: the same ints, even
--- tables, as check_all reuses them).
+-- stamp is the string's prefix for the policy (alg, limit, period), with the space after it, and
+-- the two parts a current state's stamp has whatever its limit: "<alg> " before the limit and
+-- " <period> " after it; the last ones made are kept (a batch's requests are usually of one
+-- policy: the same ints, even tables, as check_all reuses them).
 local last_stamp = {}
 
 local function stamp(alg, limit, period)
   local c = last_stamp
   if c[1] == alg and c[2] == limit and c[3] == period then
-    return c[4]
+    return c[4], c[5], c[6]
   end
-  local h
+  local a, p
   if W == nil then
-    h = string.format('%d %d %d ', alg, limit, period)
+    a, p = string.format('%d', alg), string.format('%d', period)
   else
-    h = W.fmt(alg) .. ' ' .. W.fmt(limit) .. ' ' .. W.fmt(period) .. ' '
+    a, p = W.fmt(alg), W.fmt(period)
   end
-  last_stamp = {alg, limit, period, h}
-  return h
+  local h = a .. ' ' .. fmt(limit) .. ' ' .. p .. ' '
+  last_stamp = {alg, limit, period, h, a .. ' ', ' ' .. p .. ' '}
+  return h, a .. ' ', ' ' .. p .. ' '
 end
 
--- read_old reads the old format's hash old for the policy: current, then the given fields' values.
+-- match_stamp reads the stamp of the state string v: if its algorithm and period are the head's
+-- and tail's (stamp's two parts), the index of its first field and the limit it was written under
+-- (a number: no policy's limit is above 2^53); else nil.
+local function match_stamp(v, head, tail)
+  if string.sub(v, 1, #head) ~= head then
+    return nil
+  end
+  local e = string.find(v, ' ', #head + 1, true)
+  if e == nil or string.sub(v, e, e + #tail - 1) ~= tail then
+    return nil
+  end
+  local l = string.sub(v, #head + 1, e - 1)
+  if #l == 0 or #l > 16 or not string.find(l, '^%d+$') then
+    return nil
+  end
+  return e + #tail, tonumber(l)
+end
+
+-- read_old reads the old format's hash old for the policy: current, then the given fields' values
+-- (0 if not current; at most three), then the limit it was written under.
 local function read_old(old, alg, limit, period, ...)
   local v = redis.call('HMGET', old, 'alg', 'limit', 'period', ...)
   local s = parse_int(v[3], true) -- (numbers compare by ==; an int beyond 2^53 only if W is built)
-  if not (tonumber(v[1]) == alg and parse_int(v[2], true) == limit and (s == period or (W ~= nil and s ~= nil and W.cmp(s, period) == 0))) then
-    return false, 0, 0, 0
+  local l = tonumber(v[2])
+  if not (tonumber(v[1]) == alg and l ~= nil and l >= 1 and l <= 9007199254740992 and l % 1 == 0 and
+      (s == period or (W ~= nil and s ~= nil and W.cmp(s, period) == 0))) then
+    return false, 0, 0, 0, limit
   end
   local vals = {}
-  for i = 1, select('#', ...) do
-    vals[i] = parse_int(v[3 + i], true) or 0
+  for i = 1, 3 do
+    vals[i] = i <= select('#', ...) and parse_int(v[3 + i], true) or 0
   end
-  return true, unpack(vals)
+  return true, vals[1], vals[2], vals[3], l
 end
 
 -- read_state reads the state of key (the string above; else the old hash beside logkey): current,
--- then the values of its n fields (their names are the old hash's fields), 0 if not current.
+-- then the values of its n fields (their names are the old hash's fields), 0 if not current, then
+-- the limit it was written under (the policy's if not current).
 local function read_state(key, logkey, alg, limit, period, ...)
   local v = redis.call('GET', key)
   if v then
-    local h = stamp(alg, limit, period)
-    if string.sub(v, 1, #h) == h then
+    local _, head, tail = stamp(alg, limit, period)
+    local i, l = match_stamp(v, head, tail)
+    if i ~= nil then
       local a, b, c
       if select('#', ...) == 3 then
-        a, b, c = string.match(v, '^(%-?%d+) (%-?%d+) (%-?%d+)$', #h + 1)
+        a, b, c = string.match(v, '^(%-?%d+) (%-?%d+) (%-?%d+)$', i)
       else
-        a, b = string.match(v, '^(%-?%d+) (%-?%d+)$', #h + 1)
+        a, b = string.match(v, '^(%-?%d+) (%-?%d+)$', i)
       end
       if a ~= nil then
-        return true, parse_int(a, true), parse_int(b, true), c and parse_int(c, true)
+        return true, parse_int(a, true), parse_int(b, true), c and parse_int(c, true), l
       end
     end
-    stale[key] = true -- another policy's state (or not one of ours)
-    return false, 0, 0, 0
+    stale[key] = true -- another algorithm's or period's state (or not one of ours)
+    return false, 0, 0, 0, limit
   end
   -- No string: usually nothing at all (one EXISTS tells); else a log or the old format's hash.
   local old = old_key(key, logkey)
   if redis.call('EXISTS', old, logkey) == 0 then
-    return false, 0, 0, 0
+    return false, 0, 0, 0, limit
   end
   stale[key] = true
   if old == key then
-    return false, 0, 0, 0
+    return false, 0, 0, 0, limit
   end
   return read_old(old, alg, limit, period, ...)
 end
@@ -681,7 +708,7 @@ local function write_state(key, logkey, reset, ttl_slack, alg, limit, period, v1
     redis.call('SET', key, v, 'PX', string.format('%d', ms))
     return
   end
-  v = stamp(alg, limit, period) .. W.fmt(v1) .. ' ' .. W.fmt(v2)
+  v = (stamp(alg, limit, period)) .. W.fmt(v1) .. ' ' .. W.fmt(v2)
   if v3 ~= nil then
     v = v .. ' ' .. W.fmt(v3)
   end
@@ -734,12 +761,37 @@ local function gcra_advance(limit, period, current, s_tat, s_frac, now, cost)
   return tat, frac
 end
 
+-- gcra_convert is State.adopt: the state (tat, frac) written under the limit s_limit, converted to
+-- limit at now with the same units in use, wait = s_limit·(tat - now) + frac: tat = now +
+-- floor(wait/limit), frac the remainder, at most 2^62 - 1 µs after now. A tat not after now is
+-- returned as it is (a full bucket reads the same under any limit), with converted false.
+local function gcra_convert(s_limit, limit, tat, frac, now)
+  local wait = gcra_wait(s_limit, true, tat, frac, now)
+  if wait == 0 then
+    return tat, frac, false
+  end
+  local q, r = divmod(wait, limit)
+  if W ~= nil and W.cmp(q, W.TWO62) >= 0 then
+    q, r = W.add(W.TWO62, -1), 0
+  end
+  return add(now, q), r, true
+end
+
 -- gcra_until is gcraUntil: ceil(tat - now) µs for a tat after now.
 local function gcra_until(tat, frac, now)
   if frac > 0 then
     return add(sub(tat, now), 1)
   end
   return sub(tat, now)
+end
+
+-- gcra_commit is the commit of a bucket's state (tat, frac) converted at now from another limit
+-- by a decision that writes nothing else (a refusal, a peek): so that the use drains at the new
+-- limit's rate from now on, as it would after an approval (algorithm.Decide converts in place).
+local function gcra_commit(key, logkey, alg, limit, period, tat, frac, now)
+  return function(ttl_slack)
+    write_state(key, logkey, gcra_until(tat, frac, now), ttl_slack, alg, limit, period, tat, frac)
+  end
 end
 
 -- decided is what a decider returned, as the entry scripts reply it: an int beyond 2^53 as its

@@ -21,7 +21,11 @@ local function decide_leaky_bucket(key, logkey, limit, period, burst, cost, now,
       room = hold
     end
   end
-  local current, s_tat, s_frac = read_state(key, logkey, LEAKY_BUCKET, limit, period, 'tat', 'frac')
+  local current, s_tat, s_frac, _, s_limit = read_state(key, logkey, LEAKY_BUCKET, limit, period, 'tat', 'frac')
+  local converted = false -- s.adopt(p, now): a state of another limit, its use under this one
+  if current and s_limit ~= limit then
+    s_tat, s_frac, converted = gcra_convert(s_limit, limit, s_tat, s_frac, now)
+  end
   local wait = gcra_wait(limit, current, s_tat, s_frac, now)
   local allowed = le(wait, room)
   local retry, delay = 0, 0
@@ -40,6 +44,9 @@ local function decide_leaky_bucket(key, logkey, limit, period, burst, cost, now,
     end
   else
     retry = divceil(sub(wait, room), limit)
+  end
+  if converted and commit == nil then -- a refusal or a peek writes the converted state
+    commit = gcra_commit(key, logkey, LEAKY_BUCKET, limit, period, s_tat, s_frac, now)
   end
   -- Remaining: how many requests of cost 1 the queue would still take now.
   local remaining, reset = 0, 0

@@ -221,7 +221,11 @@ end
 
 -- settle_gcra: charge (gcraAdvance, refusing a tat from 2^62 on) or gcraRefund.
 local function settle_gcra(key, logkey, alg, limit, period, at, now, reserved, delta)
-  local current, tat, frac = read_state(key, logkey, alg, limit, period, 'tat', 'frac')
+  local current, tat, frac, _, s_limit = read_state(key, logkey, alg, limit, period, 'tat', 'frac')
+  local converted = false -- s.adopt(p, now)
+  if current and s_limit ~= limit then
+    tat, frac, converted = gcra_convert(s_limit, limit, tat, frac, now)
+  end
   if delta > 0 then
     tat, frac = gcra_advance(limit, period, current, tat, frac, now, delta)
     if W ~= nil and W.cmp(tat, W.TWO62) >= 0 then
@@ -231,7 +235,7 @@ local function settle_gcra(key, logkey, alg, limit, period, at, now, reserved, d
   else
     local wait = gcra_wait(limit, current, tat, frac, now) -- limit·(tat - now), 0 if tat ≤ now
     if wait == 0 then
-      return false
+      return false -- (not converted either: gcra_convert leaves such a state alone)
     end
     local back = mul(-delta, period)
     -- What is left of the charge: reserved·period - limit·(now - at), if positive.
@@ -239,7 +243,10 @@ local function settle_gcra(key, logkey, alg, limit, period, at, now, reserved, d
     if lt(at, now) then
       local elapsed = mul(limit, sub(now, at))
       if not lt(elapsed, left) then
-        return false
+        if converted then
+          write_state(key, logkey, 0, 0, alg, limit, period, tat, frac)
+        end
+        return converted
       end
       left = sub(left, elapsed)
     end
@@ -265,7 +272,7 @@ local function settle_sliding_log(key, logkey, limit, period, at, now, reserved,
   if all[1] ~= nil then
     local alg, l, p, count = string.match(all[1], '^(%d+):(%d+):(%d+):(%d+)$')
     local stamp = parse_int(p, true)
-    current = tonumber(alg) == SLIDING_LOG and parse_int(l, true) == limit and
+    current = tonumber(alg) == SLIDING_LOG and l ~= nil and -- of any limit: the log is the use, kept
       (stamp == period or (W ~= nil and stamp ~= nil and W.cmp(stamp, period) == 0)) and #all > 1
     sum = tonumber(count)
   end

@@ -42,13 +42,13 @@ end
 -- approve iff the counted cost plus this cost ≤ limit.
 local function decide_sliding_log(key, logkey, limit, period, burst, cost, now)
   local elem = log_reader(logkey)
-  -- State.current: the header's stamp is the policy's (a missing key has none).
+  -- State.current: the header's algorithm and period are the policy's (a missing key has none).
   local current, s_count = false, 0
   local h = elem(0)
   if h ~= nil then
     local alg, l, p, count = string.match(h, '^(%d+):(%d+):(%d+):(%d+)$')
     local stamp = parse_int(p, true) -- (as read_state's: an int beyond 2^53 only if W is built)
-    current = tonumber(alg) == SLIDING_LOG and parse_int(l, true) == limit and
+    current = tonumber(alg) == SLIDING_LOG and l ~= nil and -- of any limit: the log is the use, kept
       (stamp == period or (W ~= nil and stamp ~= nil and W.cmp(stamp, period) == 0))
     s_count = tonumber(count)
   end

@@ -12,7 +12,11 @@ local function decide_token_bucket(key, logkey, limit, period, burst, cost, now)
   if burst > 0 then
     capacity = burst
   end
-  local current, s_tat, s_frac = read_state(key, logkey, TOKEN_BUCKET, limit, period, 'tat', 'frac')
+  local current, s_tat, s_frac, _, s_limit = read_state(key, logkey, TOKEN_BUCKET, limit, period, 'tat', 'frac')
+  local converted = false -- s.adopt(p, now): a state of another limit, its use under this one
+  if current and s_limit ~= limit then
+    s_tat, s_frac, converted = gcra_convert(s_limit, limit, s_tat, s_frac, now)
+  end
   local wait = gcra_wait(limit, current, s_tat, s_frac, now)
   local room = mul(capacity - cost, period) -- (C - cost)·period
   local allowed = le(wait, room)
@@ -30,6 +34,9 @@ local function decide_token_bucket(key, logkey, limit, period, burst, cost, now)
   else
     -- Approved at the first µs t where wait - limit·(t - now) ≤ (C - cost)·period.
     retry = divceil(sub(wait, room), limit)
+  end
+  if converted and commit == nil then -- a refusal or a peek writes the converted state
+    commit = gcra_commit(key, logkey, TOKEN_BUCKET, limit, period, s_tat, s_frac, now)
   end
   local remaining, reset = capacity, 0
   local after = gcra_wait(limit, current, s_tat, s_frac, now)
