@@ -161,8 +161,9 @@ func TestCheck(t *testing.T) {
 	writeFile(t, badEnvoy, "domain: api\ndescriptors:\n  - key: path\n    rate_limit: {unit: fortnight, requests_per_unit: 5}\n")
 
 	out := ok(t, "", "check", "--config", good)
-	if !strings.HasPrefix(out, good+": ok\n") || !strings.Contains(out, "listen 127.0.0.1:18080") || strings.Count(out, "\n") != 2 {
-		t.Errorf("check of a good file printed %q; want %q and a summary line", out, good+": ok")
+	if !strings.HasPrefix(out, good+": ok\n") || !strings.Contains(out, "listen 127.0.0.1:18080") || strings.Count(out, "\n") != 3 ||
+		!strings.Contains(out, "\nclients: 0 in the file; a client the clients API also names runs as the API's") {
+		t.Errorf("check of a good file printed %q; want %q, a summary line and which clients win", out, good+": ok")
 	}
 	withRLS := filepath.Join(dir, "rls.yaml")
 	writeFile(t, withRLS, checkHead+"rls:\n  listen: 127.0.0.1:18081\n  envoy_config: ["+envoy+"]\n")
@@ -381,4 +382,35 @@ func waitMetricAt(t *testing.T, p *sluiceProc, admin, name, result string) {
 	t.Helper()
 	p.admin = admin
 	p.waitMetric(t, name, map[string]string{"result": result}, 1, 10*time.Second)
+}
+
+// TestCheckRegistry: sluice check --registry reads the clients API's records (here the memory
+// store's journal, admin.clients_file) and says what would run of them with the file: the file's
+// client the API's replaces, the API's client that cannot run and why. It never writes the journal.
+func TestCheckRegistry(t *testing.T) {
+	for _, v := range []string{envConfig, envListen, envAdminListen} {
+		t.Setenv(v, "")
+	}
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "sluice.yaml")
+	writeFile(t, cfg, checkHead+"admin: {clients_file: clients.journal}\npolicies:\n  - {name: std, algorithm: fixed-window, limit: 5, period: 1m}\n"+
+		"clients:\n  - {name: acme, api_key_sha256: "+sha256Hex("file-key")+", policy: std}\n")
+	journal := filepath.Join(dir, "clients.journal")
+	lines := fmt.Sprintf(`{"v":1,"f":"client/acme","d":{"keys":[{"sha256":%q}],"policy":["std"]},"t":"2026-12-01T00:00:00Z"}
+{"v":2,"f":"client/beta","d":{"keys":[{"sha256":%q}],"policy":["gone"]},"t":"2026-12-01T00:00:00Z"}
+`, sha256Hex("api-acme"), sha256Hex("api-beta"))
+	writeFile(t, journal, lines)
+	out := ok(t, "", "check", "--config", cfg, "--registry")
+	for _, want := range []string{
+		"clients: 0 from the file, 1 from the clients API (registry version 2); the API's wins when both name one",
+		"the file's clients the API's replace: acme",
+		`not running: beta: policy[0]: "gone" is not a policy (known: std)`,
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("check --registry printed %q; want %q in it", out, want)
+		}
+	}
+	if b, _ := os.ReadFile(journal); string(b) != lines {
+		t.Errorf("check --registry changed the journal: %q", b)
+	}
 }
