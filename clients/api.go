@@ -442,14 +442,7 @@ func (a *API) putPlan(r *http.Request, name string, body, cur []byte, now time.T
 	}
 	// Every client on the plan must still be valid with it.
 	a.M.mu.Lock()
-	old := a.M.plans[name]
-	a.M.plans[name] = &stored[Plan]{Rec: rec}
-	err = a.M.checkAll(base, func(c *Client) bool { return c.Plan == name }, now)
-	if old != nil {
-		a.M.plans[name] = old
-	} else {
-		delete(a.M.plans, name)
-	}
+	err = trying(a.M.plans, name, rec, func() error { return a.M.checkAll(base, func(c *Client) bool { return c.Plan == name }, now) })
 	a.M.mu.Unlock()
 	if err != nil {
 		return nil, err
@@ -480,14 +473,7 @@ func (a *API) putRule(r *http.Request, name string, body, cur []byte, now time.T
 		}
 	}
 	a.M.mu.Lock()
-	old := a.M.rules[name]
-	a.M.rules[name] = &stored[Rule]{Rec: rec}
-	err = a.M.checkAll(base, func(*Client) bool { return true }, now, name)
-	if old != nil {
-		a.M.rules[name] = old
-	} else {
-		delete(a.M.rules, name)
-	}
+	err = trying(a.M.rules, name, rec, func() error { return a.M.checkAll(base, func(*Client) bool { return true }, now, name) })
 	a.M.mu.Unlock()
 	if err != nil {
 		return nil, err
@@ -803,26 +789,19 @@ func (a *API) putGroup(kind string) prepare {
 		if kind == KindOrg {
 			into = a.M.orgs
 		}
-		old := into[name]
-		into[name] = &stored[Group]{Rec: rec}
-		defer func() {
-			if old != nil {
-				into[name] = old
-			} else {
-				delete(into, name)
+		err = trying(into, name, rec, func() error {
+			st := Status{Dropped: map[string]string{}}
+			base := a.M.mergeGroups(a.Base(), &st)
+			if why, ok := st.Dropped[kind+"/"+name]; ok {
+				var fe *config.FieldError
+				if err := base.CheckGroup(&config.Group{Name: name, Organisation: rec.Organisation, Policy: rec.Policy}, ckind); errors.As(err, &fe) {
+					return bad(fe.Field, "%s", fe.Msg)
+				}
+				return bad("", "%s", why)
 			}
-		}()
-		var st Status
-		st.Dropped = map[string]string{}
-		base := a.M.mergeGroups(a.Base(), &st)
-		if why, ok := st.Dropped[kind+"/"+name]; ok {
-			var fe *config.FieldError
-			if err := base.CheckGroup(&config.Group{Name: name, Organisation: rec.Organisation, Policy: rec.Policy}, ckind); errors.As(err, &fe) {
-				return nil, bad(fe.Field, "%s", fe.Msg)
-			}
-			return nil, bad("", "%s", why)
-		}
-		if err := a.M.checkAllWith(base, func(c *Client) bool { return c.Team == name || c.Organisation == name }, now); err != nil {
+			return a.M.checkAllWith(base, func(c *Client) bool { return c.Team == name || c.Organisation == name }, now)
+		})
+		if err != nil {
 			return nil, err
 		}
 		return json.Marshal(rec)
@@ -864,4 +843,19 @@ func (m *Manager) groupUsers(kind, name string) []string {
 		out = append(out[:5], fmt.Sprintf("%d more", len(out)-5))
 	}
 	return out
+}
+
+// trying puts rec into records as name (under the Manager's lock), runs check, and puts back
+// what was there: a write's record checked among the others before it is written.
+func trying[T any](records map[string]*stored[T], name string, rec *T, check func() error) error {
+	old, had := records[name]
+	records[name] = &stored[T]{Rec: rec}
+	defer func() {
+		if had {
+			records[name] = old
+		} else {
+			delete(records, name)
+		}
+	}()
+	return check()
 }

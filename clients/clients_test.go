@@ -547,7 +547,7 @@ func TestRegistryFaults(t *testing.T) {
 		}
 	}
 	waitUp()
-	writer := newTestAPI(t, b, base) // another instance: the one written through
+	writer := newTestAPI(t, b, base)   // another instance: the one written through
 	m := NewManager(b, time.Hour, nil) // this instance, synced by hand
 	put := func(name string, limit int) {
 		t.Helper()

@@ -97,12 +97,7 @@ type groupBody struct {
 	Organisation string            `json:"organisation"`
 	Policy       strings1          `json:"policy"`
 	Metadata     map[string]string `json:"metadata"`
-	Name         string            `json:"name"`
-	Updated      time.Time         `json:"updated_at"`
-	UpdatedBy    string            `json:"updated_by"`
-	Revision     int64             `json:"revision"`
-	ETag         string            `json:"etag"`
-	Clients      int               `json:"clients"`
+	readOnly
 }
 
 func parseGroup(body []byte, kind string) (*Group, error) {
@@ -220,6 +215,22 @@ func (s *strings1) UnmarshalJSON(b []byte) error {
 	return nil
 }
 
+// readOnly are the fields a GET adds to a record, accepted in a PUT and ignored, so that a GET's
+// body can be PUT back as it is.
+type readOnly struct {
+	Name      string    `json:"name"`
+	Pattern   string    `json:"pattern"`
+	Updated   time.Time `json:"updated_at"`
+	UpdatedBy string    `json:"updated_by"`
+	Revision  int64     `json:"revision"`
+	ETag      string    `json:"etag"` // (sluice clients get shows it)
+	Source    string    `json:"source"`
+	Running   bool      `json:"running"`
+	Why       string    `json:"why"`
+	Shadows   bool      `json:"shadows_file_client"`
+	Clients   int       `json:"clients"`
+}
+
 // clientBody is a client's PUT body: the record's fields, with api_key_sha256 (one hash or a
 // list) as a short form of keys without an expiry.
 type clientBody struct {
@@ -233,16 +244,7 @@ type clientBody struct {
 	Overrides    map[string]Limits `json:"overrides"`
 	Metadata     map[string]string `json:"metadata"`
 	Expires      *time.Time        `json:"expires_at"`
-	// Read-only fields a GET shows, accepted (and ignored) so that a GET's body can be PUT back.
-	Name      string    `json:"name"`
-	Updated   time.Time `json:"updated_at"`
-	UpdatedBy string    `json:"updated_by"`
-	Revision  int64     `json:"revision"`
-	Source    string    `json:"source"`
-	Running   bool      `json:"running"`
-	Why       string    `json:"why"`
-	Shadows   bool      `json:"shadows_file_client"`
-	ETag      string    `json:"etag"` // (sluice clients get shows it)
+	readOnly
 }
 
 // parseClient reads a client's PUT body into its record, checking what needs no configuration.
@@ -306,12 +308,7 @@ type planBody struct {
 	Policy    strings1          `json:"policy"`
 	Overrides map[string]Limits `json:"overrides"`
 	Metadata  map[string]string `json:"metadata"`
-	Name      string            `json:"name"`
-	Updated   time.Time         `json:"updated_at"`
-	UpdatedBy string            `json:"updated_by"`
-	Revision  int64             `json:"revision"`
-	Clients   int               `json:"clients"`
-	ETag      string            `json:"etag"`
+	readOnly
 }
 
 func parsePlan(body []byte) (*Plan, error) {
@@ -335,11 +332,7 @@ func parsePlan(body []byte) (*Plan, error) {
 // ruleBody is an override rule's PUT body.
 type ruleBody struct {
 	Overrides map[string]Limits `json:"overrides"`
-	Pattern   string            `json:"pattern"`
-	Updated   time.Time         `json:"updated_at"`
-	UpdatedBy string            `json:"updated_by"`
-	Revision  int64             `json:"revision"`
-	ETag      string            `json:"etag"`
+	readOnly
 }
 
 func parseRule(body []byte) (*Rule, error) {

@@ -3,12 +3,10 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -50,23 +48,7 @@ default_policy: [anon]
 // startThreeClients starts three instances of cfg, concurrently, with the admin token set.
 func startThreeClients(t *testing.T, cfg configFunc) []*sluiceProc {
 	t.Helper()
-	dir := t.TempDir()
-	procs := make([]*sluiceProc, 3)
-	errs := make([]error, 3)
-	var wg sync.WaitGroup
-	for i := range procs {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			procs[i], errs[i] = launchWith(t, dir, fmt.Sprintf("sluice-%d.yaml", i), cfg, "/readyz",
-				launchOpts{env: []string{"SLUICE_E2E_CLIENTS_TOKEN=" + clientsToken}})
-		}()
-	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
-		t.Fatal(err)
-	}
-	return procs
+	return startThreeWith(t, cfg, launchOpts{env: []string{"SLUICE_E2E_CLIENTS_TOKEN=" + clientsToken}})
 }
 
 // adminDo sends method path with body to p's admin listener, with the token if token is not "",

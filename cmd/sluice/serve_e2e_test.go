@@ -746,6 +746,12 @@ clients:
 // concurrently.
 func startThree(t *testing.T, cfg configFunc) []*sluiceProc {
 	t.Helper()
+	return startThreeWith(t, cfg, launchOpts{})
+}
+
+// startThreeWith is startThree with the choices of opts.
+func startThreeWith(t *testing.T, cfg configFunc, opts launchOpts) []*sluiceProc {
+	t.Helper()
 	dir := t.TempDir()
 	procs := make([]*sluiceProc, 3)
 	errs := make([]error, 3)
@@ -754,7 +760,7 @@ func startThree(t *testing.T, cfg configFunc) []*sluiceProc {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			procs[i], errs[i] = launch(t, dir, fmt.Sprintf("sluice-%d.yaml", i), cfg, "/readyz")
+			procs[i], errs[i] = launchWith(t, dir, fmt.Sprintf("sluice-%d.yaml", i), cfg, "/readyz", opts)
 		}()
 	}
 	wg.Wait()
