@@ -11,46 +11,24 @@ import (
 	"sort"
 	"sync"
 	"time"
+
+	"github.com/sluicehq/sluice/clients/registry"
 )
 
-// Backend keeps the registry's records: the store's Redis (shared by every instance on it), or
-// MemoryBackend (this process, and a file if given). Its methods are safe for concurrent use.
-type Backend interface {
-	// Version is the registry's version, which grows with every write (0 before any), and its
-	// epoch: another epoch is a registry begun anew (flushed), to be read whole.
-	Version(ctx context.Context) (int64, string, error)
-	// Since returns the records written after version v (all of them for 0), Data nil for those
-	// deleted, and the version they are current as of.
-	Since(ctx context.Context, v int64) ([]Entry, int64, error)
-	// Get returns field's record (Rev 0, Data nil: none).
-	Get(ctx context.Context, field string) (Entry, error)
-	// Write writes data (nil: deletes) as field's record if its revision is expect (-1: any; 0:
-	// it must not exist), with audit in the trail in the same step, and returns the version the
-	// write took. ErrConflict: the revision was another; ErrNotFound: a delete of nothing.
-	Write(ctx context.Context, field string, expect int64, data, audit []byte) (int64, error)
-	// Audit returns up to n audit entries older than version before (0: the newest), newest first.
-	Audit(ctx context.Context, before int64, n int) ([]AuditEntry, error)
-}
+// Backend keeps the registry's records (registry.Backend): the Redis store's Registry, or
+// MemoryBackend.
+type Backend = registry.Backend
 
-// Entry is one record of the registry: its field ("client/acme"), revision (the version that
-// wrote it) and JSON.
-type Entry struct {
-	Field string
-	Rev   int64
-	Data  []byte
-}
+// Entry is one record of the registry (registry.Entry).
+type Entry = registry.Entry
 
-// AuditEntry is one entry of the audit trail as kept: its version, when, and its JSON (Change).
-type AuditEntry struct {
-	Version int64
-	At      time.Time
-	Data    []byte
-}
+// AuditEntry is one entry of the audit trail as kept (registry.AuditEntry).
+type AuditEntry = registry.AuditEntry
 
 // Errors of Backend.Write.
 var (
-	ErrConflict = errors.New("the record's revision is not the one expected")
-	ErrNotFound = errors.New("no such record")
+	ErrConflict = registry.ErrConflict
+	ErrNotFound = registry.ErrNotFound
 )
 
 // MemoryAuditKeep is how many audit entries MemoryBackend keeps.

@@ -79,7 +79,7 @@ func redisBackend(t *testing.T) Backend {
 		t.Fatal(err)
 	}
 	t.Cleanup(st.Close)
-	b := RedisBackend(st.Registry())
+	b := st.Registry()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		if _, _, err := b.Version(context.Background()); err == nil {
@@ -531,7 +531,7 @@ func TestRegistryFaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(st.Close)
-	b := RedisBackend(st.Registry())
+	b := st.Registry()
 	base := baseConfig(t)
 	ctx := context.Background()
 	waitUp := func() {

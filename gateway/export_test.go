@@ -8,9 +8,12 @@ import (
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/decision"
+	"github.com/sluicehq/sluice/sim"
 	"github.com/sluicehq/sluice/store/memory"
 	redisstore "github.com/sluicehq/sluice/store/redis"
 )
+
+func init() { testReplayer = sim.Replay } // (the composition root gives it in serve)
 
 // SetUpstreamIdle sets how long the upstream may be silent, for a test; it returns the old value.
 func SetUpstreamIdle(d time.Duration) time.Duration {

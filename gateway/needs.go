@@ -59,7 +59,7 @@ const (
 	needPageBytes    = 144 // unsafe.Sizeof(needPage{}), checked by a test
 	// needsMinWindows is how many windows with use a series needs before it is flagged.
 	needsMinWindows = 30
-	// maxReplays is how many what-ifs replay at once (each up to sim.MaxRequests decisions).
+	// maxReplays is how many what-ifs replay at once (each up to maxReplay decisions).
 	maxReplays = 2
 )
 

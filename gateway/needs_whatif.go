@@ -13,7 +13,6 @@ import (
 	"github.com/sluicehq/sluice/answer"
 	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/identity"
-	"github.com/sluicehq/sluice/sim"
 )
 
 // WhatIf is GET /v1/clients/{name}/needs?policy=P&limit=N: what a proposed limit (and period,
@@ -32,7 +31,7 @@ type WhatIf struct {
 	Offered           int64 `json:"offered"`
 	WouldRefuse       int64 `json:"would_refuse"`
 	RefusedAsRecorded int64 `json:"refused_as_recorded"`
-	// NotReplayed is the earliest requests of the day left out so that at most sim.MaxRequests
+	// NotReplayed is the earliest requests of the day left out so that at most maxReplay
 	// are replayed (their minutes are not in From..To).
 	NotReplayed int64 `json:"not_replayed"`
 }
@@ -53,7 +52,22 @@ func shapeOf(p sluice.Policy) PolicyShape {
 // second is replayed in it, spread evenly over it, each costing its minute's mean cost (the
 // minute's units shared out: exact when every request cost the same). The replay starts with
 // the policy's state empty at the first minute the client sent in.
-func (s *needSeries) whatIf(proposed sluice.Policy, now int64) (WhatIf, error) {
+// Replayer starts a replay: requests decided one after another, on a virtual clock that starts
+// at start, under policy p alone, as the simulator decides them (sim.Replay: the composition root
+// gives it, Server.SetReplayer — a front end opens no store, not even the simulator's). decide
+// takes a request's time (µs since start, non-decreasing) and cost, and says whether it passed.
+type Replayer func(p sluice.Policy, start time.Time) (decide func(tMicros, cost int64) (bool, error), err error)
+
+// maxReplay is the most requests a what-if replays (the simulator's bound on one run).
+const maxReplay = 1_000_000
+
+// SetReplayer gives the what-if its replay (nil: what-ifs are answered 501). Call it before serving.
+func (s *Server) SetReplayer(r Replayer) { s.replay = r }
+
+// testReplayer is every new Server's replay in this package's tests (export_test.go); nil else.
+var testReplayer Replayer
+
+func (s *needSeries) whatIf(replay Replayer, proposed sluice.Policy, now int64) (WhatIf, error) {
 	nowMin := floorDiv(now, 60e6)
 	s.mu.Lock()
 	current := s.policy
@@ -70,7 +84,7 @@ func (s *needSeries) whatIf(proposed sluice.Policy, now int64) (WhatIf, error) {
 	for i := range pages {
 		total += pages[i].requests()
 	}
-	for len(pages) > 0 && total > sim.MaxRequests {
+	for len(pages) > 0 && total > maxReplay {
 		n := pages[0].requests()
 		total -= n
 		out.NotReplayed += n
@@ -82,7 +96,7 @@ func (s *needSeries) whatIf(proposed sluice.Policy, now int64) (WhatIf, error) {
 	origin := pages[0].min * 60 // unix seconds of the virtual clock's 0
 	from, to := time.Unix(origin, 0).UTC(), time.Unix((pages[len(pages)-1].min+1)*60, 0).UTC()
 	out.From, out.To = &from, &to
-	sess, err := sim.Options{Start: from}.NewSession(proposed, 1)
+	decide, err := replay(proposed, from)
 	if err != nil {
 		return out, err
 	}
@@ -99,12 +113,12 @@ func (s *needSeries) whatIf(proposed sluice.Policy, now int64) (WhatIf, error) {
 					cost++
 				}
 				k++
-				row, err := sess.Decide(sim.Request{TMicros: sec*1e6 + q*1e6/int64(c), Key: sim.DefaultKey, Cost: cost})
+				allowed, err := decide(sec*1e6+q*1e6/int64(c), cost)
 				if err != nil {
 					return out, err
 				}
 				out.Offered++
-				if !row.Allowed {
+				if !allowed {
 					out.WouldRefuse++
 				}
 			}
@@ -129,8 +143,11 @@ var needsQuery = map[string]bool{"policy": true, "limit": true, "period": true, 
 // needsProblem answers a bad request of GET /v1/clients/{name}/needs: status, and a detail that
 // starts with the field at fault.
 func needsProblem(w http.ResponseWriter, status int, field, detail string) {
+	if field != "" {
+		detail = field + ": " + detail
+	}
 	answer.WriteProblem(w, answer.Problem{Type: answer.TypeBlank, Title: http.StatusText(status), Status: status,
-		Detail: field + ": " + detail})
+		Detail: detail, Field: field})
 }
 
 // clientNeeds serves GET /v1/clients/{name}/needs: the client's use of each policy (a
@@ -207,13 +224,17 @@ func (s *Server) clientNeeds(w http.ResponseWriter, r *http.Request) {
 		needsProblem(w, http.StatusBadRequest, field, err.Error())
 		return
 	}
+	if s.replay == nil {
+		needsProblem(w, http.StatusNotImplemented, "", "this server has no replay for what-ifs")
+		return
+	}
 	select {
 	case s.metrics.needs.replays <- struct{}{}:
 		defer func() { <-s.metrics.needs.replays }()
 	case <-r.Context().Done():
 		return // the asker left while others replayed
 	}
-	res, err := series.whatIf(proposed, now.UnixMicro())
+	res, err := series.whatIf(s.replay, proposed, now.UnixMicro())
 	if err != nil {
 		needsProblem(w, http.StatusBadRequest, "policy", "replaying the kept day: "+err.Error())
 		return

@@ -60,6 +60,8 @@ type Server struct {
 	base    atomic.Pointer[config.Config]
 	clients *clients.Manager
 	swap    sync.Mutex
+
+	replay Replayer // the what-if's (needs_whatif.go); nil: none
 }
 
 // Stopping makes /readyz answer 503 from now on: the process is shutting down (its
@@ -87,7 +89,7 @@ type Store struct {
 // NewServer returns a Server running cfg on st; path is the file Reload reads. The Server
 // closes st on Close, and on an error here.
 func NewServer(cfg *config.Config, path string, st Store, log *slog.Logger) (*Server, error) {
-	s := &Server{path: path, log: log, registry: prometheus.NewRegistry(), ping: st.Ping, closer: st.Close, fleet: st.Fleet}
+	s := &Server{path: path, log: log, registry: prometheus.NewRegistry(), ping: st.Ping, closer: st.Close, fleet: st.Fleet, replay: testReplayer}
 	if s.ping == nil {
 		s.ping = func(context.Context) error { return nil }
 	}

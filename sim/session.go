@@ -234,3 +234,17 @@ func (s *Session) settle(lim *sluice.Limiter, r *sluice.Reservation, row *Row) e
 	row.Balance = d.Remaining
 	return nil
 }
+
+// Replay starts a replay of one key's requests under p alone, on a virtual clock that starts at
+// start: decide decides each (its time in µs since start, non-decreasing; its cost) as a session
+// does, and says whether it passed. It is the gateway's what-if (gateway.Replayer).
+func Replay(p sluice.Policy, start time.Time) (decide func(tMicros, cost int64) (bool, error), err error) {
+	sess, err := Options{Start: start}.NewSession(p, 1)
+	if err != nil {
+		return nil, err
+	}
+	return func(tMicros, cost int64) (bool, error) {
+		row, err := sess.Decide(Request{TMicros: tMicros, Key: DefaultKey, Cost: cost})
+		return row.Allowed, err
+	}, nil
+}

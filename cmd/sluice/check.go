@@ -79,7 +79,7 @@ func checkRegistry(w io.Writer, cfg *config.Config, read bool) error {
 			return failure{fmt.Errorf("--registry: %w", err)}
 		}
 		defer rs.Close()
-		b = clients.RedisBackend(rs.Registry())
+		b = rs.Registry()
 	} else {
 		if cfg.Admin.ClientsFile == "" {
 			_, err := fmt.Fprintf(w, "clients: %d in the file; the memory store keeps the clients API's records in the running process only (no admin.clients_file): nothing to read\n", len(cfg.Clients))

@@ -81,7 +81,7 @@ func (f failure) Unwrap() error { return f.err }
 
 // newRootCommand builds the command tree. Subcommands add themselves here, one constructor each
 // (newServeCommand, newDemoCommand, newCheckCommand, newSimulateCommand, newWebCommand, newVersionCommand,
-// newRatelimitCommand).
+// newRatelimitCommand, newClientsCommand).
 func newRootCommand(stdin io.Reader) *cobra.Command {
 	root := &cobra.Command{
 		Use:   "sluice",
@@ -94,6 +94,7 @@ Try:
   sluice demo                       # then, in another terminal: 429s and held requests
   sluice serve --config sluice.yaml # in front of your API (see docs/config.md)
   sluice check --config sluice.yaml # check a configuration without starting
+  sluice clients list               # clients managed at runtime, on a running instance
   sluice simulate --compare --limit 5 --period 1s --burst 40 \
       --traffic "5/s for 10s; 40 in 1s; 5/s for 10s"
 

@@ -23,6 +23,7 @@ import (
 
 	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/gateway"
+	"github.com/sluicehq/sluice/sim"
 	"github.com/sluicehq/sluice/web"
 )
 
@@ -137,6 +138,7 @@ func serve(ctx context.Context, path string, watch time.Duration, o overrides, s
 	running.Store(srv)
 	defer srv.Close()
 	srv.Adjust(o.apply)
+	srv.SetReplayer(sim.Replay) // the what-ifs of GET /v1/clients/{name}/needs run on the simulator
 	clientsCtx, stopClients := context.WithCancel(ctx)
 	defer stopClients()
 	closeClients, err := startClients(clientsCtx, cfg, st, srv, log)

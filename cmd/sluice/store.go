@@ -57,7 +57,7 @@ func openStore(cfg config.Store, log *slog.Logger, budgets func(sluice.Policy) s
 		share := fallbackShare(cfg)
 		st.Fleet = func() gateway.FleetStats { return fleetStats(fleet, share) }
 		st.Shares = shares
-		st.Clients = clients.RedisBackend(rs.Registry())
+		st.Clients = rs.Registry()
 	default:
 		st.Store = memory.New(memoryOptions(cfg)...)
 	}

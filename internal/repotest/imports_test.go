@@ -18,6 +18,7 @@ var layers = map[string][]string{
 	"answer":     {"store", "gateway", "decision", "config", "rls", "web"},
 	"decision":   {"store", "gateway", "rls", "web", "middleware", "sim", "cmd"},
 	"gateway":    {"store", "web", "rls", "middleware", "sim", "cmd"},
+	"clients":    {"store", "gateway", "decision", "web", "rls", "middleware", "sim", "cmd"}, // the clients API: a store's registry through clients/registry
 	"rls":        {"store", "gateway", "web", "middleware", "sim", "cmd"},
 	"middleware": {"store", "gateway", "web", "rls", "sim", "cmd"},
 	"algorithm":  {""},                                                                                                                    // nothing of ours at all

@@ -22,13 +22,14 @@ import (
 	"crypto/rand"
 	_ "embed"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/redis/rueidis"
+
+	"github.com/sluicehq/sluice/clients/registry"
 )
 
 //go:embed registry.lua
@@ -40,32 +41,11 @@ var registryScript = rueidis.NewLuaScript(registryLua)
 // approximately, as Redis does best).
 const AuditKeep = 10000
 
-// ErrRevision is Registry.Write's error when the record's revision is not the one expected.
-var ErrRevision = errors.New("the record's revision is not the one expected")
-
-// ErrNoRecord is Registry.Write's error for a delete of a record that does not exist.
-var ErrNoRecord = errors.New("no such record")
-
-// Registry is the clients registry on the store's Redis. Its methods are safe for concurrent use.
+// Registry is the clients registry on the store's Redis: a registry.Backend. Its methods are safe
+// for concurrent use.
 type Registry struct {
 	s                                *Store
 	records, changes, version, audit string
-}
-
-// RegistryEntry is one record: its field ("client/acme"), the version that wrote it (its
-// revision) and its JSON; Data nil for a record deleted (Since) or absent (Get).
-type RegistryEntry struct {
-	Field string
-	Rev   int64
-	Data  []byte
-}
-
-// RegistryAudit is one audit entry: the version its write took, when (Redis's clock: the stream
-// id), and the entry's JSON as written.
-type RegistryAudit struct {
-	Version int64
-	At      time.Time
-	Data    []byte
 }
 
 // Registry returns the store's clients registry.
@@ -111,7 +91,7 @@ func (r *Registry) Version(ctx context.Context) (int64, string, error) {
 
 // Since returns the records written after version v (all of them for 0; deleted ones with nil
 // Data), and the version they are current as of: call it again with that.
-func (r *Registry) Since(ctx context.Context, v int64) ([]RegistryEntry, int64, error) {
+func (r *Registry) Since(ctx context.Context, v int64) ([]registry.Entry, int64, error) {
 	now, _, err := r.Version(ctx)
 	if err != nil {
 		return nil, 0, err
@@ -130,7 +110,7 @@ func (r *Registry) Since(ctx context.Context, v int64) ([]RegistryEntry, int64, 
 	if err != nil {
 		return nil, 0, unavailable(err)
 	}
-	out := make([]RegistryEntry, 0, len(fields))
+	out := make([]registry.Entry, 0, len(fields))
 	for len(fields) > 0 {
 		n := min(len(fields), 1000)
 		vals, err := c.client.Do(ctx, c.client.B().Hmget().Key(r.records).Field(fields[:n]...).Build()).ToArray()
@@ -138,7 +118,7 @@ func (r *Registry) Since(ctx context.Context, v int64) ([]RegistryEntry, int64, 
 			return nil, 0, unavailable(err)
 		}
 		for i, val := range vals {
-			e := RegistryEntry{Field: fields[i]}
+			e := registry.Entry{Field: fields[i]}
 			if s, err := val.ToString(); err == nil {
 				e.Rev, e.Data, err = parseRecord(s)
 				if err != nil {
@@ -162,20 +142,20 @@ func parseRecord(s string) (int64, []byte, error) {
 }
 
 // Get returns the record of field (Data nil, Rev 0: none).
-func (r *Registry) Get(ctx context.Context, field string) (RegistryEntry, error) {
+func (r *Registry) Get(ctx context.Context, field string) (registry.Entry, error) {
 	c, ctx, cancel, err := r.conn(ctx)
 	if err != nil {
-		return RegistryEntry{}, err
+		return registry.Entry{}, err
 	}
 	defer cancel()
 	s, err := c.client.Do(ctx, c.client.B().Hget().Key(r.records).Field(field).Build()).ToString()
 	if rueidis.IsRedisNil(err) {
-		return RegistryEntry{Field: field}, nil
+		return registry.Entry{Field: field}, nil
 	}
 	if err != nil {
-		return RegistryEntry{}, unavailable(err)
+		return registry.Entry{}, unavailable(err)
 	}
-	e := RegistryEntry{Field: field}
+	e := registry.Entry{Field: field}
 	e.Rev, e.Data, err = parseRecord(s)
 	return e, err
 }
@@ -200,22 +180,22 @@ func (r *Registry) Write(ctx context.Context, field string, expect int64, data, 
 	}
 	switch reply[0] {
 	case -1:
-		return 0, fmt.Errorf("%w (it is %d)", ErrRevision, reply[1])
+		return 0, fmt.Errorf("%w (it is %d)", registry.ErrConflict, reply[1])
 	case -2:
-		return 0, ErrNoRecord
+		return 0, registry.ErrNotFound
 	}
 	return reply[0], nil
 }
 
 // Audit returns up to n audit entries, the newest first, older than version before (0: the
 // newest).
-func (r *Registry) Audit(ctx context.Context, before int64, n int) ([]RegistryAudit, error) {
+func (r *Registry) Audit(ctx context.Context, before int64, n int) ([]registry.AuditEntry, error) {
 	c, ctx, cancel, err := r.conn(ctx)
 	if err != nil {
 		return nil, err
 	}
 	defer cancel()
-	var out []RegistryAudit
+	var out []registry.AuditEntry
 	end := "+"
 	for len(out) < n {
 		entries, err := c.client.Do(ctx, c.client.B().Xrevrange().Key(r.audit).End(end).Start("-").Count(int64(n+1)).Build()).AsXRange()
@@ -232,7 +212,7 @@ func (r *Registry) Audit(ctx context.Context, before int64, n int) ([]RegistryAu
 			}
 			ms, _, _ := strings.Cut(e.ID, "-")
 			msi, _ := strconv.ParseInt(ms, 10, 64)
-			out = append(out, RegistryAudit{Version: v, At: time.UnixMilli(msi).UTC(), Data: []byte(e.FieldValues["e"])})
+			out = append(out, registry.AuditEntry{Version: v, At: time.UnixMilli(msi).UTC(), Data: []byte(e.FieldValues["e"])})
 			if len(out) == n {
 				break
 			}
@@ -251,3 +231,5 @@ func newEpoch() string {
 	_, _ = rand.Read(b[:])
 	return hex.EncodeToString(b[:])
 }
+
+var _ registry.Backend = (*Registry)(nil)
