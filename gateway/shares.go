@@ -362,5 +362,5 @@ func separateCounters(cs ClientShare, allowed map[int64][]string) *Finding {
 	return &Finding{Kind: "separate_counters", Subject: cs.Client,
 		Summary: fmt.Sprintf("%s was approved %d under %s (per %s) in %s by %d instances (%s), more than one shared counter allows in a window (%d): the instances do not count together%s",
 			cs.Client, total, cs.Policy, cs.Period, which, n, strings.Join(parts, ", "), cs.Allowed, differ),
-		Do: "give every instance the same store (the same Redis and store.prefix) and the same configuration of this policy (an instance whose policy differs in name, algorithm, limit or period counts apart, and resets the others' counts); an instance deciding on the local fallback with a whole local_share, or fail-open, while Redis fails it, counts alone too"}
+		Do: "give every instance the same store (the same Redis and store.prefix) and the same configuration of this policy (an instance whose policy differs in name, algorithm or period counts apart, and resets the others' counts; one whose limit alone differs shares the count but holds it to its own limit); an instance deciding on the local fallback with a whole local_share, or fail-open, while Redis fails it, counts alone too"}
 }

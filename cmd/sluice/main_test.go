@@ -409,7 +409,7 @@ func TestBadInput(t *testing.T) {
 		{"bad format", sim(cat(pol, traffic, []string{"--algorithm", "token-bucket", "--format", "xml"})...), "", []string{"--format xml: want table, csv or json"}},
 		{"unquoted pattern", sim(cat(pol, []string{"--algorithm", "token-bucket", "--traffic", "5/s", "for", "10s"})...), "", []string{`simulate takes no arguments, got "for"`, "quote"}},
 		{"unknown command", []string{"simulat"}, "", []string{`unknown command "simulat": did you mean "simulate"?`}},
-		{"unknown command, no suggestion", []string{"frobnicate"}, "", []string{`unknown command "frobnicate": want one of check, completion, demo, ratelimit, serve, simulate, version`}},
+		{"unknown command, no suggestion", []string{"frobnicate"}, "", []string{`unknown command "frobnicate": want one of check, clients, completion, demo, ratelimit, serve, simulate, version`}},
 		{"unknown root flag", []string{"--bogus"}, "", []string{"unknown flag: --bogus"}},
 		{"version with an argument", []string{"version", "x"}, "", []string{`version takes no arguments, got "x"`}},
 		{"demo proxy not a URL", []string{"demo", "--proxy", "127.0.0.1:8080"}, "", []string{`--proxy "127.0.0.1:8080": want an http or https URL`}},

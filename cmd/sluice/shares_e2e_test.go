@@ -24,6 +24,11 @@ const sharesKey = "e2e-shares-partner-key-8d1f"
 // and still the instance registry), one partner with a fixed window of limit per 1000 hours (a
 // window that does not roll over during the test).
 func sharesConfig(upstreamURL, redisAddr string, limit int) configFunc {
+	return sharesConfigAlg(upstreamURL, redisAddr, "fixed-window", limit)
+}
+
+// sharesConfigAlg is sharesConfig with the policy's algorithm.
+func sharesConfigAlg(upstreamURL, redisAddr, algorithm string, limit int) configFunc {
 	return func(listen, admin string) string {
 		return fmt.Sprintf(`listen: %s
 admin_listen: %s
@@ -36,10 +41,10 @@ identity:
   - api_key: {header: X-API-Key}
   - ip: {}
 policies:
-  - {name: partner-window, algorithm: fixed-window, limit: %d, period: 1000h}
+  - {name: partner-window, algorithm: %s, limit: %d, period: 1000h}
 clients:
   - {name: partner, api_key_sha256: %q, policy: partner-window}
-`, listen, admin, upstreamURL, redisAddr, limit, sha256Hex(sharesKey))
+`, listen, admin, upstreamURL, redisAddr, algorithm, limit, sha256Hex(sharesKey))
 	}
 }
 
@@ -189,10 +194,11 @@ func TestServeE2EShares(t *testing.T) {
 
 // TestServeE2ESharesDrift: the instances do not count together although they share the Redis,
 // its prefix and the registry — a configuration change that reached one instance only: two run
-// the partner's policy with a limit of 10, the third with 12. A policy's state is stamped with its
-// limit, and a state of another stamp reads as never seen, so each instance resets the others'
-// count: sent round robin, all 30 requests pass (10 on each), where one counter would have let
-// 12 at most. Every instance's /v1/stats shows the 10 each and flags separate_counters with the
+// the partner's policy as a fixed window with a limit of 10, the third as a sliding window of 12.
+// A policy's state is stamped with its algorithm (and period), and a state of another algorithm
+// reads as never seen (a changed limit alone keeps the count), so the third and the others reset
+// each other's count: sent round robin, all 30 requests pass (10 on each), where one counter would
+// have let 12 at most. Every instance's /v1/stats shows the 10 each and flags separate_counters with the
 // figures and the differing configurations; the operator page flags the total.
 func TestServeE2ESharesDrift(t *testing.T) {
 	t.Parallel()
@@ -203,10 +209,11 @@ func TestServeE2ESharesDrift(t *testing.T) {
 	errs := make([]error, 3)
 	var wg sync.WaitGroup
 	for i, limit := range []int{10, 10, 12} {
+		alg := map[bool]string{true: "sliding-window", false: "fixed-window"}[limit == 12]
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			procs[i], errs[i] = launch(t, dir, fmt.Sprintf("sluice-%d.yaml", i), sharesConfig(up.URL, rs.Addr, limit), "/readyz")
+			procs[i], errs[i] = launch(t, dir, fmt.Sprintf("sluice-%d.yaml", i), sharesConfigAlg(up.URL, rs.Addr, alg, limit), "/readyz")
 		}()
 	}
 	wg.Wait()
