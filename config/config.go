@@ -535,7 +535,7 @@ func (s Secret) MarshalText() ([]byte, error) { return []byte(s.String()), nil }
 
 // Load reads and parses the configuration file at path. See Parse.
 func Load(path string) (*Config, error) {
-	data, err := readFile(path)
+	data, err := readFileMax(path, maxConfigSize)
 	if err != nil {
 		return nil, Errors{{File: path, Msg: "cannot read the configuration: " + err.Error(), Err: err}}
 	}

@@ -36,8 +36,12 @@ type parser struct {
 // of aliases to a list of aliases ...); a real configuration visits a few thousand nodes.
 const maxVisits = 1 << 20
 
-// maxFileSize bounds the files a configuration names (keys, certificates).
-const maxFileSize = 1 << 20
+// maxFileSize bounds the files a configuration names (keys, certificates); maxConfigSize the
+// configuration file itself (10,000 clients in it take about 1.3 MiB).
+const (
+	maxFileSize   = 1 << 20
+	maxConfigSize = 16 << 20
+)
 
 // errorf records a problem at n (nil: unknown position) under path.
 func (p *parser) errorf(n *yaml.Node, path string, cause error, format string, args ...any) {
@@ -350,9 +354,11 @@ func (p *parser) path(name string) string {
 	return filepath.Join(p.dir, name)
 }
 
-// readFile reads a regular file of at most maxFileSize bytes. Its error says what to fix and
-// does not repeat the name (the message quotes it already).
-func readFile(name string) ([]byte, error) {
+// readFile reads a regular file of at most maxFileSize bytes (readFileMax: of at most most bytes).
+// Its error says what to fix and does not repeat the name (the message quotes it already).
+func readFile(name string) ([]byte, error) { return readFileMax(name, maxFileSize) }
+
+func readFileMax(name string, most int64) ([]byte, error) {
 	st, err := os.Stat(name)
 	if err != nil {
 		return nil, unwrapPath(err)
@@ -360,20 +366,20 @@ func readFile(name string) ([]byte, error) {
 	if !st.Mode().IsRegular() {
 		return nil, fmt.Errorf("not a regular file")
 	}
-	if st.Size() > maxFileSize {
-		return nil, fmt.Errorf("larger than %d bytes", maxFileSize)
+	if st.Size() > most {
+		return nil, fmt.Errorf("larger than %d bytes", most)
 	}
 	f, err := os.Open(name)
 	if err != nil {
 		return nil, unwrapPath(err)
 	}
 	defer f.Close()
-	b, err := io.ReadAll(io.LimitReader(f, maxFileSize+1))
+	b, err := io.ReadAll(io.LimitReader(f, most+1))
 	if err != nil {
 		return nil, unwrapPath(err)
 	}
-	if len(b) > maxFileSize {
-		return nil, fmt.Errorf("larger than %d bytes", maxFileSize)
+	if int64(len(b)) > most {
+		return nil, fmt.Errorf("larger than %d bytes", most)
 	}
 	return b, nil
 }
