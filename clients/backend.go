@@ -49,6 +49,7 @@ type MemoryBackend struct {
 	changed  map[string]int64 // field -> the version that last wrote it (deletes too)
 	audit    []AuditEntry     // oldest first, at most MemoryAuditKeep
 	readOnly bool
+	lock     *os.File // path + ".lock", held while the journal is open (not read-only)
 }
 
 // journalLine is one write in MemoryBackend's journal.
@@ -72,10 +73,22 @@ func ReadMemoryBackend(path string) (*MemoryBackend, error) {
 	return openMemoryBackend(path, true)
 }
 
-func openMemoryBackend(path string, readOnly bool) (*MemoryBackend, error) {
+func openMemoryBackend(path string, readOnly bool) (_ *MemoryBackend, err error) {
 	m := &MemoryBackend{path: path, records: map[string]Entry{}, changed: map[string]int64{}}
 	if path == "" {
 		return m, nil
+	}
+	if !readOnly {
+		lock, err := lockFile(path + ".lock")
+		if err != nil {
+			return nil, fmt.Errorf("clients file: %w", err)
+		}
+		m.lock = lock
+		defer func() {
+			if err != nil {
+				lock.Close()
+			}
+		}()
 	}
 	b, err := os.ReadFile(path)
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
@@ -193,6 +206,7 @@ func (m *MemoryBackend) Close() error {
 	}
 	err := m.file.Close()
 	m.file = nil
+	m.lock.Close()
 	return err
 }
 

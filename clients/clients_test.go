@@ -68,13 +68,17 @@ func backends(t *testing.T, f func(t *testing.T, b Backend)) {
 	})
 	t.Run("redis", func(t *testing.T) {
 		t.Parallel()
-		f(t, redisBackend(t))
+		f(t, redisBackend(t, redistest.Start(t).Addr))
+	})
+	t.Run("cluster", func(t *testing.T) {
+		t.Parallel()
+		f(t, redisBackend(t, redistest.StartCluster(t, 3).Addrs()...))
 	})
 }
 
-func redisBackend(t *testing.T) Backend {
-	rs := redistest.Start(t)
-	st, err := redisstore.New(redisstore.Options{Addrs: []string{rs.Addr}, Prefix: "t:"})
+// redisBackend is the registry of a Redis store on addrs (one server, or a Cluster's nodes).
+func redisBackend(t *testing.T, addrs ...string) Backend {
+	st, err := redisstore.New(redisstore.Options{Addrs: addrs, Prefix: "t:"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -628,4 +632,35 @@ func BenchmarkMerge(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+}
+
+// TestMemoryJournalOneProcess: a second backend on the same journal is refused while the first
+// holds it (its appends would interleave with the first's), and gets it once the first is closed;
+// a read-only one (sluice check --registry) reads beside it.
+func TestMemoryJournalOneProcess(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "clients.journal")
+	a, err := NewMemoryBackend(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Write(context.Background(), "client/x", 0, []byte(`{}`), []byte(`{}`)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := NewMemoryBackend(path); err == nil || !strings.Contains(err.Error(), "held by another process") {
+		t.Fatalf("a second backend on a held journal: %v; want refused", err)
+	}
+	r, err := ReadMemoryBackend(path)
+	if err != nil {
+		t.Fatalf("read-only beside the holder: %v", err)
+	}
+	if e, _ := r.Get(context.Background(), "client/x"); e.Rev != 1 {
+		t.Errorf("read-only sees %+v", e)
+	}
+	a.Close()
+	b, err := NewMemoryBackend(path)
+	if err != nil {
+		t.Fatalf("after the first closed: %v", err)
+	}
+	b.Close()
 }

@@ -1,0 +1,10 @@
+//go:build !unix
+
+package clients
+
+import "os"
+
+// lockFile opens path; where there is no flock, nothing keeps a second process off the journal.
+func lockFile(path string) (*os.File, error) {
+	return os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+}
