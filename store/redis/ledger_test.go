@@ -1,0 +1,498 @@
+package redis_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/algorithm"
+	"github.com/sluicehq/sluice/allot"
+	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/store/redis"
+)
+
+// ledgerOn returns a ledger of policy on a store on addrs (a virtual clock if clock is set).
+func ledgerOn(t *testing.T, addrs []string, clock sluice.Clock, policy string, opts redis.LedgerOptions) *redis.Ledger {
+	t.Helper()
+	s := newStore(t, redis.Options{Addrs: addrs, Clock: clock})
+	l, err := s.Ledger(policy, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+func refresh(t *testing.T, l *redis.Ledger, region string, r redis.Report) redis.Grant {
+	t.Helper()
+	g, err := l.Refresh(context.Background(), region, r)
+	if err != nil {
+		t.Fatalf("refresh %s: %v", region, err)
+	}
+	return g
+}
+
+func readLedger(t *testing.T, l *redis.Ledger) redis.LedgerView {
+	t.Helper()
+	v, err := l.Read(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+// checkSum fails if the live regions' allotments, or what the ledger counts as held, exceed the
+// limit, as read back from Redis.
+func checkSum(t *testing.T, l *redis.Ledger) redis.LedgerView {
+	t.Helper()
+	v := readLedger(t, l)
+	lim := l.Options().Limit
+	if v.Outstanding() > lim || v.Held() > lim {
+		t.Fatalf("outstanding %d, held %d over the limit %d: %+v", v.Outstanding(), v.Held(), lim, v.Regions)
+	}
+	return v
+}
+
+// pastLearning moves the clock past the learning mode of a ledger whose state began now (a first
+// refresh begins it).
+func pastLearning(t *testing.T, l *redis.Ledger, clock *sluice.ManualClock, region string) {
+	t.Helper()
+	g := refresh(t, l, region, redis.Report{})
+	if !g.Learning {
+		t.Fatalf("a new ledger is not learning: %+v", g)
+	}
+	clock.Advance(l.Options().Lease)
+}
+
+// The script's split is the allot package's, on random wants, limits, floors and region counts,
+// both algorithms, up to 2^47 (the proportional share's products exact beyond 2^53).
+func TestLedgerDifferential(t *testing.T) {
+	srv := redistest.Start(t)
+	clock := sluice.NewManualClock(time.UnixMicro(1_700_000_000_000_000))
+	r := rand.New(rand.NewPCG(7, 8))
+	for iter := range 150 {
+		k := 1 + r.IntN(8)
+		lim := []int64{1 + r.Int64N(20), 1 + r.Int64N(100000), 1 + r.Int64N(redis.MaxLedgerLimit)}[r.IntN(3)]
+		n := k + r.IntN(3)
+		floor := int64(0)
+		if r.IntN(2) == 0 {
+			floor = r.Int64N(lim/int64(n) + 1)
+		}
+		alg := []allot.Algorithm{allot.Fair, allot.Proportional}[r.IntN(2)]
+		opts := redis.LedgerOptions{Limit: lim, Regions: n, Floor: floor, Lease: time.Minute, Algorithm: alg}
+		l := ledgerOn(t, []string{srv.Addr}, clock, fmt.Sprintf("diff-%d", iter), opts)
+		pastLearning(t, l, clock, "r0")
+		want := make([]int64, k)
+		names := make([]string, k)
+		for i := range want {
+			names[i] = fmt.Sprintf("r%d", i)
+			switch r.IntN(4) {
+			case 0:
+				want[i] = r.Int64N(lim/int64(k) + 2)
+			case 1:
+				want[i] = r.Int64N(redis.MaxLedgerLimit)
+			default:
+				want[i] = min(r.Int64N(2*lim+1), redis.MaxLedgerLimit)
+			}
+		}
+		// The first round tells the ledger every want; the second reads the shares of them.
+		for round := range 2 {
+			for i, name := range names {
+				g := refresh(t, l, name, redis.Report{Want: want[i]})
+				if round == 0 {
+					continue
+				}
+				raised := make([]int64, k)
+				for j := range want {
+					raised[j] = max(want[j], floor)
+				}
+				exp := allot.Split(alg, lim-floor*int64(max(0, n-k)), raised)
+				if g.Share != exp[i] {
+					t.Fatalf("case %d (%s, limit %d, floor %d, %d of %d regions, wants %v): %s's share %d; allot says %d (%v)",
+						iter, alg, lim, floor, k, n, want, name, g.Share, exp[i], exp)
+				}
+				if g.Allotment > g.Share || g.Allotment > g.Free {
+					t.Fatalf("case %d: %s allotted %d over its share %d or the free %d", iter, name, g.Allotment, g.Share, g.Free)
+				}
+			}
+			checkSum(t, l)
+		}
+	}
+}
+
+// Demand moving 70/20/10 -> 10/20/70 over a limit the total demand exceeds re-converges by each
+// region's second refresh after the move, in every order of the refreshes, and the sum of the
+// allotments never exceeds the limit meanwhile. On one Redis and on a Redis Cluster.
+func TestLedgerConverges(t *testing.T) {
+	t.Run("single", func(t *testing.T) { testLedgerConverges(t, []string{redistest.Start(t).Addr}) })
+	t.Run("cluster", func(t *testing.T) { testLedgerConverges(t, redistest.StartCluster(t, 3).Addrs()) })
+}
+
+func testLedgerConverges(t *testing.T, addrs []string) {
+	regions := []string{"eu", "us", "ap"}
+	before, after := []int64{700, 200, 100}, []int64{100, 200, 700}
+	orders := [][]int{{0, 1, 2}, {0, 2, 1}, {1, 0, 2}, {1, 2, 0}, {2, 0, 1}, {2, 1, 0}}
+	for _, alg := range []allot.Algorithm{allot.Fair, allot.Proportional} {
+		for oi, o1 := range orders {
+			for _, o2 := range orders {
+				clock := sluice.NewManualClock(time.UnixMicro(1_700_000_000_000_000))
+				opts := redis.LedgerOptions{Limit: 600, Regions: 3, Floor: 10, Lease: 10 * time.Second, Algorithm: alg}
+				l := ledgerOn(t, addrs, clock, fmt.Sprintf("conv-%s-%d-%d%d%d", alg, oi, o2[0], o2[1], o2[2]), opts)
+				pastLearning(t, l, clock, "eu")
+				allotted := map[string]redis.Grant{}
+				round := func(order []int, want []int64) {
+					for _, i := range order {
+						allotted[regions[i]] = refresh(t, l, regions[i], redis.Report{Want: want[i]})
+						checkSum(t, l)
+					}
+					clock.Advance(time.Second)
+				}
+				converged := func(want []int64) bool {
+					exp := allot.Split(alg, 600, want)
+					for i, name := range regions {
+						if allotted[name].Allotment != exp[i] {
+							return false
+						}
+					}
+					return true
+				}
+				for range 3 {
+					round(orders[0], before)
+				}
+				if !converged(before) {
+					t.Fatalf("%s: 70/20/10 did not converge: %v", alg, allotted)
+				}
+				round(o1, after)
+				round(o2, after)
+				if !converged(after) {
+					exp := allot.Split(alg, 600, after)
+					t.Fatalf("%s, orders %v then %v: after two refreshes %v; the shares are %v", alg, o1, o2, allotted, exp)
+				}
+			}
+		}
+	}
+}
+
+// An idle region gives back at its next refresh (down to the floor); a region that stops
+// refreshing keeps its lease, and what it holds, until the lease ends, and only then does the
+// ledger give it to another.
+func TestLedgerLeases(t *testing.T) {
+	srv := redistest.Start(t)
+	clock := sluice.NewManualClock(time.UnixMicro(1_700_000_000_000_000))
+	opts := redis.LedgerOptions{Limit: 1000, Regions: 2, Floor: 50, Lease: 10 * time.Second}
+	l := ledgerOn(t, []string{srv.Addr}, clock, "leases", opts)
+	pastLearning(t, l, clock, "eu")
+	refresh(t, l, "eu", redis.Report{Want: 900})
+	refresh(t, l, "us", redis.Report{Want: 900})
+	eu := refresh(t, l, "eu", redis.Report{Want: 900})
+	us := refresh(t, l, "us", redis.Report{Want: 900})
+	if eu.Allotment != 500 || us.Allotment != 500 {
+		t.Fatalf("both wanting 900 of 1000: %d and %d", eu.Allotment, us.Allotment)
+	}
+	// eu goes idle: it gives back down to the floor at its refresh, and us takes the rest.
+	eu = refresh(t, l, "eu", redis.Report{Want: 0})
+	us = refresh(t, l, "us", redis.Report{Want: 2000})
+	if eu.Allotment != 50 || us.Allotment != 950 {
+		t.Fatalf("eu idle: eu %d (the floor is 50), us %d", eu.Allotment, us.Allotment)
+	}
+	// eu wants again, and us stops refreshing: us's lease holds until it ends.
+	end := us.Expires
+	for clock.Now().Add(time.Second).Before(end) {
+		clock.Advance(time.Second)
+		eu = refresh(t, l, "eu", redis.Report{Want: 2000})
+		if eu.Allotment != 50 {
+			t.Fatalf("at %v, before us's lease ends at %v, eu got %d: us's 950 given away", clock.Now(), end, eu.Allotment)
+		}
+	}
+	clock.Set(end)
+	eu = refresh(t, l, "eu", redis.Report{Want: 2000})
+	// us's lease ended: its quota comes back, but the floor stays reserved for it (2 regions).
+	if eu.Allotment != 950 {
+		t.Fatalf("us's lease ended: eu got %d; want 1000 - 50 reserved for us", eu.Allotment)
+	}
+	v := checkSum(t, l)
+	if len(v.Regions) != 1 || v.Regions[0].Region != "eu" {
+		t.Fatalf("the ledger still holds %+v", v.Regions)
+	}
+	// us's enforcement: its lease until LocalExpires, then the safe share (the floor by default).
+	if a, safe := l.Enforce(us, us.LocalExpires.Add(-time.Microsecond)); a != 950 || safe {
+		t.Errorf("Enforce before the lease's end: %d %v", a, safe)
+	}
+	if a, safe := l.Enforce(us, us.LocalExpires); a != 50 || !safe {
+		t.Errorf("Enforce at the lease's end: %d %v; want the safe share 50", a, safe)
+	}
+	if a, safe := l.Enforce(redis.Grant{}, clock.Now()); a != 50 || safe {
+		t.Errorf("Enforce with no grant: %d %v; want the floor", a, safe)
+	}
+}
+
+// A region cut off keeps its lease until it ends, and with a hold (a fixed window's period) its
+// allotment counts in full for the hold beyond: what it admitted under the lease since its last
+// report cannot be given back within that window.
+func TestLedgerHold(t *testing.T) {
+	srv := redistest.Start(t)
+	clock := sluice.NewManualClock(time.UnixMicro(1_700_000_000_000_000))
+	opts := redis.LedgerOptions{Limit: 1000, Regions: 2, Lease: 5 * time.Second, Hold: time.Minute}
+	l := ledgerOn(t, []string{srv.Addr}, clock, "hold", opts)
+	pastLearning(t, l, clock, "eu")
+	refresh(t, l, "eu", redis.Report{Want: 700})
+	refresh(t, l, "us", redis.Report{Want: 300})
+	eu := refresh(t, l, "eu", redis.Report{Want: 700})
+	clock.Set(eu.Expires) // eu is cut off: its lease ended
+	us := refresh(t, l, "us", redis.Report{Want: 1000})
+	if us.Allotment != 300 {
+		t.Fatalf("within the hold after eu's lease: us got %d; want 300", us.Allotment)
+	}
+	if v := checkSum(t, l); v.Held() != 1000 {
+		t.Fatalf("held %d; want eu's 700 and us's 300", v.Held())
+	}
+	clock.Set(eu.Expires.Add(opts.Hold))
+	if us = refresh(t, l, "us", redis.Report{Want: 1000}); us.Allotment != 1000 {
+		t.Fatalf("after the hold: us got %d; want 1000", us.Allotment)
+	}
+	if h := redis.LedgerHold(algorithm.SlidingWindow, time.Minute, 10, 0); h != 2*time.Minute {
+		t.Errorf("LedgerHold(sliding window, 1m) = %v", h)
+	}
+	if h := redis.LedgerHold(algorithm.TokenBucket, time.Minute, 10, 30); h != 3*time.Minute {
+		t.Errorf("LedgerHold(token bucket, 1m, 10, burst 30) = %v", h)
+	}
+}
+
+// A fixed window's use cannot be given back within its window: a region that used 600 of its
+// 700 holds 600 until the window's end, even if its lease ends first, so the others never get it
+// back within the window (worldwide admissions in the window ≤ the limit).
+func TestLedgerUseCounts(t *testing.T) {
+	srv := redistest.Start(t)
+	clock := sluice.NewManualClock(time.UnixMicro(1_700_000_000_000_000))
+	l := ledgerOn(t, []string{srv.Addr}, clock, "use", redis.LedgerOptions{Limit: 1000, Regions: 2, Lease: 5 * time.Second})
+	pastLearning(t, l, clock, "eu")
+	windowEnd := clock.Now().Add(time.Minute)
+	refresh(t, l, "eu", redis.Report{Want: 700})
+	refresh(t, l, "us", redis.Report{Want: 300})
+	eu := refresh(t, l, "eu", redis.Report{Want: 700, Used: 600, UsedUntil: windowEnd})
+	if eu.Allotment != 700 {
+		t.Fatalf("eu: %d", eu.Allotment)
+	}
+	// eu's demand falls to 0, but it used 600 in this window: it holds 600 whatever its allotment.
+	eu = refresh(t, l, "eu", redis.Report{Want: 0, Used: 600, UsedUntil: windowEnd})
+	us := refresh(t, l, "us", redis.Report{Want: 1000})
+	if eu.Allotment != 0 || us.Allotment != 400 {
+		t.Fatalf("eu idle having used 600: eu %d, us %d; want 0 and 400", eu.Allotment, us.Allotment)
+	}
+	clock.Set(eu.Expires) // eu's lease ends: its use still counts until the window ends
+	us = refresh(t, l, "us", redis.Report{Want: 1000})
+	if us.Allotment != 400 {
+		t.Fatalf("eu's lease ended within the window: us got %d; want 400", us.Allotment)
+	}
+	checkSum(t, l)
+	clock.Set(windowEnd)
+	us = refresh(t, l, "us", redis.Report{Want: 1000})
+	if us.Allotment != 1000 {
+		t.Fatalf("the window ended: us got %d; want 1000", us.Allotment)
+	}
+	if v := checkSum(t, l); len(v.Regions) != 1 {
+		t.Fatalf("eu was not dropped after its lease and its window: %+v", v.Regions)
+	}
+}
+
+// The ledger flushed: for one lease it is learning, hands out no quota beyond what each region
+// reports holding (the floor to a region without a lease), so with the leases it does not know
+// of (regions that have not refreshed since) the sum stays within the limit; after a lease it
+// splits by demand again.
+func TestLedgerLearning(t *testing.T) {
+	srv := redistest.Start(t)
+	clock := sluice.NewManualClock(time.UnixMicro(1_700_000_000_000_000))
+	opts := redis.LedgerOptions{Limit: 900, Regions: 4, Floor: 30, Lease: 10 * time.Second}
+	l := ledgerOn(t, []string{srv.Addr}, clock, "learn", opts)
+	pastLearning(t, l, clock, "eu")
+	held := map[string]redis.Grant{}
+	for range 3 {
+		for _, name := range []string{"eu", "us", "ap"} {
+			held[name] = refresh(t, l, name, redis.Report{Want: 500})
+		}
+	}
+	old := readLedger(t, l)
+	if old.Outstanding() != 900-30 {
+		t.Fatalf("3 of 4 regions wanting 500: outstanding %d; want 870 (30 reserved)", old.Outstanding())
+	}
+	mustDo(t, srv, "FLUSHALL")
+	clock.Advance(time.Second)
+	// eu refreshes, wanting everything: it gets what it reports holding, no more.
+	eu := refresh(t, l, "eu", redis.Report{Want: 900, Holds: held["eu"].Allotment, HoldsExpires: held["eu"].Expires})
+	if !eu.Learning || eu.Allotment != held["eu"].Allotment {
+		t.Fatalf("learning: eu got %+v; it held %d", eu, held["eu"].Allotment)
+	}
+	// A new region, without a lease, gets its floor; one that claims more than is left is capped.
+	sa := refresh(t, l, "sa", redis.Report{Want: 900})
+	if !sa.Learning || sa.Allotment != 30 {
+		t.Fatalf("learning: a new region got %+v; want the floor 30", sa)
+	}
+	liar := refresh(t, l, "xx", redis.Report{Want: 900, Holds: 900, HoldsExpires: clock.Now().Add(time.Second)})
+	// us and ap hold their old leases, unknown to the ledger: with them, the sum ≤ the limit.
+	if liar.Allotment > 900-eu.Allotment-sa.Allotment {
+		t.Fatalf("learning: a claim of 900 got %d; only %d was left", liar.Allotment, 900-eu.Allotment-sa.Allotment)
+	}
+	if sum := eu.Allotment + sa.Allotment + held["us"].Allotment + held["ap"].Allotment; sum > 900 {
+		t.Fatalf("learning: eu %d + sa %d + the unknown leases of us %d and ap %d = %d > 900",
+			eu.Allotment, sa.Allotment, held["us"].Allotment, held["ap"].Allotment, sum)
+	}
+	// Until one lease from the state's beginning, eu gets no more.
+	for clock.Now().Add(time.Second).Before(eu.Since.Add(opts.Lease)) {
+		clock.Advance(time.Second)
+		if g := refresh(t, l, "eu", redis.Report{Want: 900, Holds: eu.Allotment, HoldsExpires: eu.Expires}); !g.Learning || g.Allotment > eu.Allotment {
+			t.Fatalf("learning at %v: eu got %+v", clock.Now(), g)
+		}
+	}
+	clock.Set(eu.Since.Add(opts.Lease))
+	g := refresh(t, l, "eu", redis.Report{Want: 900})
+	if g.Learning {
+		t.Fatalf("still learning a lease after the state began: %+v", g)
+	}
+	checkSum(t, l)
+}
+
+// Many regions refreshing at once with random demand and honest uses, on Redis's own clock with
+// short leases (some lapse: a region waits for its lease to end, read back from the ledger): at
+// every read the live allotments and what the ledger counts as held are within the limit. Also on
+// a Redis Cluster.
+func TestLedgerConcurrent(t *testing.T) {
+	t.Run("single", func(t *testing.T) { testLedgerConcurrent(t, []string{redistest.Start(t).Addr}) })
+	t.Run("cluster", func(t *testing.T) { testLedgerConcurrent(t, redistest.StartCluster(t, 3).Addrs()) })
+}
+
+func testLedgerConcurrent(t *testing.T, addrs []string) {
+	const lim, regions = 1000, 8
+	opts := redis.LedgerOptions{Limit: lim, Regions: regions, Floor: 20, Lease: 150 * time.Millisecond, Algorithm: allot.Fair}
+	l := ledgerOn(t, addrs, nil, "concurrent", opts)
+	var wg sync.WaitGroup
+	var done atomic.Int32
+	var reads atomic.Int64
+	errs := make(chan error, regions+1)
+	wg.Add(1)
+	go func() { // the reader
+		defer wg.Done()
+		for done.Load() < regions {
+			v, err := l.Read(context.Background())
+			if err != nil {
+				errs <- err
+				return
+			}
+			if v.Outstanding() > lim || v.Held() > lim {
+				errs <- fmt.Errorf("outstanding %d, held %d > %d: %+v", v.Outstanding(), v.Held(), lim, v.Regions)
+				return
+			}
+			reads.Add(1)
+		}
+	}()
+	for i := range regions {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer done.Add(1)
+			name := fmt.Sprintf("region-%d", i)
+			r := rand.New(rand.NewPCG(uint64(i), 99))
+			var last redis.Grant
+			for iter := range 150 {
+				enforced, safe := l.Enforce(last, time.Now())
+				rep := redis.Report{Want: r.Int64N(400), Admitted: r.Int64N(100), Refused: r.Int64N(100)}
+				if !last.LocalExpires.IsZero() && !safe {
+					rep.Holds, rep.HoldsExpires = enforced, last.Expires
+					if r.IntN(2) == 0 { // a use it really had under its lease: at most its allotment
+						rep.Used, rep.UsedUntil = r.Int64N(enforced+1), time.Now().Add(100*time.Millisecond)
+					}
+				}
+				g, err := l.Refresh(context.Background(), name, rep)
+				if err != nil {
+					errs <- err
+					return
+				}
+				last = g
+				if iter%50 == 49 && i%3 == 0 { // it stops refreshing until its lease has ended
+					for {
+						v, err := l.Read(context.Background())
+						if err != nil {
+							errs <- err
+							return
+						}
+						i := slices.IndexFunc(v.Regions, func(r redis.LedgerRegion) bool { return r.Region == name })
+						if i < 0 || !v.Regions[i].Live {
+							break
+						}
+					}
+					last = redis.Grant{}
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	if reads.Load() == 0 {
+		t.Fatal("the reader read nothing")
+	}
+	checkSum(t, l)
+}
+
+// Inputs are checked: names, bounds, the number of regions.
+func TestLedgerValidation(t *testing.T) {
+	srv := redistest.Start(t)
+	s := newStore(t, redis.Options{Addrs: []string{srv.Addr}})
+	for _, c := range []struct {
+		policy string
+		opts   redis.LedgerOptions
+		err    string
+	}{
+		{"p", redis.LedgerOptions{}, "limit 0"},
+		{"p", redis.LedgerOptions{Limit: redis.MaxLedgerLimit + 1}, "limit"},
+		{"p p", redis.LedgerOptions{Limit: 10}, "policy name"},
+		{"", redis.LedgerOptions{Limit: 10}, "policy name"},
+		{"p", redis.LedgerOptions{Limit: 10, Regions: 65}, "65 regions"},
+		{"p", redis.LedgerOptions{Limit: 10, Regions: 3, Floor: 4}, "floor 4"},
+		{"p", redis.LedgerOptions{Limit: 10, Safe: 11}, "safe share 11"},
+		{"p", redis.LedgerOptions{Limit: 10, Lease: time.Microsecond}, "lease"},
+		{"p", redis.LedgerOptions{Limit: 10, Algorithm: "random"}, "algorithm"},
+	} {
+		if _, err := s.Ledger(c.policy, c.opts); err == nil || !strings.Contains(err.Error(), c.err) {
+			t.Errorf("Ledger(%q, %+v): %v; want an error with %q", c.policy, c.opts, err, c.err)
+		}
+	}
+	l, err := s.Ledger("p", redis.LedgerOptions{Limit: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	for _, c := range []struct {
+		region string
+		rep    redis.Report
+		err    string
+	}{
+		{"", redis.Report{}, "region name"},
+		{"eu/west", redis.Report{}, "region name"},
+		{strings.Repeat("a", 129), redis.Report{}, "region name"},
+		{"eu", redis.Report{Want: -1}, "want -1"},
+		{"eu", redis.Report{Used: redis.MaxLedgerLimit + 1}, "used"},
+	} {
+		if _, err := l.Refresh(ctx, c.region, c.rep); err == nil || !strings.Contains(err.Error(), c.err) {
+			t.Errorf("Refresh(%q, %+v): %v; want an error with %q", c.region, c.rep, err, c.err)
+		}
+	}
+	for i := range redis.MaxLedgerRegions {
+		if _, err := l.Refresh(ctx, fmt.Sprintf("r%d", i), redis.Report{Want: 1}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := l.Refresh(ctx, "one-more", redis.Report{Want: 1}); err == nil || !strings.Contains(err.Error(), "too many regions") {
+		t.Fatalf("a 65th region: %v", err)
+	}
+	if got := redis.Demand(30, 30, 10*time.Second, time.Minute); got != 360 {
+		t.Errorf("Demand(30+30 in 10s, per minute) = %d; want 360", got)
+	}
+}
