@@ -368,11 +368,11 @@ func TestLedgerConcurrent(t *testing.T) {
 
 func testLedgerConcurrent(t *testing.T, addrs []string) {
 	const lim, regions = 1000, 8
-	opts := redis.LedgerOptions{Limit: lim, Regions: regions, Floor: 20, Lease: 150 * time.Millisecond, Algorithm: allot.Fair}
+	opts := redis.LedgerOptions{Limit: lim, Regions: regions, Floor: 20, Lease: time.Second, Algorithm: allot.Fair}
 	l := ledgerOn(t, addrs, nil, "concurrent", opts)
 	var wg sync.WaitGroup
 	var done atomic.Int32
-	var reads atomic.Int64
+	var reads, full atomic.Int64
 	errs := make(chan error, regions+1)
 	wg.Add(1)
 	go func() { // the reader
@@ -388,6 +388,9 @@ func testLedgerConcurrent(t *testing.T, addrs []string) {
 				return
 			}
 			reads.Add(1)
+			if v.Outstanding() > lim/2 {
+				full.Add(1)
+			}
 		}
 	}()
 	for i := range regions {
@@ -400,11 +403,15 @@ func testLedgerConcurrent(t *testing.T, addrs []string) {
 			var last redis.Grant
 			for iter := range 150 {
 				enforced, safe := l.Enforce(last, time.Now())
-				rep := redis.Report{Want: r.Int64N(400), Admitted: r.Int64N(100), Refused: r.Int64N(100)}
+				want := r.Int64N(50) // demand that moves: idle, then wanting much of the limit
+				if r.IntN(2) == 0 {
+					want = r.Int64N(2 * lim)
+				}
+				rep := redis.Report{Want: want, Admitted: r.Int64N(100), Refused: r.Int64N(100)}
 				if !last.LocalExpires.IsZero() && !safe {
 					rep.Holds, rep.HoldsExpires = enforced, last.Expires
 					if r.IntN(2) == 0 { // a use it really had under its lease: at most its allotment
-						rep.Used, rep.UsedUntil = r.Int64N(enforced+1), time.Now().Add(100*time.Millisecond)
+						rep.Used, rep.UsedUntil = r.Int64N(enforced+1), time.Now().Add(time.Duration(r.IntN(1500))*time.Millisecond)
 					}
 				}
 				g, err := l.Refresh(context.Background(), name, rep)
@@ -435,8 +442,8 @@ func testLedgerConcurrent(t *testing.T, addrs []string) {
 	for err := range errs {
 		t.Fatal(err)
 	}
-	if reads.Load() == 0 {
-		t.Fatal("the reader read nothing")
+	if reads.Load() == 0 || full.Load() == 0 {
+		t.Fatalf("the reader read %d times, %d of them with more than half the limit allotted", reads.Load(), full.Load())
 	}
 	checkSum(t, l)
 }
