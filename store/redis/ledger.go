@@ -14,7 +14,7 @@ package redis
 // (With a prefix that has a hash tag of its own, that tag decides the slot: one slot still.) Both
 // expire a lease after the last lease or counted use they hold, so a policy no longer global
 // leaves nothing; a state that begins anew (no meta: flushed, failed over to a replica that
-// lacked it, expired) is in learning mode for one lease.
+// lacked it, expired) is in learning mode for one lease and the hold.
 //
 // What a region holds, for the ledger, is max(allotment, used): used is the part of its quota it
 // cannot give back now (the design section says, per algorithm, what it is and until when it
@@ -73,7 +73,7 @@ type LedgerOptions struct {
 	// (cut off from the ledger). 0 to Limit. Default Floor (then a partition admits nothing
 	// beyond L, as long as at most Regions regions run: docs/design.md).
 	Safe int64
-	// Lease is how long a grant holds without a refresh, and how long the learning mode lasts.
+	// Lease is how long a grant holds without a refresh; the learning mode lasts Lease + Hold.
 	// Default DefaultLedgerLease; at least 1 ms. Regions should refresh at least twice a lease.
 	Lease time.Duration
 	// Algorithm splits the limit: allot.Fair (default) or allot.Proportional.
@@ -190,7 +190,8 @@ type Grant struct {
 	// LocalExpires is Expires on the caller's clock, taken safely: the time the refresh was sent
 	// plus the lease (the ledger's lease starts later), whatever the clocks' skew.
 	LocalExpires time.Time
-	// Learning: the ledger's state is new and it hands out no new quota (for one lease from Since).
+	// Learning: the ledger's state is new and it hands out no new quota (for a lease and the
+	// hold from Since: until every lease it does not know of has ended, and its hold).
 	Learning bool
 	// Share is the algorithm's share for the region (Allotment is less while others still hold
 	// what it would take), and Free what the ledger could grant it.
@@ -364,7 +365,7 @@ func (l *Ledger) Read(ctx context.Context) (LedgerView, error) {
 	if s, _ := vals[1].ToString(); s != "" {
 		since, _ := strconv.ParseInt(s, 10, 64)
 		v.Since = time.UnixMicro(since).UTC()
-		v.Learning = now < since+l.opts.Lease.Microseconds()
+		v.Learning = now < since+(l.opts.Lease+l.opts.Hold).Microseconds()
 	}
 	v.Epoch, _ = vals[2].ToString()
 	flat, err := vals[3].AsStrSlice()

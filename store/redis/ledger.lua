@@ -6,7 +6,7 @@
 --         µs of the ledger's clock for until, expires and at): the region's last report and grant
 -- KEYS[2] meta: hash, since (µs: when this ledger state began) and epoch (a random name given by
 --         the call that began it). No meta: the state is new (a flush, a failover to a replica that
---         lacked it, a ledger never used): learning mode until since + the lease.
+--         lacked it, a ledger never used): learning mode until since + the lease + the hold.
 --
 -- ARGV[1] "refresh" or "read"
 -- ARGV[2] now, µs; "" for Redis TIME (tests pass a virtual clock's)
@@ -52,7 +52,7 @@ if not since or not epoch then
   since, epoch = now, ARGV[10]
   redis.call('HSET', KEYS[2], 'since', string.format('%.0f', since), 'epoch', epoch)
 end
-local learning = now < since + lease
+local learning = now < since + lease + hold -- every lease it does not know of, and its hold, ended
 
 -- The records: live (lease unexpired), or expired but still counted (kept as E: in full for the
 -- hold after the lease, then the use it reported until that use ends), or gone (dropped: their

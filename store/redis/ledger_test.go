@@ -67,7 +67,7 @@ func pastLearning(t *testing.T, l *redis.Ledger, clock *sluice.ManualClock, regi
 	if !g.Learning {
 		t.Fatalf("a new ledger is not learning: %+v", g)
 	}
-	clock.Advance(l.Options().Lease)
+	clock.Advance(l.Options().Lease + l.Options().Hold)
 }
 
 // The script's split is the allot package's, on random wants, limits, floors and region counts,
@@ -240,7 +240,12 @@ func TestLedgerHold(t *testing.T) {
 	clock := sluice.NewManualClock(time.UnixMicro(1_700_000_000_000_000))
 	opts := redis.LedgerOptions{Limit: 1000, Regions: 2, Lease: 5 * time.Second, Hold: time.Minute}
 	l := ledgerOn(t, []string{srv.Addr}, clock, "hold", opts)
-	pastLearning(t, l, clock, "eu")
+	refresh(t, l, "eu", redis.Report{})
+	clock.Advance(opts.Lease) // every lease the ledger did not know of has ended, not yet its hold
+	if g := refresh(t, l, "eu", redis.Report{}); !g.Learning {
+		t.Fatalf("a lease after the state began, within the hold: not learning: %+v", g)
+	}
+	clock.Advance(opts.Hold)
 	refresh(t, l, "eu", redis.Report{Want: 700})
 	refresh(t, l, "us", redis.Report{Want: 300})
 	eu := refresh(t, l, "eu", redis.Report{Want: 700})
