@@ -8,7 +8,7 @@ package redis
 //
 // Two keys per global policy, in one slot (one script writes both, on a Redis Cluster too):
 //
-//	<prefix>{<prefix>ledger:<policy>}:regions  hash: region -> "want allot used until expires admitted refused at"
+//	<prefix>{<prefix>ledger:<policy>}:regions  hash: region -> "want allot used until expires admitted refused at pending"
 //	<prefix>{<prefix>ledger:<policy>}:meta     hash: since (µs, when this state began), epoch (random)
 //
 // (With a prefix that has a hash tag of its own, that tag decides the slot: one slot still.) Both
@@ -16,9 +16,10 @@ package redis
 // leaves nothing; a state that begins anew (no meta: flushed, failed over to a replica that
 // lacked it, expired) is in learning mode for one lease and the hold.
 //
-// What a region holds, for the ledger, is max(allotment, used): used is the part of its quota it
-// cannot give back now (the design section says, per algorithm, what it is and until when it
-// counts). The ledger grants a region only out of L − F·max(0, N − live) − (uses of expired
+// What a region holds, for the ledger, is max(allotment, pending, used): used is the part of its
+// quota it cannot give back now (the design section says, per algorithm, what it is and until
+// when it counts); pending the allotment it enforced when it sent its report, which it keeps
+// enforcing until the grant reaches it (until its next refresh says so: Grant.Confirm). The ledger grants a region only out of L − F·max(0, N − live) − (uses of expired
 // regions that still count) − (what the other live regions hold), so the sum of what the live
 // regions hold, with the reserve and those uses, never exceeds L after a grant.
 
@@ -193,6 +194,10 @@ type Grant struct {
 	// Learning: the ledger's state is new and it hands out no new quota (for a lease and the
 	// hold from Since: until every lease it does not know of has ended, and its hold).
 	Learning bool
+	// Confirm: the allotment is less than the region reported holding, which the ledger counts
+	// until the region's next refresh says it enforces the new one: refresh again at once
+	// (reporting Holds = Allotment) to give the difference back to the others.
+	Confirm bool
 	// Share is the algorithm's share for the region (Allotment is less while others still hold
 	// what it would take), and Free what the ledger could grant it.
 	Share, Free int64
@@ -246,7 +251,7 @@ func (l *Ledger) Refresh(ctx context.Context, region string, r Report) (Grant, e
 	epoch, _ := vals[5].ToString()
 	return Grant{Allotment: n[0], Expires: time.UnixMicro(n[1]).UTC(), LocalExpires: sent.Add(l.opts.Lease),
 		Learning: n[2] == 1, Now: time.UnixMicro(n[3]).UTC(), Since: time.UnixMicro(n[4]).UTC(), Epoch: epoch,
-		Share: n[6], Free: n[7]}, nil
+		Share: n[6], Free: n[7], Confirm: n[0] < r.Holds && !r.HoldsExpires.IsZero()}, nil
 }
 
 func (l *Ledger) args(mode string) []string {
@@ -308,8 +313,9 @@ type LedgerRegion struct {
 	Expires           time.Time // its lease's end (the ledger's clock)
 	Admitted, Refused int64
 	At                time.Time // its last refresh
+	Pending           int64     // what it enforced when it sent its last report (counted until the next)
 	// Live: its lease has not ended. Holding is what the ledger counts for it: max(Allotment,
-	// Used) while live and for the hold after, then Used while that counts.
+	// Pending, Used) while live and for the hold after, then Used while that counts.
 	Live    bool
 	Holding int64
 }
@@ -333,7 +339,7 @@ func (v LedgerView) Outstanding() int64 {
 	return sum
 }
 
-// Held is the sum of what the ledger counts as held: the live regions' max(allotment, used),
+// Held is the sum of what the ledger counts as held: the live regions' max(allotment, pending, used),
 // and the others' while they still count.
 func (v LedgerView) Held() int64 {
 	var sum int64
@@ -374,23 +380,23 @@ func (l *Ledger) Read(ctx context.Context) (LedgerView, error) {
 	}
 	for i := 0; i+1 < len(flat); i += 2 {
 		f := strings.Fields(flat[i+1])
-		if len(f) != 8 {
+		if len(f) != 9 {
 			return LedgerView{}, fmt.Errorf("redis store: ledger %s: region %s: record %q", l.policy, flat[i], flat[i+1])
 		}
-		var n [8]int64
+		var n [9]int64
 		for j := range f {
 			if n[j], err = strconv.ParseInt(f[j], 10, 64); err != nil {
 				return LedgerView{}, fmt.Errorf("redis store: ledger %s: region %s: record %q", l.policy, flat[i], flat[i+1])
 			}
 		}
 		r := LedgerRegion{Region: flat[i], Want: n[0], Allotment: n[1], Used: n[2], UsedUntil: time.UnixMicro(n[3]).UTC(),
-			Expires: time.UnixMicro(n[4]).UTC(), Admitted: n[5], Refused: n[6], At: time.UnixMicro(n[7]).UTC(), Live: n[4] > now}
+			Expires: time.UnixMicro(n[4]).UTC(), Admitted: n[5], Refused: n[6], At: time.UnixMicro(n[7]).UTC(), Pending: n[8], Live: n[4] > now}
 		counts := int64(0)
 		if n[3] > now {
 			counts = n[2]
 		}
 		if n[4]+l.opts.Hold.Microseconds() > now {
-			counts = max(counts, r.Allotment) // live, or within the hold after its lease
+			counts = max(counts, r.Allotment, r.Pending) // live, or within the hold after its lease
 		}
 		r.Holding = counts
 		v.Regions = append(v.Regions, r)

@@ -2,8 +2,10 @@
 -- one call is one region's refresh, in one atomic step, or a read of the whole ledger. It runs
 -- after common.lua (its exact mul and divmod: the proportional share's x·S/X, up to 2^94).
 --
--- KEYS[1] regions: hash, region -> "want allot used until expires admitted refused at" (integers,
---         µs of the ledger's clock for until, expires and at): the region's last report and grant
+-- KEYS[1] regions: hash, region -> "want allot used until expires admitted refused at pending"
+--         (integers, µs of the ledger's clock for until, expires and at): the region's last report
+--         and grant; pending is the allotment it enforced when it sent that report, which it keeps
+--         enforcing until the grant reaches it: counted until its next refresh says it has)
 -- KEYS[2] meta: hash, since (µs: when this ledger state began) and epoch (a random name given by
 --         the call that began it). No meta: the state is new (a flush, a failover to a replica that
 --         lacked it, a ledger never used): learning mode until since + the lease + the hold.
@@ -26,7 +28,8 @@
 -- ARGV[16] admitted, ARGV[17] refused (its last interval, for the stats); ARGV[18] holds (the
 -- allotment it enforces now); ARGV[19] the expiry of the lease it holds (µs; 0: none)
 --
--- Reply (refresh): {allot, expires, learning 0/1, now, since, epoch, share, free}
+-- Reply (refresh): {allot, expires, learning 0/1, now, since, epoch, share, free}: the free is
+-- what others leave it; what it holds from now is max(allot, pending, used)
 -- Reply (read): {now, since, epoch, {region, record, ...}} (ARGV[1..11])
 -- An error reply "ERR ledger: too many regions" when a new region would be one more than ARGV[8].
 
@@ -69,10 +72,10 @@ for i = 1, #flat, 2 do
     r[#r + 1] = tonumber(x)
   end
   local rec = {want = r[1], allot = r[2], used = r[3], ['until'] = r[4], expires = r[5],
-    admitted = r[6], refused = r[7], at = r[8]}
+    admitted = r[6], refused = r[7], at = r[8], pending = r[9] or 0}
   local counts = rec['until'] > now and rec.used or 0
   if rec.expires + hold > now then
-    counts = math.max(counts, rec.allot)
+    counts = math.max(counts, rec.allot, rec.pending)
   end
   if rec.expires + hold > now or counts > 0 then
     last = math.max(last, rec.expires + hold, rec['until'])
@@ -95,6 +98,10 @@ end
 
 local want, used, untl = tonumber(ARGV[13]), tonumber(ARGV[14]), tonumber(ARGV[15])
 local usedNow = untl > now and used or 0
+local pending = 0 -- what it enforces until this grant reaches it (its lease's allotment)
+if tonumber(ARGV[19]) > now then
+  pending = tonumber(ARGV[18])
+end
 names[#names + 1] = region
 table.sort(names)
 local n = #names
@@ -113,7 +120,7 @@ if learning then
   -- allotment, or its floor if it has no lease), capped so that the sum stays within the limit.
   local holds = F
   if tonumber(ARGV[19]) > now then
-    holds = tonumber(ARGV[18])
+    holds = pending
   end
   share = math.max(holds, usedNow)
   free = math.max(0, L - E - others)
@@ -215,8 +222,8 @@ else
 end
 
 local expires = now + lease
-redis.call('HSET', KEYS[1], region, string.format('%.0f %.0f %.0f %.0f %.0f %.0f %.0f %.0f', want, allot, used, untl,
-  expires, tonumber(ARGV[16]), tonumber(ARGV[17]), now))
+redis.call('HSET', KEYS[1], region, string.format('%.0f %.0f %.0f %.0f %.0f %.0f %.0f %.0f %.0f', want, allot, used, untl,
+  expires, tonumber(ARGV[16]), tonumber(ARGV[17]), now, pending))
 
 -- Both keys live while a lease or a use that counts does, and a lease beyond (a state that
 -- expired begins anew, in learning mode: safe).

@@ -59,6 +59,23 @@ func checkSum(t *testing.T, l *redis.Ledger) redis.LedgerView {
 	return v
 }
 
+// refreshHolding is a region's refresh as its loop does it: it reports the grant it holds, and
+// confirms at once a grant that shrank (Grant.Confirm), so that the ledger gives the difference
+// back to the others.
+func refreshHolding(t *testing.T, l *redis.Ledger, region string, last redis.Grant, want int64) redis.Grant {
+	t.Helper()
+	rep := redis.Report{Want: want}
+	if !last.Expires.IsZero() {
+		rep.Holds, rep.HoldsExpires = last.Allotment, last.Expires
+	}
+	g := refresh(t, l, region, rep)
+	if g.Confirm {
+		rep.Holds, rep.HoldsExpires = g.Allotment, g.Expires
+		g = refresh(t, l, region, rep)
+	}
+	return g
+}
+
 // pastLearning moves the clock past the learning mode of a ledger whose state began now (a first
 // refresh begins it).
 func pastLearning(t *testing.T, l *redis.Ledger, clock *sluice.ManualClock, region string) {
@@ -148,7 +165,7 @@ func testLedgerConverges(t *testing.T, addrs []string) {
 				allotted := map[string]redis.Grant{}
 				round := func(order []int, want []int64) {
 					for _, i := range order {
-						allotted[regions[i]] = refresh(t, l, regions[i], redis.Report{Want: want[i]})
+						allotted[regions[i]] = refreshHolding(t, l, regions[i], allotted[regions[i]], want[i])
 						checkSum(t, l)
 					}
 					clock.Advance(time.Second)
@@ -267,6 +284,36 @@ func TestLedgerHold(t *testing.T) {
 	if h := redis.LedgerHold(algorithm.TokenBucket, time.Minute, 10, 30); h != 3*time.Minute {
 		t.Errorf("LedgerHold(token bucket, 1m, 10, burst 30) = %v", h)
 	}
+}
+
+// A region whose allotment shrank keeps enforcing the larger one until the grant reaches it: the
+// ledger counts the larger until the region's next refresh confirms the smaller, so no other region
+// gets the difference in between.
+func TestLedgerConfirm(t *testing.T) {
+	srv := redistest.Start(t)
+	clock := sluice.NewManualClock(time.UnixMicro(1_700_000_000_000_000))
+	l := ledgerOn(t, []string{srv.Addr}, clock, "confirm", redis.LedgerOptions{Limit: 1000, Regions: 2, Lease: 10 * time.Second})
+	pastLearning(t, l, clock, "eu")
+	var eu, us redis.Grant
+	for range 2 {
+		eu = refreshHolding(t, l, "eu", eu, 800)
+		us = refreshHolding(t, l, "us", us, 200)
+	}
+	if eu.Allotment != 800 || us.Allotment != 200 {
+		t.Fatalf("800/200: %d, %d", eu.Allotment, us.Allotment)
+	}
+	shrunk := refresh(t, l, "eu", redis.Report{Want: 100, Holds: eu.Allotment, HoldsExpires: eu.Expires})
+	if shrunk.Allotment != 100 || !shrunk.Confirm {
+		t.Fatalf("eu's demand fell to 100: %+v", shrunk)
+	}
+	if g := refresh(t, l, "us", redis.Report{Want: 900, Holds: us.Allotment, HoldsExpires: us.Expires}); g.Allotment != 200 {
+		t.Fatalf("before eu confirmed its 100, us got %d of the 800 eu still enforces", g.Allotment)
+	}
+	refresh(t, l, "eu", redis.Report{Want: 100, Holds: shrunk.Allotment, HoldsExpires: shrunk.Expires})
+	if g := refresh(t, l, "us", redis.Report{Want: 900, Holds: us.Allotment, HoldsExpires: us.Expires}); g.Allotment != 900 {
+		t.Fatalf("after eu confirmed its 100, us got %d; want 900", g.Allotment)
+	}
+	checkSum(t, l)
 }
 
 // A fixed window's use cannot be given back within its window: a region that used 600 of its
@@ -420,6 +467,10 @@ func testLedgerConcurrent(t *testing.T, addrs []string) {
 					}
 				}
 				g, err := l.Refresh(context.Background(), name, rep)
+				if err == nil && g.Confirm && r.IntN(4) > 0 { // (some confirm only at their next refresh)
+					rep.Holds, rep.HoldsExpires, rep.Used = g.Allotment, g.Expires, min(rep.Used, g.Allotment)
+					g, err = l.Refresh(context.Background(), name, rep)
+				}
 				if err != nil {
 					errs <- err
 					return
