@@ -36,15 +36,21 @@ import (
 // wants fits an int64.
 const MaxWant = 1 << 53
 
-// clamp returns the wants bounded to [0, capacity], and their sum.
-func clamp(capacity int64, want []int64) ([]int64, int64) {
-	w := make([]int64, len(want))
+// start returns the wants bounded to [0, bound], and gets: a copy of them if they fit capacity
+// (fits), else zeros.
+func start(capacity, bound int64, want []int64) (w, gets []int64, fits bool) {
+	w = make([]int64, len(want))
 	var sum int64
 	for i, x := range want {
-		w[i] = min(max(x, 0), capacity)
+		w[i] = min(max(x, 0), bound)
 		sum += w[i]
 	}
-	return w, sum
+	gets = make([]int64, len(w))
+	if sum <= capacity {
+		copy(gets, w)
+		return w, gets, true
+	}
+	return w, gets, false
 }
 
 // FairShare hands capacity out in rounds: each round gives every client not yet satisfied an
@@ -54,10 +60,8 @@ func clamp(capacity int64, want []int64) ([]int64, int64) {
 // in their order. Doorman's example (capacity 120; wants 1000, 50, 10) gets 60, 50, 10.
 func FairShare(capacity int64, want []int64) []int64 {
 	capacity = max(capacity, 0)
-	w, sum := clamp(capacity, want)
-	gets := make([]int64, len(w))
-	if sum <= capacity {
-		copy(gets, w)
+	w, gets, fits := start(capacity, capacity, want)
+	if fits {
 		return gets
 	}
 	rem := capacity
@@ -102,10 +106,8 @@ func FairShare(capacity int64, want []int64) []int64 {
 // 50, 10) gets 70, 40, 10 (in reals 69.7, 40.3, 10).
 func ProportionalShare(capacity int64, want []int64) []int64 {
 	capacity = max(capacity, 0)
-	w, sum := clamp(MaxWant, want)
-	gets := make([]int64, len(w))
-	if sum <= capacity {
-		copy(gets, w)
+	w, gets, fits := start(capacity, MaxWant, want)
+	if fits {
 		return gets
 	}
 	equal := capacity / int64(len(w))

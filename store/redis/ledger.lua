@@ -33,12 +33,9 @@
 -- Reply (read): {now, since, epoch, {region, record, ...}} (ARGV[1..11])
 -- An error reply "ERR ledger: too many regions" when a new region would be one more than ARGV[8].
 
-local now
-if ARGV[2] == '' then
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-else
-  now = tonumber(ARGV[2])
+local now, err = time_args(ARGV[2], nil, false) -- (common.lua: Redis TIME for "")
+if now == nil then
+  return err
 end
 local lease, L, N, F = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
 local alg, maxRegions, slack, hold = ARGV[7], tonumber(ARGV[8]), tonumber(ARGV[9]), tonumber(ARGV[11])

@@ -76,6 +76,17 @@ func refreshHolding(t *testing.T, l *redis.Ledger, region string, last redis.Gra
 	return g
 }
 
+// virtualLedger starts a Redis and returns it with a virtual clock and a ledger of policy on it,
+// past its learning mode.
+func virtualLedger(t *testing.T, policy string, opts redis.LedgerOptions) (*redistest.Server, *sluice.ManualClock, *redis.Ledger) {
+	t.Helper()
+	srv := redistest.Start(t)
+	clock := sluice.NewManualClock(time.UnixMicro(1_700_000_000_000_000))
+	l := ledgerOn(t, []string{srv.Addr}, clock, policy, opts)
+	pastLearning(t, l, clock, "eu")
+	return srv, clock, l
+}
+
 // pastLearning moves the clock past the learning mode of a ledger whose state began now (a first
 // refresh begins it).
 func pastLearning(t *testing.T, l *redis.Ledger, clock *sluice.ManualClock, region string) {
@@ -200,11 +211,8 @@ func testLedgerConverges(t *testing.T, addrs []string) {
 // refreshing keeps its lease, and what it holds, until the lease ends, and only then does the
 // ledger give it to another.
 func TestLedgerLeases(t *testing.T) {
-	srv := redistest.Start(t)
-	clock := sluice.NewManualClock(time.UnixMicro(1_700_000_000_000_000))
 	opts := redis.LedgerOptions{Limit: 1000, Regions: 2, Floor: 50, Lease: 10 * time.Second}
-	l := ledgerOn(t, []string{srv.Addr}, clock, "leases", opts)
-	pastLearning(t, l, clock, "eu")
+	_, clock, l := virtualLedger(t, "leases", opts)
 	refresh(t, l, "eu", redis.Report{Want: 900})
 	refresh(t, l, "us", redis.Report{Want: 900})
 	eu := refresh(t, l, "eu", redis.Report{Want: 900})
@@ -290,10 +298,7 @@ func TestLedgerHold(t *testing.T) {
 // ledger counts the larger until the region's next refresh confirms the smaller, so no other region
 // gets the difference in between.
 func TestLedgerConfirm(t *testing.T) {
-	srv := redistest.Start(t)
-	clock := sluice.NewManualClock(time.UnixMicro(1_700_000_000_000_000))
-	l := ledgerOn(t, []string{srv.Addr}, clock, "confirm", redis.LedgerOptions{Limit: 1000, Regions: 2, Lease: 10 * time.Second})
-	pastLearning(t, l, clock, "eu")
+	_, _, l := virtualLedger(t, "confirm", redis.LedgerOptions{Limit: 1000, Regions: 2, Lease: 10 * time.Second})
 	var eu, us redis.Grant
 	for range 2 {
 		eu = refreshHolding(t, l, "eu", eu, 800)
@@ -320,10 +325,7 @@ func TestLedgerConfirm(t *testing.T) {
 // 700 holds 600 until the window's end, even if its lease ends first, so the others never get it
 // back within the window (worldwide admissions in the window ≤ the limit).
 func TestLedgerUseCounts(t *testing.T) {
-	srv := redistest.Start(t)
-	clock := sluice.NewManualClock(time.UnixMicro(1_700_000_000_000_000))
-	l := ledgerOn(t, []string{srv.Addr}, clock, "use", redis.LedgerOptions{Limit: 1000, Regions: 2, Lease: 5 * time.Second})
-	pastLearning(t, l, clock, "eu")
+	_, clock, l := virtualLedger(t, "use", redis.LedgerOptions{Limit: 1000, Regions: 2, Lease: 5 * time.Second})
 	windowEnd := clock.Now().Add(time.Minute)
 	refresh(t, l, "eu", redis.Report{Want: 700})
 	refresh(t, l, "us", redis.Report{Want: 300})
@@ -358,11 +360,8 @@ func TestLedgerUseCounts(t *testing.T) {
 // of (regions that have not refreshed since) the sum stays within the limit; after a lease it
 // splits by demand again.
 func TestLedgerLearning(t *testing.T) {
-	srv := redistest.Start(t)
-	clock := sluice.NewManualClock(time.UnixMicro(1_700_000_000_000_000))
 	opts := redis.LedgerOptions{Limit: 900, Regions: 4, Floor: 30, Lease: 10 * time.Second}
-	l := ledgerOn(t, []string{srv.Addr}, clock, "learn", opts)
-	pastLearning(t, l, clock, "eu")
+	srv, clock, l := virtualLedger(t, "learn", opts)
 	held := map[string]redis.Grant{}
 	for range 3 {
 		for _, name := range []string{"eu", "us", "ap"} {
