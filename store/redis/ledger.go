@@ -27,6 +27,7 @@ import (
 	"context"
 	_ "embed"
 	"fmt"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -403,4 +404,44 @@ func (l *Ledger) Read(ctx context.Context) (LedgerView, error) {
 	}
 	slices.SortFunc(v.Regions, func(a, b LedgerRegion) int { return strings.Compare(a.Region, b.Region) })
 	return v, nil
+}
+
+// UseState is what a region knows of its own use of a global policy's allotment, from its state
+// on its own Redis, for LedgerUse.
+type UseState struct {
+	// The window algorithms: the current window's start, its count Cur and the previous one's
+	// Prev (the sliding window's).
+	WindowStart time.Time
+	Prev, Cur   int64
+	// The token bucket: the units in use (capacity − tokens) and when the bucket is full again
+	// (its theoretical arrival time).
+	InUse int64
+	Full  time.Time
+}
+
+// LedgerUse is a region's Report.Used and UsedUntil under a policy of algorithm alg (period,
+// limit, burst: the global policy's) at now (docs/design.md, "What an allotment means"):
+//
+//   - fixed window: the window's count, until its end;
+//   - sliding window: ⌈prev·(P − e)/P⌉ + cur (e the time into the window), until the next
+//     window's end, when cur stops counting as the previous window's;
+//   - token bucket: the units in use in the limit's units, ⌈inUse·limit/capacity⌉, until full;
+//   - any other: the window's count, until a period after the window's start.
+//
+// The times are the region's; shift them to the ledger's clock (by the last Grant's Now minus the
+// time its refresh was sent) before reporting.
+func LedgerUse(alg algorithm.Algorithm, period time.Duration, limit, burst int64, now time.Time, st UseState) (int64, time.Time) {
+	switch alg {
+	case algorithm.SlidingWindow:
+		e := min(max(now.Sub(st.WindowStart), 0), period)
+		w := float64(st.Prev) * float64(period-e) / float64(period)
+		return int64(math.Ceil(w)) + st.Cur, st.WindowStart.Add(2 * period)
+	case algorithm.TokenBucket:
+		capacity := burst
+		if capacity <= 0 {
+			capacity = limit
+		}
+		return int64(math.Ceil(float64(st.InUse) * float64(limit) / float64(capacity))), st.Full
+	}
+	return st.Cur, st.WindowStart.Add(period)
 }

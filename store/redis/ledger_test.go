@@ -286,6 +286,24 @@ func TestLedgerHold(t *testing.T) {
 	if us = refresh(t, l, "us", redis.Report{Want: 1000}); us.Allotment != 1000 {
 		t.Fatalf("after the hold: us got %d; want 1000", us.Allotment)
 	}
+	start := time.Unix(1_700_000_040, 0)
+	for _, c := range []struct {
+		alg         algorithm.Algorithm
+		st          redis.UseState
+		burst       int64
+		used        int64
+		until       time.Time
+		description string
+	}{
+		{algorithm.FixedWindow, redis.UseState{WindowStart: start, Cur: 40}, 0, 40, start.Add(time.Minute), "the window's count, to its end"},
+		{algorithm.SlidingWindow, redis.UseState{WindowStart: start, Prev: 30, Cur: 5}, 0, 5 + 23, start.Add(2 * time.Minute), "⌈30·45/60⌉ + 5, to the next window's end"},
+		{algorithm.TokenBucket, redis.UseState{InUse: 7, Full: start.Add(time.Second)}, 30, 3, start.Add(time.Second), "⌈7·10/30⌉, until full"},
+	} {
+		used, until := redis.LedgerUse(c.alg, time.Minute, 10, c.burst, start.Add(15*time.Second), c.st)
+		if used != c.used || !until.Equal(c.until) {
+			t.Errorf("LedgerUse(%v): %d until %v; want %s: %d until %v", c.alg, used, until, c.description, c.used, c.until)
+		}
+	}
 	if h := redis.LedgerHold(algorithm.SlidingWindow, time.Minute, 10, 0); h != 2*time.Minute {
 		t.Errorf("LedgerHold(sliding window, 1m) = %v", h)
 	}
