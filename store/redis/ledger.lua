@@ -224,7 +224,7 @@ redis.call('HSET', KEYS[1], region, string.format('%.0f %.0f %.0f %.0f %.0f %.0f
 
 -- Both keys live while a lease or a use that counts does, and a lease beyond (a state that
 -- expired begins anew, in learning mode: safe).
-last = math.max(last, expires, untl)
+last = math.max(last, expires + hold, untl)
 local ms = math.ceil((last - now + lease + slack) / 1000)
 redis.call('PEXPIRE', KEYS[1], ms)
 redis.call('PEXPIRE', KEYS[2], ms)
