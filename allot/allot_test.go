@@ -11,7 +11,7 @@ import (
 // FAIR_SHARE's is given there: 60, 50, 10. PROPORTIONAL_SHARE's is left blank in the doc; its
 // code (go/server/doorman/algorithm.go) gives 40 + 960·30/970 = 69.7, 40 + 10·30/970 = 40.3 and 10,
 // which in whole units with the largest remainder is 70, 40, 10.
-func TestDoormanExamples(t *testing.T) {
+func TestLedgerDoormanExamples(t *testing.T) {
 	want := []int64{1000, 50, 10}
 	if got := FairShare(120, want); !slices.Equal(got, []int64{60, 50, 10}) {
 		t.Errorf("FairShare(120, %v) = %v; Doorman's doc: 60, 50, 10", want, got)
@@ -66,7 +66,7 @@ func randomCapacity(r *rand.Rand) int64 {
 }
 
 // The invariants of both algorithms on random wants and capacities (package comment).
-func TestInvariants(t *testing.T) {
+func TestLedgerShareInvariants(t *testing.T) {
 	r := rand.New(rand.NewPCG(1, 2))
 	for iter := range 20000 {
 		n := 1 + r.IntN(12)
@@ -161,7 +161,7 @@ func checkProportional(t *testing.T, c int64, want, gets []int64) {
 
 // Fair share is the water level: every unsatisfied client is within one unit of the same level,
 // and the satisfied ones are at or below it (the rounds reach the same result as sorting).
-func TestFairShareWaterLevel(t *testing.T) {
+func TestLedgerFairShareWaterLevel(t *testing.T) {
 	r := rand.New(rand.NewPCG(3, 4))
 	for range 5000 {
 		n := 1 + r.IntN(10)
@@ -181,7 +181,7 @@ func TestFairShareWaterLevel(t *testing.T) {
 }
 
 // Edge cases: no capacity, one client, all zero wants, negative inputs.
-func TestEdges(t *testing.T) {
+func TestLedgerShareEdges(t *testing.T) {
 	for _, a := range []Algorithm{Fair, Proportional} {
 		if got := Split(a, 0, []int64{5, 5}); !slices.Equal(got, []int64{0, 0}) {
 			t.Errorf("%s capacity 0: %v", a, got)
