@@ -576,3 +576,107 @@ func TestLedgerValidation(t *testing.T) {
 		t.Errorf("Demand(30+30 in 10s, per minute) = %d; want 360", got)
 	}
 }
+
+// Regions enforcing their allotments on fixed windows (a counter each, on the virtual clock),
+// refreshing every 2 s from the ledger on a real Redis, as a region's loop would (reporting demand,
+// the grant held, the window's count; confirming a shrink at once): demand 70/20/10 of 1.5 times the
+// limit, moving to 10/20/70; one region cut off for three leases (it enforces its lease, then the
+// safe share); the ledger flushed. Worldwide admissions stay within the limit in every window (the
+// bounds of docs/design.md with S = F and R = N), and most of the limit is used while demand
+// exceeds it.
+func TestLedgerWorldwideBound(t *testing.T) {
+	const lim = 600
+	period := time.Minute
+	opts := redis.LedgerOptions{Limit: lim, Regions: 3, Floor: 20, Lease: 10 * time.Second, Hold: period}
+	srv, clock, l := virtualLedger(t, "world", opts)
+	type region struct {
+		name             string
+		last             redis.Grant
+		window, count    int64 // the window's index and its count
+		demand           int64 // requests this interval
+		admitted, refuse int64
+	}
+	regions := []*region{{name: "ap"}, {name: "eu"}, {name: "us"}}
+	r := rand.New(rand.NewPCG(5, 6))
+	start := clock.Now()
+	worldwide := map[int64]int64{}
+	var used, offered int64
+	step, refreshEvery := 100*time.Millisecond, 2*time.Second
+	for tick := 0; clock.Now().Before(start.Add(8 * time.Minute)); tick++ {
+		now := clock.Now()
+		elapsed := now.Sub(start)
+		share := []int64{10, 70, 20} // ap, eu, us: 70/20/10 (eu, us, ap)
+		if elapsed >= 3*time.Minute {
+			share = []int64{70, 10, 20}
+		}
+		w := now.UnixMicro() / period.Microseconds()
+		for i, rg := range regions {
+			if rg.window != w {
+				rg.window, rg.count = w, 0
+			}
+			// 1.5 times the limit a minute, split by share, in random requests.
+			rate := 1.5 * lim * float64(share[i]) / 100 * float64(step) / float64(period)
+			n := int64(rate)
+			if r.Float64() < rate-float64(n) {
+				n++
+			}
+			rg.demand += n
+			allotment, _ := l.Enforce(rg.last, now)
+			for range n {
+				if rg.count < allotment {
+					rg.count++
+					rg.admitted++
+					worldwide[w]++
+					if elapsed < 3*time.Minute || elapsed >= 4*time.Minute {
+						used++
+					}
+				} else {
+					rg.refuse++
+				}
+			}
+			if elapsed < 3*time.Minute || elapsed >= 4*time.Minute {
+				offered += n
+			}
+		}
+		if tick%int(refreshEvery/step) == 0 {
+			if elapsed >= 6*time.Minute && elapsed < 6*time.Minute+step {
+				mustDo(t, srv, "FLUSHALL")
+			}
+			for _, rg := range regions {
+				if rg.name == "ap" && elapsed >= 4*time.Minute && elapsed < 4*time.Minute+3*opts.Lease {
+					continue // cut off from the ledger
+				}
+				rep := redis.Report{Want: redis.Demand(rg.demand, 0, refreshEvery, period), Admitted: rg.admitted, Refused: rg.refuse,
+					Used: rg.count, UsedUntil: time.UnixMicro((rg.window + 1) * period.Microseconds())}
+				if _, safe := l.Enforce(rg.last, now); !rg.last.LocalExpires.IsZero() && !safe {
+					rep.Holds, rep.HoldsExpires = rg.last.Allotment, rg.last.Expires
+				}
+				g := refresh(t, l, rg.name, rep)
+				if g.Confirm {
+					rep.Holds, rep.HoldsExpires = g.Allotment, g.Expires
+					g = refresh(t, l, rg.name, rep)
+				}
+				rg.last, rg.demand, rg.admitted, rg.refuse = g, 0, 0, 0
+			}
+			checkSum(t, l)
+		}
+		clock.Advance(step)
+	}
+	full := 0
+	for w, n := range worldwide {
+		if n > lim {
+			t.Errorf("window %d: %d admitted worldwide; the limit is %d", w, n, lim)
+		}
+		if n >= lim*95/100 {
+			full++
+		}
+	}
+	if full < 4 {
+		t.Errorf("%d windows used 95%% of the limit; want at least 4 of the 9 (demand is 1.5 times it)", full)
+	}
+	// (Outside the minute after the move and the learning mode's, demand ≥ 1.5 × the limit.)
+	if used*100 < offered*55 {
+		t.Errorf("admitted %d of %d offered", used, offered)
+	}
+	t.Logf("windows: %v; admitted %d of %d offered", worldwide, used, offered)
+}
