@@ -396,7 +396,12 @@ type chunk struct {
 func (l *link) pipe(src, dst net.Conn, up bool) {
 	p := l.p
 	queue := make(chan chunk, 64)
-	go func() {
+	var reader sync.WaitGroup
+	// Every way out of the writer below either drains the queue (the reader is done) or closes
+	// the link (which ends the reader's Read), so the wait is short; it keeps Close's promise that
+	// no goroutine of the proxy outlives it.
+	defer reader.Wait()
+	reader.Go(func() {
 		defer close(queue)
 		for {
 			buf := make([]byte, 32<<10)
@@ -426,7 +431,7 @@ func (l *link) pipe(src, dst net.Conn, up bool) {
 				return
 			}
 		}
-	}()
+	})
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
 	defer timer.Stop()

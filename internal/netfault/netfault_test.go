@@ -13,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/sluicehq/sluice/internal/netfault"
 	"github.com/sluicehq/sluice/internal/redistest"
+	"go.uber.org/goleak"
 )
 
 // dial connects to p with a deadline far beyond anything the test waits for on purpose, so that
@@ -179,8 +180,7 @@ func TestCutAndHeal(t *testing.T) {
 		if err == nil {
 			t.Fatalf("PING on a connection opened while cut answered %q", got)
 		}
-		var ne net.Error
-		if errors.As(err, &ne) && ne.Timeout() {
+		if isTimeout(err) {
 			t.Fatalf("a cut should reset, not hang: %v", err)
 		}
 	}
@@ -315,6 +315,7 @@ func TestRegionsShareOneTarget(t *testing.T) {
 // Close ends open and blackholed connections and returns once the proxy's goroutines are done.
 func TestCloseEndsConnections(t *testing.T) {
 	srv := redistest.Start(t)
+	before := goleak.IgnoreCurrent()
 	p, err := netfault.Listen(srv.Addr)
 	if err != nil {
 		t.Fatal(err)
@@ -329,6 +330,9 @@ func TestCloseEndsConnections(t *testing.T) {
 	}
 	if st := p.Stats(); st.Active != 0 {
 		t.Errorf("after Close: %+v", st)
+	}
+	if err := goleak.Find(before); err != nil {
+		t.Errorf("goroutines left after Close: %v", err)
 	}
 	for _, cc := range []*redistest.Conn{c, c2} {
 		if _, err := cc.Do("PING"); err == nil {

@@ -4,9 +4,14 @@
 // (Start), talks to any rate limit service over gRPC (Client), and holds the request sequences
 // whose answers the peer gives (Sequences), so that a test can require the same answers of sluice.
 //
-// The peer is built from source with `go install` through the Go module proxy, once per machine
-// (into os.UserCacheDir()/sluice-peertest/<Version>). There is no fallback and no skipping: a
-// machine without the proxy fails the tests that need the peer, with a message saying why.
+// It also runs Gubernator (github.com/gubernator-io/gubernator, gubernator.go), the peer that
+// issue 34's limit across regions is compared with: StartGubernators starts a cluster of its
+// instances, and GubernatorClient sends them GetRateLimits requests, GLOBAL ones among them.
+//
+// Both peers are built from source with `go install` through the Go module proxy, once per
+// machine (into os.UserCacheDir()/sluice-peertest/, a directory per version). There is no
+// fallback and no skipping: a machine without the proxy fails the tests that need a peer, with a
+// message saying why.
 package peertest
 
 import (
