@@ -110,12 +110,13 @@ func StartGubernators(tb testing.TB, n int) *Gubernators {
 		g.GRPCAddrs = append(g.GRPCAddrs, grpcAddr)
 		g.HTTPAddrs = append(g.HTTPAddrs, httpAddr)
 	}
-	// Stopped all at once, before each process's own cleanup finds it gone: an instance of a
-	// cluster may take the whole grace period of stop to exit, and one after another would add up.
+	// Stopped all at once, before each process's own cleanup finds it gone, and killed after a
+	// second: instances of a cluster told to stop together wait for each other's connections
+	// and do not exit by themselves (seen: never within 5 s), and they keep nothing to save.
 	tb.Cleanup(func() {
 		var wg sync.WaitGroup
 		for _, p := range g.procs {
-			wg.Go(func() { stop(p.cmd, p.exited) })
+			wg.Go(func() { stopWithin(p.cmd, p.exited, time.Second) })
 		}
 		wg.Wait()
 	})

@@ -14,13 +14,28 @@ import (
 // many were admitted. Every request must be answered.
 func spread(t *testing.T, g *Gubernators, b GubernatorBehavior, key string, limit int64, perInstance int) (admitted int64) {
 	t.Helper()
+	return spreadEvery(t, g, b, key, limit, perInstance, 0)
+}
+
+// spreadEvery is spread with each instance's requests sent every interval (0: back to back).
+func spreadEvery(t *testing.T, g *Gubernators, b GubernatorBehavior, key string, limit int64, perInstance int, interval time.Duration) (admitted int64) {
+	t.Helper()
 	var n atomic.Int64
 	var wg sync.WaitGroup
 	errs := make(chan error, len(g.GRPCAddrs))
 	for i, addr := range g.GRPCAddrs {
 		c := DialGubernator(t, addr)
 		wg.Go(func() {
+			var tick <-chan time.Time
+			if interval > 0 {
+				ticker := time.NewTicker(interval)
+				defer ticker.Stop()
+				tick = ticker.C
+			}
 			for range perInstance {
+				if tick != nil {
+					<-tick
+				}
 				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 				a, err := c.Send(ctx, GubernatorRequest{Name: "test", UniqueKey: key, Hits: 1, Limit: limit, Duration: time.Minute, Behavior: b})
 				cancel()
@@ -101,6 +116,14 @@ func TestGubernatorGlobal(t *testing.T) {
 	t.Logf("every instance's copy spent %v after the last request", time.Since(converge).Round(time.Millisecond))
 	if again := spread(t, g, GubernatorGlobal, "global", limit, 5); again != 0 {
 		t.Errorf("admitted %d more once every instance had the spent count", again)
+	}
+	// The same over a second: 100 requests a second to each instance, a limit of 60 a minute.
+	start = time.Now()
+	paced := spreadEvery(t, g, GubernatorGlobal, "global-paced", limit, 100, 10*time.Millisecond)
+	t.Logf("the same paced, 100 requests a second to each instance: admitted %d of 300 (%.2f× the limit) in %v",
+		paced, float64(paced)/limit, time.Since(start).Round(time.Millisecond))
+	if paced < limit {
+		t.Errorf("paced: admitted %d with a limit of %d and 300 requests", paced, limit)
 	}
 	// The helper's GLOBAL call is the same request.
 	a, err := DialGubernator(t, g.GRPCAddrs[1]).Global(context.Background(), "test", "global-helper", 5, time.Minute)

@@ -274,7 +274,10 @@ func (p *process) fatal(tb testing.TB, msg string, err error) {
 }
 
 // stop ends the peer: SIGTERM (it drains and exits), and SIGKILL if it has not within 5 s.
-func stop(cmd *exec.Cmd, exited <-chan struct{}) {
+func stop(cmd *exec.Cmd, exited <-chan struct{}) { stopWithin(cmd, exited, 5*time.Second) }
+
+// stopWithin is stop with a grace period of its own.
+func stopWithin(cmd *exec.Cmd, exited <-chan struct{}, grace time.Duration) {
 	select {
 	case <-exited:
 		return
@@ -283,7 +286,7 @@ func stop(cmd *exec.Cmd, exited <-chan struct{}) {
 	_ = cmd.Process.Signal(syscall.SIGTERM)
 	select {
 	case <-exited:
-	case <-time.After(5 * time.Second):
+	case <-time.After(grace):
 		_ = cmd.Process.Kill()
 		<-exited
 	}
