@@ -4,9 +4,14 @@
 // (Start), talks to any rate limit service over gRPC (Client), and holds the request sequences
 // whose answers the peer gives (Sequences), so that a test can require the same answers of sluice.
 //
-// The peer is built from source with `go install` through the Go module proxy, once per machine
-// (into os.UserCacheDir()/sluice-peertest/<Version>). There is no fallback and no skipping: a
-// machine without the proxy fails the tests that need the peer, with a message saying why.
+// It also runs Gubernator (github.com/gubernator-io/gubernator, gubernator.go), the peer that
+// issue 34's limit across regions is compared with: StartGubernators starts a cluster of its
+// instances, and GubernatorClient sends them GetRateLimits requests, GLOBAL ones among them.
+//
+// Both peers are built from source with `go install` through the Go module proxy, once per
+// machine (into os.UserCacheDir()/sluice-peertest/, a directory per version). There is no
+// fallback and no skipping: a machine without the proxy fails the tests that need a peer, with a
+// message saying why.
 package peertest
 
 import (
@@ -49,25 +54,32 @@ const (
 var buildMu sync.Mutex // one build at a time in this process; builds in other processes rename atomically
 
 // Binary returns the path of the peer's server binary at Version, building it first if this
-// machine has not: `go install Package@Version` with GOBIN in a fresh directory under the cache,
-// then an atomic rename into place, so that concurrent test processes never see half a file.
-// It fails the test (never skips it) when the build fails, e.g. without network to the proxy.
+// machine has not (see install). It fails the test (never skips it) when the build fails, e.g.
+// without network to the proxy.
 func Binary(tb testing.TB) string {
+	tb.Helper()
+	return install(tb, Package, Version, "service_cmd", Version)
+}
+
+// install returns the path of the binary that `go install pkg@version` builds, named name, kept
+// at os.UserCacheDir()/sluice-peertest/<dir>/<name>, building it first if this machine has not:
+// `go install` with GOBIN in a fresh directory under the cache, then an atomic rename into place,
+// so that concurrent test processes never see half a file. It fails the test when the build does.
+func install(tb testing.TB, pkg, version, name, dir string) string {
 	tb.Helper()
 	buildMu.Lock()
 	defer buildMu.Unlock()
-	bin, err := binaryPath()
+	bin, err := binaryPath(dir, name)
 	if err != nil {
 		tb.Fatalf("peertest: %v", err)
 	}
 	if fi, err := os.Stat(bin); err == nil && fi.Mode().IsRegular() && fi.Size() > 0 {
 		return bin
 	}
-	dir := filepath.Dir(bin)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	if err := os.MkdirAll(filepath.Dir(bin), 0o755); err != nil {
 		tb.Fatalf("peertest: creating the peer's build cache: %v", err)
 	}
-	tmp, err := os.MkdirTemp(dir, "build-")
+	tmp, err := os.MkdirTemp(filepath.Dir(bin), "build-")
 	if err != nil {
 		tb.Fatalf("peertest: %v", err)
 	}
@@ -78,7 +90,7 @@ func Binary(tb testing.TB) string {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, goBin, "install", Package+"@"+Version)
+	cmd := exec.CommandContext(ctx, goBin, "install", pkg+"@"+version)
 	cmd.Dir = tmp // outside any module: `go install pkg@version` builds the peer's own module
 	cmd.Env = append(os.Environ(), "GOBIN="+tmp, "GOWORK=off", "GOFLAGS=-buildvcs=false")
 	start := time.Now()
@@ -87,23 +99,24 @@ func Binary(tb testing.TB) string {
 		proxy, _ := exec.Command(goBin, "env", "GOPROXY").Output()
 		tb.Fatalf("peertest: building the peer (%s install %s@%s) failed after %v: %v\n%s\n"+
 			"It needs the Go module proxy (GOPROXY=%s) or a module cache holding the peer's modules.",
-			goBin, Package, Version, time.Since(start).Round(time.Second), err, out, strings.TrimSpace(string(proxy)))
+			goBin, pkg, version, time.Since(start).Round(time.Second), err, out, strings.TrimSpace(string(proxy)))
 	}
-	if err := os.Rename(filepath.Join(tmp, "service_cmd"), bin); err != nil {
+	if err := os.Rename(filepath.Join(tmp, name), bin); err != nil {
 		tb.Fatalf("peertest: installing the peer's binary: %v", err)
 	}
-	tb.Logf("peertest: built %s@%s in %v", Package, Version, time.Since(start).Round(time.Second))
+	tb.Logf("peertest: built %s@%s in %v", pkg, version, time.Since(start).Round(time.Second))
 	return bin
 }
 
-// binaryPath is where Binary keeps the peer's binary: os.UserCacheDir()/sluice-peertest/<Version>.
-// scripts/bench-rls.sh computes the same path.
-func binaryPath() (string, error) {
+// binaryPath is where install keeps a peer's binary: os.UserCacheDir()/sluice-peertest/dir/name
+// (for envoyproxy/ratelimit, dir is its Version and name service_cmd: scripts/bench-rls.sh
+// computes the same path).
+func binaryPath(dir, name string) (string, error) {
 	cache, err := os.UserCacheDir()
 	if err != nil {
 		return "", fmt.Errorf("no user cache directory for the peer's binary: %w", err)
 	}
-	return filepath.Join(cache, "sluice-peertest", Version, "service_cmd"), nil
+	return filepath.Join(cache, "sluice-peertest", dir, name), nil
 }
 
 func goCommand() (string, error) {
@@ -200,11 +213,6 @@ func StartWith(tb testing.TB, opts Options, redisAddr string, configFiles ...str
 	}
 	ports := FreePorts(tb, 3)
 	grpcAddr := net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[0]))
-	logPath := filepath.Join(dir, "peer.log")
-	logf, err := os.Create(logPath)
-	if err != nil {
-		tb.Fatal(err)
-	}
 	cmd := exec.Command(bin)
 	cmd.Dir = dir
 	// A clean environment: the peer reads dozens of variables (PORT, LOG_LEVEL, REDIS_*), and the
@@ -212,36 +220,64 @@ func StartWith(tb testing.TB, opts Options, redisAddr string, configFiles ...str
 	cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), "HOME=" + dir},
 		Env(redisAddr, filepath.Join(dir, "runtime"), ports[0], ports[1], ports[2])...)
 	cmd.Env = append(cmd.Env, opts.Env...)
-	cmd.Stdout, cmd.Stderr = logf, logf
-	if err := cmd.Start(); err != nil {
-		tb.Fatalf("peertest: starting %s: %v", bin, err)
-	}
-	exited := make(chan struct{})
-	var waitErr error
-	go func() { waitErr = cmd.Wait(); logf.Close(); close(exited) }()
-	// Cleanups run last-registered first: stop the peer, then show its complete log.
-	tb.Cleanup(func() {
-		if tb.Failed() {
-			log, _ := os.ReadFile(logPath)
-			tb.Logf("peertest: the peer's log (%s):\n%s", grpcAddr, log)
-		}
-	})
-	tb.Cleanup(func() { stop(cmd, exited) })
-
-	if err := waitHealthy(grpcAddr, logPath, exited, 30*time.Second); err != nil {
-		select {
-		case <-exited:
-			err = fmt.Errorf("%v (it exited: %v)", err, waitErr)
-		default:
-		}
-		log, _ := os.ReadFile(logPath)
-		tb.Fatalf("peertest: the peer on %s did not become healthy: %v\n%s", grpcAddr, err, log)
+	p := startProcess(tb, cmd, filepath.Join(dir, "peer.log"), grpcAddr)
+	if err := waitHealthy(grpcAddr, p.logPath, p.exited, 30*time.Second); err != nil {
+		p.fatal(tb, fmt.Sprintf("the peer on %s did not become healthy", grpcAddr), err)
 	}
 	return grpcAddr
 }
 
+// process is a peer's process, started by startProcess.
+type process struct {
+	cmd     *exec.Cmd
+	logPath string
+	exited  chan struct{} // closed once it has exited
+	err     error         // Wait's answer, set before exited is closed
+}
+
+// startProcess starts cmd with its output going to logPath; the process is stopped (see stop)
+// when tb ends, and its log goes into tb's output if tb failed (named by what).
+func startProcess(tb testing.TB, cmd *exec.Cmd, logPath, what string) *process {
+	tb.Helper()
+	logf, err := os.Create(logPath)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		logf.Close()
+		tb.Fatalf("peertest: starting %s: %v", cmd.Path, err)
+	}
+	p := &process{cmd: cmd, logPath: logPath, exited: make(chan struct{})}
+	go func() { p.err = cmd.Wait(); logf.Close(); close(p.exited) }()
+	// Cleanups run last-registered first: stop the peer, then show its complete log.
+	tb.Cleanup(func() {
+		if tb.Failed() {
+			log, _ := os.ReadFile(logPath)
+			tb.Logf("peertest: the peer's log (%s):\n%s", what, log)
+		}
+	})
+	tb.Cleanup(func() { stop(cmd, p.exited) })
+	return p
+}
+
+// fatal fails tb with msg and err, saying whether the process exited, and with its log.
+func (p *process) fatal(tb testing.TB, msg string, err error) {
+	tb.Helper()
+	select {
+	case <-p.exited:
+		err = fmt.Errorf("%v (it exited: %v)", err, p.err)
+	default:
+	}
+	log, _ := os.ReadFile(p.logPath)
+	tb.Fatalf("peertest: %s: %v\n%s", msg, err, log)
+}
+
 // stop ends the peer: SIGTERM (it drains and exits), and SIGKILL if it has not within 5 s.
-func stop(cmd *exec.Cmd, exited <-chan struct{}) {
+func stop(cmd *exec.Cmd, exited <-chan struct{}) { stopWithin(cmd, exited, 5*time.Second) }
+
+// stopWithin is stop with a grace period of its own.
+func stopWithin(cmd *exec.Cmd, exited <-chan struct{}, grace time.Duration) {
 	select {
 	case <-exited:
 		return
@@ -250,7 +286,7 @@ func stop(cmd *exec.Cmd, exited <-chan struct{}) {
 	_ = cmd.Process.Signal(syscall.SIGTERM)
 	select {
 	case <-exited:
-	case <-time.After(5 * time.Second):
+	case <-time.After(grace):
 		_ = cmd.Process.Kill()
 		<-exited
 	}
@@ -312,18 +348,9 @@ func findLine(path, s string) string {
 	return ""
 }
 
-// FreePorts returns n distinct free TCP ports on 127.0.0.1 (held open together while chosen, so
+// FreePorts returns n distinct free ports on 127.0.0.1 (held open together while chosen, so
 // that they differ; another process may still take one before it is used, as with any such helper).
 func FreePorts(tb testing.TB, n int) []int {
 	tb.Helper()
-	ports := make([]int, 0, n)
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			tb.Fatal(err)
-		}
-		defer l.Close()
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-	}
-	return ports
+	return freePortsOn(tb, "127.0.0.1", n)
 }

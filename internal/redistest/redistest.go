@@ -346,16 +346,50 @@ func doWithin(addr string, tlsConfig *tls.Config, timeout time.Duration, args ..
 }
 
 func send(conn net.Conn, r *bufio.Reader, args ...string) (string, error) {
+	if _, err := conn.Write(Command(args...)); err != nil {
+		return "", err
+	}
+	return readReply(r)
+}
+
+// Command is args as one RESP command, the bytes a client sends.
+func Command(args ...string) []byte {
 	var b strings.Builder
 	fmt.Fprintf(&b, "*%d\r\n", len(args))
 	for _, a := range args {
 		fmt.Fprintf(&b, "$%d\r\n%s\r\n", len(a), a)
 	}
-	if _, err := conn.Write([]byte(b.String())); err != nil {
-		return "", err
-	}
-	return readReply(r)
+	return []byte(b.String())
 }
+
+// Conn is one plain connection speaking RESP, for tests that hold a connection open and look at
+// what happens to it (through a proxy that delays or cuts it, say). A reply is read as do reads
+// it: an error reply is an error, an array its elements joined with newlines.
+type Conn struct {
+	net.Conn
+	r *bufio.Reader
+}
+
+// Dial connects to addr within timeout.
+func Dial(addr string, timeout time.Duration) (*Conn, error) {
+	c, err := net.DialTimeout("tcp", addr, timeout)
+	if err != nil {
+		return nil, err
+	}
+	return &Conn{Conn: c, r: bufio.NewReader(c)}, nil
+}
+
+// Do sends one command and reads its reply (with no deadline but the one set on c).
+func (c *Conn) Do(args ...string) (string, error) { return send(c.Conn, c.r, args...) }
+
+// Send sends one command without reading its reply.
+func (c *Conn) Send(args ...string) error {
+	_, err := c.Write(Command(args...))
+	return err
+}
+
+// Reply reads one reply.
+func (c *Conn) Reply() (string, error) { return readReply(c.r) }
 
 func readReply(r *bufio.Reader) (string, error) {
 	line, err := r.ReadString('\n')
