@@ -71,6 +71,7 @@ type Config struct {
 	Upstream    *url.URL // where allowed requests go: http or https, scheme://host[:port][/path]
 	TLS         *TLS     // the proxy listener's certificate; nil: plain HTTP
 	Store       Store
+	Region      *Region    // nil: no region section, no global policies (config/region.go)
 	Identity    []Identity // in order: the first source that names the client wins
 	Policies    []*Policy  // in file order
 	// DefaultPolicy names the policies of requests that no client and no route policy covers
@@ -233,6 +234,9 @@ type Policy struct {
 	// Counts is what the policy counts (counts): requests, a usage route's tokens, or their
 	// price in micro-dollars; UnitDefault: tokens on a usage route, requests elsewhere.
 	Counts Unit
+	// Global (global: true): one limit for all regions; this region enforces its allotment of
+	// it from the ledger (config/region.go).
+	Global bool
 	Line   int
 }
 
@@ -474,6 +478,9 @@ type AppliedPolicy struct {
 	// (team "ml", organisation "acme"); "" the client (config/levels.go). Key is then the
 	// group's.
 	Level string
+	// Global: the policy is global: true, and Policy.Limit is replaced at decision time by the
+	// region's allotment (decision.Global).
+	Global bool
 }
 
 // resolution is a list of policies resolved for one case, in both shapes the gateway asks for.
@@ -567,7 +574,7 @@ func (c *Config) Applied(name string) (AppliedPolicy, bool) {
 	if !ok {
 		return c.modelApplied(name) // a model's own, "policy@model" (config/usage.go)
 	}
-	return AppliedPolicy{Policy: p.Policy, PolicyName: p.Name, DryRun: p.DryRun, KeyBy: p.KeyBy}, true
+	return AppliedPolicy{Policy: p.Policy, PolicyName: p.Name, DryRun: p.DryRun, KeyBy: p.KeyBy, Global: p.Global}, true
 }
 
 // LocalBudget returns the local_budget of the policy whose state is kept under name (the

@@ -208,6 +208,9 @@ func (p *parser) policies(n *yaml.Node, c *Config) {
 		if budgetN != nil {
 			pol.LocalBudget, good = p.localBudget(budgetN, path, pol, good)
 		}
+		if n := p.get(m, "global"); n != nil {
+			p.globalPolicy(n, path, pol, c, m) // (config/region.go)
+		}
 		if good { // every field good on its own (the name aside): what is left is how they combine
 			whole := pol.Policy
 			whole.Name = "probe" // the name is checked above; it is only cut out of the message
@@ -641,7 +644,7 @@ func (c *Config) resolution(names []string, scope string, usage bool) resolution
 			c.budgets[sp.Name] = pol.LocalBudget
 		}
 		res.policies = append(res.policies, sp)
-		res.applied = append(res.applied, AppliedPolicy{Policy: sp, PolicyName: name, DryRun: pol.DryRun, KeyBy: pol.KeyBy, Unit: unitOf(pol, usage)})
+		res.applied = append(res.applied, AppliedPolicy{Policy: sp, PolicyName: name, DryRun: pol.DryRun, KeyBy: pol.KeyBy, Unit: unitOf(pol, usage), Global: pol.Global})
 	}
 	return res
 }

@@ -64,7 +64,7 @@ func decodeYAML(data []byte, name string) (root *yaml.Node, e *Error) {
 
 // Field names, in the order docs/config.md lists them.
 var (
-	topFields      = []string{"listen", "admin_listen", "upstream", "tls", "store", "identity", "policies", "default_policy", "organisations", "teams", "clients", "routes", "models", "limits", "server", "rls", "forward_auth", "log", "admin", "tracing", "load_shedding"}
+	topFields      = []string{"listen", "admin_listen", "upstream", "tls", "store", "region", "identity", "policies", "default_policy", "organisations", "teams", "clients", "routes", "models", "limits", "server", "rls", "forward_auth", "log", "admin", "tracing", "load_shedding"}
 	tlsFields      = []string{"cert_file", "key_file"}
 	adminTLSFields = []string{"cert_file", "key_file", "client_ca_file"}
 	storeFields    = []string{"type", "addrs", "url", "username", "password", "password_env", "prefix", "timeout", "slow_timeout", "on_error", "local_share", "fleet", "max_keys", "refusal_cache", "sentinel", "replicas_ack", "replicas_ack_timeout", "settle_retry_for"}
@@ -74,7 +74,7 @@ var (
 	apiKeyFields   = []string{"header"}
 	jwtFields      = []string{"header", "algorithms", "secret_env", "public_key_file", "claim", "issuer", "audience", "leeway"}
 	ipFields       = []string{"trusted_proxies", "ipv4_prefix", "ipv6_prefix", "forwarded_header"}
-	policyFields   = []string{"name", "algorithm", "limit", "period", "burst", "dry_run", "key_by", "local_budget", "calendar", "time_zone", "lease", "counts"}
+	policyFields   = []string{"name", "algorithm", "limit", "period", "burst", "dry_run", "key_by", "local_budget", "calendar", "time_zone", "lease", "counts", "global"}
 	clientFields   = []string{"name", "api_key_sha256", "jwt_subject", "policy", "team", "organisation"}
 	routeFields    = []string{"method", "path_prefix", "cost", "policy", "scope", "cost_from", "count_only", "refund_on", "priority", "usage"}
 	limitsFields   = []string{"max_delay", "legacy_headers"}
@@ -157,6 +157,9 @@ func (p *parser) config(root *yaml.Node) *Config {
 	}
 	if n := p.get(m, "store"); n != nil {
 		p.store(n, &c.Store)
+	}
+	if n := p.get(m, "region"); n != nil {
+		c.Region = p.region(n, c) // (config/region.go)
 	}
 	c.Identity = p.identity(m)
 

@@ -17,9 +17,16 @@ import (
 	"github.com/sluicehq/sluice"
 )
 
-func (p *parser) store(n *yaml.Node, s *Store) {
-	const path = "store"
-	m := p.mapping(n, n, "", "store")
+func (p *parser) store(n *yaml.Node, s *Store) { p.storeAt(n, "", "store", s) }
+
+// storeAt reads a store mapping at parent.field: the top-level store, or region.global (a
+// region's ledger, config/region.go).
+func (p *parser) storeAt(n *yaml.Node, parent, field string, s *Store) {
+	path := field
+	if parent != "" {
+		path = parent + "." + field
+	}
+	m := p.mapping(n, n, parent, field)
 	if m == nil {
 		return
 	}
@@ -53,7 +60,7 @@ func (p *parser) store(n *yaml.Node, s *Store) {
 	urlN := p.get(m, "url")
 	if urlN != nil {
 		if raw, ok := p.secretStr(urlN, path, "url"); ok {
-			s.URL = p.redisURL(urlN, raw)
+			s.URL = p.redisURL(urlN, path, raw)
 		}
 	}
 	if n := p.get(m, "username"); n != nil {
@@ -153,7 +160,7 @@ func (p *parser) store(n *yaml.Node, s *Store) {
 	}
 	sentN := p.get(m, "sentinel")
 	if sentN != nil {
-		s.Sentinel = p.sentinel(sentN)
+		s.Sentinel = p.sentinel(sentN, path)
 	}
 	if n := p.get(m, "replicas_ack"); n != nil {
 		if v, ok := p.int(n, path, "replicas_ack"); ok {
@@ -232,9 +239,9 @@ func (p *parser) hostPorts(n *yaml.Node, path, field, example string) []string {
 
 // sentinel reads store.sentinel: the master name, the sentinels' addresses, and the sentinels'
 // own credentials (the primary's are the store's username and password).
-func (p *parser) sentinel(n *yaml.Node) *Sentinel {
-	const path = "store.sentinel"
-	m := p.mapping(n, n, "store", "sentinel")
+func (p *parser) sentinel(n *yaml.Node, parent string) *Sentinel {
+	path := parent + ".sentinel"
+	m := p.mapping(n, n, parent, "sentinel")
 	if m == nil {
 		return nil
 	}
@@ -272,8 +279,7 @@ func (p *parser) sentinel(n *yaml.Node) *Sentinel {
 }
 
 // redisURL checks a redis:// or rediss:// URL. It never echoes the URL, which may hold a user.
-func (p *parser) redisURL(n *yaml.Node, raw string) string {
-	const path = "store"
+func (p *parser) redisURL(n *yaml.Node, path, raw string) string {
 	u, err := url.Parse(raw)
 	if err != nil {
 		p.errorf(n, path, nil, "url is not a URL (e.g. redis://127.0.0.1:6379/0)")
