@@ -176,6 +176,23 @@ type Decider struct {
 	// it lands, applied once (sluice.Settlements, on Store's store). nil: one attempt each
 	// (sluice.SettleDecision, ChargeDecision).
 	Settlements *sluice.Settlements
+	// Global, if set, gives the global: true policies their region's allotment (issue 34): a
+	// limit whose Global is set is decided with the allotment as its policy's Limit (same Name:
+	// the counts are kept), and its decisions are reported back. nil: they are decided on their
+	// configured limit.
+	Global Global
+}
+
+// Global is a region's allotments of the global policies, refreshed in the background from the
+// ledger (package region). Its methods must be safe for concurrent use and should not allocate.
+type Global interface {
+	// Allotment is what this region enforces now of the global policy named policy (its
+	// configured name): 0 admits nothing; ok false if it knows no such policy (then the
+	// configured limit applies).
+	Allotment(policy string) (allotment int64, ok bool)
+	// Decided reports a store's decision d of the global policy (refused: d.Allowed false;
+	// admitted: allowed, the request passed and consumed), to count the region's demand and use.
+	Decided(policy string, admitted bool, d *sluice.Decision)
 }
 
 // Decide decides req: every limit in one atomic store call, the enforced ones all or nothing, the
@@ -208,20 +225,43 @@ func (d *Decider) DecideInto(ctx context.Context, req *Request, v *Verdict) {
 	if hold <= 0 || req.NoHold {
 		hold = sluice.NoDelay
 	}
+	global := false
 	for i := range req.Limits {
 		l := &req.Limits[i]
 		limits[i] = sluice.Limit{Key: l.Key, Policy: l.Policy, Cost: req.LimitCost(i), MaxDelay: hold, DryRun: l.DryRun}
+		if l.Global && d.Global != nil {
+			global = true
+			if a, ok := d.Global.Allotment(l.PolicyName); ok {
+				limits[i].Policy = allotted(l.Policy, a)
+			}
+		}
 	}
 	slots := takeSlots(limits)
 	start := time.Now()
-	allowed, err := d.Store.DecideAll(ctx, req.Who.Key, limits, out)
+	var allowed bool
+	var err error
+	if global && refuseNone(limits, out) {
+		allowed = false // a global policy's allotment is 0 here: refused, no store call, nothing consumed
+	} else {
+		allowed, err = d.Store.DecideAll(ctx, req.Who.Key, limits, out)
+	}
 	took := time.Since(start)
 	if err != nil {
 		d.fail(req, v, err)
 		return
 	}
+	if global {
+		for i := range req.Limits {
+			if l := &req.Limits[i]; l.Global && !l.DryRun {
+				d.Global.Decided(l.PolicyName, allowed && out[i].Allowed, &out[i])
+			}
+		}
+	}
 	for i := range req.Limits {
 		v.Decisions[i] = answer.Applied{Policy: req.Limits[i].Policy, Decision: out[i], Unit: req.Limits[i].Unit.Noun(), Level: req.Limits[i].Level}
+		if req.Limits[i].Global {
+			v.Decisions[i].Policy = limits[i].Policy // its allotment: what was enforced
+		}
 		v.Decisions[i].Policy.Name = req.Limits[i].PolicyName
 	}
 	if err := d.charge(ctx, req, allowed, out); err != nil {
@@ -333,4 +373,49 @@ func failure(req *Request, err error) answer.Problem {
 		return answer.Problem{Type: answer.TypeBlank, Title: "Internal Server Error",
 			Status: http.StatusInternalServerError, Detail: "the limiter failed; the request was not forwarded"}
 	}
+}
+
+// allotted is global policy p with the region's allotment a as its limit: a token bucket's
+// burst scaled alike (its capacity C·a/L, docs/design.md). An allotment of 0 is marked by a
+// Limit of 0, which refuseNone answers.
+func allotted(p sluice.Policy, a int64) sluice.Policy {
+	if a <= 0 {
+		p.Limit = 0
+		return p
+	}
+	if p.Burst > 0 && p.Limit > 0 {
+		p.Burst = max(1, int64(float64(p.Burst)*float64(a)/float64(p.Limit)))
+	}
+	p.Limit = a
+	return p
+}
+
+// refuseNone answers, without the store, a request one of whose enforced global policies has an
+// allotment of 0 here: it is refused by that policy (retry after its period: the allotment
+// changes within a refresh, the window within the period), the others not decided (allowed,
+// nothing consumed, their limit whole). A dry-run one with no allotment is decided on 1 unit.
+// It reports whether it answered.
+func refuseNone(limits []sluice.Limit, out []sluice.Decision) bool {
+	zero := false
+	for i := range limits {
+		if limits[i].Policy.Limit == 0 {
+			if !limits[i].DryRun {
+				zero = true
+			} else {
+				limits[i].Policy.Limit = 1
+			}
+		}
+	}
+	if !zero {
+		return false
+	}
+	for i := range limits {
+		l := &limits[i]
+		if l.Policy.Limit == 0 {
+			out[i] = sluice.Decision{Allowed: false, RetryAfter: l.Policy.Period}
+		} else {
+			out[i] = sluice.Decision{Allowed: true, Limit: l.Policy.Capacity(), Remaining: l.Policy.Capacity()}
+		}
+	}
+	return true
 }

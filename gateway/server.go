@@ -45,6 +45,7 @@ type Server struct {
 	log      *slog.Logger
 	mounts   []mount
 	prepare  func(*config.Config) (func(), error)
+	global   decision.Global // nil: global policies decide on their configured limit
 	adjust   func(*config.Config) error
 
 	listen, adminListen atomic.Pointer[string] // the addresses listened on (Proxy.Serve, AdminServer)
@@ -84,12 +85,16 @@ type Store struct {
 	// Clients, if set, is where the store keeps the clients API's records (a Redis store's
 	// registry); nil: the caller keeps them (clients.MemoryBackend).
 	Clients clients.Backend
+	// Global, if set, gives the global: true policies this region's allotments (package
+	// region); if it has a Configure(*config.Config) error method, every configuration the
+	// Server runs is given to it first.
+	Global decision.Global
 }
 
 // NewServer returns a Server running cfg on st; path is the file Reload reads. The Server
 // closes st on Close, and on an error here.
 func NewServer(cfg *config.Config, path string, st Store, log *slog.Logger) (*Server, error) {
-	s := &Server{path: path, log: log, registry: prometheus.NewRegistry(), ping: st.Ping, closer: st.Close, fleet: st.Fleet, replay: testReplayer}
+	s := &Server{path: path, log: log, registry: prometheus.NewRegistry(), ping: st.Ping, closer: st.Close, fleet: st.Fleet, replay: testReplayer, global: st.Global}
 	if s.ping == nil {
 		s.ping = func(context.Context) error { return nil }
 	}
@@ -147,6 +152,14 @@ func (s *Server) gateway(cfg *config.Config, up *Upstream) (*Gateway, error) {
 		return nil, err
 	}
 	g.decider.Settlements = s.settlements
+	if s.global != nil {
+		if c, ok := s.global.(interface{ Configure(*config.Config) error }); ok {
+			if err := c.Configure(cfg); err != nil {
+				return nil, err
+			}
+		}
+		g.decider.Global = s.global
+	}
 	g.access = newAccessLog(cfg.Log.Access, s.log)
 	return g, nil
 }

@@ -131,6 +131,10 @@ func serve(ctx context.Context, path string, watch time.Duration, o overrides, s
 	if err != nil {
 		return failure{err}
 	}
+	if err := startRegion(cfg, log, &st); err != nil {
+		st.Close()
+		return failure{err}
+	}
 	srv, err := gateway.NewServer(cfg, path, st, log)
 	if err != nil {
 		return failure{err}

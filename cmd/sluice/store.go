@@ -11,6 +11,7 @@ import (
 	"github.com/sluicehq/sluice/clients"
 	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/gateway"
+	"github.com/sluicehq/sluice/region"
 	"github.com/sluicehq/sluice/store/memory"
 	redisstore "github.com/sluicehq/sluice/store/redis"
 )
@@ -197,4 +198,33 @@ func startClients(ctx context.Context, cfg *config.Config, st gateway.Store, srv
 	}
 	go m.Run(ctx)
 	return closer, nil
+}
+
+// startRegion runs the region's refresher of the global: true policies (issue 34), when cfg has
+// a region section: on the global Redis, in the background, its allotments the decisions' limits
+// (st.Global); st.Close stops it and closes that Redis, then the store.
+func startRegion(cfg *config.Config, log *slog.Logger, st *gateway.Store) error {
+	if cfg.Region == nil {
+		return nil
+	}
+	gs, err := redisstore.New(redisOptions(cfg.Region.Global, log))
+	if err != nil {
+		return fmt.Errorf("region %s: the global Redis: %w", cfg.Region.Name, err)
+	}
+	ref, err := region.New(gs, cfg, log)
+	if err != nil {
+		gs.Close()
+		return err
+	}
+	ref.Start()
+	st.Global = ref
+	closeStore := st.Close
+	st.Close = func() {
+		ref.Close()
+		gs.Close()
+		if closeStore != nil {
+			closeStore()
+		}
+	}
+	return nil
 }

@@ -1,0 +1,313 @@
+package region_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"regexp"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/config"
+	"github.com/sluicehq/sluice/gateway"
+	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/region"
+	redisstore "github.com/sluicehq/sluice/store/redis"
+)
+
+// aRegion is one region of a test: its own redis-server, a gateway on it (the global policy's
+// limit its allotment, from the refresher on the global Redis), and the upstream behind it.
+type aRegion struct {
+	name   string
+	redis  *redistest.Server
+	ref    *region.Refresher
+	gw     *httptest.Server
+	client *http.Client
+}
+
+// startRegion starts region name: a regional redis-server and a gateway whose configuration is
+// conf with REGIONAL and GLOBAL replaced by the two Redis addresses and NAME by name. start: run
+// the refresher's loop (else the test refreshes with RefreshAll).
+func startRegion(t *testing.T, name, conf string, global *redistest.Server, start bool) *aRegion {
+	t.Helper()
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	t.Cleanup(up.Close)
+	rs := redistest.Start(t)
+	y := regexp.MustCompile(`REGIONAL|GLOBAL|NAME|UPSTREAM`).ReplaceAllStringFunc(conf, func(s string) string {
+		return map[string]string{"REGIONAL": rs.Addr, "GLOBAL": global.Addr, "NAME": name, "UPSTREAM": up.URL}[s]
+	})
+	cfg, err := config.Parse([]byte(y), name+".yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	regional, err := redisstore.New(redisstore.Options{Addrs: cfg.Store.Addrs, Timeout: time.Second, SlowTimeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	guarded, err := sluice.Guard(regional)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gs, err := redisstore.New(redisstore.Options{Addrs: cfg.Region.Global.Addrs, Timeout: 200 * time.Millisecond, SlowTimeout: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref, err := region.New(gs, cfg, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := gateway.NewServer(cfg, "", gateway.Store{Store: guarded, Ping: regional.Ping, Global: ref,
+		Close: func() { ref.Close(); gs.Close(); regional.Close() }}, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Close)
+	if start {
+		ref.Start()
+	}
+	gw := httptest.NewServer(srv)
+	t.Cleanup(gw.Close)
+	return &aRegion{name: name, redis: rs, ref: ref, gw: gw, client: gw.Client()}
+}
+
+// get sends one request; it returns the status and the RateLimit-Policy's q=.
+func (r *aRegion) get(t *testing.T) (int, int64) {
+	t.Helper()
+	resp, err := r.client.Get(r.gw.URL + "/a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	q := int64(-1)
+	if m := regexp.MustCompile(`;q=(\d+)`).FindStringSubmatch(resp.Header.Get("RateLimit-Policy")); m != nil {
+		q, _ = strconv.ParseInt(m[1], 10, 64)
+	}
+	return resp.StatusCode, q
+}
+
+// waitFor polls cond until it holds, failing the test after within.
+func waitFor(t *testing.T, within time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("not within %v: %s", within, what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func allotment(r *aRegion) int64 {
+	a, _ := r.ref.Allotment("partner")
+	return a
+}
+
+const oneRegion = `upstream: UPSTREAM
+store: {type: redis, addrs: [REGIONAL]}
+region: {name: NAME, regions: 2, floor: 0.1, refresh: 100ms, lease: 1s, hold: 1ms, global: {addrs: [GLOBAL]}}
+policies:
+  - {name: partner, algorithm: fixed-window, limit: 100, period: 1h, global: true, key_by: []}
+  - {name: local, algorithm: fixed-window, limit: 1000, period: 1h}
+default_policy: [partner, local]
+`
+
+// TestRegionEnforcesAllotment: before any grant the gateway enforces the floor (10 of 100: the
+// first request never waits); the ledger's state is new, so for a lease and the hold it grants
+// no more than the floor (learning); then, while demand goes on, the ledger's allotment (all but
+// the floor reserved for the other region: 90) is the limit the gateway enforces,
+// RateLimit-Policy's q= shows it, and the counts are kept across the change. The ledger has the
+// region's report.
+func TestRegionEnforcesAllotment(t *testing.T) {
+	global := redistest.Start(t)
+	eu := startRegion(t, "eu", oneRegion, global, false)
+	for i := range 10 {
+		if code, q := eu.get(t); code != 200 || q != 10 {
+			t.Fatalf("request %d on the floor: %d, q=%d; want 200, q=10", i, code, q)
+		}
+	}
+	if code, q := eu.get(t); code != 429 || q != 10 {
+		t.Fatalf("the 11th on the floor: %d, q=%d; want 429, q=10", code, q)
+	}
+	eu.ref.Start()
+	// Refused requests are demand too: they keep it up while the ledger learns; then the
+	// allotment, 90, is enforced, until the window has admitted 90.
+	admitted := int64(10)
+	waitFor(t, 5*time.Second, "the allotment of 90 used", func() bool {
+		code, q := eu.get(t)
+		switch {
+		case code == 200 && q == 90:
+			admitted++
+		case code == 429 && q == 90:
+			return true
+		case code != 429 || q != 10:
+			t.Fatalf("after %d admitted: %d, q=%d; want 429 on the floor of 10 or the allotment of 90", admitted, code, q)
+		}
+		return false
+	})
+	if admitted != 90 {
+		t.Fatalf("%d admitted in the window; want the allotment, 90 (the 10 on the floor still count)", admitted)
+	}
+	st := eu.ref.Stats()
+	if len(st) != 1 || st[0].Policy != "partner" || st[0].Allotment != 90 || st[0].Floor || st[0].Safe || st[0].Lease.IsZero() {
+		t.Fatalf("stats: %+v", st)
+	}
+	l, err := mustStore(t, global).Ledger("partner", redisstore.LedgerOptions{Limit: 100, Regions: 2, Floor: 10, Lease: time.Second, Hold: time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 5*time.Second, "the ledger counting eu's use of 90", func() bool {
+		v, err := l.Read(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(v.Regions) == 1 && v.Regions[0].Region == "eu" && v.Regions[0].Used == 90
+	})
+}
+
+func mustStore(t *testing.T, s *redistest.Server) *redisstore.Store {
+	t.Helper()
+	st, err := redisstore.New(redisstore.Options{Addrs: []string{s.Addr}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(st.Close)
+	return st
+}
+
+const twoRegions = `upstream: UPSTREAM
+store: {type: redis, addrs: [REGIONAL]}
+region: {name: NAME, regions: 2, floor: 0.1, safe_share: 0.3, refresh: 50ms, lease: 600ms, global: {addrs: [GLOBAL], timeout: 200ms}}
+policies:
+  - {name: partner, algorithm: fixed-window, limit: 100, period: 1s, global: true, key_by: []}
+default_policy: partner
+`
+
+// traffic sends rate requests a second to r until stop, counting the admitted ones by the
+// window (1 s) they were certainly decided in (sent and answered within it); ambiguous ones, at
+// a window's boundary, are counted apart.
+func traffic(t *testing.T, r *aRegion, rate int, stop <-chan struct{}, admitted map[int64]int64, ambiguous *atomic.Int64, mu *sync.Mutex) {
+	tick := time.NewTicker(time.Second / time.Duration(rate))
+	defer tick.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-tick.C:
+		}
+		t0 := time.Now().UnixMicro()
+		resp, err := r.client.Get(r.gw.URL + "/a")
+		t1 := time.Now().UnixMicro()
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			continue
+		}
+		if t0/1e6 != t1/1e6 {
+			ambiguous.Add(1)
+			continue
+		}
+		mu.Lock()
+		admitted[t0/1e6]++
+		mu.Unlock()
+	}
+}
+
+// TestRegionsFollowDemand: two regions, each its gateway on its own Redis, one global Redis;
+// demand 3:1 over the limit (120 and 40 a second for 100 a second): the fair share gives the
+// smaller region all it wants (40) and the other the rest (60), and no window admits more than
+// the limit worldwide, while most of it is used. Then the global Redis is killed: each region
+// keeps its allotment until its lease ends, then enforces its safe share (30), so that a window
+// admits at most L + k·(S − F) = 100 + 2·(30 − 10) worldwide (docs/design.md), here 2·30.
+func TestRegionsFollowDemand(t *testing.T) {
+	global := redistest.Start(t)
+	eu := startRegion(t, "eu", twoRegions, global, true)
+	us := startRegion(t, "us", twoRegions, global, true)
+	var mu sync.Mutex
+	admitted := map[string]map[int64]int64{"eu": {}, "us": {}}
+	var ambiguous atomic.Int64
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for _, c := range []struct {
+		r    *aRegion
+		rate int
+	}{{eu, 120}, {us, 40}} {
+		wg.Add(1)
+		go func() { defer wg.Done(); traffic(t, c.r, c.rate, stop, admitted[c.r.name], &ambiguous, &mu) }()
+	}
+	stopped := false
+	defer func() {
+		if !stopped {
+			close(stop)
+			wg.Wait()
+		}
+	}()
+	// The allotments follow demand: eu near 60, us near 40 (demand is measured over 50 ms
+	// intervals: a few units either way).
+	waitFor(t, 10*time.Second, "allotments eu ≈ 60, us ≈ 40", func() bool {
+		e, u := allotment(eu), allotment(us)
+		return e >= 55 && e <= 65 && u >= 35 && u <= 45 && e+u <= 100
+	})
+	start := time.Now().Unix() + 1
+	waitFor(t, 10*time.Second, "four whole windows", func() bool { return time.Now().Unix() >= start+4 })
+	// The ledger is killed: each region keeps its lease, then the safe share.
+	held := map[string]int64{"eu": allotment(eu), "us": allotment(us)}
+	leases := map[string]time.Time{}
+	for _, r := range []*aRegion{eu, us} {
+		leases[r.name] = r.ref.Stats()[0].Lease
+	}
+	global.Kill()
+	killedAt := time.Now()
+	for _, r := range []*aRegion{eu, us} {
+		waitFor(t, 2*time.Second, r.name+" on its safe share", func() bool {
+			a, _ := r.ref.Allotment("partner")
+			now := time.Now()
+			if now.Before(leases[r.name]) && a != held[r.name] {
+				t.Fatalf("%s: allotment %d before its lease ended (%v); want the %d it held", r.name, a, leases[r.name].Sub(now), held[r.name])
+			}
+			return a == 30
+		})
+		if time.Now().Before(leases[r.name]) {
+			t.Fatalf("%s on its safe share before its lease ended", r.name)
+		}
+	}
+	safeFrom := time.Now().Unix() + 1
+	waitFor(t, 10*time.Second, "three whole windows on the safe share", func() bool { return time.Now().Unix() >= safeFrom+3 })
+	close(stop)
+	wg.Wait()
+	stopped = true
+
+	mu.Lock()
+	defer mu.Unlock()
+	for w := start; w < start+4; w++ {
+		e, u := admitted["eu"][w], admitted["us"][w]
+		if e+u > 100 {
+			t.Errorf("window %d: %d + %d admitted worldwide; the limit is 100", w, e, u)
+		}
+		if e+u < 85 {
+			t.Errorf("window %d: %d + %d admitted worldwide; want most of the 100 used (demand is 160)", w, e, u)
+		}
+	}
+	for w := safeFrom; w < safeFrom+3; w++ {
+		e, u := admitted["eu"][w], admitted["us"][w]
+		if e > 30 || u > 30 || e+u > 100+2*(30-10) {
+			t.Errorf("window %d on the safe share: eu %d, us %d; each at most 30 (L + k·(S − F) = 140 worldwide)", w, e, u)
+		}
+		if e < 25 || u < 25 {
+			t.Errorf("window %d on the safe share: eu %d, us %d; each wants more than 30: want it used", w, e, u)
+		}
+	}
+	t.Logf("killed at %v; admitted: %v; ambiguous (at a boundary): %d", killedAt.Format("15:04:05.000"), fmt.Sprint(admitted), ambiguous.Load())
+}
