@@ -311,3 +311,22 @@ func TestRegionsFollowDemand(t *testing.T) {
 	}
 	t.Logf("killed at %v; admitted: %v; ambiguous (at a boundary): %d", killedAt.Format("15:04:05.000"), fmt.Sprint(admitted), ambiguous.Load())
 }
+
+// TestRegionHotPath: what the decision layer asks per request of a global policy allocates
+// nothing.
+func TestRegionHotPath(t *testing.T) {
+	global := redistest.Start(t)
+	eu := startRegion(t, "eu", oneRegion, global, false)
+	d := sluice.Decision{Allowed: true, Limit: 10, Remaining: 3, ResetAfter: time.Minute}
+	if n := testing.AllocsPerRun(1000, func() {
+		if a, ok := eu.ref.Allotment("partner"); !ok || a != 10 {
+			t.Fatalf("allotment %d, %v", a, ok)
+		}
+		eu.ref.Decided("partner", true, &d)
+	}); n != 0 {
+		t.Fatalf("%v allocations per decision", n)
+	}
+	if _, ok := eu.ref.Allotment("local"); ok {
+		t.Fatal("a region-only policy has no allotment")
+	}
+}

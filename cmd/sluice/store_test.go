@@ -15,3 +15,12 @@ func TestStoreTimeoutDefaults(t *testing.T) {
 			config.DefaultStoreTimeout, config.DefaultSlowTimeout, redisstore.DefaultTimeout, redisstore.DefaultSlowTimeout)
 	}
 }
+
+// The region section's bounds are the Redis ledger's own: a file config accepts is one the
+// ledger takes.
+func TestRegionBounds(t *testing.T) {
+	if config.MaxRegions != redisstore.MaxLedgerRegions || config.MaxGlobalLimit != redisstore.MaxLedgerLimit {
+		t.Errorf("config's regions ≤ %d and global limit ≤ %d; the ledger's %d and %d",
+			config.MaxRegions, int64(config.MaxGlobalLimit), redisstore.MaxLedgerRegions, int64(redisstore.MaxLedgerLimit))
+	}
+}
