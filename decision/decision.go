@@ -195,6 +195,22 @@ type Global interface {
 	Decided(policy string, admitted bool, d *sluice.Decision)
 }
 
+// GlobalStats is one global policy as its region sees it (GET /v1/stats "regions", the metrics).
+type GlobalStats struct {
+	Policy    string    `json:"policy"`
+	Limit     int64     `json:"limit"`     // worldwide
+	Allotment int64     `json:"allotment"` // what this region enforces now
+	Want      int64     `json:"want"`      // the demand last reported, per period
+	Admitted  int64     `json:"admitted"`  // in the last refresh interval
+	Refused   int64     `json:"refused"`
+	Used      int64     `json:"used"`                   // the use of the current window last reported
+	Lease     time.Time `json:"lease_expires,omitzero"` // the last grant's lease, on this instance's clock (zero: none yet)
+	Safe      bool      `json:"safe_share"`             // on the safe share: the lease ran out without a refresh
+	Floor     bool      `json:"floor"`                  // on the floor: no grant yet
+	Learning  bool      `json:"learning"`               // the ledger's state is new: it hands out no new quota yet
+	Error     string    `json:"error,omitempty"`        // why the last refresh failed
+}
+
 // Decide decides req: every limit in one atomic store call, the enforced ones all or nothing, the
 // dry-run ones alongside (they count, but never refuse, and consume nothing when an enforced one
 // refuses).

@@ -46,6 +46,7 @@ type Server struct {
 	mounts   []mount
 	prepare  func(*config.Config) (func(), error)
 	global   decision.Global // nil: global policies decide on their configured limit
+	regions  func() RegionStats
 	adjust   func(*config.Config) error
 
 	listen, adminListen atomic.Pointer[string] // the addresses listened on (Proxy.Serve, AdminServer)
@@ -89,12 +90,21 @@ type Store struct {
 	// region); if it has a Configure(*config.Config) error method, every configuration the
 	// Server runs is given to it first.
 	Global decision.Global
+	// Regions, if set, is this region's global policies (GET /v1/stats "regions", the
+	// sluice_region_* metrics).
+	Regions func() RegionStats
+}
+
+// RegionStats is this region's side of the global: true policies (GET /v1/stats "regions").
+type RegionStats struct {
+	Region   string                 `json:"region"`
+	Policies []decision.GlobalStats `json:"policies"` // by name
 }
 
 // NewServer returns a Server running cfg on st; path is the file Reload reads. The Server
 // closes st on Close, and on an error here.
 func NewServer(cfg *config.Config, path string, st Store, log *slog.Logger) (*Server, error) {
-	s := &Server{path: path, log: log, registry: prometheus.NewRegistry(), ping: st.Ping, closer: st.Close, fleet: st.Fleet, replay: testReplayer, global: st.Global}
+	s := &Server{path: path, log: log, registry: prometheus.NewRegistry(), ping: st.Ping, closer: st.Close, fleet: st.Fleet, replay: testReplayer, global: st.Global, regions: st.Regions}
 	if s.ping == nil {
 		s.ping = func(context.Context) error { return nil }
 	}
@@ -130,6 +140,9 @@ func NewServer(cfg *config.Config, path string, st Store, log *slog.Logger) (*Se
 		}))
 	if s.fleet != nil {
 		s.registerFleet(s.fleet)
+	}
+	if s.regions != nil {
+		s.registry.MustRegister(regionCollector{s.regions})
 	}
 	s.registerShed()
 	s.settlements = sluice.NewSettlements(s.store, sluice.SettlementOptions{RetryFor: cfg.Store.SettleRetryFor})
@@ -611,6 +624,8 @@ type Stats struct {
 	AdminListen string `json:"admin_listen"`
 	// Fleet is the instance registry, if the store runs one (a Redis store).
 	Fleet *FleetStats `json:"fleet,omitempty"`
+	// Regions is this region's allotments of the global policies, if it has a region section.
+	Regions *RegionStats `json:"regions,omitempty"`
 	// LoadShedding is this instance's throttling by load, if configured (load_shedding; shed.go).
 	LoadShedding *ShedStats `json:"load_shedding,omitempty"`
 	// Diagnosis is the usual mistakes found in the traffic, each with what to do (diagnosis.go).
@@ -662,6 +677,10 @@ func (s *Server) stats(w http.ResponseWriter, r *http.Request) {
 	if s.fleet != nil {
 		f := s.fleet()
 		st.Fleet = &f
+	}
+	if s.regions != nil {
+		rs := s.regions()
+		st.Regions = &rs
 	}
 	st.LoadShedding = s.current.Load().shedStats()
 	st.Diagnosis = s.metrics.diag.snapshot(now, cfg, st.Fleet)

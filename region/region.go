@@ -21,6 +21,7 @@ import (
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/allot"
 	"github.com/sluicehq/sluice/config"
+	"github.com/sluicehq/sluice/decision"
 	redisstore "github.com/sluicehq/sluice/store/redis"
 )
 
@@ -68,21 +69,8 @@ type enforced struct {
 	grant redisstore.Grant
 }
 
-// Stats is one global policy as this region sees it, for /v1/stats.
-type Stats struct {
-	Policy    string    `json:"policy"`
-	Limit     int64     `json:"limit"`
-	Allotment int64     `json:"allotment"` // enforced now
-	Want      int64     `json:"want"`      // the demand last reported, per period
-	Admitted  int64     `json:"admitted"`  // in the last refresh interval
-	Refused   int64     `json:"refused"`
-	Used      int64     `json:"used"`
-	Lease     time.Time `json:"lease_expires,omitzero"` // the last grant's lease (this instance's clock)
-	Safe      bool      `json:"safe_share"`             // on the safe share: its lease ran out without a refresh
-	Floor     bool      `json:"floor"`                  // on the floor: no grant yet
-	Learning  bool      `json:"learning"`
-	Error     string    `json:"error,omitempty"` // the last refresh's error, if it failed
-}
+// Stats is one global policy as this region sees it, for /v1/stats and the metrics.
+type Stats = decision.GlobalStats
 
 // New returns the Refresher of cfg's region (cfg.Region must be set) on the global Redis store,
 // for cfg's global policies. Start runs it.

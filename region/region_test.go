@@ -2,6 +2,7 @@ package region_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
@@ -9,6 +10,7 @@ import (
 	"net/http/httptest"
 	"regexp"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -29,6 +31,7 @@ type aRegion struct {
 	redis  *redistest.Server
 	ref    *region.Refresher
 	gw     *httptest.Server
+	admin  *httptest.Server
 	client *http.Client
 }
 
@@ -65,7 +68,8 @@ func startRegion(t *testing.T, name, conf string, global *redistest.Server, star
 		t.Fatal(err)
 	}
 	srv, err := gateway.NewServer(cfg, "", gateway.Store{Store: guarded, Ping: regional.Ping, Global: ref,
-		Close: func() { ref.Close(); gs.Close(); regional.Close() }}, log)
+		Regions: func() gateway.RegionStats { return gateway.RegionStats{Region: ref.Name(), Policies: ref.Stats()} },
+		Close:   func() { ref.Close(); gs.Close(); regional.Close() }}, log)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -75,7 +79,9 @@ func startRegion(t *testing.T, name, conf string, global *redistest.Server, star
 	}
 	gw := httptest.NewServer(srv)
 	t.Cleanup(gw.Close)
-	return &aRegion{name: name, redis: rs, ref: ref, gw: gw, client: gw.Client()}
+	admin := httptest.NewServer(srv.Admin())
+	t.Cleanup(admin.Close)
+	return &aRegion{name: name, redis: rs, ref: ref, gw: gw, admin: admin, client: gw.Client()}
 }
 
 // get sends one request; it returns the status and the RateLimit-Policy's q=.
@@ -156,9 +162,34 @@ func TestRegionEnforcesAllotment(t *testing.T) {
 	if admitted != 90 {
 		t.Fatalf("%d admitted in the window; want the allotment, 90 (the 10 on the floor still count)", admitted)
 	}
-	st := eu.ref.Stats()
-	if len(st) != 1 || st[0].Policy != "partner" || st[0].Allotment != 90 || st[0].Floor || st[0].Safe || st[0].Lease.IsZero() {
-		t.Fatalf("stats: %+v", st)
+	// GET /v1/stats "regions" and the metrics show it.
+	var stats struct {
+		Regions *gateway.RegionStats `json:"regions"`
+	}
+	resp, err := http.Get(eu.admin.URL + "/v1/stats")
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = json.NewDecoder(resp.Body).Decode(&stats)
+	resp.Body.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := stats.Regions; r == nil || r.Region != "eu" || len(r.Policies) != 1 || r.Policies[0].Policy != "partner" || r.Policies[0].Limit != 100 ||
+		r.Policies[0].Allotment != 90 || r.Policies[0].Floor || r.Policies[0].Safe || r.Policies[0].Lease.IsZero() {
+		t.Fatalf("/v1/stats regions: %+v", stats.Regions)
+	}
+	resp, err = http.Get(eu.admin.URL + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	metrics, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, m := range []string{`sluice_region_allotment{policy="partner",region="eu"} 90`, `sluice_region_limit{policy="partner",region="eu"} 100`,
+		`sluice_region_safe_share{policy="partner",region="eu"} 0`} {
+		if !strings.Contains(string(metrics), m) {
+			t.Errorf("/metrics has no %s", m)
+		}
 	}
 	l, err := mustStore(t, global).Ledger("partner", redisstore.LedgerOptions{Limit: 100, Regions: 2, Floor: 10, Lease: time.Second, Hold: time.Millisecond})
 	if err != nil {
@@ -282,6 +313,10 @@ func TestRegionsFollowDemand(t *testing.T) {
 		if time.Now().Before(leases[r.name]) {
 			t.Fatalf("%s on its safe share before its lease ended", r.name)
 		}
+		waitFor(t, 2*time.Second, r.name+"'s stats: on its safe share, the refresh failing", func() bool {
+			st := r.ref.Stats()[0]
+			return st.Safe && st.Allotment == 30 && st.Error != ""
+		})
 	}
 	safeFrom := time.Now().Unix() + 1
 	waitFor(t, 10*time.Second, "three whole windows on the safe share", func() bool { return time.Now().Unix() >= safeFrom+3 })

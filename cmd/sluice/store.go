@@ -218,6 +218,7 @@ func startRegion(cfg *config.Config, log *slog.Logger, st *gateway.Store) error 
 	}
 	ref.Start()
 	st.Global = ref
+	st.Regions = func() gateway.RegionStats { return gateway.RegionStats{Region: ref.Name(), Policies: ref.Stats()} }
 	closeStore := st.Close
 	st.Close = func() {
 		ref.Close()
