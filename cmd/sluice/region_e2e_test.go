@@ -1,0 +1,107 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"regexp"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/internal/redistest"
+)
+
+// regionConfig is region name's instance: its own Redis, the ledger on global, one global
+// policy of 100 an hour counted for every request together.
+func regionConfig(upstreamURL, name, regional, global string) configFunc {
+	return func(listen, admin string) string {
+		return fmt.Sprintf(`listen: %s
+admin_listen: %s
+upstream: %s
+store: {type: redis, addrs: [%s], timeout: 2s, slow_timeout: 2s}
+region:
+  name: %s
+  regions: 2
+  global: {addrs: [%s]}
+  refresh: 100ms
+  lease: 1s
+  hold: 1ms
+  floor: 0.1
+policies:
+  - {name: partner, algorithm: fixed-window, limit: 100, period: 1h, global: true, key_by: []}
+default_policy: partner
+`, listen, admin, upstreamURL, regional, name, global)
+	}
+}
+
+// TestServeE2ERegions: two sluice serve processes, each a region on its own redis-server, one
+// global redis-server for the ledger. eu's demand takes all but the floor reserved for us (90 of
+// 100: RateLimit-Policy's q= shows it, and /v1/stats and the metrics); us then gets its floor,
+// 10, as eu's use counts to the hour's end: worldwide exactly the limit reaches the upstream.
+func TestServeE2ERegions(t *testing.T) {
+	t.Parallel()
+	global := redistest.Start(t)
+	up := newUpstream(t)
+	dir := t.TempDir()
+	eu := startSluice(t, dir, "eu.yaml", regionConfig(up.URL, "eu", redistest.Start(t).Addr, global.Addr))
+	us := startSluice(t, dir, "us.yaml", regionConfig(up.URL, "us", redistest.Start(t).Addr, global.Addr))
+	qRE := regexp.MustCompile(`;q=(\d+)`)
+	get := func(p *sluiceProc) (int, int64) {
+		t.Helper()
+		resp, err := e2eClient.Get(p.proxy + "/a")
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		q := int64(-1)
+		if m := qRE.FindStringSubmatch(resp.Header.Get("RateLimit-Policy")); m != nil {
+			q, _ = strconv.ParseInt(m[1], 10, 64)
+		}
+		return resp.StatusCode, q
+	}
+	// eu asks until its window is full under an allotment above the floor: refused requests are
+	// demand too, and keep it up while the ledger's new state learns (a lease and the hold).
+	admitted := map[string]int{}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		code, q := get(eu)
+		if code == 200 {
+			admitted["eu"]++
+		} else if q == 90 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("eu's allotment did not reach 90 (last q=%d, %d admitted)\n%s", q, admitted["eu"], eu.stderr.String())
+		}
+	}
+	if admitted["eu"] != 90 {
+		t.Fatalf("eu admitted %d; want 90, its allotment (100 less the floor reserved for us)", admitted["eu"])
+	}
+	st := eu.stats(t)
+	if st.Regions == nil || st.Regions.Region != "eu" || len(st.Regions.Policies) != 1 || st.Regions.Policies[0].Allotment != 90 {
+		t.Fatalf("eu's /v1/stats regions: %+v", st.Regions)
+	}
+	if v := eu.metric(t, "sluice_region_allotment", map[string]string{"region": "eu", "policy": "partner"}); v != 90 {
+		t.Fatalf("sluice_region_allotment %v; want 90", v)
+	}
+	// us: its floor, and no more while eu's 90 count.
+	for range 30 {
+		if code, q := get(us); code == 200 {
+			admitted["us"]++
+		} else if q > 10 {
+			t.Fatalf("us refused under q=%d; eu's use leaves it 10", q)
+		}
+	}
+	if admitted["us"] != 10 {
+		t.Fatalf("us admitted %d; want its floor, 10", admitted["us"])
+	}
+	for range 5 {
+		if code, _ := get(eu); code != 429 {
+			t.Fatalf("eu admitted past the limit: %d", code)
+		}
+	}
+	if n := up.count("/a"); n != 100 {
+		t.Fatalf("%d requests reached the upstream; want the limit, 100", n)
+	}
+}
