@@ -62,15 +62,8 @@ func (p *parser) region(n *yaml.Node, c *Config) *Region {
 		p.errorf(m.node, path, nil, "region needs a Redis store (store: {type: redis, ...}): each region enforces its allotments on its own Redis")
 	}
 	if n := p.get(m, "name"); n != nil {
-		if v, ok := p.str(n, path, "name"); ok {
-			switch {
-			case !clientNameRE.MatchString(v):
-				p.errorf(n, path, nil, "name %q may only have A-Z, a-z, 0-9, '.', '_' and '-' (and not be empty)", v)
-			case len(v) > maxNameLen:
-				p.errorf(n, path, nil, "name is longer than %d characters", maxNameLen)
-			default:
-				r.Name = v
-			}
+		if v, ok := p.plainName(n, path, "name"); ok {
+			r.Name = v
 		}
 	} else {
 		p.errorf(m.node, path, nil, "region needs name: this region's, the same on every instance of it (e.g. name: eu)")

@@ -129,15 +129,8 @@ func (p *parser) storeAt(n *yaml.Node, parent, field string, s *Store) {
 		}
 	}
 	if n := p.get(m, "fleet"); n != nil {
-		if v, ok := p.str(n, path, "fleet"); ok {
-			switch {
-			case !clientNameRE.MatchString(v):
-				p.errorf(n, path, nil, "fleet %q may only have A-Z, a-z, 0-9, '.', '_' and '-' (and not be empty)", v)
-			case len(v) > maxNameLen:
-				p.errorf(n, path, nil, "fleet is longer than %d characters", maxNameLen)
-			default:
-				s.Fleet = v
-			}
+		if v, ok := p.plainName(n, path, "fleet"); ok {
+			s.Fleet = v
 		}
 	}
 	if n := p.get(m, "max_keys"); n != nil {
@@ -203,6 +196,22 @@ func (p *parser) storeAt(n *yaml.Node, parent, field string, s *Store) {
 				map[bool]string{true: "addrs", false: "url"}[m.has("addrs")])
 		}
 	}
+}
+
+// plainName reads a name of A-Z, a-z, 0-9, '.', '_' and '-', 1 to maxNameLen of them (a fleet's,
+// a region's).
+func (p *parser) plainName(n *yaml.Node, path, field string) (string, bool) {
+	v, ok := p.str(n, path, field)
+	switch {
+	case !ok:
+	case !clientNameRE.MatchString(v):
+		p.errorf(n, path, nil, "%s %q may only have A-Z, a-z, 0-9, '.', '_' and '-' (and not be empty)", field, v)
+	case len(v) > maxNameLen:
+		p.errorf(n, path, nil, "%s is longer than %d characters", field, maxNameLen)
+	default:
+		return v, true
+	}
+	return "", false
 }
 
 // maxReplicasAck bounds store.replicas_ack (as the Redis store does).
