@@ -321,6 +321,21 @@ func (l fastLogger) Printf(format string, args ...any) {
 // connections cannot be swapped under running requests; restart to change it.
 var ErrStoreChanged = errors.New("the store section changed; restart sluice to change the store")
 
+// ErrRegionChanged is Reload's error for a file whose region section differs from the running
+// one's: the refresher runs on the global Redis it was started with (a global policy's own
+// changes reload).
+var ErrRegionChanged = errors.New("the region section changed; restart sluice to change the region")
+
+// sameRegion: a and b are the same region section, wherever in the file.
+func sameRegion(a, b *config.Region) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	x, y := *a, *b
+	x.Line, y.Line = 0, 0
+	return reflect.DeepEqual(x, y)
+}
+
 // Reload reads the configuration file again and, if it is valid, swaps it in; otherwise the
 // running configuration stays and the error (with its lines) is returned, logged and counted.
 func (s *Server) Reload() error {
@@ -356,6 +371,9 @@ func (s *Server) reload() error {
 	old := s.cfg.Load()
 	if !reflect.DeepEqual(cfg.Store, old.Store) {
 		return ErrStoreChanged
+	}
+	if !sameRegion(cfg.Region, old.Region) {
+		return ErrRegionChanged
 	}
 	if cfg.Admin.MetricsListen != old.Admin.MetricsListen {
 		s.log.Warn("admin.metrics_listen takes effect at the next restart; the running one stays", "file", s.path, "metrics_listen", old.Admin.MetricsListen)

@@ -3,11 +3,14 @@ package region_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -33,6 +36,8 @@ type aRegion struct {
 	gw     *httptest.Server
 	admin  *httptest.Server
 	client *http.Client
+	srv    *gateway.Server
+	path   string // its configuration file
 }
 
 // startRegion starts region name: a regional redis-server and a gateway whose configuration is
@@ -46,7 +51,11 @@ func startRegion(t *testing.T, name, conf string, global *redistest.Server, star
 	y := regexp.MustCompile(`REGIONAL|GLOBAL|NAME|UPSTREAM`).ReplaceAllStringFunc(conf, func(s string) string {
 		return map[string]string{"REGIONAL": rs.Addr, "GLOBAL": global.Addr, "NAME": name, "UPSTREAM": up.URL}[s]
 	})
-	cfg, err := config.Parse([]byte(y), name+".yaml")
+	path := filepath.Join(t.TempDir(), name+".yaml")
+	if err := os.WriteFile(path, []byte(y), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := config.Load(path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -67,7 +76,7 @@ func startRegion(t *testing.T, name, conf string, global *redistest.Server, star
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := gateway.NewServer(cfg, "", gateway.Store{Store: guarded, Ping: regional.Ping, Global: ref,
+	srv, err := gateway.NewServer(cfg, path, gateway.Store{Store: guarded, Ping: regional.Ping, Global: ref,
 		Regions: func() gateway.RegionStats { return gateway.RegionStats{Region: ref.Name(), Policies: ref.Stats()} },
 		Close:   func() { ref.Close(); gs.Close(); regional.Close() }}, log)
 	if err != nil {
@@ -81,7 +90,7 @@ func startRegion(t *testing.T, name, conf string, global *redistest.Server, star
 	t.Cleanup(gw.Close)
 	admin := httptest.NewServer(srv.Admin())
 	t.Cleanup(admin.Close)
-	return &aRegion{name: name, redis: rs, ref: ref, gw: gw, admin: admin, client: gw.Client()}
+	return &aRegion{name: name, redis: rs, ref: ref, gw: gw, admin: admin, client: gw.Client(), srv: srv, path: path}
 }
 
 // get sends one request; it returns the status and the RateLimit-Policy's q=.
@@ -363,5 +372,41 @@ func TestRegionHotPath(t *testing.T) {
 	}
 	if _, ok := eu.ref.Allotment("local"); ok {
 		t.Fatal("a region-only policy has no allotment")
+	}
+}
+
+// TestRegionReload: a reload that changes a global policy's limit gives the refresher the new
+// ledger (on the floor of the new limit until its grant); one that changes the region section is
+// refused, the running one staying.
+func TestRegionReload(t *testing.T) {
+	global := redistest.Start(t)
+	eu := startRegion(t, "eu", oneRegion, global, false)
+	conf, err := os.ReadFile(eu.path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	write := func(old, new string) {
+		t.Helper()
+		if err := os.WriteFile(eu.path, []byte(strings.Replace(string(conf), old, new, 1)), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("limit: 100, period: 1h, global: true", "limit: 200, period: 1h, global: true")
+	if err := eu.srv.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	if code, q := eu.get(t); code != 200 || q != 20 || allotment(eu) != 20 {
+		t.Fatalf("after the limit went to 200: %d, q=%d, allotment %d; want the new floor, 20", code, q, allotment(eu))
+	}
+	eu.ref.RefreshAll(context.Background())
+	if st := eu.ref.Stats(); len(st) != 1 || st[0].Limit != 200 {
+		t.Fatalf("stats after the reload: %+v", st)
+	}
+	write("floor: 0.1", "floor: 0.2")
+	if err := eu.srv.Reload(); !errors.Is(err, gateway.ErrRegionChanged) {
+		t.Fatalf("a reload changing the region section: %v; want ErrRegionChanged", err)
+	}
+	if allotment(eu) != 20 {
+		t.Fatalf("allotment %d after a refused reload; want the running 20", allotment(eu))
 	}
 }
