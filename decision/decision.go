@@ -197,11 +197,14 @@ type Global interface {
 
 // GlobalStats is one global policy as its region sees it (GET /v1/stats "regions", the metrics).
 type GlobalStats struct {
-	Policy    string    `json:"policy"`
-	Limit     int64     `json:"limit"`     // worldwide
-	Allotment int64     `json:"allotment"` // what this region enforces now
-	Want      int64     `json:"want"`      // the demand last reported, per period
-	Admitted  int64     `json:"admitted"`  // in the last refresh interval
+	Policy    string `json:"policy"`
+	Limit     int64  `json:"limit"`     // worldwide
+	Allotment int64  `json:"allotment"` // what this region enforces now
+	Want      int64  `json:"want"`      // the demand last reported, per period
+	// WorldWant is the sum of the live regions' demands in the ledger at the last refresh (0:
+	// not read): above Limit, the limit cannot meet worldwide demand.
+	WorldWant int64     `json:"worldwide_want"`
+	Admitted  int64     `json:"admitted"` // in the last refresh interval
 	Refused   int64     `json:"refused"`
 	Used      int64     `json:"used"`                   // the use of the current window last reported
 	Lease     time.Time `json:"lease_expires,omitzero"` // the last grant's lease, on this instance's clock (zero: none yet)

@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"fmt"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -50,4 +51,23 @@ func (c regionCollector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(m.d, prometheus.GaugeValue, m.v, rs.Region, p.Policy)
 		}
 	}
+}
+
+// regionFindings are the diagnosis's findings of the global policies: this region on its safe
+// share (the ledger unreachable for a lease), and a limit short of what the regions want.
+func regionFindings(rs RegionStats) []Finding {
+	var out []Finding
+	for _, p := range rs.Policies {
+		if p.Safe {
+			out = append(out, Finding{Kind: "region_safe_share", Subject: "policy " + p.Policy,
+				Summary: fmt.Sprintf("region %s runs global policy %s on its safe share (%d of %d): its lease ran out without a refresh from the ledger (%s)", rs.Region, p.Policy, p.Allotment, p.Limit, p.Error),
+				Do:      "make the global Redis (region.global) reachable from this region; until then the region admits its safe share, and the worldwide bound is the limit plus each cut-off region's safe share beyond its floor"})
+		}
+		if p.WorldWant > p.Limit {
+			out = append(out, Finding{Kind: "global_limit_short", Subject: "policy " + p.Policy,
+				Summary: fmt.Sprintf("the regions want %d of global policy %s per period together; its limit is %d: the ledger splits it, and every region refuses part of its demand", p.WorldWant, p.Policy, p.Limit),
+				Do:      "raise the policy's limit if the demand is legitimate; else the refusals are the limit working"})
+		}
+	}
+	return out
 }

@@ -290,9 +290,22 @@ func (r *Refresher) refresh(ctx context.Context, p *policy) {
 		p.sentAt, p.offset = sent, g.Now.Sub(sent)
 		p.enforced.Store(&enforced{grant: g})
 	}
+	var world int64
+	if err == nil {
+		// What every region wants, for the diagnosis: a limit short of worldwide demand.
+		if v, rerr := p.ledger.Read(ctx); rerr == nil {
+			for _, x := range v.Regions {
+				if x.Live {
+					world += x.Want
+				}
+			}
+		}
+	} else if v := p.lastView.Load(); v != nil {
+		world = v.WorldWant
+	}
 	a, safe := p.ledger.Enforce(p.enforced.Load().grant, r.now())
 	g = p.enforced.Load().grant
-	s := Stats{Policy: p.name, Limit: p.p.Limit, Allotment: a, Want: rep.Want, Admitted: admitted, Refused: refused, Used: rep.Used,
+	s := Stats{Policy: p.name, Limit: p.p.Limit, Allotment: a, Want: rep.Want, WorldWant: world, Admitted: admitted, Refused: refused, Used: rep.Used,
 		Lease: g.LocalExpires, Safe: safe, Floor: g.LocalExpires.IsZero(), Learning: g.Learning}
 	if p.lastErr != nil {
 		s.Error = p.lastErr.Error()

@@ -300,6 +300,9 @@ func TestRegionsFollowDemand(t *testing.T) {
 		e, u := allotment(eu), allotment(us)
 		return e >= 55 && e <= 65 && u >= 35 && u <= 45 && e+u <= 100
 	})
+	waitFor(t, 5*time.Second, "the diagnosis: the limit short of the regions' demand", func() bool {
+		return hasFinding(t, eu, "global_limit_short") && hasFinding(t, us, "global_limit_short") && !hasFinding(t, eu, "region_safe_share")
+	})
 	start := time.Now().Unix() + 1
 	waitFor(t, 10*time.Second, "four whole windows", func() bool { return time.Now().Unix() >= start+4 })
 	// The ledger is killed: each region keeps its lease, then the safe share.
@@ -322,9 +325,9 @@ func TestRegionsFollowDemand(t *testing.T) {
 		if time.Now().Before(leases[r.name]) {
 			t.Fatalf("%s on its safe share before its lease ended", r.name)
 		}
-		waitFor(t, 2*time.Second, r.name+"'s stats: on its safe share, the refresh failing", func() bool {
+		waitFor(t, 2*time.Second, r.name+"'s stats: on its safe share, the refresh failing, the diagnosis says so", func() bool {
 			st := r.ref.Stats()[0]
-			return st.Safe && st.Allotment == 30 && st.Error != ""
+			return st.Safe && st.Allotment == 30 && st.Error != "" && hasFinding(t, r, "region_safe_share")
 		})
 	}
 	safeFrom := time.Now().Unix() + 1
@@ -409,4 +412,24 @@ func TestRegionReload(t *testing.T) {
 	if allotment(eu) != 20 {
 		t.Fatalf("allotment %d after a refused reload; want the running 20", allotment(eu))
 	}
+}
+
+// hasFinding: r's /v1/stats diagnosis has a finding of kind.
+func hasFinding(t *testing.T, r *aRegion, kind string) bool {
+	t.Helper()
+	resp, err := http.Get(r.admin.URL + "/v1/stats")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var st gateway.Stats
+	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range st.Diagnosis.Findings {
+		if f.Kind == kind {
+			return true
+		}
+	}
+	return false
 }
