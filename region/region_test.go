@@ -433,3 +433,31 @@ func hasFinding(t *testing.T, r *aRegion, kind string) bool {
 	}
 	return false
 }
+
+// TestRegionZeroAllotment: with a floor of 0, a region that has no grant yet admits nothing of
+// the global policy: refused without a store call (nothing counted on its Redis: the local
+// policy beside it consumed nothing either), the refusal counted as demand.
+func TestRegionZeroAllotment(t *testing.T) {
+	global := redistest.Start(t)
+	eu := startRegion(t, "eu", regexp.MustCompile(`floor: 0\.1`).ReplaceAllString(oneRegion, "floor: 0"), global, false)
+	for range 3 {
+		if code, q := eu.get(t); code != 429 || q != 0 {
+			t.Fatalf("on a floor of 0: %d, q=%d; want 429, q=0", code, q)
+		}
+	}
+	if keys, err := eu.redis.Do("DBSIZE"); err != nil || keys != "0" {
+		t.Fatalf("the regional Redis holds %s keys (%v); want none: nothing was decided there", keys, err)
+	}
+	eu.ref.RefreshAll(context.Background())
+	l, err := mustStore(t, global).Ledger("partner", redisstore.LedgerOptions{Limit: 100, Regions: 2, Lease: time.Second, Hold: time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := l.Read(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(v.Regions) != 1 || v.Regions[0].Refused != 3 || v.Regions[0].Want == 0 {
+		t.Fatalf("the ledger: %+v; want eu's 3 refusals as its demand", v.Regions)
+	}
+}
