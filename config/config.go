@@ -711,6 +711,16 @@ func (c *Config) String() string {
 			fmt.Fprintf(&b, " fleet %s", c.Store.Fleet)
 		}
 	}
+	if r := c.Region; r != nil {
+		fmt.Fprintf(&b, ", region %s of %d, ledger", r.Name, r.Regions)
+		if r.Global.URL != "" {
+			fmt.Fprintf(&b, " %s", redactURL(r.Global.URL))
+		} else if r.Global.Sentinel != nil {
+			fmt.Fprintf(&b, " sentinel %s %v", r.Global.Sentinel.Master, r.Global.Sentinel.Addrs)
+		} else {
+			fmt.Fprintf(&b, " %v", r.Global.Addrs)
+		}
+	}
 	kinds := make([]string, len(c.Identity))
 	for i := range c.Identity {
 		kinds[i] = c.Identity[i].Kind()

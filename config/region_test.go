@@ -27,6 +27,9 @@ default_policy: [partner, local]
 		r.Floor != 0.25 || r.SafeShare != 0.25 || r.Algorithm != "fair" || r.Global.Type != StoreRedis || r.Global.Addrs[0] != "127.0.0.1:6380" {
 		t.Fatalf("defaults: %+v", r)
 	}
+	if got := cfg.String(); !strings.Contains(got, ", store redis [127.0.0.1:6379] fail-closed, region eu of 2, ledger [127.0.0.1:6380], ") {
+		t.Fatalf("String: %s", got)
+	}
 	if !cfg.policies["partner"].Global || cfg.policies["local"].Global {
 		t.Fatal("global: true is the partner policy's only")
 	}
