@@ -105,3 +105,27 @@ func TestServeE2ERegions(t *testing.T) {
 		t.Fatalf("%d requests reached the upstream; want the limit, 100", n)
 	}
 }
+
+// TestServeE2ERegionInstances: two instances of one region on its Redis each refresh the ledger
+// alone, which the region's side does not support yet: the diagnosis says so, once the instance
+// registry counts both.
+func TestServeE2ERegionInstances(t *testing.T) {
+	t.Parallel()
+	global, regional := redistest.Start(t), redistest.Start(t)
+	up := newUpstream(t)
+	dir := t.TempDir()
+	a := startSluice(t, dir, "a.yaml", regionConfig(up.URL, "eu", regional.Addr, global.Addr))
+	startSluice(t, dir, "b.yaml", regionConfig(up.URL, "eu", regional.Addr, global.Addr))
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		for _, f := range a.stats(t).Diagnosis.Findings {
+			if f.Kind == "region_instances" {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no region_instances finding within 20s: %+v", a.stats(t).Diagnosis.Findings)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
