@@ -461,3 +461,33 @@ func TestRegionZeroAllotment(t *testing.T) {
 		t.Fatalf("the ledger: %+v; want eu's 3 refusals as its demand", v.Regions)
 	}
 }
+
+// TestRegionAlgorithms: on the floor (10 of 100, no grant yet), a sliding window admits 10 in
+// its window and a token bucket of burst 200 a capacity scaled alike, 20 (C·a/L: docs/design.md).
+func TestRegionAlgorithms(t *testing.T) {
+	global := redistest.Start(t)
+	for _, c := range []struct {
+		policy string
+		want   int
+	}{
+		{"algorithm: sliding-window, limit: 100, period: 1h", 10},
+		{"algorithm: token-bucket, limit: 100, period: 1h, burst: 200", 20},
+	} {
+		conf := strings.Replace(oneRegion, "algorithm: fixed-window, limit: 100, period: 1h", c.policy, 1)
+		r := startRegion(t, "eu", conf, global, false)
+		admitted := 0
+		for {
+			code, _ := r.get(t)
+			if code != 200 {
+				break
+			}
+			admitted++
+			if admitted > c.want {
+				break
+			}
+		}
+		if admitted != c.want {
+			t.Errorf("%s on the floor: %d admitted; want %d", c.policy, admitted, c.want)
+		}
+	}
+}
