@@ -172,23 +172,12 @@ func TestRegionEnforcesAllotment(t *testing.T) {
 		t.Fatalf("%d admitted in the window; want the allotment, 90 (the 10 on the floor still count)", admitted)
 	}
 	// GET /v1/stats "regions" and the metrics show it.
-	var stats struct {
-		Regions *gateway.RegionStats `json:"regions"`
-	}
-	resp, err := http.Get(eu.admin.URL + "/v1/stats")
-	if err != nil {
-		t.Fatal(err)
-	}
-	err = json.NewDecoder(resp.Body).Decode(&stats)
-	resp.Body.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
+	stats := statsOf(t, eu)
 	if r := stats.Regions; r == nil || r.Region != "eu" || len(r.Policies) != 1 || r.Policies[0].Policy != "partner" || r.Policies[0].Limit != 100 ||
 		r.Policies[0].Allotment != 90 || r.Policies[0].Floor || r.Policies[0].Safe || r.Policies[0].Lease.IsZero() {
 		t.Fatalf("/v1/stats regions: %+v", stats.Regions)
 	}
-	resp, err = http.Get(eu.admin.URL + "/metrics")
+	resp, err := http.Get(eu.admin.URL + "/metrics")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -414,8 +403,8 @@ func TestRegionReload(t *testing.T) {
 	}
 }
 
-// hasFinding: r's /v1/stats diagnosis has a finding of kind.
-func hasFinding(t *testing.T, r *aRegion, kind string) bool {
+// statsOf is r's GET /v1/stats.
+func statsOf(t *testing.T, r *aRegion) gateway.Stats {
 	t.Helper()
 	resp, err := http.Get(r.admin.URL + "/v1/stats")
 	if err != nil {
@@ -426,7 +415,13 @@ func hasFinding(t *testing.T, r *aRegion, kind string) bool {
 	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
 		t.Fatal(err)
 	}
-	for _, f := range st.Diagnosis.Findings {
+	return st
+}
+
+// hasFinding: r's /v1/stats diagnosis has a finding of kind.
+func hasFinding(t *testing.T, r *aRegion, kind string) bool {
+	t.Helper()
+	for _, f := range statsOf(t, r).Diagnosis.Findings {
 		if f.Kind == kind {
 			return true
 		}
