@@ -212,6 +212,10 @@ type GlobalStats struct {
 	Floor     bool      `json:"floor"`                  // on the floor: no grant yet
 	Learning  bool      `json:"learning"`               // the ledger's state is new: it hands out no new quota yet
 	Error     string    `json:"error,omitempty"`        // why the last refresh failed
+	// Refresher: this instance refreshes the ledger for its region (it holds the pool's lock on
+	// the region's Redis); Version is the pooled grant's it enforces (0: not pooled, or none).
+	Refresher bool  `json:"refresher"`
+	Version   int64 `json:"grant_version,omitempty"`
 }
 
 // Decide decides req: every limit in one atomic store call, the enforced ones all or nothing, the

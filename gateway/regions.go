@@ -53,17 +53,12 @@ func (c regionCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
-// regionFindings are the diagnosis's findings of the global policies: several instances in the
-// region (fleet: nil or its registry), each refreshing the ledger alone, which the region's side
-// does not support yet; this region on its safe share (the ledger unreachable for a lease); a
-// limit short of what the regions want.
-func regionFindings(rs RegionStats, fleet *FleetStats) []Finding {
+// regionFindings are the diagnosis's findings of the global policies: this region on its safe
+// share (the ledger unreachable for a lease, or the region's Redis, where its instances pool,
+// for a follow window); a limit short of what the regions want. (Several instances of a region
+// are no fault: they pool on the region's Redis, docs/design.md.)
+func regionFindings(rs RegionStats) []Finding {
 	var out []Finding
-	if fleet != nil && fleet.Instances > 1 && len(rs.Policies) > 0 {
-		out = append(out, Finding{Kind: "region_instances", Subject: "region " + rs.Region,
-			Summary: fmt.Sprintf("%d instances of region %s share its Redis, and each refreshes the ledger alone: the ledger sees one instance's demand and grant at a time, so the worldwide bound of the global policies is not kept", fleet.Instances, rs.Region),
-			Do:      "run one instance per region for global: true policies until the region's instances pool their refreshes (issue 34)"})
-	}
 	for _, p := range rs.Policies {
 		if p.Safe {
 			out = append(out, Finding{Kind: "region_safe_share", Subject: "policy " + p.Policy,

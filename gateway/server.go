@@ -703,7 +703,7 @@ func (s *Server) stats(w http.ResponseWriter, r *http.Request) {
 	st.LoadShedding = s.current.Load().shedStats()
 	st.Diagnosis = s.metrics.diag.snapshot(now, cfg, st.Fleet)
 	if st.Regions != nil {
-		st.Diagnosis.Findings = append(st.Diagnosis.Findings, regionFindings(*st.Regions, st.Fleet)...)
+		st.Diagnosis.Findings = append(st.Diagnosis.Findings, regionFindings(*st.Regions)...)
 	}
 	st.Registry = s.ClientsStatus()
 	ctx, cancel := context.WithTimeout(r.Context(), time.Second)

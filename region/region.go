@@ -39,6 +39,10 @@ type Refresher struct {
 	stop     chan struct{}
 	done     chan struct{}
 	started  atomic.Bool
+
+	// The pool on the region's own Redis (UsePool): nil for an instance alone in its region.
+	regional *redisstore.Store
+	id       string
 }
 
 // policy is one global policy's state in this region.
@@ -46,6 +50,7 @@ type policy struct {
 	name   string
 	p      sluice.Policy // as configured: its Limit is the worldwide limit L
 	ledger *redisstore.Ledger
+	pool   *redisstore.Pool // nil: not pooled
 
 	enforced atomic.Pointer[enforced] // what Allotment answers from
 
@@ -62,11 +67,19 @@ type policy struct {
 	lastErr  error
 	errorAt  time.Time
 	lastView atomic.Pointer[Stats]
+	leading  bool      // this instance held the pool's lock at the last refresh
+	takenAt  time.Time // when it last took the pooled counts (while leading)
+	version  int64     // the pooled grant's version last read
+	demand   []demandSample
 }
 
 // enforced is a grant as Allotment reads it.
 type enforced struct {
 	grant redisstore.Grant
+	// trusted, if not zero, is when a pooled grant read from the region's Redis stops being
+	// trusted: its read's send time plus the follow window (a refresher confirms a shrink only
+	// a follow window after publishing it). Past it the instance runs on the safe share.
+	trusted time.Time
 }
 
 // Stats is one global policy as this region sees it, for /v1/stats and the metrics.
@@ -113,6 +126,11 @@ func (r *Refresher) Configure(cfg *config.Config) error {
 			return fmt.Errorf("region %s: policy %s: %w", r.region.Name, p.Name, err)
 		}
 		np := &policy{name: p.Name, p: p.Policy, ledger: l}
+		if r.regional != nil {
+			if np.pool, err = r.regional.Pool(p.Name); err != nil {
+				return fmt.Errorf("region %s: policy %s: %w", r.region.Name, p.Name, err)
+			}
+		}
 		np.enforced.Store(&enforced{})
 		next[p.Name] = np
 	}
@@ -146,8 +164,18 @@ func (r *Refresher) Allotment(name string) (int64, bool) {
 	if !ok {
 		return 0, false
 	}
-	a, _ := p.ledger.Enforce(p.enforced.Load().grant, r.now())
+	a, _ := p.enforce(r.now())
 	return a, true
+}
+
+// enforce is what p's region enforces at now: Ledger.Enforce of the grant, or the safe share once
+// a pooled grant is no longer trusted (not read from the region's Redis for a follow window).
+func (p *policy) enforce(now time.Time) (int64, bool) {
+	e := p.enforced.Load()
+	if !e.trusted.IsZero() && !now.Before(e.trusted) {
+		return p.ledger.Options().Safe, true
+	}
+	return p.ledger.Enforce(e.grant, now)
 }
 
 // Decided is decision.Global's: it counts a decision of the global policy for the next refresh.
@@ -240,7 +268,11 @@ func (r *Refresher) RefreshAll(ctx context.Context) {
 		return
 	}
 	for _, p := range *m {
-		r.refresh(ctx, p)
+		if p.pool != nil {
+			r.refreshPooled(ctx, p)
+		} else {
+			r.refresh(ctx, p)
+		}
 	}
 }
 
@@ -327,7 +359,8 @@ func (r *Refresher) Stats() []Stats {
 		}
 		s.Policy, s.Limit = p.name, p.p.Limit
 		g := p.enforced.Load().grant
-		s.Allotment, s.Safe = p.ledger.Enforce(g, r.now())
+		s.Allotment, s.Safe = p.enforce(r.now())
+		s.Refresher = p.pool != nil && s.Refresher
 		s.Lease, s.Floor, s.Learning = g.LocalExpires, g.LocalExpires.IsZero(), g.Learning
 		out = append(out, s)
 	}

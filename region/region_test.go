@@ -45,9 +45,15 @@ type aRegion struct {
 // the refresher's loop (else the test refreshes with RefreshAll).
 func startRegion(t *testing.T, name, conf string, global *redistest.Server, start bool) *aRegion {
 	t.Helper()
+	return startInstance(t, name, conf, global, redistest.Start(t), "", start)
+}
+
+// startInstance is startRegion on the regional redis-server rs, which other instances of the
+// region may share; with an id, the instance pools with them there (Refresher.UsePool).
+func startInstance(t *testing.T, name, conf string, global, rs *redistest.Server, id string, start bool) *aRegion {
+	t.Helper()
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
 	t.Cleanup(up.Close)
-	rs := redistest.Start(t)
 	y := regexp.MustCompile(`REGIONAL|GLOBAL|NAME|UPSTREAM`).ReplaceAllStringFunc(conf, func(s string) string {
 		return map[string]string{"REGIONAL": rs.Addr, "GLOBAL": global.Addr, "NAME": name, "UPSTREAM": up.URL}[s]
 	})
@@ -75,6 +81,11 @@ func startRegion(t *testing.T, name, conf string, global *redistest.Server, star
 	ref, err := region.New(gs, cfg, log)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if id != "" {
+		if err := ref.UsePool(regional, id); err != nil {
+			t.Fatal(err)
+		}
 	}
 	srv, err := gateway.NewServer(cfg, path, gateway.Store{Store: guarded, Ping: regional.Ping, Global: ref,
 		Regions: func() gateway.RegionStats { return gateway.RegionStats{Region: ref.Name(), Policies: ref.Stats()} },

@@ -127,11 +127,11 @@ func serve(ctx context.Context, path string, watch time.Duration, o overrides, s
 		}
 	}()
 	var running atomic.Pointer[gateway.Server] // whose configuration says the local budgets
-	st, err := openStore(cfg.Store, log, runningBudgets(cfg, &running))
+	st, reg, err := openStoreRegional(cfg.Store, log, runningBudgets(cfg, &running))
 	if err != nil {
 		return failure{err}
 	}
-	if err := startRegion(cfg, log, &st); err != nil {
+	if err := startRegion(cfg, log, &st, reg); err != nil {
 		st.Close()
 		return failure{err}
 	}

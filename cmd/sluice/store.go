@@ -35,14 +35,28 @@ import (
 // diagnosis; and with local_share: fleet its count is the local fallback's share. A heartbeat
 // that fails harms no decision: the registry logs it once and keeps the last count seen.
 func openStore(cfg config.Store, log *slog.Logger, budgets func(sluice.Policy) sluice.LocalBudget) (gateway.Store, error) {
+	st, _, err := openStoreRegional(cfg, log, budgets)
+	return st, err
+}
+
+// regionalStore is the Redis store openStoreRegional opened, and this instance's entry in its
+// fleet registry: a region's instances pool their global policies there (startRegion).
+type regionalStore struct {
+	store *redisstore.Store
+	fleet *redisstore.Fleet
+}
+
+// openStoreRegional is openStore, with the Redis store it opened (nil fields for the memory store).
+func openStoreRegional(cfg config.Store, log *slog.Logger, budgets func(sluice.Policy) sluice.LocalBudget) (gateway.Store, regionalStore, error) {
 	var st gateway.Store
 	var fleet *redisstore.Fleet
+	var reg regionalStore
 	fleetShare := cfg.OnError == sluice.FailLocal && cfg.LocalShare == config.LocalShareFleet
 	switch cfg.Type {
 	case config.StoreRedis:
 		rs, err := redisstore.New(redisOptions(cfg, log))
 		if err != nil {
-			return st, err
+			return st, reg, err
 		}
 		st = gateway.Store{Store: rs, Ping: rs.Ping, Close: rs.Close}
 		if budgets != nil {
@@ -51,9 +65,10 @@ func openStore(cfg config.Store, log *slog.Logger, budgets func(sluice.Policy) s
 		shares := gateway.NewShares()
 		if fleet, err = rs.Fleet(redisstore.FleetOptions{Name: cfg.Fleet, Counts: fleetCounts(shares), LogShare: fleetShare}); err != nil {
 			rs.Close()
-			return st, err
+			return st, reg, err
 		}
 		fleet.Start()
+		reg = regionalStore{store: rs, fleet: fleet}
 		st.Close = func() { fleet.Close(); rs.Close() } // leave the registry first: the others count one fewer at once
 		share := fallbackShare(cfg)
 		st.Fleet = func() gateway.FleetStats { return fleetStats(fleet, share) }
@@ -74,10 +89,10 @@ func openStore(cfg config.Store, log *slog.Logger, budgets func(sluice.Policy) s
 		if st.Close != nil {
 			st.Close()
 		}
-		return st, err
+		return st, regionalStore{}, err
 	}
 	st.Store = guarded
-	return st, nil
+	return st, reg, nil
 }
 
 // fallbackShare is the local fallback's share of each policy of cfg: -1 for local_share: fleet
@@ -202,8 +217,10 @@ func startClients(ctx context.Context, cfg *config.Config, st gateway.Store, srv
 
 // startRegion runs the region's refresher of the global: true policies (issue 34), when cfg has
 // a region section: on the global Redis, in the background, its allotments the decisions' limits
-// (st.Global); st.Close stops it and closes that Redis, then the store.
-func startRegion(cfg *config.Config, log *slog.Logger, st *gateway.Store) error {
+// (st.Global); st.Close stops it and closes that Redis, then the store. On the region's Redis
+// (reg) it pools with the region's other instances: one of them refreshes the ledger for the
+// region, every one enforces the grant it publishes (region.Refresher.UsePool).
+func startRegion(cfg *config.Config, log *slog.Logger, st *gateway.Store, reg regionalStore) error {
 	if cfg.Region == nil {
 		return nil
 	}
@@ -215,6 +232,12 @@ func startRegion(cfg *config.Config, log *slog.Logger, st *gateway.Store) error 
 	if err != nil {
 		gs.Close()
 		return err
+	}
+	if reg.store != nil {
+		if err := ref.UsePool(reg.store, reg.fleet.ID()); err != nil {
+			gs.Close()
+			return err
+		}
 	}
 	ref.Start()
 	st.Global = ref

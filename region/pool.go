@@ -1,0 +1,232 @@
+package region
+
+// Several instances in a region (docs/design.md, "Several instances in a region"): they share
+// the region's Redis, so its counters, and must enforce one allotment together. On that Redis
+// (store/redis Pool) they elect one refresher per global policy — a lock with a TTL of
+// lockRefreshes refresh intervals, renewed at each refresh; another instance takes it once it
+// lapses — and every instance adds its demand into the pool, which the refresher takes and
+// reports as the region's. The refresher publishes each grant there; every instance (the
+// refresher too) reads it each refresh and enforces it through Ledger.Enforce, its lease ending
+// by the instance's own clock. A smaller grant is confirmed to the ledger only a follow window
+// after it was published: an instance that read the larger one before trusts it at most a follow
+// window after its read was sent, then runs on the safe share.
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	redisstore "github.com/sluicehq/sluice/store/redis"
+)
+
+const (
+	// lockRefreshes is the pool's lock TTL in refresh intervals: the refresher renews it at each
+	// refresh; it lapses after that many missed, and another instance takes over.
+	lockRefreshes = 3
+	// followRefreshes is the follow window in refresh intervals: how long an instance trusts a
+	// pooled grant after the read that returned it was sent, and how long after publishing a
+	// smaller grant the refresher waits to confirm it (every instance reads once a refresh).
+	followRefreshes = 2
+	// demandRefreshes is how many takes of the pooled counts the refresher's want is measured over.
+	demandRefreshes = 4
+)
+
+// demandSample is one take's pooled decisions and the interval they came in.
+type demandSample struct {
+	n        int64
+	interval time.Duration
+}
+
+// UsePool pools this instance with the others of its region on the region's own Redis (the
+// store its decisions count on), id naming it there (unique per instance, e.g. the fleet
+// registry's). Call it before Start; the policies configured keep their grants.
+func (r *Refresher) UsePool(regional *redisstore.Store, id string) error {
+	if regional == nil || id == "" {
+		return errors.New("region: UsePool needs the region's Redis store and an instance id")
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.regional, r.id = regional, id
+	if m := r.policies.Load(); m != nil {
+		for name, p := range *m {
+			pool, err := regional.Pool(name)
+			if err != nil {
+				return err
+			}
+			p.pool = pool
+		}
+	}
+	return nil
+}
+
+// follow is the follow window: followRefreshes refresh intervals.
+func (r *Refresher) follow() time.Duration { return followRefreshes * r.region.Refresh }
+
+// refreshPooled is one pooled refresh of p: add this instance's counts to the pool; take or
+// renew the lock, and if held, refresh the ledger for the region and publish the grant; read
+// the published grant and enforce it.
+func (r *Refresher) refreshPooled(ctx context.Context, p *policy) {
+	now := r.now()
+	admitted, refused := p.admitted.Swap(0), p.refused.Swap(0)
+	var used int64
+	var usedFor time.Duration
+	p.useMu.Lock()
+	if now.Before(p.usedUntil) {
+		used, usedFor = min(p.used, p.p.Limit), p.usedUntil.Sub(now)
+	}
+	p.useMu.Unlock()
+	lockTTL := lockRefreshes * r.region.Refresh
+	err := p.pool.Push(ctx, admitted, refused, used, usedFor, 2*lockTTL)
+	var world int64
+	var rep redisstore.Report
+	if err != nil {
+		p.admitted.Add(admitted)
+		p.refused.Add(refused)
+	} else {
+		var lead bool
+		if lead, err = p.pool.Lead(ctx, r.id, lockTTL); err == nil {
+			if lead != p.leading {
+				r.log.Info("region: the refresher of this region's global policy", "region", r.region.Name, "policy", p.name, "instance", r.id, "refresher", lead)
+			}
+			if !lead {
+				p.takenAt = time.Time{}
+			}
+			p.leading = lead
+			if lead {
+				rep, world, err = r.lead(ctx, p)
+			}
+		}
+		// Every instance, the refresher too, enforces what is published.
+		sent := r.now()
+		g, ok, rerr := p.pool.Read(ctx)
+		if rerr == nil {
+			e := &enforced{trusted: sent.Add(r.follow())}
+			if ok {
+				e.grant = redisstore.Grant{Allotment: g.Allotment, Expires: g.Expires, LocalExpires: sent.Add(g.TTL), Learning: g.Learning, Epoch: g.Epoch}
+				p.version = g.Version
+			} else if old := p.enforced.Load().grant; !old.LocalExpires.IsZero() {
+				e.grant = old // its lease has ended: the safe share, until a grant is published
+			}
+			p.enforced.Store(e)
+		} else if err == nil {
+			err = rerr
+		}
+	}
+	if err != nil {
+		if p.lastErr == nil || now.Sub(p.errorAt) > time.Minute {
+			r.log.Warn("region: the pooled refresh failed; the grant read last holds for a follow window and until its lease ends, then the safe share",
+				"region", r.region.Name, "policy", p.name, "error", err.Error())
+			p.errorAt = now
+		}
+	} else if p.lastErr != nil {
+		r.log.Info("region: the pooled refresh works again", "region", r.region.Name, "policy", p.name)
+	}
+	p.lastErr = err
+	if !p.leading {
+		if v := p.lastView.Load(); v != nil {
+			world = v.WorldWant
+		}
+		rep.Want = 0
+	}
+	a, safe := p.enforce(r.now())
+	g := p.enforced.Load().grant
+	s := Stats{Policy: p.name, Limit: p.p.Limit, Allotment: a, Want: rep.Want, WorldWant: world, Admitted: admitted, Refused: refused, Used: used,
+		Lease: g.LocalExpires, Safe: safe, Floor: g.LocalExpires.IsZero() && !safe, Learning: g.Learning, Refresher: p.leading, Version: p.version}
+	if err != nil {
+		s.Error = err.Error()
+	}
+	p.lastView.Store(&s)
+}
+
+// lead is the refresher's part: it takes the pooled counts and reports them to the ledger as
+// the region's, holding what any instance may still enforce (the published grant, or a larger
+// one in flight), and publishes the grant. It returns the report and the worldwide want.
+func (r *Refresher) lead(ctx context.Context, p *policy) (redisstore.Report, int64, error) {
+	now := r.now()
+	c, ok, err := p.pool.Take(ctx, r.id)
+	took := r.now()
+	if err != nil || !ok {
+		p.leading = ok
+		return redisstore.Report{}, 0, err
+	}
+	interval := r.region.Refresh
+	if !p.takenAt.IsZero() {
+		interval = now.Sub(p.takenAt)
+	}
+	if p.takenAt.IsZero() {
+		p.demand = p.demand[:0]
+	}
+	p.takenAt = now
+	// The want is over the last demandRefreshes takes: the instances push their counts each on
+	// its own tick, so one interval may hold two pushes of an instance, the next none.
+	if len(p.demand) == demandRefreshes {
+		p.demand = append(p.demand[:0], p.demand[1:]...)
+	}
+	p.demand = append(p.demand, demandSample{c.Admitted + c.Refused, interval})
+	var n int64
+	var span time.Duration
+	for _, d := range p.demand {
+		n, span = n+d.n, span+d.interval
+	}
+	rep := redisstore.Report{Want: redisstore.Demand(n, 0, span, p.p.Period), Admitted: c.Admitted, Refused: c.Refused}
+	if c.Used > 0 && c.UsedFor > 0 {
+		// Counted from the take's answer: no earlier than the pool's clock had it.
+		rep.Used, rep.UsedUntil = min(c.Used, p.p.Limit), took.Add(c.UsedFor).Add(p.offset)
+	}
+	if c.HasGrant {
+		rep.Holds, rep.HoldsExpires = c.Grant.Allotment, c.Grant.Expires
+		if c.ShrinkFrom > rep.Holds {
+			// An instance may still enforce the larger allotment: not confirmed yet.
+			rep.Holds = c.ShrinkFrom
+			if c.ShrinkExpires.After(rep.HoldsExpires) {
+				rep.HoldsExpires = c.ShrinkExpires
+			}
+		}
+	}
+	sent := r.now()
+	g, err := p.ledger.Refresh(ctx, r.region.Name, rep)
+	if err != nil {
+		// The counts are not lost: back into the pool for the next refresh.
+		if perr := p.pool.Push(ctx, c.Admitted, c.Refused, 0, 0, 2*lockRefreshes*r.region.Refresh); perr != nil {
+			r.log.Warn("region: the pooled counts could not be put back", "region", r.region.Name, "policy", p.name, "error", perr.Error())
+		}
+		return rep, 0, err
+	}
+	p.sentAt, p.offset = sent, g.Now.Sub(sent)
+	// The key lives for the lease left, less half a refresh: a reader's lease (its send time plus
+	// the key's TTL) then ends before this one's even if the publish took that long to arrive.
+	ttl := g.LocalExpires.Sub(r.now()) - r.region.Refresh/2
+	if ttl >= time.Millisecond {
+		// A shrink in flight is of the grant published now (the shrink kept in the pool since
+		// has its own time): were it of rep.Holds, each refresh in the window would extend it.
+		var from int64
+		if c.HasGrant {
+			from = c.Grant.Allotment
+		}
+		_, ok, err = p.pool.Publish(ctx, r.id, redisstore.PoolGrant{Allotment: g.Allotment, Learning: g.Learning, Expires: g.Expires, Epoch: g.Epoch},
+			ttl, from, c.Grant.Expires, r.follow())
+		if err != nil {
+			return rep, 0, err
+		}
+		if !ok {
+			p.leading = false
+		} else if g.Confirm {
+			// Confirm the shrink once every instance has read it: a refresh then.
+			time.AfterFunc(r.follow()+r.region.Refresh/4, func() {
+				select {
+				case r.wake <- struct{}{}:
+				default:
+				}
+			})
+		}
+	}
+	var world int64
+	if v, rerr := p.ledger.Read(ctx); rerr == nil {
+		for _, x := range v.Regions {
+			if x.Live {
+				world += x.Want
+			}
+		}
+	}
+	return rep, world, nil
+}
