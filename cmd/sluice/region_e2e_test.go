@@ -106,26 +106,81 @@ func TestServeE2ERegions(t *testing.T) {
 	}
 }
 
-// TestServeE2ERegionInstances: two instances of one region on its Redis each refresh the ledger
-// alone, which the region's side does not support yet: the diagnosis says so, once the instance
-// registry counts both.
-func TestServeE2ERegionInstances(t *testing.T) {
+// TestServeE2ERegionPool: two sluice serve instances of eu on eu's redis-server, one of us on
+// its own, one global redis-server. eu's instances pool there: exactly one refreshes the ledger
+// for the region (its lock), both enforce the grant it publishes on the region's counter, so
+// eu's demand, sent to both in turn, takes all but us's floor (90) and the two admit 90 together;
+// us then admits its floor: exactly the limit reaches the upstream. The diagnosis has no finding
+// of several instances in the region.
+func TestServeE2ERegionPool(t *testing.T) {
 	t.Parallel()
-	global, regional := redistest.Start(t), redistest.Start(t)
+	global, euRedis := redistest.Start(t), redistest.Start(t)
 	up := newUpstream(t)
 	dir := t.TempDir()
-	a := startSluice(t, dir, "a.yaml", regionConfig(up.URL, "eu", regional.Addr, global.Addr))
-	startSluice(t, dir, "b.yaml", regionConfig(up.URL, "eu", regional.Addr, global.Addr))
+	eu := []*sluiceProc{
+		startSluice(t, dir, "eu-a.yaml", regionConfig(up.URL, "eu", euRedis.Addr, global.Addr)),
+		startSluice(t, dir, "eu-b.yaml", regionConfig(up.URL, "eu", euRedis.Addr, global.Addr)),
+	}
+	us := startSluice(t, dir, "us.yaml", regionConfig(up.URL, "us", redistest.Start(t).Addr, global.Addr))
+	qRE := regexp.MustCompile(`;q=(\d+)`)
+	get := func(p *sluiceProc) (int, int64) {
+		t.Helper()
+		resp, err := e2eClient.Get(p.proxy + "/a")
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		q := int64(-1)
+		if m := qRE.FindStringSubmatch(resp.Header.Get("RateLimit-Policy")); m != nil {
+			q, _ = strconv.ParseInt(m[1], 10, 64)
+		}
+		return resp.StatusCode, q
+	}
+	admitted, full := 0, map[int]bool{}
 	deadline := time.Now().Add(20 * time.Second)
-	for {
-		for _, f := range a.stats(t).Diagnosis.Findings {
-			if f.Kind == "region_instances" {
-				return
-			}
+	for i := 0; len(full) < 2; i++ {
+		code, q := get(eu[i%2])
+		if code == 200 {
+			admitted++
+		} else if q == 90 {
+			full[i%2] = true
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("no region_instances finding within 20s: %+v", a.stats(t).Diagnosis.Findings)
+			t.Fatalf("eu's instances did not both refuse under 90 (last q=%d, %d admitted)\n%s\n%s", q, admitted, eu[0].stderr.String(), eu[1].stderr.String())
 		}
-		time.Sleep(50 * time.Millisecond)
+	}
+	if admitted != 90 {
+		t.Fatalf("eu's two instances admitted %d together; want 90, the region's allotment", admitted)
+	}
+	refreshers := 0
+	for _, p := range eu {
+		st := p.stats(t)
+		if st.Regions == nil || len(st.Regions.Policies) != 1 || st.Regions.Policies[0].Allotment != 90 {
+			t.Fatalf("eu's /v1/stats regions: %+v", st.Regions)
+		}
+		if st.Regions.Policies[0].Refresher {
+			refreshers++
+		}
+		for _, f := range st.Diagnosis.Findings {
+			if f.Kind == "region_instances" {
+				t.Fatalf("the diagnosis flags the pooled instances: %+v", f)
+			}
+		}
+	}
+	if refreshers != 1 {
+		t.Fatalf("%d of eu's instances refresh the ledger; want one", refreshers)
+	}
+	usAdmitted := 0
+	for range 30 {
+		if code, _ := get(us); code == 200 {
+			usAdmitted++
+		}
+	}
+	if usAdmitted != 10 {
+		t.Fatalf("us admitted %d; want its floor, 10", usAdmitted)
+	}
+	if n := up.count("/a"); n != 100 {
+		t.Fatalf("%d requests reached the upstream; want the limit, 100", n)
 	}
 }
