@@ -244,3 +244,57 @@ func TestRegionPoolConfirm(t *testing.T) {
 		return x == 50
 	})
 }
+
+// TestRegionPoolDown: eu's own Redis is killed under its two instances. They cannot pool (nor
+// count: their decisions meet the failure mode), so neither trusts the grant it read beyond the
+// follow window: both run on the safe share (30), the allotment their failure mode's local
+// fallback divides among them (local_share: fleet); and the refresher, unable to keep its lock,
+// stops refreshing for the region, whose lease in the ledger ends, so that the ledger counts it
+// for its hold and then reserves its floor (docs/design.md). us goes on.
+func TestRegionPoolDown(t *testing.T) {
+	global, euRedis, usRedis := redistest.Start(t), redistest.Start(t), redistest.Start(t)
+	eu := []*aRegion{
+		startInstance(t, "eu", twoRegions, global, euRedis, "eu-1", true),
+		startInstance(t, "eu", twoRegions, global, euRedis, "eu-2", true),
+	}
+	us := startInstance(t, "us", twoRegions, global, usRedis, "us-1", true)
+	waitFor(t, 10*time.Second, "every instance on a grant", func() bool {
+		for _, r := range append(eu, us) {
+			if st := r.ref.Stats()[0]; st.Floor || st.Version == 0 || st.Learning {
+				return false
+			}
+		}
+		return true
+	})
+	ledger, err := mustStore(t, global).Ledger("partner", redisstore.LedgerOptions{Limit: 100, Regions: 2, Floor: 10, Lease: 600 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	euRedis.Kill()
+	killed := time.Now()
+	for i, r := range eu {
+		waitFor(t, 2*time.Second, fmt.Sprintf("eu instance %d on the safe share", i), func() bool {
+			st := r.ref.Stats()[0]
+			return st.Safe && st.Allotment == 30 && st.Error != "" && !st.Refresher
+		})
+	}
+	// The follow window (100 ms) after the last read, which came at most a refresh and the pool's
+	// timeout (1 s) before the kill.
+	if d := time.Since(killed); d > 100*time.Millisecond+50*time.Millisecond+time.Second+200*time.Millisecond {
+		t.Errorf("eu on its safe share %v after its Redis died", d)
+	}
+	waitFor(t, 3*time.Second, "eu's lease ended in the ledger, us's live", func() bool {
+		v, err := ledger.Read(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		live := map[string]bool{}
+		for _, r := range v.Regions {
+			live[r.Region] = r.Live
+		}
+		return !live["eu"] && live["us"]
+	})
+	if st := us.ref.Stats()[0]; st.Safe || st.Error != "" {
+		t.Fatalf("us after eu's Redis died: %+v", st)
+	}
+}
