@@ -34,6 +34,24 @@ default_policy: partner
 	}
 }
 
+var qRE = regexp.MustCompile(`;q=(\d+)`)
+
+// regionGet sends one request to p; it returns the status and the RateLimit-Policy's q=.
+func regionGet(t *testing.T, p *sluiceProc) (int, int64) {
+	t.Helper()
+	resp, err := e2eClient.Get(p.proxy + "/a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	q := int64(-1)
+	if m := qRE.FindStringSubmatch(resp.Header.Get("RateLimit-Policy")); m != nil {
+		q, _ = strconv.ParseInt(m[1], 10, 64)
+	}
+	return resp.StatusCode, q
+}
+
 // TestServeE2ERegions: two sluice serve processes, each a region on its own redis-server, one
 // global redis-server for the ledger. eu's demand takes all but the floor reserved for us (90 of
 // 100: RateLimit-Policy's q= shows it, and /v1/stats and the metrics); us then gets its floor,
@@ -45,27 +63,12 @@ func TestServeE2ERegions(t *testing.T) {
 	dir := t.TempDir()
 	eu := startSluice(t, dir, "eu.yaml", regionConfig(up.URL, "eu", redistest.Start(t).Addr, global.Addr))
 	us := startSluice(t, dir, "us.yaml", regionConfig(up.URL, "us", redistest.Start(t).Addr, global.Addr))
-	qRE := regexp.MustCompile(`;q=(\d+)`)
-	get := func(p *sluiceProc) (int, int64) {
-		t.Helper()
-		resp, err := e2eClient.Get(p.proxy + "/a")
-		if err != nil {
-			t.Fatal(err)
-		}
-		io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
-		q := int64(-1)
-		if m := qRE.FindStringSubmatch(resp.Header.Get("RateLimit-Policy")); m != nil {
-			q, _ = strconv.ParseInt(m[1], 10, 64)
-		}
-		return resp.StatusCode, q
-	}
 	// eu asks until its window is full under an allotment above the floor: refused requests are
 	// demand too, and keep it up while the ledger's new state learns (a lease and the hold).
 	admitted := map[string]int{}
 	deadline := time.Now().Add(20 * time.Second)
 	for {
-		code, q := get(eu)
+		code, q := regionGet(t, eu)
 		if code == 200 {
 			admitted["eu"]++
 		} else if q == 90 {
@@ -87,7 +90,7 @@ func TestServeE2ERegions(t *testing.T) {
 	}
 	// us: its floor, and no more while eu's 90 count.
 	for range 30 {
-		if code, q := get(us); code == 200 {
+		if code, q := regionGet(t, us); code == 200 {
 			admitted["us"]++
 		} else if q > 10 {
 			t.Fatalf("us refused under q=%d; eu's use leaves it 10", q)
@@ -97,7 +100,7 @@ func TestServeE2ERegions(t *testing.T) {
 		t.Fatalf("us admitted %d; want its floor, 10", admitted["us"])
 	}
 	for range 5 {
-		if code, _ := get(eu); code != 429 {
+		if code, _ := regionGet(t, eu); code != 429 {
 			t.Fatalf("eu admitted past the limit: %d", code)
 		}
 	}
@@ -122,25 +125,10 @@ func TestServeE2ERegionPool(t *testing.T) {
 		startSluice(t, dir, "eu-b.yaml", regionConfig(up.URL, "eu", euRedis.Addr, global.Addr)),
 	}
 	us := startSluice(t, dir, "us.yaml", regionConfig(up.URL, "us", redistest.Start(t).Addr, global.Addr))
-	qRE := regexp.MustCompile(`;q=(\d+)`)
-	get := func(p *sluiceProc) (int, int64) {
-		t.Helper()
-		resp, err := e2eClient.Get(p.proxy + "/a")
-		if err != nil {
-			t.Fatal(err)
-		}
-		io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
-		q := int64(-1)
-		if m := qRE.FindStringSubmatch(resp.Header.Get("RateLimit-Policy")); m != nil {
-			q, _ = strconv.ParseInt(m[1], 10, 64)
-		}
-		return resp.StatusCode, q
-	}
 	admitted, full := 0, map[int]bool{}
 	deadline := time.Now().Add(20 * time.Second)
 	for i := 0; len(full) < 2; i++ {
-		code, q := get(eu[i%2])
+		code, q := regionGet(t, eu[i%2])
 		if code == 200 {
 			admitted++
 		} else if q == 90 {
@@ -173,7 +161,7 @@ func TestServeE2ERegionPool(t *testing.T) {
 	}
 	usAdmitted := 0
 	for range 30 {
-		if code, _ := get(us); code == 200 {
+		if code, _ := regionGet(t, us); code == 200 {
 			usAdmitted++
 		}
 	}
