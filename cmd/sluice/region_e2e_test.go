@@ -5,6 +5,7 @@ import (
 	"io"
 	"regexp"
 	"strconv"
+	"syscall"
 	"testing"
 	"time"
 
@@ -141,14 +142,16 @@ func TestServeE2ERegionPool(t *testing.T) {
 	if admitted != 90 {
 		t.Fatalf("eu's two instances admitted %d together; want 90, the region's allotment", admitted)
 	}
-	refreshers := 0
-	for _, p := range eu {
+	refreshers, survivor := 0, -1
+	for i, p := range eu {
 		st := p.stats(t)
 		if st.Regions == nil || len(st.Regions.Policies) != 1 || st.Regions.Policies[0].Allotment != 90 {
 			t.Fatalf("eu's /v1/stats regions: %+v", st.Regions)
 		}
 		if st.Regions.Policies[0].Refresher {
 			refreshers++
+		} else {
+			survivor = i
 		}
 		for _, f := range st.Diagnosis.Findings {
 			if f.Kind == "region_instances" {
@@ -167,6 +170,25 @@ func TestServeE2ERegionPool(t *testing.T) {
 	}
 	if usAdmitted != 10 {
 		t.Fatalf("us admitted %d; want its floor, 10", usAdmitted)
+	}
+	// eu's refresher is killed (its lock not given back): the survivor takes over within the
+	// lock's TTL (3 refreshes, 300 ms) and a refresh, and admits nothing more (the region's 90 are
+	// used in this hour's window): the upstream has the limit.
+	eu[1-survivor].signal(syscall.SIGKILL)
+	killed := time.Now()
+	for !eu[survivor].stats(t).Regions.Policies[0].Refresher {
+		if time.Since(killed) > 5*time.Second {
+			t.Fatalf("no takeover within 5s\n%s", eu[survivor].stderr.String())
+		}
+		time.Sleep(10 * time.Millisecond) // polling /v1/stats, as an operator would
+	}
+	if d := time.Since(killed); d > 300*time.Millisecond+2*100*time.Millisecond+300*time.Millisecond {
+		t.Errorf("the survivor took over %v after the kill; want within the lock's TTL (300ms) and a refresh", d)
+	}
+	for range 10 {
+		if code, q := regionGet(t, eu[survivor]); code != 429 || q > 90 || q < 0 {
+			t.Fatalf("eu's survivor after the takeover: %d, q=%d; want 429, the region's 90 used (its allotment at most 90, less as us wants too)", code, q)
+		}
 	}
 	if n := up.count("/a"); n != 100 {
 		t.Fatalf("%d requests reached the upstream; want the limit, 100", n)
