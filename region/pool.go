@@ -82,9 +82,14 @@ func (r *Refresher) refreshPooled(ctx context.Context, p *policy) {
 	if err != nil {
 		p.admitted.Add(admitted)
 		p.refused.Add(refused)
+		// Its lock not renewed, it refreshes for the region no more.
+		p.leading, p.takenAt = false, time.Time{}
 	} else {
 		var lead bool
-		if lead, err = p.pool.Lead(ctx, r.id, lockTTL); err == nil {
+		lead, err = p.pool.Lead(ctx, r.id, lockTTL)
+		if err != nil {
+			p.leading, p.takenAt = false, time.Time{}
+		} else {
 			if lead != p.leading {
 				r.log.Info("region: the refresher of this region's global policy", "region", r.region.Name, "policy", p.name, "instance", r.id, "refresher", lead)
 			}
