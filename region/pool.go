@@ -8,8 +8,9 @@ package region
 // reports as the region's. The refresher publishes each grant there; every instance (the
 // refresher too) reads it each refresh and enforces it through Ledger.Enforce, its lease ending
 // by the instance's own clock. A smaller grant is confirmed to the ledger only a follow window
-// after it was published: an instance that read the larger one before trusts it at most a follow
-// window after its read was sent, then runs on the safe share.
+// and 1.5 refreshes after it was published (shrinkFor): an instance that read the larger one
+// before trusts it at most a follow window after its read was sent, then runs on the safe share;
+// and in the 1.5 refreshes every instance pushes the use it admitted under the larger one.
 
 import (
 	"context"
@@ -61,6 +62,11 @@ func (r *Refresher) UsePool(regional *redisstore.Store, id string) error {
 
 // follow is the follow window: followRefreshes refresh intervals.
 func (r *Refresher) follow() time.Duration { return followRefreshes * r.region.Refresh }
+
+// shrinkFor is how long a shrink stays in flight: the follow window, after which no instance
+// admits under the larger allotment, and one and a half refreshes more, in which every instance
+// pushes the use it admitted under it (each pushes once a refresh).
+func (r *Refresher) shrinkFor() time.Duration { return r.follow() + 3*r.region.Refresh/2 }
 
 // refreshPooled is one pooled refresh of p: add this instance's counts to the pool; take or
 // renew the lock, and if held, refresh the ledger for the region and publish the grant; read
@@ -209,20 +215,15 @@ func (r *Refresher) lead(ctx context.Context, p *policy) (redisstore.Report, int
 			from = c.Grant.Allotment
 		}
 		_, ok, err = p.pool.Publish(ctx, r.id, redisstore.PoolGrant{Allotment: g.Allotment, Learning: g.Learning, Expires: g.Expires, Epoch: g.Epoch},
-			ttl, from, c.Grant.Expires, r.follow())
+			ttl, from, c.Grant.Expires, r.shrinkFor())
 		if err != nil {
 			return rep, 0, err
 		}
 		if !ok {
 			p.leading = false
 		} else if g.Confirm {
-			// Confirm the shrink once every instance has read it: a refresh then.
-			time.AfterFunc(r.follow()+r.region.Refresh/4, func() {
-				select {
-				case r.wake <- struct{}{}:
-				default:
-				}
-			})
+			// Confirm the shrink once every instance has read it and pushed its use: a refresh then.
+			r.wakeAfter(r.shrinkFor() + r.region.Refresh/4)
 		}
 	}
 	var world int64

@@ -297,12 +297,10 @@ func (r *Refresher) refresh(ctx context.Context, p *policy) {
 	sent := r.now()
 	g, err := p.ledger.Refresh(ctx, r.region.Name, rep)
 	if err == nil && g.Confirm {
-		// The region enforces the smaller allotment from now: say so at once, so that the
-		// ledger gives the difference to the others.
-		p.enforced.Store(&enforced{grant: g})
-		rep.Holds, rep.HoldsExpires = g.Allotment, g.Expires
-		sent = r.now()
-		g, err = p.ledger.Refresh(ctx, r.region.Name, rep)
+		// The region enforces the smaller allotment from now, and says so at its next refresh
+		// (soon: a quarter interval), not at once: a decision under the larger allotment may
+		// still be in flight, and its use must be counted before the difference is free.
+		r.wakeAfter(r.region.Refresh / 4)
 	}
 	if err != nil {
 		if p.lastErr == nil || now.Sub(p.errorAt) > time.Minute {
@@ -343,6 +341,16 @@ func (r *Refresher) refresh(ctx context.Context, p *policy) {
 		s.Error = p.lastErr.Error()
 	}
 	p.lastView.Store(&s)
+}
+
+// wakeAfter runs the refreshes once more after d.
+func (r *Refresher) wakeAfter(d time.Duration) {
+	time.AfterFunc(d, func() {
+		select {
+		case r.wake <- struct{}{}:
+		default:
+		}
+	})
 }
 
 // Stats returns every global policy's state in this region, sorted by name.
