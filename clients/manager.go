@@ -227,7 +227,7 @@ func (m *Manager) Merge(base *config.Config) (*config.Config, error) {
 			err = noKey(name, len(s.Rec.Keys) > 0)
 		}
 		if err == nil {
-			err = base.CheckClient(cl, nil)
+			err = base.CheckClient(cl)
 		}
 		if err != nil {
 			st.Dropped[name] = err.Error()
@@ -244,7 +244,7 @@ func (m *Manager) Merge(base *config.Config) (*config.Config, error) {
 			cl.Organisation = t.Organisation // (its team is the API's now: so is its organisation)
 		}
 		if o := applicable(base, fc.Policy, ruleOverrides(rules, fc.Name, nil)); len(o) > 0 {
-			if cl.Overrides = overrides(o); base.CheckClient(&cl, nil) != nil {
+			if cl.Overrides = overrides(o); base.CheckClient(&cl) != nil {
 				cl.Overrides = nil // (a rule that does not fit a file client leaves it as the file says: checkAll refuses such a rule)
 			}
 		}
