@@ -179,7 +179,7 @@ func (m *Manager) Run(ctx context.Context) {
 		}
 		changed, _ := m.Sync(ctx)
 		m.mu.Lock()
-		expiry := !m.status.nextExpiry().IsZero() && !m.now().Before(m.status.nextExpiry())
+		expiry := !m.status.expiry.IsZero() && !m.now().Before(m.status.expiry)
 		m.mu.Unlock()
 		if changed || expiry {
 			m.Apply()
@@ -198,8 +198,6 @@ func (m *Manager) Apply() {
 	m.mu.Unlock()
 }
 
-// nextExpiry is kept beside the status (unexported: not shown).
-func (s *Status) nextExpiry() time.Time { return s.expiry }
 
 // Merge returns base with the registry's clients merged in (see the package's doc for which
 // wins), and records what it made of them (Status).
