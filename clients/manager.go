@@ -198,7 +198,6 @@ func (m *Manager) Apply() {
 	m.mu.Unlock()
 }
 
-
 // Merge returns base with the registry's clients merged in (see the package's doc for which
 // wins), and records what it made of them (Status).
 func (m *Manager) Merge(base *config.Config) (*config.Config, error) {
