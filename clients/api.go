@@ -358,10 +358,11 @@ func (a *API) deletable(kind, name string) error {
 		return nil
 	}
 	if cs := a.M.planClients(name); len(cs) > 0 {
-		if len(cs) > 5 {
+		n := len(cs)
+		if n > 5 {
 			cs = append(cs[:5], "...")
 		}
-		return fmt.Errorf("plan %q is the plan of %d clients (%s): move them to another plan first", name, len(a.M.planClients(name)), strings.Join(cs, ", "))
+		return fmt.Errorf("plan %q is the plan of %d clients (%s): move them to another plan first", name, n, strings.Join(cs, ", "))
 	}
 	return nil
 }
@@ -392,6 +393,14 @@ func (a *API) putClient(r *http.Request, name string, body, cur []byte, now time
 	return json.Marshal(rec)
 }
 
+// base is the file's configuration with the API's teams and organisations: what writes are
+// checked against.
+func (a *API) base() *config.Config {
+	a.M.mu.Lock()
+	defer a.M.mu.Unlock()
+	return a.M.groupsBase(a.Base())
+}
+
 // checkClient checks rec as client name against the records and the running configuration.
 func (a *API) checkClient(name string, rec *Client, now time.Time) error {
 	a.M.mu.Lock()
@@ -410,7 +419,7 @@ func (a *API) checkClient(name string, rec *Client, now time.Time) error {
 		// A client may be made before its key (POST .../keys generates one): it runs once it has one.
 		probe.APIKeySHA256 = []string{strings.Repeat("0", 64)}
 	}
-	if err := base.CheckClient(&probe, nil); err != nil {
+	if err := base.CheckClient(&probe); err != nil {
 		return err
 	}
 	cur := a.Config()
@@ -433,11 +442,9 @@ func (a *API) putPlan(r *http.Request, name string, body, cur []byte, now time.T
 		return nil, err
 	}
 	rec.Meta = Meta{Updated: now, UpdatedBy: who}
-	a.M.mu.Lock()
-	base := a.M.groupsBase(a.Base())
-	a.M.mu.Unlock()
+	base := a.base()
 	probe := &config.Client{Name: "plan-" + name, Policy: rec.Policy, Overrides: overrides(rec.Overrides), JWTSubject: "-"}
-	if err := base.CheckClient(probe, nil); err != nil && !strings.HasPrefix(fieldOf(err), "jwt_subject") {
+	if err := base.CheckClient(probe); err != nil && !strings.HasPrefix(fieldOf(err), "jwt_subject") {
 		return nil, err
 	}
 	// Every client on the plan must still be valid with it.
@@ -464,9 +471,7 @@ func (a *API) putRule(r *http.Request, name string, body, cur []byte, now time.T
 		return nil, err
 	}
 	rec.Meta = Meta{Updated: now, UpdatedBy: who}
-	a.M.mu.Lock()
-	base := a.M.groupsBase(a.Base())
-	a.M.mu.Unlock()
+	base := a.base()
 	for _, p := range slices.Sorted(maps.Keys(rec.Overrides)) {
 		if _, ok := base.Policy(p); !ok {
 			return nil, bad("overrides."+p, "%q is not a policy", p)
@@ -497,7 +502,7 @@ func (m *Manager) checkAllWith(base *config.Config, which func(*Client) bool, no
 			}
 			cl := *fc
 			cl.Overrides = overrides(applicable(base, fc.Policy, ruleOverrides(rules, fc.Name, nil)))
-			if err := base.CheckClient(&cl, nil); err != nil {
+			if err := base.CheckClient(&cl); err != nil {
 				var fe *config.FieldError
 				if errors.As(err, &fe) {
 					return bad(fe.Field, "client %q (the file's, line %d) would not run with this: %s", fc.Name, fc.Line, fe.Msg)
@@ -514,7 +519,7 @@ func (m *Manager) checkAllWith(base *config.Config, which func(*Client) bool, no
 		var next time.Time
 		cl, err := m.resolve(base, name, s.Rec, rules, now, &next)
 		if err == nil {
-			err = base.CheckClient(cl, nil)
+			err = base.CheckClient(cl)
 		}
 		if err != nil {
 			var fe *config.FieldError

@@ -179,7 +179,7 @@ func (m *Manager) Run(ctx context.Context) {
 		}
 		changed, _ := m.Sync(ctx)
 		m.mu.Lock()
-		expiry := !m.status.nextExpiry().IsZero() && !m.now().Before(m.status.nextExpiry())
+		expiry := !m.status.expiry.IsZero() && !m.now().Before(m.status.expiry)
 		m.mu.Unlock()
 		if changed || expiry {
 			m.Apply()
@@ -197,9 +197,6 @@ func (m *Manager) Apply() {
 	m.applied = make(chan struct{})
 	m.mu.Unlock()
 }
-
-// nextExpiry is kept beside the status (unexported: not shown).
-func (s *Status) nextExpiry() time.Time { return s.expiry }
 
 // Merge returns base with the registry's clients merged in (see the package's doc for which
 // wins), and records what it made of them (Status).
@@ -227,7 +224,7 @@ func (m *Manager) Merge(base *config.Config) (*config.Config, error) {
 			err = noKey(name, len(s.Rec.Keys) > 0)
 		}
 		if err == nil {
-			err = base.CheckClient(cl, nil)
+			err = base.CheckClient(cl)
 		}
 		if err != nil {
 			st.Dropped[name] = err.Error()
@@ -244,7 +241,7 @@ func (m *Manager) Merge(base *config.Config) (*config.Config, error) {
 			cl.Organisation = t.Organisation // (its team is the API's now: so is its organisation)
 		}
 		if o := applicable(base, fc.Policy, ruleOverrides(rules, fc.Name, nil)); len(o) > 0 {
-			if cl.Overrides = overrides(o); base.CheckClient(&cl, nil) != nil {
+			if cl.Overrides = overrides(o); base.CheckClient(&cl) != nil {
 				cl.Overrides = nil // (a rule that does not fit a file client leaves it as the file says: checkAll refuses such a rule)
 			}
 		}

@@ -130,12 +130,12 @@ teams: [{name: ml, organisation: acme, policy: team-tpm}]
 	} {
 		c.cl.Name, c.cl.APIKeySHA256 = "late", []string{hashA}
 		var fe *FieldError
-		if err := cfg.CheckClient(&c.cl, nil); !errors.As(err, &fe) || fe.Field != c.field {
+		if err := cfg.CheckClient(&c.cl); !errors.As(err, &fe) || fe.Field != c.field {
 			t.Errorf("team %q, organisation %q: %v, want an error about %s", c.cl.Team, c.cl.Organisation, err, c.field)
 		}
 	}
 	late := &Client{Name: "late", APIKeySHA256: []string{hashA}, Team: "ml"}
-	if err := cfg.CheckClient(late, nil); err != nil {
+	if err := cfg.CheckClient(late); err != nil {
 		t.Fatal(err)
 	}
 	n, err := cfg.WithClients([]*Client{late})

@@ -65,10 +65,10 @@ func fieldErr(field, format string, args ...any) error {
 
 // CheckClient checks cl as a client of c would be checked in the file: its name, its keys and
 // subject (and that some identity source matches them), its policies, its overrides (each
-// policy's rules hold with them, and every route's cost still fits), and, against others (the
-// other clients, by name), that no key or subject is already another client's. The error is a
+// policy's rules hold with them, and every route's cost still fits). Whether a key or subject is
+// another client's is the caller's to check, against the clients it runs. The error is a
 // *FieldError.
-func (c *Config) CheckClient(cl *Client, others func(yield func(*Client) bool)) error {
+func (c *Config) CheckClient(cl *Client) error {
 	if !clientNameRE.MatchString(cl.Name) || len(cl.Name) > 128 {
 		return fieldErr("name", "%q must be 1 to 128 of A-Z, a-z, 0-9, '.', '_' and '-'", cl.Name)
 	}
@@ -97,22 +97,6 @@ func (c *Config) CheckClient(cl *Client, others func(yield func(*Client) bool)) 
 	}
 	if cl.JWTSubject != "" && !slices.ContainsFunc(c.Identity, func(id Identity) bool { return id.JWT != nil }) {
 		return fieldErr("jwt_subject", "is never matched: the configuration's identity has no jwt source")
-	}
-	if others != nil {
-		for o := range others {
-			if o.Name == cl.Name {
-				continue
-			}
-			for _, h := range o.APIKeySHA256 {
-				var sum [sha256.Size]byte
-				if _, err := hex.Decode(sum[:], []byte(h)); err == nil && sums[sum] {
-					return fieldErr("api_key_sha256", "%s… is already a key of client %q; a key names one client", h[:8], o.Name)
-				}
-			}
-			if cl.JWTSubject != "" && o.JWTSubject == cl.JWTSubject {
-				return fieldErr("jwt_subject", "%q is already client %q's", cl.JWTSubject, o.Name)
-			}
-		}
 	}
 	for i, name := range cl.Policy {
 		if _, ok := c.policies[name]; !ok {

@@ -219,8 +219,26 @@ runroot = %q
 		"CONTAINERS_CONF="+filepath.Join(dir, "containers.conf"),
 		"CONTAINERS_STORAGE_CONF="+filepath.Join(dir, "storage.conf"),
 		"TMPDIR="+dir)}
-	// Before the directory goes: any container left running in it.
-	t.Cleanup(func() { _, _ = pm.output("rm", "--all", "--force", "--time", "0") })
+	// Before the directory goes: any container left running in it. Its end is not the end of
+	// the writing: conmon and the `podman container cleanup` it starts write their last files
+	// into the directory a moment after rm returns (later still on a loaded machine), which made
+	// the test's own removal fail now and then ("directory not empty"). So the directory is
+	// removed here, again until the writers are done.
+	t.Cleanup(func() {
+		_, _ = pm.output("rm", "--all", "--force", "--time", "0")
+		deadline := time.Now().Add(60 * time.Second)
+		for {
+			err := os.RemoveAll(dir)
+			if err == nil {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Errorf("podman's directory could not be removed in a minute: %v", err)
+				return
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	})
 	return pm
 }
 

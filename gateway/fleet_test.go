@@ -3,10 +3,7 @@ package gateway_test
 import (
 	"errors"
 	"io"
-	"log/slog"
 	"net/http"
-	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -14,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/gateway"
 	"github.com/sluicehq/sluice/internal/redistest"
 )
@@ -251,27 +247,12 @@ default_policy: ` + fleet + `-window
 func TestFleetNameReload(t *testing.T) {
 	rs := redistest.Start(t)
 	up := newUpstream(t)
-	path := filepath.Join(t.TempDir(), "sluice.yaml")
-	write := func(fleet string) {
-		t.Helper()
-		yaml := "upstream: " + up.URL + "\nstore: {type: redis, addrs: [" + rs.Addr + "], fleet: " + fleet + "}\n"
-		if err := os.WriteFile(path, []byte(yaml), 0o644); err != nil {
-			t.Fatal(err)
-		}
+	yaml := func(fleet string) string {
+		return "upstream: UPSTREAM\nstore: {type: redis, addrs: [" + rs.Addr + "], fleet: " + fleet + "}\n"
 	}
-	write("api")
-	cfg, err := config.Load(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv, err := gateway.NewTestServer(cfg, path, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Close()
+	srv, reload := reloadable(t, up, yaml("api"))
 	admin := httptestServer(t, srv)
-	write("llm")
-	if err := srv.Reload(); !errors.Is(err, gateway.ErrStoreChanged) {
+	if err := reload(yaml("llm")); !errors.Is(err, gateway.ErrStoreChanged) {
 		t.Errorf("a reload changing store.fleet: %v; want ErrStoreChanged", err)
 	}
 	if f := stats(t, admin).Fleet; f == nil || f.Name != "api" || srv.Config().Store.Fleet != "api" {

@@ -13,7 +13,7 @@ import (
 	"github.com/sluicehq/sluice/gateway"
 )
 
-// reloadable starts a gateway (on the memory store) from a configuration file holding yaml, with
+// reloadable starts a gateway from a configuration file holding yaml, with
 // UPSTREAM replaced by up's URL, and returns it with a function that rewrites the file and
 // reloads it.
 func reloadable(t *testing.T, up *upstream, yaml string) (*gateway.Server, func(yaml string) error) {

@@ -196,7 +196,7 @@ func startClients(ctx context.Context, cfg *config.Config, st gateway.Store, srv
 			return nil, configError{fmt.Errorf("%s: admin.clients_file: %w", cfg.File, err)}
 		}
 		b, closer = mb, func() { mb.Close() }
-		if cfg.AdminListen != "" && cfg.Admin.ClientsFile == "" {
+		if cfg.AdminListen != "" && cfg.Admin.ClientsFile == "" && cfg.Admin.HasToken() { // (without a token nothing can be written)
 			log.Info("the clients API keeps its records in memory: they are gone at a restart (admin.clients_file keeps them)")
 		}
 	}
