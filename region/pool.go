@@ -28,14 +28,36 @@ const (
 	// pooled grant after the read that returned it was sent, and how long after publishing a
 	// smaller grant the refresher waits to confirm it (every instance reads once a refresh).
 	followRefreshes = 2
-	// demandRefreshes is how many takes of the pooled counts the refresher's want is measured over.
+	// demandRefreshes is how many refreshes (a pooled region's: takes of its counts) the want is
+	// measured over.
 	demandRefreshes = 4
 )
 
-// demandSample is one take's pooled decisions and the interval they came in.
+// demandSample is one refresh's decisions (a pooled region's: one take's) and the interval they
+// came in.
 type demandSample struct {
 	n        int64
 	interval time.Duration
+}
+
+// want is the policy's demand, per period, measured over its last demandRefreshes samples, this
+// one (n decisions in interval) the last. One interval alone is too short a measure: its count is
+// a few requests at a modest rate, and a shrink's confirmation comes a quarter interval after the
+// refresh before it; a want that swings with them (seen: 28, 75, 28, ... for a steady 40 a
+// second) shrinks and grows the allotment at every refresh, and each shrink holds the larger
+// allotment until confirmed, so that quota sits unused. (A pooled region's instances push their
+// counts each on its own tick, so one take may hold two pushes of an instance, the next none.)
+func (p *policy) want(n int64, interval time.Duration) int64 {
+	if len(p.demand) == demandRefreshes {
+		p.demand = append(p.demand[:0], p.demand[1:]...)
+	}
+	p.demand = append(p.demand, demandSample{n, interval})
+	var sum int64
+	var span time.Duration
+	for _, d := range p.demand {
+		sum, span = sum+d.n, span+d.interval
+	}
+	return redisstore.Demand(sum, 0, span, p.p.Period)
 }
 
 // UsePool pools this instance with the others of its region on the region's own Redis (the
@@ -168,18 +190,7 @@ func (r *Refresher) lead(ctx context.Context, p *policy) (redisstore.Report, int
 		p.demand = p.demand[:0]
 	}
 	p.takenAt = now
-	// The want is over the last demandRefreshes takes: the instances push their counts each on
-	// its own tick, so one interval may hold two pushes of an instance, the next none.
-	if len(p.demand) == demandRefreshes {
-		p.demand = append(p.demand[:0], p.demand[1:]...)
-	}
-	p.demand = append(p.demand, demandSample{c.Admitted + c.Refused, interval})
-	var n int64
-	var span time.Duration
-	for _, d := range p.demand {
-		n, span = n+d.n, span+d.interval
-	}
-	rep := redisstore.Report{Want: redisstore.Demand(n, 0, span, p.p.Period), Admitted: c.Admitted, Refused: c.Refused}
+	rep := redisstore.Report{Want: p.want(c.Admitted+c.Refused, interval), Admitted: c.Admitted, Refused: c.Refused}
 	if c.Used > 0 && c.UsedFor > 0 {
 		// Counted from the take's answer: no earlier than the pool's clock had it.
 		rep.Used, rep.UsedUntil = min(c.Used, p.p.Limit), took.Add(c.UsedFor).Add(p.offset)

@@ -284,7 +284,7 @@ func (r *Refresher) refresh(ctx context.Context, p *policy) {
 		interval = now.Sub(p.sentAt)
 	}
 	admitted, refused := p.admitted.Swap(0), p.refused.Swap(0)
-	rep := redisstore.Report{Want: redisstore.Demand(admitted, refused, interval, p.p.Period), Admitted: admitted, Refused: refused}
+	rep := redisstore.Report{Want: p.want(admitted+refused, interval), Admitted: admitted, Refused: refused}
 	p.useMu.Lock()
 	if now.Before(p.usedUntil) {
 		rep.Used, rep.UsedUntil = min(p.used, p.p.Limit), p.usedUntil.Add(p.offset)
