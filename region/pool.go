@@ -33,6 +33,38 @@ const (
 	demandRefreshes = 4
 )
 
+// leave is Close's end for a pooled instance: its last counts pushed, its locks given back.
+// Bounded by the regional store's timeout per call; a failure leaves the lock to lapse.
+func (r *Refresher) leave() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	m := r.policies.Load()
+	if m == nil || r.regional == nil {
+		return
+	}
+	ctx := context.Background()
+	for _, p := range *m {
+		if p.pool == nil {
+			continue
+		}
+		admitted, refused := p.admitted.Swap(0), p.refused.Swap(0)
+		if admitted+refused > 0 {
+			if err := p.pool.Push(ctx, admitted, refused, 0, 0, 2*lockRefreshes*r.region.Refresh); err != nil {
+				r.log.Warn("region: the last counts could not be pooled", "region", r.region.Name, "policy", p.name, "error", err.Error())
+			}
+		}
+		if !p.leading {
+			continue
+		}
+		if _, err := p.pool.Release(ctx, r.id); err != nil {
+			r.log.Warn("region: the region's lock could not be given back; it lapses", "region", r.region.Name, "policy", p.name, "error", err.Error())
+		} else {
+			r.log.Info("region: this instance stops refreshing for its region", "region", r.region.Name, "policy", p.name, "instance", r.id)
+		}
+		p.leading = false
+	}
+}
+
 // demandSample is one refresh's decisions (a pooled region's: one take's) and the interval they
 // came in.
 type demandSample struct {

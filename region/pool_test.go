@@ -308,3 +308,44 @@ func TestRegionPoolDown(t *testing.T) {
 		t.Fatalf("us after eu's Redis died: %+v", st)
 	}
 }
+
+// TestRegionPoolRelease: an instance that stops cleanly pushes the counts it had not pushed and
+// gives its region's lock back, so that the other instance refreshes for the region at its next
+// refresh, not the lock's TTL (three refreshes) later; an instance that does not hold the lock
+// leaves it alone.
+func TestRegionPoolRelease(t *testing.T) {
+	global, euRedis := redistest.Start(t), redistest.Start(t)
+	a := refresher(t, "eu", global, euRedis, "eu-a")
+	b := refresher(t, "eu", global, euRedis, "eu-b")
+	ctx := context.Background()
+	a.RefreshAll(ctx)
+	b.RefreshAll(ctx)
+	if !a.Stats()[0].Refresher || b.Stats()[0].Refresher {
+		t.Fatalf("refreshers: a %v, b %v; want a, the first", a.Stats()[0].Refresher, b.Stats()[0].Refresher)
+	}
+	pool, err := mustStore(t, euRedis).Pool("partner")
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys := pool.Keys()
+	b.Close() // not the holder: the lock stays a's
+	if v, err := euRedis.Do("GET", keys[0]); err != nil || v != "eu-a" {
+		t.Fatalf("the lock after b stopped: %q, %v; want a's", v, err)
+	}
+	refused := sluice.Decision{}
+	for range 7 {
+		a.Decided("partner", false, &refused)
+	}
+	a.Close()
+	if v, err := euRedis.Do("EXISTS", keys[0]); err != nil || v != "0" {
+		t.Fatalf("the lock after a stopped: EXISTS %q, %v; want it given back", v, err)
+	}
+	if v, err := euRedis.Do("HGET", keys[1], "refused"); err != nil || v != "7" {
+		t.Fatalf("the pooled refusals after a stopped: %q, %v; want a's last 7", v, err)
+	}
+	c := refresher(t, "eu", global, euRedis, "eu-c")
+	c.RefreshAll(ctx)
+	if !c.Stats()[0].Refresher {
+		t.Fatal("a new instance does not refresh for eu at once after a gave its lock back")
+	}
+}

@@ -228,17 +228,19 @@ func (r *Refresher) Start() {
 	go r.loop()
 }
 
-// Close stops the refreshes and waits for the one under way.
+// Close stops the refreshes and waits for the one under way. A pooled instance then pushes the
+// counts it has not pushed and gives its region's lock back if it holds it, so that another
+// instance refreshes for the region at its next refresh, not a lock's TTL later.
 func (r *Refresher) Close() {
-	if !r.started.Load() {
-		return
+	if r.started.Load() {
+		select {
+		case <-r.stop:
+		default:
+			close(r.stop)
+		}
+		<-r.done
 	}
-	select {
-	case <-r.stop:
-	default:
-		close(r.stop)
-	}
-	<-r.done
+	r.leave()
 }
 
 func (r *Refresher) loop() {

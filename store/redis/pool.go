@@ -106,6 +106,20 @@ func (p *Pool) Lead(ctx context.Context, id string, ttl time.Duration) (bool, er
 	return vals[0] == 1, nil
 }
 
+// Release gives the lock back if id holds it (an instance that stops cleanly), so that another
+// instance takes it at its next refresh instead of after the lock's TTL: true if it held it.
+func (p *Pool) Release(ctx context.Context, id string) (bool, error) {
+	res, err := p.exec(ctx, "release", id)
+	if err != nil {
+		return false, err
+	}
+	n, err := res.AsInt64()
+	if err != nil {
+		return false, fmt.Errorf("redis store: pool %s: release answered %v", p.policy, err)
+	}
+	return n == 1, nil
+}
+
 // Take reads and resets the pooled demand, with the published grant: ok is false if id does not
 // hold the lock (then nothing is reset).
 func (p *Pool) Take(ctx context.Context, id string) (PoolCounts, bool, error) {

@@ -12,6 +12,7 @@
 --        refused, used, used_for_µs, grant|false, grant's pttl, shrink|false}; the counts reset
 --   publish id value px_ms from from_expires_µs shrink_ms -> the version, or 0: not the holder
 --   read                                                -> {grant|false, pttl}
+--   release id                                          -> 1 if id held the lock (now free), else 0
 local mode = ARGV[1]
 local function holder(id)
   return redis.call('GET', KEYS[1]) == id
@@ -43,6 +44,12 @@ elseif mode == 'lead' then
     return {1, tonumber(ARGV[3])}
   end
   return {0, redis.call('PTTL', KEYS[1])}
+elseif mode == 'release' then
+  if holder(ARGV[2]) then
+    redis.call('DEL', KEYS[1])
+    return 1
+  end
+  return 0
 elseif mode == 'take' then
   if not holder(ARGV[2]) then
     return {0}
