@@ -216,6 +216,20 @@ type GlobalStats struct {
 	// the region's Redis); Version is the pooled grant's it enforces (0: not pooled, or none).
 	Refresher bool  `json:"refresher"`
 	Version   int64 `json:"grant_version,omitempty"`
+	// Ledger is every region in the ledger at the last read (this instance's region's refresher
+	// reads it each refresh; empty until then), sorted by name: the world as the ledger sees it.
+	Ledger []LedgerRegion `json:"ledger,omitempty"`
+}
+
+// LedgerRegion is one region's record in a global policy's ledger, for GlobalStats.
+type LedgerRegion struct {
+	Region    string    `json:"region"`
+	Want      int64     `json:"want"`          // its demand last reported, per period
+	Allotment int64     `json:"allotment"`     // its last grant
+	Used      int64     `json:"used"`          // its use last reported (while it counts)
+	Holding   int64     `json:"holding"`       // what the ledger counts for it: max(allotment, pending, used)
+	Expires   time.Time `json:"lease_expires"` // its lease's end, the ledger's clock
+	Live      bool      `json:"live"`          // its lease has not ended
 }
 
 // Decide decides req: every limit in one atomic store call, the enforced ones all or nothing, the

@@ -137,7 +137,6 @@ func (r *Refresher) refreshPooled(ctx context.Context, p *policy) {
 	p.useMu.Unlock()
 	lockTTL := lockRefreshes * r.region.Refresh
 	err := p.pool.Push(ctx, admitted, refused, used, usedFor, 2*lockTTL)
-	var world int64
 	var rep redisstore.Report
 	if err != nil {
 		p.admitted.Add(admitted)
@@ -158,7 +157,7 @@ func (r *Refresher) refreshPooled(ctx context.Context, p *policy) {
 			}
 			p.leading = lead
 			if lead {
-				rep, world, err = r.lead(ctx, p)
+				rep, err = r.lead(ctx, p)
 			}
 		}
 		// Every instance, the refresher too, enforces what is published.
@@ -188,15 +187,13 @@ func (r *Refresher) refreshPooled(ctx context.Context, p *policy) {
 	}
 	p.lastErr = err
 	if !p.leading {
-		if v := p.lastView.Load(); v != nil {
-			world = v.WorldWant
-		}
 		rep.Want = 0
 	}
+	world, ledger := p.world(ctx, err == nil)
 	a, safe := p.enforce(r.now())
 	g := p.enforced.Load().grant
 	s := Stats{Policy: p.name, Limit: p.p.Limit, Allotment: a, Want: rep.Want, WorldWant: world, Admitted: admitted, Refused: refused, Used: used,
-		Lease: g.LocalExpires, Safe: safe, Floor: g.LocalExpires.IsZero() && !safe, Learning: g.Learning, Refresher: p.leading, Version: p.version}
+		Lease: g.LocalExpires, Safe: safe, Floor: g.LocalExpires.IsZero() && !safe, Learning: g.Learning, Refresher: p.leading, Version: p.version, Ledger: ledger}
 	if err != nil {
 		s.Error = err.Error()
 	}
@@ -205,14 +202,14 @@ func (r *Refresher) refreshPooled(ctx context.Context, p *policy) {
 
 // lead is the refresher's part: it takes the pooled counts and reports them to the ledger as
 // the region's, holding what any instance may still enforce (the published grant, or a larger
-// one in flight), and publishes the grant. It returns the report and the worldwide want.
-func (r *Refresher) lead(ctx context.Context, p *policy) (redisstore.Report, int64, error) {
+// one in flight), and publishes the grant. It returns the report.
+func (r *Refresher) lead(ctx context.Context, p *policy) (redisstore.Report, error) {
 	now := r.now()
 	c, ok, err := p.pool.Take(ctx, r.id)
 	took := r.now()
 	if err != nil || !ok {
 		p.leading = ok
-		return redisstore.Report{}, 0, err
+		return redisstore.Report{}, err
 	}
 	interval := r.region.Refresh
 	if !p.takenAt.IsZero() {
@@ -244,7 +241,7 @@ func (r *Refresher) lead(ctx context.Context, p *policy) (redisstore.Report, int
 		if perr := p.pool.Push(ctx, c.Admitted, c.Refused, 0, 0, 2*lockRefreshes*r.region.Refresh); perr != nil {
 			r.log.Warn("region: the pooled counts could not be put back", "region", r.region.Name, "policy", p.name, "error", perr.Error())
 		}
-		return rep, 0, err
+		return rep, err
 	}
 	p.sentAt, p.offset = sent, g.Now.Sub(sent)
 	// The key lives for the lease left, less half a refresh: a reader's lease (its send time plus
@@ -260,7 +257,7 @@ func (r *Refresher) lead(ctx context.Context, p *policy) (redisstore.Report, int
 		_, ok, err = p.pool.Publish(ctx, r.id, redisstore.PoolGrant{Allotment: g.Allotment, Learning: g.Learning, Expires: g.Expires, Epoch: g.Epoch},
 			ttl, from, c.Grant.Expires, r.shrinkFor())
 		if err != nil {
-			return rep, 0, err
+			return rep, err
 		}
 		if !ok {
 			p.leading = false
@@ -269,13 +266,5 @@ func (r *Refresher) lead(ctx context.Context, p *policy) (redisstore.Report, int
 			r.wakeAfter(r.shrinkFor() + r.region.Refresh/4)
 		}
 	}
-	var world int64
-	if v, rerr := p.ledger.Read(ctx); rerr == nil {
-		for _, x := range v.Regions {
-			if x.Live {
-				world += x.Want
-			}
-		}
-	}
-	return rep, world, nil
+	return rep, nil
 }

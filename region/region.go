@@ -322,27 +322,40 @@ func (r *Refresher) refresh(ctx context.Context, p *policy) {
 		p.sentAt, p.offset = sent, g.Now.Sub(sent)
 		p.enforced.Store(&enforced{grant: g})
 	}
-	var world int64
-	if err == nil {
-		// What every region wants, for the diagnosis: a limit short of worldwide demand.
-		if v, rerr := p.ledger.Read(ctx); rerr == nil {
-			for _, x := range v.Regions {
-				if x.Live {
-					world += x.Want
-				}
-			}
-		}
-	} else if v := p.lastView.Load(); v != nil {
-		world = v.WorldWant
-	}
+	world, ledger := p.world(ctx, err == nil)
 	a, safe := p.ledger.Enforce(p.enforced.Load().grant, r.now())
 	g = p.enforced.Load().grant
 	s := Stats{Policy: p.name, Limit: p.p.Limit, Allotment: a, Want: rep.Want, WorldWant: world, Admitted: admitted, Refused: refused, Used: rep.Used,
-		Lease: g.LocalExpires, Safe: safe, Floor: g.LocalExpires.IsZero(), Learning: g.Learning}
+		Lease: g.LocalExpires, Safe: safe, Floor: g.LocalExpires.IsZero(), Learning: g.Learning, Ledger: ledger}
 	if p.lastErr != nil {
 		s.Error = p.lastErr.Error()
 	}
 	p.lastView.Store(&s)
+}
+
+// world reads the ledger, if read, for what every live region wants together (the diagnosis: a
+// limit short of worldwide demand) and every region's record (the stats, the operator page);
+// if not, or if the read fails, it keeps the last refresh's.
+func (p *policy) world(ctx context.Context, read bool) (int64, []decision.LedgerRegion) {
+	if read {
+		if v, err := p.ledger.Read(ctx); err == nil {
+			var want int64
+			regions := make([]decision.LedgerRegion, 0, len(v.Regions))
+			for _, x := range v.Regions {
+				if x.Live {
+					want += x.Want
+				}
+				regions = append(regions, decision.LedgerRegion{Region: x.Region, Want: x.Want, Allotment: x.Allotment,
+					Used: x.Used, Holding: x.Holding, Expires: x.Expires, Live: x.Live})
+			}
+			slices.SortFunc(regions, func(a, b decision.LedgerRegion) int { return strings.Compare(a.Region, b.Region) })
+			return want, regions
+		}
+	}
+	if v := p.lastView.Load(); v != nil {
+		return v.WorldWant, v.Ledger
+	}
+	return 0, nil
 }
 
 // wakeAfter runs the refreshes once more after d.

@@ -69,7 +69,7 @@ func startInstance(t *testing.T, name, conf string, global, rs *redistest.Server
 		t.Fatal(err)
 	}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	regional, err := redisstore.New(redisstore.Options{Addrs: cfg.Store.Addrs, Timeout: time.Second, SlowTimeout: time.Second})
+	regional, err := redisstore.New(redisstore.Options{Addrs: cfg.Store.Addrs, Timeout: 2 * time.Second, SlowTimeout: 2 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -77,7 +77,7 @@ func startInstance(t *testing.T, name, conf string, global, rs *redistest.Server
 	if err != nil {
 		t.Fatal(err)
 	}
-	gs, err := redisstore.New(redisstore.Options{Addrs: cfg.Region.Global.Addrs, Timeout: 200 * time.Millisecond, SlowTimeout: 200 * time.Millisecond})
+	gs, err := redisstore.New(redisstore.Options{Addrs: cfg.Region.Global.Addrs, Timeout: 2 * time.Second, SlowTimeout: 2 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}

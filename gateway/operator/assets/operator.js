@@ -73,6 +73,78 @@
     }
   }
 
+  // The global policies (GET /v1/stats "regions"): per policy, this region as this instance
+  // enforces it, then every other region as the ledger had it at the last refresh.
+  function regionState(p) {
+    if (p.safe_share) return ["on its safe share: the lease ran out without a refresh" + (p.error ? " (" + p.error + ")" : ""), "badge limited"];
+    if (p.floor) return ["on the floor: no grant yet", "badge"];
+    if (p.learning) return ["the ledger is learning: no new quota yet", "badge"];
+    return ["lease" + (p.refresher ? ", refreshes for the region" : ""), "badge ok"];
+  }
+
+  function renderRegions(r) {
+    $("regions").hidden = !r;
+    if (!r) return;
+    $("regions-name").textContent = ": this is " + r.region;
+    const box = $("regions-policies");
+    box.replaceChildren();
+    for (const p of r.policies) {
+      const h = document.createElement("h3");
+      h.textContent = p.policy + ": " + p.limit + " worldwide";
+      const note = document.createElement("p");
+      note.className = "muted";
+      note.dataset.policy = p.policy;
+      const short = p.worldwide_want > p.limit;
+      note.textContent = p.worldwide_want > 0 ? "the regions want " + p.worldwide_want + " together" +
+        (short ? ": the limit cannot meet it, some regions are refused" : "") : "the worldwide demand is not read yet";
+      if (short) note.className = "";
+      const wrap = document.createElement("div");
+      wrap.className = "scroll";
+      const table = document.createElement("table");
+      table.dataset.policy = p.policy;
+      table.className = "regions";
+      table.createCaption().textContent = "Allotments of " + p.policy;
+      table.caption.className = "visually-hidden";
+      const head = table.createTHead().insertRow();
+      for (const [t, n] of [["region", false], ["demand", true], ["allotment", true], ["use", true], ["lease ends", false], ["state", false]]) {
+        const th = document.createElement("th");
+        th.scope = "col";
+        th.textContent = t;
+        if (n) th.className = "n";
+        head.appendChild(th);
+      }
+      const tbody = table.createTBody();
+      const row = (name, want, allotment, used, lease, state, cls) => {
+        const tr = tbody.insertRow();
+        tr.dataset.region = name;
+        const th = document.createElement("th");
+        th.scope = "row";
+        th.textContent = name;
+        tr.appendChild(th);
+        cell(tr, String(want), "n");
+        cell(tr, String(allotment), "n");
+        cell(tr, String(used), "n");
+        cell(tr, lease ? when(lease) : "none");
+        const span = document.createElement("span");
+        span.textContent = state;
+        span.className = cls;
+        cell(tr, "").appendChild(span);
+        return tr;
+      };
+      const [state, cls] = regionState(p);
+      const here = row(r.region + " (here)", p.want, p.allotment, p.used, p.lease_expires, state, cls);
+      here.dataset.region = r.region;
+      here.dataset.safe = String(p.safe_share);
+      for (const x of p.ledger || []) {
+        if (x.region === r.region) continue;
+        row(x.region, x.want, x.allotment, x.used, x.lease_expires,
+          x.live ? "lease (ledger)" : "lease ended: counted until its use ends, then its floor", x.live ? "badge" : "badge limited");
+      }
+      wrap.appendChild(table);
+      box.append(h, note, wrap);
+    }
+  }
+
   // The diagnosis (GET /v1/stats "diagnosis"): findings with what to do, and their evidence.
   function rows(id, list, key, cells) {
     list = list || [];
@@ -349,6 +421,7 @@
     }
     renderFleet(st.fleet);
     renderShedding(st.load_shedding);
+    renderRegions(st.regions);
     $("rates-note").textContent = "rates per second over the last " + st.rate_s + " s; totals since the start";
 
     const limited = st.clients.filter((c) => c.limited);
