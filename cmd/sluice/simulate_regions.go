@@ -40,8 +40,8 @@ demand that moves makes the allotments follow it. fixed-window, sliding-window o
   --flush-ledger T       the ledger loses its state at virtual time T (repeat it): it learns
                          for a lease and the hold, handing out no new quota
   --seed N               the latencies' seed (default 1): the same seed, the same output
-The output is per refresh interval and region: the demand last reported (want, per period), the
-allotment enforced at the interval's end, the requests offered, admitted and refused in it, and
+The output is per refresh interval and region: the demand last reported (want, per period;
+while cut off, the report it could not deliver), the allotment enforced at the interval's end, the requests offered, admitted and refused in it, and
 flags (cut: its link was cut; safe-share: its lease ran out; learning: its grant came from a
 ledger learning after a flush; floor: no grant yet). Then, per window of --period, what every
 region admitted, the worldwide sum and its bound: the limit L while the ledger is reachable or
@@ -84,7 +84,7 @@ func (r *regionsFlags) add(cmd *cobra.Command) {
 	f.StringVar(&r.algorithm, "ledger-algorithm", "fair", "with --regions: the ledger's split, `NAME` fair or proportional")
 	f.StringArrayVar(&r.partitions, "partition", nil, "with --regions: cut region R off the ledger, `R@FROM-TO` (eu@30s-60s; repeat it)")
 	f.StringArrayVar(&r.flushes, "flush-ledger", nil, "with --regions: the ledger loses its state at virtual time `T` (repeat it)")
-	f.Uint64Var(&r.seed, "seed", 1, "with --regions: the seed `N` of the latencies")
+	f.Uint64Var(&r.seed, "seed", 1, "with --regions: the latencies are drawn from `N`: the same N, the same output")
 }
 
 // regionsOnly are the flags that only the regions mode takes; regionsNot those it does not.
