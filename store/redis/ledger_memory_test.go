@@ -25,6 +25,8 @@ func TestLedgerMemoryDifferential(t *testing.T) {
 	ctx := context.Background()
 	r := rand.New(rand.NewPCG(34, 4))
 	regions := []string{"ap", "eu", "us", "sa"}
+	// What the sequences reached, so that the test fails if they stop reaching it.
+	var learning, confirm, short, expired, flushed int
 	for iter := range 60 {
 		clock := sluice.NewManualClock(time.UnixMicro(1_700_000_000_000_000 + int64(iter)*1e12))
 		lim := []int64{1 + r.Int64N(20), 1 + r.Int64N(10000), 1 + r.Int64N(ledger.MaxLimit)}[r.IntN(3)]
@@ -83,6 +85,9 @@ func TestLedgerMemoryDifferential(t *testing.T) {
 					t.Fatalf("%s: refresh %s %+v:\nlua %+v\ngo  %+v", what, region, rep, gl, gm)
 				}
 				last[region] = gm
+				learning += b2i(gm.Learning)
+				confirm += b2i(gm.Confirm)
+				short += b2i(gm.Allotment < gm.Share)
 			case x < 15:
 				vl, errL := lua.Read(ctx)
 				vm, errM := mem.Read(ctx)
@@ -96,6 +101,9 @@ func TestLedgerMemoryDifferential(t *testing.T) {
 				if !reflect.DeepEqual(vl, vm) {
 					t.Fatalf("%s: read:\nlua %+v\ngo  %+v", what, vl, vm)
 				}
+				for _, reg := range vm.Regions {
+					expired += b2i(!reg.Live && reg.Holding > 0)
+				}
 			case x < 19:
 				step := []time.Duration{time.Duration(r.Int64N(int64(opts.Lease / 2))), opts.Lease, opts.Lease + opts.Hold,
 					time.Duration(r.Int64N(int64(2*opts.Lease + opts.Hold)))}[r.IntN(4)]
@@ -106,9 +114,22 @@ func TestLedgerMemoryDifferential(t *testing.T) {
 				}
 				mem.Flush()
 				clear(last)
+				flushed++
 			}
 		}
 	}
+	if learning == 0 || confirm == 0 || short == 0 || expired == 0 || flushed == 0 {
+		t.Fatalf("the sequences reached %d learning grants, %d to confirm, %d short of the share, %d expired regions still held, %d flushes; want some of each",
+			learning, confirm, short, expired, flushed)
+	}
+	t.Logf("%d learning grants, %d to confirm, %d short of the share, %d expired regions still held, %d flushes", learning, confirm, short, expired, flushed)
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 var _ = redis.Report{} // the aliases are package ledger's types
