@@ -85,6 +85,7 @@ type policy struct {
 	useMu             sync.Mutex
 	used              int64     // the largest use of any key seen in the current window (its state on this region's Redis)
 	usedUntil         time.Time // when that use stops counting (this instance's clock)
+	usedAt            time.Time // when it was last updated (a bucket's use drains from then to usedUntil)
 
 	// The refresh loop's own (under Refresher.mu).
 	last     ledger.Grant
@@ -237,11 +238,20 @@ func (r *Refresher) Decided(name string, admitted bool, d *sluice.Decision) {
 	}
 	until := now.Add(d.ResetAfter)
 	p.useMu.Lock()
-	if !now.Before(p.usedUntil) {
+	switch {
+	case !now.Before(p.usedUntil):
 		p.used, p.usedUntil = used, until
-	} else {
+	case p.p.Algorithm == sluice.TokenBucket:
+		// A bucket's units in use drain as it refills, to none when it is full: the use seen
+		// before counts for what is left of it now (at most its part of the time to full), not
+		// whole until the later full time of a key decided since, which under steady traffic
+		// would keep the largest use ever seen, and the quota it holds, for good.
+		left := float64(p.usedUntil.Sub(now)) / float64(p.usedUntil.Sub(p.usedAt))
+		p.used, p.usedUntil = max(int64(math.Ceil(float64(p.used)*left)), used), later(p.usedUntil, until)
+	default:
 		p.used, p.usedUntil = max(p.used, used), later(p.usedUntil, until)
 	}
+	p.usedAt = now
 	p.useMu.Unlock()
 }
 

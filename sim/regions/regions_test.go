@@ -195,3 +195,33 @@ func TestRegionsBadOptions(t *testing.T) {
 		}
 	}
 }
+
+// TestRegionsAlgorithms: a sliding window and a token bucket, demand of 1.5 L moving, eu cut off
+// for two minutes with a safe share above the floor: each window within its bound (a bucket's:
+// its capacity + L, plus k·(S − F)), and the allotments follow the move.
+func TestRegionsAlgorithms(t *testing.T) {
+	for _, p := range []sluice.Policy{
+		{Algorithm: sluice.SlidingWindow, Limit: 6000, Period: time.Minute},
+		{Algorithm: sluice.TokenBucket, Limit: 6000, Period: time.Minute, Burst: 600},
+	} {
+		o := Options{Policy: p, LatencyMin: 50 * time.Millisecond, LatencyMax: 150 * time.Millisecond, Floor: 0.05, SafeShare: 0.1, Seed: 5,
+			Partitions: []Partition{{Region: "eu", From: 3 * time.Minute, To: 5 * time.Minute}}}
+		res := run(t, o, moving)
+		if !res.Held {
+			t.Errorf("%v: %s", p.Algorithm, res.BoundText())
+		}
+		base := res.Limit
+		if p.Algorithm == sluice.TokenBucket {
+			base += 600
+		}
+		for _, w := range res.Windows {
+			if w.Bound != base+int64(w.Cut)*300 {
+				t.Errorf("%v: window %s: bound %d, %d cut off", p.Algorithm, sim.FormatDuration(w.StartMicros), w.Bound, w.Cut)
+			}
+		}
+		before, after := rowsAt(res, (100 * time.Second).Microseconds())["ap"], rowsAt(res, (170 * time.Second).Microseconds())["ap"]
+		if before.Allotment > 1000 || after.Allotment < 3000 {
+			t.Errorf("%v: ap's allotment %d at 1m40s, %d at 2m50s; want it to follow its demand", p.Algorithm, before.Allotment, after.Allotment)
+		}
+	}
+}
