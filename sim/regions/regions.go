@@ -17,7 +17,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"slices"
 	"time"
 
 	"github.com/sluicehq/sluice"
@@ -33,6 +32,9 @@ import (
 
 // PolicyName is the simulated global policy's name.
 const PolicyName = "global"
+
+// MaxIntervals bounds the refresh intervals and the windows of one simulation.
+const MaxIntervals = 100_000
 
 // Partition cuts Region's link to the ledger from From to To (virtual time since the start).
 type Partition struct {
@@ -209,13 +211,21 @@ func (o *Options) check() error {
 	if o.Duration.Microseconds() > sim.MaxTimeMicros {
 		return fmt.Errorf("regions: duration %v; at most 2^53 µs", o.Duration)
 	}
+	// The timeline's rows and the windows are kept in memory: bounded, as the requests are.
+	if n := o.Duration / o.Refresh; n > MaxIntervals {
+		return fmt.Errorf("regions: %d refresh intervals of %v in %v; at most %d (a longer refresh, or shorter traffic)", n, o.Refresh, o.Duration, MaxIntervals)
+	}
+	if n := o.Duration / o.Policy.Period; n > MaxIntervals {
+		return fmt.Errorf("regions: %d windows of %v in %v; at most %d (a longer period, or shorter traffic)", n, o.Policy.Period, o.Duration, MaxIntervals)
+	}
 	return nil
 }
 
 // event is one thing that happens at a virtual time: seq orders those at the same time.
 type event struct {
-	t, seq int64
-	do     func()
+	t, seq  int64
+	do      func()
+	request bool // a request's decision, which changes no flag of the timeline
 }
 
 type events []event
@@ -320,9 +330,15 @@ func newSim(o Options) (*world, error) {
 func (s *world) now() int64 { return s.clock.Now().Sub(s.origin).Microseconds() }
 
 // at schedules do at virtual time t (µs since the start).
-func (s *world) at(t int64, do func()) {
+func (s *world) at(t int64, do func()) { s.push(event{t: t, do: do}) }
+
+// request schedules a request's decision at virtual time t.
+func (s *world) request(t int64, do func()) { s.push(event{t: t, do: do, request: true}) }
+
+func (s *world) push(e event) {
 	s.seq++
-	heap.Push(&s.queue, event{t: t, seq: s.seq, do: do})
+	e.seq = s.seq
+	heap.Push(&s.queue, e)
 }
 
 func (s *world) latency() int64 {
@@ -390,14 +406,12 @@ func (s *world) run() (*Result, error) {
 		}
 		r := s.byName[rq.Key]
 		cost := rq.Cost
-		s.at(rq.TMicros, func() {
+		s.request(rq.TMicros, func() {
 			if err == nil {
 				err = s.decide(r, cost)
 			}
 		})
 	}
-	ctx := context.Background()
-	_ = ctx
 	for t := int64(0); t < end; t += I {
 		s.advance(t)
 		s.sample() // the flags at the interval's start
@@ -417,13 +431,20 @@ func (s *world) advance(t int64) {
 	for len(s.queue) > 0 && s.queue[0].t <= t {
 		e := heap.Pop(&s.queue).(event)
 		s.clock.Set(s.origin.Add(time.Duration(e.t) * time.Microsecond))
+		if !e.request {
+			s.sample() // a lease may have run out since the last event
+		}
 		e.do()
-		s.sample()
+		if !e.request {
+			s.sample()
+		}
 	}
 	s.clock.Set(s.origin.Add(time.Duration(t) * time.Microsecond))
 }
 
-// sample marks each region's flags of the current interval at the clock's now.
+// sample marks each region's flags of the current interval at the clock's now: at the interval's
+// start and end and around every event but requests (a region is on the safe share from its
+// lease's end until a grant is received, which an event does).
 func (s *world) sample() {
 	for _, r := range s.regs {
 		st := r.ref.Stats()[0]
@@ -485,5 +506,4 @@ func (s *world) windows(n int64) {
 		s.res.Held = s.res.Held && win.Held
 		s.res.Windows = append(s.res.Windows, win)
 	}
-	slices.SortStableFunc(s.res.Rows, func(a, b Row) int { return cmp.Compare(a.StartMicros, b.StartMicros) })
 }

@@ -189,6 +189,8 @@ func TestRegionsBadOptions(t *testing.T) {
 		{Options{Policy: p, Regions: []string{"eu"}, Algorithm: "random"}, "ledger algorithm"},
 		{Options{Policy: sluice.Policy{Algorithm: sluice.SlidingLog, Limit: 100, Period: time.Minute}, Regions: []string{"eu"}}, "sliding-log"},
 		{Options{Policy: p}, "0 regions"},
+		{Options{Policy: p, Regions: []string{"eu"}, Refresh: time.Millisecond, Duration: 10 * time.Minute}, "600000 refresh intervals of 1ms"},
+		{Options{Policy: sluice.Policy{Algorithm: sluice.FixedWindow, Limit: 100, Period: time.Millisecond}, Regions: []string{"eu"}, Duration: 10 * time.Minute}, "600000 windows of 1ms"},
 	} {
 		if _, err := Run(c.o); err == nil || !strings.Contains(err.Error(), c.err) {
 			t.Errorf("%+v: %v; want an error with %q", c.o, err, c.err)
