@@ -41,13 +41,14 @@ demand that moves makes the allotments follow it. fixed-window, sliding-window o
                          for a lease and the hold, handing out no new quota
   --seed N               the latencies' seed (default 1): the same seed, the same output
 The output is per refresh interval and region: the demand last reported (want, per period;
-while cut off, the report it could not deliver), the allotment enforced at the interval's end, the requests offered, admitted and refused in it, and
-flags (cut: its link was cut; safe-share: its lease ran out; learning: its grant came from a
-ledger learning after a flush; floor: no grant yet). Then, per window of --period, what every
-region admitted, the worldwide sum and its bound: the limit L while the ledger is reachable or
-learning (a bucket: its capacity C + L), plus k·max(0, S − F) for the k regions cut off in the
-window or the one before; the last line states the bound with its numbers and whether it held
-in every window. CSV: one row per interval and region,
+while cut off, the report it could not deliver), the allotment enforced at the interval's end,
+the requests offered, admitted and refused in it, and flags (cut: its link was cut; safe-share:
+its lease ran out; learning: its grant came from a ledger whose state is new, at the start or
+after a flush; floor: no grant yet). Then, per window of --period, what every region admitted,
+the worldwide sum and its bound: the limit L while the ledger is reachable or learning (a
+bucket: its capacity C + L), plus k·max(0, S − F) for the k regions cut off in the window or the
+one before; the last line states the bound with its numbers and whether it held in every
+window. CSV: one row per interval and region,
 t_ms,region,want,allotment,offered,admitted,refused,cut,safe_share,learning,floor; JSON:
 {"policy":{...},"ledger":{...},"regions":[...],"partitions":[...],"flushes_ms":[...],
 "timeline":[...],"windows":[{"t_ms":0,"admitted":..,"per_region":[..],"bound":..,"cut_off":0,

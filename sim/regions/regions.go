@@ -81,7 +81,8 @@ type Row struct {
 	Offered, Admitted int64
 	Refused           int64
 	// Safe: on the safe share at some time in the interval (its lease ran out); Learning: its
-	// grant came from a ledger in learning mode; Floor: no grant yet; Cut: its link was cut.
+	// grant came from a ledger in learning mode (its state new: at the start, after a flush); Floor:
+	// no grant yet; Cut: its link was cut.
 	Safe, Learning, Floor, Cut bool
 }
 
