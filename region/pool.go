@@ -17,6 +17,7 @@ import (
 	"errors"
 	"time"
 
+	"github.com/sluicehq/sluice/ledger"
 	redisstore "github.com/sluicehq/sluice/store/redis"
 )
 
@@ -89,7 +90,7 @@ func (p *policy) want(n int64, interval time.Duration) int64 {
 	for _, d := range p.demand {
 		sum, span = sum+d.n, span+d.interval
 	}
-	return redisstore.Demand(sum, 0, span, p.p.Period)
+	return ledger.Demand(sum, 0, span, p.p.Period)
 }
 
 // UsePool pools this instance with the others of its region on the region's own Redis (the
@@ -137,7 +138,7 @@ func (r *Refresher) refreshPooled(ctx context.Context, p *policy) {
 	p.useMu.Unlock()
 	lockTTL := lockRefreshes * r.region.Refresh
 	err := p.pool.Push(ctx, admitted, refused, used, usedFor, 2*lockTTL)
-	var rep redisstore.Report
+	var rep ledger.Report
 	if err != nil {
 		p.admitted.Add(admitted)
 		p.refused.Add(refused)
@@ -166,7 +167,7 @@ func (r *Refresher) refreshPooled(ctx context.Context, p *policy) {
 		if rerr == nil {
 			e := &enforced{trusted: sent.Add(r.follow())}
 			if ok {
-				e.grant = redisstore.Grant{Allotment: g.Allotment, Expires: g.Expires, LocalExpires: sent.Add(g.TTL), Learning: g.Learning, Epoch: g.Epoch}
+				e.grant = ledger.Grant{Allotment: g.Allotment, Expires: g.Expires, LocalExpires: sent.Add(g.TTL), Learning: g.Learning, Epoch: g.Epoch}
 				p.version = g.Version
 			} else if old := p.enforced.Load().grant; !old.LocalExpires.IsZero() {
 				e.grant = old // its lease has ended: the safe share, until a grant is published
@@ -203,13 +204,13 @@ func (r *Refresher) refreshPooled(ctx context.Context, p *policy) {
 // lead is the refresher's part: it takes the pooled counts and reports them to the ledger as
 // the region's, holding what any instance may still enforce (the published grant, or a larger
 // one in flight), and publishes the grant. It returns the report.
-func (r *Refresher) lead(ctx context.Context, p *policy) (redisstore.Report, error) {
+func (r *Refresher) lead(ctx context.Context, p *policy) (ledger.Report, error) {
 	now := r.now()
 	c, ok, err := p.pool.Take(ctx, r.id)
 	took := r.now()
 	if err != nil || !ok {
 		p.leading = ok
-		return redisstore.Report{}, err
+		return ledger.Report{}, err
 	}
 	interval := r.region.Refresh
 	if !p.takenAt.IsZero() {
@@ -219,7 +220,7 @@ func (r *Refresher) lead(ctx context.Context, p *policy) (redisstore.Report, err
 		p.demand = p.demand[:0]
 	}
 	p.takenAt = now
-	rep := redisstore.Report{Want: p.want(c.Admitted+c.Refused, interval), Admitted: c.Admitted, Refused: c.Refused}
+	rep := ledger.Report{Want: p.want(c.Admitted+c.Refused, interval), Admitted: c.Admitted, Refused: c.Refused}
 	if c.Used > 0 && c.UsedFor > 0 {
 		// Counted from the take's answer: no earlier than the pool's clock had it.
 		rep.Used, rep.UsedUntil = min(c.Used, p.p.Limit), took.Add(c.UsedFor).Add(p.offset)

@@ -106,7 +106,7 @@ instance and per client; JSON adds "per_instance":[{"instance":1,"summary":{...}
                       summary a "fallback" object counting them
 --local-budget with --store shared spends budgets from the shared store. --compare with --store
 runs every algorithm on the fleet (as the browser page's Instances and Store fields do).
-
+` + simulateRegionsHelp + `
 Output, --format:
   table  (default) for people: the policy, a timeline of offered, allowed, refused and delayed
          requests per second (wider buckets when the traffic is longer than a minute, at most
@@ -164,7 +164,7 @@ const simulateExample = `  sluice simulate --compare --limit 5 --period 1s --bur
   sluice simulate --algorithm fixed-window --limit 100 --period 1m --instances 3 --store separate \
       --traffic "buggy: 600/min for 1m; normal: 20/min for 1m"
   sluice simulate --algorithm fixed-window --limit 100 --period 1m --instances 3 --store shared \
-      --outage 1m-2m --on-error local --traffic "buggy: 5/s for 3m; normal: 20/min for 3m"`
+      --outage 1m-2m --on-error local --traffic "buggy: 5/s for 3m; normal: 20/min for 3m"` + simulateRegionsExample
 
 type simulateOptions struct {
 	algorithm string
@@ -191,6 +191,7 @@ type simulateOptions struct {
 	outage    string
 	onError   string
 	latency   durationValue
+	regions   regionsFlags // --regions and its flags (simulate_regions.go)
 }
 
 func newSimulateCommand(stdin io.Reader) *cobra.Command {
@@ -233,6 +234,7 @@ func newSimulateCommand(stdin io.Reader) *cobra.Command {
 	f.StringVar(&o.onError, "on-error", "closed", "with --outage: what each instance does while the store is down, `MODE` open, closed or local")
 	f.StringArrayVar(&o.changes, "change", nil, "change the limit or the burst at a virtual time, `t=D,limit=N,burst=N` (repeat it; see above)")
 	f.StringVar(&o.format, "format", "table", "the output `FORMAT`: table, csv or json")
+	o.regions.add(cmd)
 	f.SortFlags = false
 	return cmd
 }
@@ -240,6 +242,9 @@ func newSimulateCommand(stdin io.Reader) *cobra.Command {
 // run checks the flags, reads the traffic, and writes the simulation in the chosen format.
 func (o *simulateOptions) run(cmd *cobra.Command, stdin io.Reader) error {
 	flags := cmd.Flags()
+	if err := checkRegionsFlags(flags.Changed); err != nil {
+		return err
+	}
 	changed, err := o.workloadPolicy(flags.Changed)
 	if err != nil {
 		return err
@@ -252,6 +257,9 @@ func (o *simulateOptions) run(cmd *cobra.Command, stdin io.Reader) error {
 	case "table", "csv", "json":
 	default:
 		return fmt.Errorf("--format %s: want table, csv or json", o.format)
+	}
+	if flags.Changed("regions") {
+		return o.runRegions(cmd, policies[0])
 	}
 	reqs, source, err := o.requests(changed, stdin)
 	if err != nil {
