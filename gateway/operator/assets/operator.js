@@ -14,6 +14,14 @@
     return td;
   }
 
+  // rowHead adds the row's name, its header cell.
+  function rowHead(tr, text) {
+    const th = document.createElement("th");
+    th.scope = "row";
+    th.textContent = text;
+    tr.appendChild(th);
+  }
+
   // alarm adds a count that should be 0, flagged when it is not.
   function alarm(tr, n) {
     const span = document.createElement("span");
@@ -39,10 +47,7 @@
     for (const m of f.members) {
       const tr = tbody.insertRow();
       tr.dataset.instance = m.id;
-      const th = document.createElement("th");
-      th.scope = "row";
-      th.textContent = m.id + (m.id === f.self ? " (this one)" : "");
-      tr.appendChild(th);
+      rowHead(tr, m.id + (m.id === f.self ? " (this one)" : ""));
       cell(tr, when(m.last_seen));
     }
   }
@@ -63,10 +68,7 @@
     for (const p of ["high", "normal", "low"]) {
       const tr = tbody.insertRow();
       tr.dataset.priority = p;
-      const th = document.createElement("th");
-      th.scope = "row";
-      th.textContent = p;
-      tr.appendChild(th);
+      rowHead(tr, p);
       cell(tr, s.shares[p] + "%", "n");
       cell(tr, String(s.admitted[p]), "n");
       alarm(tr, s.shed[p]);
@@ -117,10 +119,7 @@
       const row = (name, want, allotment, used, lease, state, cls) => {
         const tr = tbody.insertRow();
         tr.dataset.region = name;
-        const th = document.createElement("th");
-        th.scope = "row";
-        th.textContent = name;
-        tr.appendChild(th);
+        rowHead(tr, name);
         cell(tr, String(want), "n");
         cell(tr, String(allotment), "n");
         cell(tr, String(used), "n");
@@ -157,10 +156,7 @@
     for (const x of list) {
       const tr = tbody.insertRow();
       tr.dataset.key = key(x);
-      const th = document.createElement("th");
-      th.scope = "row";
-      th.textContent = key(x);
-      tr.appendChild(th);
+      rowHead(tr, key(x));
       for (const [text, cls] of cells(x)) cell(tr, text, cls);
     }
   }
@@ -249,10 +245,7 @@
       const tr = tbody.insertRow();
       tr.dataset.client = c.client;
       tr.dataset.model = m.model;
-      const th = document.createElement("th");
-      th.scope = "row";
-      th.textContent = c.client;
-      tr.appendChild(th);
+      rowHead(tr, c.client);
       cell(tr, m.model);
       cell(tr, String(m.requests), "n");
       cell(tr, m.input + " (" + m.cached_input + ")", "n");
@@ -307,10 +300,7 @@
       tr.dataset.client = p.client;
       tr.dataset.policy = p.policy;
       tr.dataset.flags = p.flags.map((f) => f.kind).join(" ");
-      const th = document.createElement("th");
-      th.scope = "row";
-      th.textContent = p.client;
-      tr.appendChild(th);
+      rowHead(tr, p.client);
       const per = perWindow(p.window);
       cell(tr, p.policy + (p.dry_run ? " (dry run)" : ""));
       cell(tr, p.limit + per, "n");
@@ -451,10 +441,7 @@
     for (const c of st.clients) {
       const tr = tbody.insertRow();
       tr.dataset.client = c.client;
-      const th = document.createElement("th");
-      th.scope = "row";
-      th.textContent = c.client;
-      tr.appendChild(th);
+      rowHead(tr, c.client);
       const badge = document.createElement("span");
       badge.className = "badge " + (c.limited ? "limited" : "ok");
       badge.textContent = c.limited ? "limited" : "ok";
