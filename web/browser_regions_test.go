@@ -44,22 +44,10 @@ func regionsBound(t *testing.T, query string) string {
 func TestBrowserRegions(t *testing.T) {
 	srv := httptest.NewServer(web.Handler())
 	defer srv.Close()
-	for _, size := range []struct {
-		name          string
-		width, height int64
-		phone         bool
-	}{
-		{"1366x768", 1366, 768, false},
-		{"390x844", 390, 844, true},
-	} {
+	for _, size := range []screen{laptop, phone} {
 		t.Run(size.name, func(t *testing.T) {
-			tab := browsertest.NewTab(t, int(size.width), int(size.height))
-			page := browsertest.Simulation{Tab: tab}
-			opts := []chromedp.EmulateViewportOption{}
-			if size.phone {
-				opts = append(opts, chromedp.EmulateScale(2), chromedp.EmulateMobile)
-			}
-			page.Do("the screen's size", chromedp.EmulateViewport(size.width, size.height, opts...))
+			page := size.open(t)
+			tab := page.Tab
 
 			// The main page links to the regions page and does not load its engine.
 			page.Open(srv.URL + "/")
@@ -91,6 +79,9 @@ func TestBrowserRegions(t *testing.T) {
 			}
 			if c := browsertest.Eval[string](tab, "document.getElementById('converged').textContent"); !strings.Contains(c, "From 3m, ap has the most demand; its allotment is the largest") {
 				t.Errorf("the convergence: %q", c)
+			}
+			if e := browsertest.Eval[string](tab, "document.getElementById('events').textContent"); e != "Marked: us cut off from the ledger 4m–4m45s; the ledger flushed at 5m30s." {
+				t.Errorf("the chart's marks: %q", e)
 			}
 			waitDrawn(page)
 			if !size.phone {

@@ -220,6 +220,9 @@
       text += `At the end, ${m.smallestAfter} has the smallest allotment.`;
     }
     $("converged").textContent = text;
+    const events = [...r.partitions.map((p) => `${p.region} cut off from the ledger ${duration(p.from_ms)}–${duration(p.to_ms)}`),
+      ...r.flushes_ms.map((f) => `the ledger flushed at ${duration(f)}`)];
+    $("events").textContent = events.length ? `Marked: ${events.join("; ")}.` : "No partition, no flush.";
     drawCharts(r, ivs);
   }
 
