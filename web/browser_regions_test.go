@@ -4,6 +4,7 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -21,8 +22,9 @@ var regionsDefault = url.Values{
 	"floor": {"0.05"}, "safe-share": {"0.1"}, "partition": {"us@4m-4m45s"}, "flush-ledger": {"5m30s"},
 }
 
-// regionsBound is what `sluice simulate --regions` says of the bound for a query of the page.
-func regionsBound(t *testing.T, query string) string {
+// regionsRun is what `sluice simulate --regions` says for a query of the page: the bound, and
+// what the regions admitted worldwide per window ("4702,4800,...").
+func regionsRun(t *testing.T, query string) (bound, admitted string) {
 	t.Helper()
 	o, errs := regions.ParseQuery(query)
 	if errs != nil {
@@ -32,7 +34,24 @@ func regionsBound(t *testing.T, query string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return strings.TrimPrefix(res.BoundText(), "bound: ")
+	var per []string
+	for _, w := range res.Windows {
+		per = append(per, strconv.FormatInt(w.Admitted, 10))
+	}
+	return strings.TrimPrefix(res.BoundText(), "bound: "), strings.Join(per, ",")
+}
+
+// sameAsSimulate checks that the page shows the numbers of sluice simulate --regions for its
+// scenario: the bound's text and the worldwide admissions per window.
+func sameAsSimulate(t *testing.T, tab *browsertest.Tab, query string) {
+	t.Helper()
+	bound, admitted := regionsRun(t, query)
+	if got := browsertest.Eval[string](tab, "document.getElementById('bound').textContent"); got != bound {
+		t.Errorf("the page's bound:\n%s\nsluice simulate --regions':\n%s", got, bound)
+	}
+	if got := browsertest.Eval[string](tab, "document.getElementById('windows').dataset.admitted"); got != admitted {
+		t.Errorf("the page's windows admitted %s; sluice simulate --regions' %s", got, admitted)
+	}
 }
 
 // The regions page, reached from the main page's link, opens on its first scenario and shows the
@@ -71,9 +90,7 @@ func TestBrowserRegions(t *testing.T) {
 			if got := browsertest.Eval[string](tab, "location.search"); !sameQuery(t, strings.TrimPrefix(got, "?"), regionsDefault) {
 				t.Errorf("the address is %q", got)
 			}
-			if got, want := browsertest.Eval[string](tab, "document.getElementById('bound').textContent"), regionsBound(t, data["query"]); got != want {
-				t.Errorf("the page's bound:\n%s\nsluice simulate --regions':\n%s", got, want)
-			}
+			sameAsSimulate(t, tab, data["query"])
 			if v := browsertest.Eval[string](tab, "document.getElementById('verdict').textContent"); !strings.HasPrefix(v, "Yes") {
 				t.Errorf("the verdict: %q", v)
 			}
@@ -129,9 +146,7 @@ func TestBrowserRegions(t *testing.T) {
 			if !sameQuery(t, query, changed) {
 				t.Errorf("the summary is of %q", query)
 			}
-			if got, want := browsertest.Eval[string](tab, "document.getElementById('bound').textContent"), regionsBound(t, query); got != want {
-				t.Errorf("the page's bound:\n%s\nsluice simulate --regions':\n%s", got, want)
-			}
+			sameAsSimulate(t, tab, query)
 			if inv := browsertest.Eval[bool](tab, "document.getElementById('traffic').hasAttribute('aria-invalid')"); inv {
 				t.Error("the traffic is still marked invalid")
 			}

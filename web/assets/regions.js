@@ -326,6 +326,7 @@
       { label: "limit", stroke: cssVar("--fg"), width: 1.5, paths: steps, points: { show: false } },
       { label: "bound", stroke: cssVar("--refused"), width: 1.5, dash: [6, 4], paths: steps, points: { show: false } },
     ], [wx, [...r.windows.map((w) => w.admitted), null], pad(r.windows.map(() => r.policy.limit)), pad(r.windows.map((w) => w.bound))]);
+    $("windows").dataset.admitted = r.windows.map((w) => w.admitted).join(",");
   }
 
   function resize() {
