@@ -108,6 +108,9 @@ func TestBrowserRegions(t *testing.T) {
 					}
 				}
 			}
+			if unlabelled := browsertest.Eval[[]string](tab, `[...document.querySelectorAll('input, select, textarea')].filter(e => !e.labels.length).map(e => e.id)`); len(unlabelled) > 0 {
+				t.Errorf("inputs without a label: %q", unlabelled)
+			}
 			if bad := browsertest.Eval[[]string](tab, overflowing); len(bad) > 0 {
 				t.Errorf("wider than their container:\n%s", strings.Join(bad, "\n"))
 			}
