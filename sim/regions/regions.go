@@ -7,7 +7,8 @@
 // Exchange.Call, Refresher.Receive) at the times the latency gives them, the refresher's own
 // timers (a shrink's confirmation) on the virtual clock, and the requests at their times.
 //
-// `sluice simulate --regions` runs it (docs/simulate.md).
+// `sluice simulate --regions` runs it (docs/simulate.md), and so does the browser's regions page
+// (web/wasm/regions, web/assets/regions.html); both read their options with Text and ParseQuery.
 package regions
 
 import (
