@@ -97,6 +97,11 @@ func TestBrowserRegions(t *testing.T) {
 			if c := browsertest.Eval[string](tab, "document.getElementById('converged').textContent"); !strings.Contains(c, "From 3m, ap has the most demand; its allotment is the largest") {
 				t.Errorf("the convergence: %q", c)
 			}
+			if c := browsertest.Eval[string](tab, "document.getElementById('command').textContent"); c != "sluice simulate --regions eu,us,ap "+
+				"--traffic 'eu: 70/s for 3m; 10/s for 4m; us: 20/s for 7m; ap: 10/s for 3m; 70/s for 4m' --algorithm fixed-window --limit 4800 --period 1m "+
+				"--ledger-latency 50ms-150ms --floor 0.05 --safe-share 0.1 --partition us@4m-4m45s --flush-ledger 5m30s" {
+				t.Errorf("the page's command line: %q", c)
+			}
 			if e := browsertest.Eval[string](tab, "document.getElementById('events').textContent"); e != "Marked: us cut off from the ledger 4m–4m45s; the ledger flushed at 5m30s." {
 				t.Errorf("the chart's marks: %q", e)
 			}
