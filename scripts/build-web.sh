@@ -5,11 +5,15 @@
 #   uPlot.iife.min.js, uPlot.min.css, uPlot.LICENSE.txt   from npm (web/package-lock.json, `npm ci`)
 #   wasm_exec.js                                           from $(go env GOROOT)/lib/wasm
 #   sluice.wasm                                            web/wasm, GOOS=js GOARCH=wasm
+#   regions.wasm                                           web/wasm/regions, the same way
 #
-# The hand-written assets (index.html, app.js, style.css, favicon.svg) are not touched. The
-# build is reproducible: the same sources and Go version give the same bytes (scripts/check-web.sh
-# checks that, and that the committed files are what this script makes). Run it after changing
-# anything the page runs (algorithm, store/memory, sim, web/scenario, web/wasm) and commit
+# regions.wasm is the regions page's own (regions.html): it holds what simulating regions needs
+# (the decision layer, the refresher, the Go ledger), which the main page does not load. The
+# hand-written assets (index.html, app.js, style.css, favicon.svg, regions.html, regions.js,
+# regions.css) are not touched. The build is reproducible: the same sources and Go version give
+# the same bytes (scripts/check-web.sh checks that, and that the committed files are what this
+# script makes). Run it after changing anything the pages run (algorithm, store/memory, sim,
+# web/scenario, web/wasm; for regions.wasm also decision, region, ledger, sim/regions) and commit
 # web/assets; `go generate ./web` runs it too.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -34,8 +38,10 @@ cp "$(go env GOROOT)/lib/wasm/wasm_exec.js" "$out/"
 
 # -trimpath and -buildvcs=false keep paths and the checkout's state out of the binary, and
 # -buildid= its build ID, so that the bytes depend on the sources and the Go version only.
-GOOS=js GOARCH=wasm CGO_ENABLED=0 go build -trimpath -buildvcs=false -ldflags="-s -w -buildid=" \
-	-o "$out/sluice.wasm" ./web/wasm
+for wasm in sluice:./web/wasm regions:./web/wasm/regions; do
+	GOOS=js GOARCH=wasm CGO_ENABLED=0 go build -trimpath -buildvcs=false -ldflags="-s -w -buildid=" \
+		-o "$out/${wasm%%:*}.wasm" "${wasm#*:}"
+done
 chmod 644 "$out"/*
 
-echo "build-web.sh: $(cd "$out" && ls -l sluice.wasm wasm_exec.js uPlot.iife.min.js uPlot.min.css | awk '{printf "%s %s B; ", $NF, $5}')"
+echo "build-web.sh: $(cd "$out" && ls -l sluice.wasm regions.wasm wasm_exec.js uPlot.iife.min.js uPlot.min.css | awk '{printf "%s %s B; ", $NF, $5}')"

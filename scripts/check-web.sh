@@ -16,7 +16,7 @@ trap 'rm -rf "$tmp"' EXIT
 bash scripts/build-web.sh "$tmp/first" >/dev/null
 GOCACHE="$tmp/gocache" bash scripts/build-web.sh "$tmp/second" >/dev/null
 
-generated="sluice.wasm wasm_exec.js uPlot.iife.min.js uPlot.min.css uPlot.LICENSE.txt"
+generated="sluice.wasm regions.wasm wasm_exec.js uPlot.iife.min.js uPlot.min.css uPlot.LICENSE.txt"
 status=0
 for f in $generated; do
 	if ! cmp -s "$tmp/first/$f" "$tmp/second/$f"; then
@@ -32,7 +32,7 @@ for f in $generated; do
 		stale="$stale $f"
 	fi
 done
-for f in index.html app.js style.css favicon.svg; do
+for f in index.html app.js style.css favicon.svg regions.html regions.js regions.css; do
 	[ -f "web/assets/$f" ] || { echo "check-web.sh: web/assets/$f is missing" >&2; exit 1; }
 done
 if [ -n "$stale" ]; then

@@ -37,28 +37,39 @@ const overflowing = `(() => {
 	return bad;
 })()`
 
+// screen is a browser's screen: a laptop's, a desktop's or a phone's.
+type screen struct {
+	name          string
+	width, height int64
+	phone         bool
+}
+
+var (
+	laptop = screen{"1366x768", 1366, 768, false}
+	phone  = screen{"390x844", 390, 844, true}
+)
+
+// open starts Chromium with a tab of the screen's size (a phone's: mobile, at twice the pixels).
+func (s screen) open(t *testing.T) browsertest.Simulation {
+	t.Helper()
+	page := browsertest.Simulation{Tab: browsertest.NewTab(t, int(s.width), int(s.height))}
+	opts := []chromedp.EmulateViewportOption{}
+	if s.phone {
+		opts = append(opts, chromedp.EmulateScale(2), chromedp.EmulateMobile)
+	}
+	page.Do("the screen's size", chromedp.EmulateViewport(s.width, s.height, opts...))
+	return page
+}
+
 // The page at a laptop's, a desktop's and a phone's size: the scenarios come first and the
 // first chart is within the first screen, nothing is wider than its container, and a phone's
 // page is a few screens, not a dozen. Screenshots go to artifacts/.
 func TestBrowserLayout(t *testing.T) {
 	srv := httptest.NewServer(web.Handler())
 	defer srv.Close()
-	for _, size := range []struct {
-		name          string
-		width, height int64
-		phone         bool
-	}{
-		{"1366x768", 1366, 768, false},
-		{"1920x1080", 1920, 1080, false},
-		{"390x844", 390, 844, true},
-	} {
+	for _, size := range []screen{laptop, {"1920x1080", 1920, 1080, false}, phone} {
 		t.Run(size.name, func(t *testing.T) {
-			page := browsertest.Simulation{Tab: browsertest.NewTab(t, int(size.width), int(size.height))}
-			opts := []chromedp.EmulateViewportOption{}
-			if size.phone {
-				opts = append(opts, chromedp.EmulateScale(2), chromedp.EmulateMobile)
-			}
-			page.Do("the screen's size", chromedp.EmulateViewport(size.width, size.height, opts...))
+			page := size.open(t)
 			page.Open(srv.URL + "/")
 			page.Click("#end")
 			page.WaitComplete(canonical(t, burstQuery))

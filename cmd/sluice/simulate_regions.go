@@ -5,14 +5,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strconv"
 	"strings"
-	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/sluicehq/sluice"
-	"github.com/sluicehq/sluice/sim"
 	"github.com/sluicehq/sluice/sim/regions"
 )
 
@@ -118,44 +115,19 @@ func checkRegionsFlags(changed func(string) bool) error {
 func (o *simulateOptions) runRegions(cmd *cobra.Command, p sluice.Policy) error {
 	r := &o.regions
 	opts := regions.Options{Policy: p, Refresh: r.refresh.d, Lease: r.lease.d, Floor: r.floor, SafeShare: r.safe, Algorithm: r.algorithm, Seed: r.seed}
-	for _, name := range strings.Split(r.regions, ",") {
-		opts.Regions = append(opts.Regions, strings.TrimSpace(name))
-	}
 	changed := cmd.Flags().Changed
-	var err error
 	switch {
 	case !changed("traffic"):
-		return fmt.Errorf(`--regions needs --traffic with each region's pattern (e.g. --traffic "%s: 10/s for 1m")`, opts.Regions[0])
+		name, _, _ := strings.Cut(r.regions, ",")
+		return fmt.Errorf(`--regions needs --traffic with each region's pattern (e.g. --traffic "%s: 10/s for 1m")`, strings.TrimSpace(name))
 	case changed("refresh") && r.refresh.d <= 0:
 		return fmt.Errorf("--refresh %s: must be > 0", r.refresh.text)
 	case changed("lease") && r.lease.d <= 0:
 		return fmt.Errorf("--lease %s: must be > 0", r.lease.text)
 	}
-	if opts.Requests, err = sim.ParseClientTraffic(o.traffic); err != nil {
-		return fmt.Errorf("--traffic: %v", err)
-	}
-	if r.latency != "" {
-		if opts.LatencyMin, opts.LatencyMax, err = parseSpan(r.latency, true); err != nil {
-			return fmt.Errorf("--ledger-latency %s: %v", r.latency, err)
-		}
-	}
-	for _, text := range r.partitions {
-		name, span, ok := strings.Cut(text, "@")
-		if !ok {
-			return fmt.Errorf("--partition %s: want REGION@FROM-TO (eu@30s-60s)", text)
-		}
-		from, to, err := parseSpan(span, false)
-		if err != nil {
-			return fmt.Errorf("--partition %s: %v", text, err)
-		}
-		opts.Partitions = append(opts.Partitions, regions.Partition{Region: name, From: from, To: to})
-	}
-	for _, text := range r.flushes {
-		d, err := time.ParseDuration(text)
-		if err != nil || d < 0 {
-			return fmt.Errorf("--flush-ledger %s: want a virtual time such as 90s or 1m30s", text)
-		}
-		opts.Flushes = append(opts.Flushes, d)
+	text := regions.Text{Regions: r.regions, Traffic: o.traffic, Latency: r.latency, Partitions: r.partitions, Flushes: r.flushes}
+	if err := text.Apply(&opts); err != nil {
+		return errors.New(err.(*regions.OptionError).Flag())
 	}
 	res, err := regions.Run(opts)
 	if err != nil {
@@ -180,25 +152,4 @@ func (o *simulateOptions) runRegions(cmd *cobra.Command, p sluice.Policy) error 
 		return failure{err}
 	}
 	return nil
-}
-
-// parseSpan reads "FROM-TO" (Go durations, FROM < TO), or with one a single "D" as D-D.
-func parseSpan(s string, one bool) (from, to time.Duration, err error) {
-	a, b, ok := strings.Cut(s, "-")
-	if !ok && one {
-		b = a
-	}
-	if !ok && !one {
-		return 0, 0, errors.New("want FROM-TO, two Go durations (30s-60s)")
-	}
-	if from, err = time.ParseDuration(strings.TrimSpace(a)); err == nil {
-		to, err = time.ParseDuration(strings.TrimSpace(b))
-	}
-	switch {
-	case err != nil:
-		return 0, 0, errors.New("want Go durations such as 50ms, 30s or 1m")
-	case from < 0 || to < from || (!one && to == from):
-		return 0, 0, fmt.Errorf("%s before %s: want 0 ≤ FROM < TO", strconv.Quote(a), strconv.Quote(b))
-	}
-	return from, to, nil
 }

@@ -7,7 +7,8 @@
 // Exchange.Call, Refresher.Receive) at the times the latency gives them, the refresher's own
 // timers (a shrink's confirmation) on the virtual clock, and the requests at their times.
 //
-// `sluice simulate --regions` runs it (docs/simulate.md).
+// `sluice simulate --regions` runs it (docs/simulate.md), and so does the browser's regions page
+// (web/wasm/regions, web/assets/regions.html); both read their options with Text and ParseQuery.
 package regions
 
 import (
@@ -17,6 +18,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"time"
 
 	"github.com/sluicehq/sluice"
@@ -132,27 +134,27 @@ func (o *Options) check() error {
 	switch o.Policy.Algorithm {
 	case algorithm.FixedWindow, algorithm.SlidingWindow, algorithm.TokenBucket:
 	default:
-		return fmt.Errorf("regions: algorithm %s: a global policy is simulated with fixed-window, sliding-window or token-bucket", o.Policy.Algorithm)
+		return optionErr("algorithm", "algorithm %s: a global policy is simulated with fixed-window, sliding-window or token-bucket", o.Policy.Algorithm)
 	}
 	if err := o.Policy.Validate(); err != nil {
-		return fmt.Errorf("regions: %w", err)
+		return optionErr(policyField(err), "%v", err)
 	}
 	if len(o.Regions) == 0 || len(o.Regions) > ledger.MaxRegions {
-		return fmt.Errorf("regions: %d regions; 1 to %d", len(o.Regions), ledger.MaxRegions)
+		return optionErr("regions", "%d regions; 1 to %d", len(o.Regions), ledger.MaxRegions)
 	}
 	seen := map[string]bool{}
 	for _, r := range o.Regions {
 		if err := ledger.CheckName("region", r); err != nil {
-			return fmt.Errorf("regions: %w", err)
+			return optionErr("regions", "%v", err)
 		}
 		if seen[r] {
-			return fmt.Errorf("regions: region %q is named twice", r)
+			return optionErr("regions", "region %q is named twice", r)
 		}
 		seen[r] = true
 	}
 	for _, rq := range o.Requests {
 		if !seen[rq.Key] {
-			return fmt.Errorf("regions: the traffic names %q, which is not one of the regions %v: begin each region's pattern with its name (\"%s: 10/s for 1m\")", rq.Key, o.Regions, o.Regions[0])
+			return optionErr("traffic", "the traffic names %q, which is not one of the regions %v: begin each region's pattern with its name (\"%s: 10/s for 1m\")", rq.Key, o.Regions, o.Regions[0])
 		}
 	}
 	if o.Refresh == 0 {
@@ -166,33 +168,33 @@ func (o *Options) check() error {
 	}
 	switch {
 	case o.Refresh < time.Millisecond:
-		return fmt.Errorf("regions: refresh %v; at least 1ms", o.Refresh)
+		return optionErr("refresh", "refresh %v; at least 1ms", o.Refresh)
 	case o.Lease < 2*o.Refresh:
-		return fmt.Errorf("regions: lease %v; at least twice the refresh interval (%v)", o.Lease, 2*o.Refresh)
+		return optionErr("lease", "lease %v; at least twice the refresh interval (%v)", o.Lease, 2*o.Refresh)
 	case o.Floor < 0 || o.Floor > 1/float64(len(o.Regions)):
-		return fmt.Errorf("regions: floor %g; 0 to 1/regions = %g", o.Floor, 1/float64(len(o.Regions)))
+		return optionErr("floor", "floor %g; 0 to 1/regions = %g", o.Floor, 1/float64(len(o.Regions)))
 	case o.SafeShare < 0 || o.SafeShare > 1:
-		return fmt.Errorf("regions: safe share %g; 0 to 1", o.SafeShare)
+		return optionErr("safe-share", "safe share %g; 0 to 1", o.SafeShare)
 	case o.Algorithm != "fair" && o.Algorithm != "proportional":
-		return fmt.Errorf("regions: ledger algorithm %q; fair or proportional", o.Algorithm)
+		return optionErr("ledger-algorithm", "ledger algorithm %q; fair or proportional", o.Algorithm)
 	case o.LatencyMin < 0 || o.LatencyMax < o.LatencyMin:
-		return fmt.Errorf("regions: latency %v-%v; 0 ≤ min ≤ max", o.LatencyMin, o.LatencyMax)
+		return optionErr("ledger-latency", "latency %v-%v; 0 ≤ min ≤ max", o.LatencyMin, o.LatencyMax)
 	case o.LatencyMax > o.Refresh/4:
-		return fmt.Errorf("regions: latency up to %v; at most a quarter of the refresh interval (%v)", o.LatencyMax, o.Refresh/4)
+		return optionErr("ledger-latency", "latency up to %v; at most a quarter of the refresh interval (%v)", o.LatencyMax, o.Refresh/4)
 	case o.Duration < 0:
-		return fmt.Errorf("regions: duration %v; not negative", o.Duration)
+		return optionErr("traffic", "duration %v; not negative", o.Duration)
 	}
 	for _, p := range o.Partitions {
 		if !seen[p.Region] {
-			return fmt.Errorf("regions: partition of %q, which is not one of the regions %v", p.Region, o.Regions)
+			return optionErr("partition", "partition of %q, which is not one of the regions %v", p.Region, o.Regions)
 		}
 		if p.From < 0 || p.To <= p.From {
-			return fmt.Errorf("regions: partition of %s from %v to %v: from ≥ 0 and to after from", p.Region, p.From, p.To)
+			return optionErr("partition", "partition of %s from %v to %v: from ≥ 0 and to after from", p.Region, p.From, p.To)
 		}
 	}
 	for _, f := range o.Flushes {
 		if f < 0 {
-			return fmt.Errorf("regions: flush at %v; not negative", f)
+			return optionErr("flush-ledger", "flush at %v; not negative", f)
 		}
 	}
 	if o.Duration == 0 {
@@ -210,16 +212,28 @@ func (o *Options) check() error {
 		o.Duration = time.Duration((end+P-1)/P*P) * time.Microsecond
 	}
 	if o.Duration.Microseconds() > sim.MaxTimeMicros {
-		return fmt.Errorf("regions: duration %v; at most 2^53 µs", o.Duration)
+		return optionErr("traffic", "duration %v; at most 2^53 µs", o.Duration)
 	}
 	// The timeline's rows and the windows are kept in memory: bounded, as the requests are.
 	if n := o.Duration / o.Refresh; n > MaxIntervals {
-		return fmt.Errorf("regions: %d refresh intervals of %v in %v; at most %d (a longer refresh, or shorter traffic)", n, o.Refresh, o.Duration, MaxIntervals)
+		return optionErr("refresh", "%d refresh intervals of %v in %v; at most %d (a longer refresh, or shorter traffic)", n, o.Refresh, o.Duration, MaxIntervals)
 	}
 	if n := o.Duration / o.Policy.Period; n > MaxIntervals {
-		return fmt.Errorf("regions: %d windows of %v in %v; at most %d (a longer period, or shorter traffic)", n, o.Policy.Period, o.Duration, MaxIntervals)
+		return optionErr("period", "%d windows of %v in %v; at most %d (a longer period, or shorter traffic)", n, o.Policy.Period, o.Duration, MaxIntervals)
 	}
 	return nil
+}
+
+// policyField names the field of a policy's error: the first of its limit, period and burst
+// the message names (algorithm.Policy.Validate's messages start with it).
+func policyField(err error) string {
+	msg, field, at := err.Error(), "limit", -1
+	for _, f := range []string{"algorithm", "limit", "period", "burst"} {
+		if i := strings.Index(msg, ": "+f); i >= 0 && (at < 0 || i < at) {
+			field, at = f, i
+		}
+	}
+	return field
 }
 
 // event is one thing that happens at a virtual time: seq orders those at the same time.
