@@ -124,7 +124,7 @@ func (p *parser) region(n *yaml.Node, c *Config) *Region {
 	}
 	frac("safe_share", 1, "a fraction of each global policy's limit", &r.SafeShare)
 	if r.Floor < 0 && r.Regions > 0 {
-		r.Floor = 1 / float64(2*r.Regions)
+		r.Floor = DefaultFloor(r.Regions)
 	}
 	if r.SafeShare < 0 {
 		r.SafeShare = max(r.Floor, 0)
@@ -162,3 +162,7 @@ func (p *parser) globalPolicy(n *yaml.Node, path string, pol *Policy, c *Config,
 		p.errorf(n, path, nil, "global: true and local_budget exclude each other: the region's allotment changes under a budget taken")
 	}
 }
+
+// DefaultFloor is region.floor's default for n regions: 1/(2·n) of the limit, half of an even
+// share, so that a region starting (or idle) has some quota at once and the others most of it.
+func DefaultFloor(n int) float64 { return 1 / float64(2*n) }

@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/sim/regions"
 )
 
@@ -28,7 +29,8 @@ demand that moves makes the allotments follow it. fixed-window, sliding-window o
   --ledger-latency D     the one-way latency to the ledger, or MIN-MAX (50ms-150ms): each
                          message draws its own from --seed (at most a quarter refresh)
   --floor F              what a region enforces before its first grant, the least it keeps, as
-                         a fraction of the limit (0 … 1/regions; default 0)
+                         a fraction of the limit (0 … 1/regions; default 1/(2·regions), as
+                         sluice serve's region.floor)
   --safe-share F         what a region cut off enforces once its lease ran out, a fraction of
                          the limit (0 … 1; default the floor)
   --ledger-algorithm A   the ledger's split: fair (default) or proportional
@@ -77,7 +79,7 @@ func (r *regionsFlags) add(cmd *cobra.Command) {
 	f.Var(&r.refresh, "refresh", "with --regions: each region's refresh interval `D` (default 5s)")
 	f.Var(&r.lease, "lease", "with --regions: a grant's lease `D` (default 3 refreshes)")
 	f.StringVar(&r.latency, "ledger-latency", "", "with --regions: the one-way latency to the ledger, `D` or MIN-MAX (50ms-150ms)")
-	f.Float64Var(&r.floor, "floor", 0, "with --regions: a region's floor, a fraction `F` of the limit (0 … 1/regions)")
+	f.Float64Var(&r.floor, "floor", 0, "with --regions: a region's floor, a fraction `F` of the limit (0 … 1/regions; default 1/(2·regions), as serve's)")
 	f.Float64Var(&r.safe, "safe-share", 0, "with --regions: the safe share of a region cut off, a fraction `F` of the limit (default the floor)")
 	f.StringVar(&r.algorithm, "ledger-algorithm", "fair", "with --regions: the ledger's split, `NAME` fair or proportional")
 	f.StringArrayVar(&r.partitions, "partition", nil, "with --regions: cut region R off the ledger, `R@FROM-TO` (eu@30s-60s; repeat it)")
@@ -128,6 +130,9 @@ func (o *simulateOptions) runRegions(cmd *cobra.Command, p sluice.Policy) error 
 	text := regions.Text{Regions: r.regions, Traffic: o.traffic, Latency: r.latency, Partitions: r.partitions, Flushes: r.flushes}
 	if err := text.Apply(&opts); err != nil {
 		return errors.New(err.(*regions.OptionError).Flag())
+	}
+	if !changed("floor") {
+		opts.Floor = config.DefaultFloor(len(opts.Regions)) // serve's
 	}
 	res, err := regions.Run(opts)
 	if err != nil {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/sim"
 )
 
@@ -115,7 +116,8 @@ var QueryKeys = []string{"regions", "traffic", "algorithm", "limit", "period", "
 	"floor", "safe-share", "ledger-algorithm", "partition", "flush-ledger", "seed"}
 
 // ParseQuery reads a simulation from a URL query string whose keys are QueryKeys, with the
-// command line's defaults (ledger-algorithm fair, seed 1) and its checks; Run checks the rest.
+// command line's defaults (ledger-algorithm fair, seed 1, floor 1/(2·regions) as serve's) and
+// its checks; Run checks the rest.
 // The errors are *OptionErrors, one per field at fault.
 func ParseQuery(query string) (Options, []error) {
 	var o Options
@@ -206,6 +208,8 @@ func ParseQuery(query string) (Options, []error) {
 			Partitions: list(q["partition"]), Flushes: list(q["flush-ledger"])}
 		if err := t.Apply(&o); err != nil {
 			errs = append(errs, err)
+		} else if get("floor") == "" {
+			o.Floor = config.DefaultFloor(len(o.Regions)) // sluice serve's
 		}
 	}
 	if len(errs) > 0 {
