@@ -140,7 +140,7 @@ func main() {
 	out := map[string]any{
 		"label": *label, "target": *target, "limit": *limit, "period": period.String(), "windows": len(world),
 		"world": world, "max": most, "max_ratio": float64(most) / float64(*limit),
-		"used": float64(sum) / float64(int64(len(world))**limit),
+		"used":     float64(sum) / float64(int64(len(world))**limit),
 		"requests": res.Requests, "admitted": res.Total, "errors": len(res.Errors), "late": res.Late,
 		"added_p50_us": res.Added(0.5).Microseconds(), "added_p99_us": res.Added(0.99).Microseconds(),
 		"p50_us": regiontest.Quantile(res.Latencies, 0.5).Microseconds(), "p99_us": regiontest.Quantile(res.Latencies, 0.99).Microseconds(),
