@@ -13,7 +13,6 @@
 package regiontest
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -208,23 +207,6 @@ func (u *Upstream) Admitted() int64 { return u.admitted.Load() }
 
 // --- sluice processes -----------------------------------------------------------------------
 
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // launcher starts bin serve --config name --watch 0 on two free loopback ports and waits for
 // its /readyz; the process is stopped (SIGTERM) when tb ends.
 func launcher(bin string) func(tb testing.TB, name string, cfg func(listen, admin string) string) (string, string) {
@@ -236,7 +218,12 @@ func launcher(bin string) func(tb testing.TB, name string, cfg func(listen, admi
 				return "", ""
 			}
 			cmd := exec.Command(bin, "serve", "--config", name, "--watch", "0")
-			stderr := &syncBuffer{}
+			stderr, err := os.Create(name + ".stderr")
+			if err != nil {
+				tb.Error(err)
+				return "", ""
+			}
+			defer stderr.Close() // the process has its own
 			cmd.Stdout, cmd.Stderr = io.Discard, stderr
 			if err := cmd.Start(); err != nil {
 				tb.Error(err)
@@ -256,10 +243,11 @@ func launcher(bin string) func(tb testing.TB, name string, cfg func(listen, admi
 			if waitReady("http://"+admin, done, 20*time.Second) {
 				return "http://" + listen, "http://" + admin
 			}
-			if attempt < 3 && strings.Contains(stderr.String(), "address already in use") {
+			logged, _ := os.ReadFile(stderr.Name())
+			if attempt < 3 && strings.Contains(string(logged), "address already in use") {
 				continue
 			}
-			tb.Errorf("regiontest: %s did not become ready\n%s", name, stderr.String())
+			tb.Errorf("regiontest: %s did not become ready\n%s", name, logged)
 			return "", ""
 		}
 	}
