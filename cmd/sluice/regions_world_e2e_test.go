@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -55,7 +54,7 @@ var (
 //     logged: the two smaller regions' demand is their fair share exactly, so the noise of the
 //     measured demand costs a window a few percent now and then).
 //  2. The largest region's link cut for three leases (Π = 4.5 s): every window from the cut's to
-//     the one after the heal admits ≤ L + k·(S − F) = 330 worldwide (k = 1), and all of them
+//     the heal's admits ≤ L + k·(S − F) = 330 worldwide (k = 1), and all of them
 //     together ≤ k·(S − F)·(⌈Π/P⌉ + 1) = 90 beyond L; the cut region ends on its safe
 //     share, 60, and after the heal returns to an allotment from the ledger.
 //  3. The ledger's redis-server killed, restarted empty and flushed: learning mode (the regions'
@@ -65,8 +64,7 @@ var (
 // asserted (no timed assertions in tests): scripts/bench-regions.sh measures it.
 func TestServeE2ERegionsWorld(t *testing.T) {
 	t.Parallel()
-	var mu sync.Mutex
-	procs := map[string]*sluiceProc{} // by proxy URL
+	procs := map[string]*sluiceProc{} // by proxy URL (the harness starts them one at a time)
 	h := regiontest.Start(t, regiontest.Options{Limit: worldLimit, Period: worldPeriod, Global: true,
 		Refresh: worldRefresh, Lease: worldLease, Floor: float64(worldFloor) / worldLimit, SafeShare: float64(worldSafe) / worldLimit,
 		Launch: func(tb testing.TB, name string, cfg func(listen, admin string) string) (string, string) {
@@ -75,9 +73,7 @@ func TestServeE2ERegionsWorld(t *testing.T) {
 				tb.Error(err)
 				return "", ""
 			}
-			mu.Lock()
 			procs[p.proxy] = p
-			mu.Unlock()
 			return p.proxy, p.admin
 		}})
 	if t.Failed() {
@@ -97,7 +93,7 @@ func TestServeE2ERegionsWorld(t *testing.T) {
 		return ok
 	})
 	firstA := regiontest.Window(converged, worldPeriod) + 1
-	waitWindows(t, firstA+2)
+	waitWindows(t, firstA+3)
 	move := time.Now()
 	load.SetShares([]float64{10, 20, 70})
 	moveAt := move
@@ -110,7 +106,7 @@ func TestServeE2ERegionsWorld(t *testing.T) {
 	})
 	t.Logf("re-converged: %v", took)
 	firstB := regiontest.Window(reconverged, worldPeriod) + 1
-	waitWindows(t, firstB+2)
+	waitWindows(t, firstB+3)
 
 	// 2. The largest region (r2, 70%) cut off from the ledger for three leases.
 	cut := time.Now()
@@ -152,7 +148,11 @@ func TestServeE2ERegionsWorld(t *testing.T) {
 	load.Stop()
 
 	res := load.Result()
-	for _, err := range res.Errors {
+	for i, err := range res.Errors {
+		if i == 5 {
+			t.Errorf("… %d requests failed in all", len(res.Errors))
+			break
+		}
 		t.Errorf("a request: %v", err)
 	}
 	if n := h.Upstream.Admitted(); n != res.Total {
@@ -161,7 +161,7 @@ func TestServeE2ERegionsWorld(t *testing.T) {
 	windows := res.Windows()
 	bound := func(w int64) (int64, string) {
 		switch {
-		case w >= regiontest.Window(cut, worldPeriod) && w <= regiontest.Window(healed, worldPeriod)+1:
+		case w >= regiontest.Window(cut, worldPeriod) && w <= regiontest.Window(healed, worldPeriod):
 			return worldLimit + (worldSafe - worldFloor), "L + k·(S − F), r2 cut off"
 		default:
 			return worldLimit, "L"
@@ -188,7 +188,7 @@ func TestServeE2ERegionsWorld(t *testing.T) {
 			worst = min(worst, res.World(w))
 		}
 	}
-	if windowsUsed < 4 || used*100 < 95*worldLimit*windowsUsed {
+	if windowsUsed < 6 || used*100 < 95*worldLimit*windowsUsed {
 		t.Errorf("%d admitted over the %d windows after convergence; want ≥ 95%% of %d each on the whole", used, windowsUsed, worldLimit)
 	}
 	t.Logf("used after convergence: %.1f%% of the limit over %d windows (the least used: %d)", float64(used)*100/float64(worldLimit*windowsUsed), windowsUsed, worst)

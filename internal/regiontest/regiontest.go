@@ -98,24 +98,30 @@ func Start(tb testing.TB, o Options) *Harness {
 	}
 	h := &Harness{Opts: o, Global: redistest.Start(tb), Upstream: NewUpstream(tb)}
 	dir := tb.TempDir()
-	var wg sync.WaitGroup
 	h.Instances = make([][]Instance, o.Regions)
-	for i := range o.Regions {
+	for range o.Regions {
 		h.Regional = append(h.Regional, redistest.Start(tb))
 		link := netfault.Start(tb, h.Global.Addr)
 		link.SetLatency(*o.Latency, *o.Latency)
 		h.Links = append(h.Links, link)
-		h.Instances[i] = make([]Instance, o.Instances)
+	}
+	// One at a time: two instances started at once could pick the same free port, and the one
+	// that failed to bind it would look ready through the other's admin listener.
+	for i := range o.Regions {
 		for j := range o.Instances {
-			name := filepath.Join(dir, fmt.Sprintf("%s-%d.yaml", RegionName(i), j))
-			cfg := h.config(i)
-			wg.Go(func() {
-				proxy, admin := o.Launch(tb, name, cfg)
-				h.Instances[i][j] = Instance{Region: i, Proxy: proxy, Admin: admin}
-			})
+			proxy, admin := o.Launch(tb, filepath.Join(dir, fmt.Sprintf("%s-%d.yaml", RegionName(i), j)), h.config(i))
+			h.Instances[i] = append(h.Instances[i], Instance{Region: i, Proxy: proxy, Admin: admin})
 		}
 	}
-	wg.Wait()
+	for _, ins := range h.Instances {
+		for _, in := range ins {
+			c, err := net.Dial("tcp", strings.TrimPrefix(in.Proxy, "http://"))
+			if err != nil {
+				tb.Fatalf("regiontest: the instance at %s: %v", in.Proxy, err)
+			}
+			c.Close()
+		}
+	}
 	st, err := redisstore.New(redisstore.Options{Addrs: []string{h.Global.Addr}, Timeout: 2 * time.Second})
 	if err != nil {
 		tb.Fatal(err)
