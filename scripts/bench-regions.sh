@@ -10,7 +10,7 @@
 # What runs, for each target, in every round:
 #   - three regions on loopback; for sluice each has its own redis-server and two `sluice serve`
 #     (go build ./cmd/sluice) pooled on it, and reaches the ledger's redis-server through a
-#     netfault link of its own adding 50–150 ms each way (uniform), refresh 150ms, lease 1.5s,
+#     netfault link of its own adding 50–150 ms each way (uniform), refresh 500ms, lease 2s,
 #     floor 0.1; for Gubernator v2.13.0 (built as internal/peertest does, three instances, GLOBAL)
 #     each instance advertises a netfault link with the same 50–150 ms to its peers, so the
 #     instances' calls to each other cross the same latency;

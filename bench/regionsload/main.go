@@ -18,7 +18,7 @@
 //	                     sent to the upstream
 //
 //	go run ./bench/regionsload -target global -bin ./sluice [-limit 300] [-period 3s] \
-//		[-warmup 3] [-windows 4] [-refresh 150ms] [-lease 1500ms]
+//		[-warmup 3] [-windows 4] [-refresh 500ms] [-lease 2s]
 //
 // The load runs -warmup windows of 70/20/10, then -windows measured windows of it, then moves
 // to 10/20/70 and runs -windows more, all measured (the move's included). Every admission is
@@ -60,8 +60,8 @@ func main() {
 	period := flag.Duration("period", 3*time.Second, "the fixed window")
 	warmup := flag.Int("warmup", 3, "windows of load before the measurement")
 	windows := flag.Int("windows", 4, "measured windows before the move, and after it")
-	refresh := flag.Duration("refresh", 150*time.Millisecond, "sluice's region refresh")
-	lease := flag.Duration("lease", 1500*time.Millisecond, "sluice's region lease")
+	refresh := flag.Duration("refresh", 500*time.Millisecond, "sluice's region refresh")
+	lease := flag.Duration("lease", 2*time.Second, "sluice's region lease")
 	label := flag.String("label", "", "the JSON's label (default: the target)")
 	flag.Parse()
 	if *label == "" {

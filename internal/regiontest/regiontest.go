@@ -16,6 +16,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -308,6 +309,7 @@ type Refresh struct {
 type Watch struct {
 	mu        sync.Mutex
 	refreshes map[string][]Refresh
+	reads     []Read
 	slow      int
 	stop      context.CancelFunc
 	done      chan struct{}
@@ -353,8 +355,15 @@ func (w *Watch) add(v redisstore.LedgerView, limit, floor int64, regions int) {
 		}
 	}
 	shares := allot.FairShare(limit-floor*int64(max(0, regions-len(live))), wants)
+	rd := Read{Now: v.Now, Learning: v.Learning, Holding: map[string]int64{}, Share: map[string]int64{}}
+	for k, i := range live {
+		rd.Holding[v.Regions[i].Region], rd.Share[v.Regions[i].Region] = v.Regions[i].Holding, shares[k]
+	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	if n := len(w.reads); n == 0 || w.reads[n-1].Learning != rd.Learning || !maps.Equal(w.reads[n-1].Holding, rd.Holding) || !maps.Equal(w.reads[n-1].Share, rd.Share) {
+		w.reads = append(w.reads, rd)
+	}
 	for i, r := range v.Regions {
 		seen := w.refreshes[r.Region]
 		if len(seen) > 0 && seen[len(seen)-1].At.Equal(r.At) {
@@ -366,6 +375,22 @@ func (w *Watch) add(v redisstore.LedgerView, limit, floor int64, regions int) {
 		}
 		w.refreshes[r.Region] = append(seen, rf)
 	}
+}
+
+// Read is one read of the ledger (kept when it differs from the one before): each live region's
+// holding (what the ledger counts for it: its allotment, a larger one it may still enforce, its
+// use) and its fair share of the wants then.
+type Read struct {
+	Now            time.Time // the ledger's clock
+	Learning       bool
+	Holding, Share map[string]int64
+}
+
+// Reads returns the reads kept so far.
+func (w *Watch) Reads() []Read {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return slices.Clone(w.reads)
 }
 
 // Refreshes returns region's refreshes watched so far, and how many reads were slow.
