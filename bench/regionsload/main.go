@@ -30,7 +30,7 @@
 //
 // It prints one line of JSON on stdout: the measured windows' worldwide admissions (the most in
 // a window and its ratio to L, the mean share of L used), and the time the target adds to a
-// request (p50 and p99 of every request through it, less those of direct calls to the upstream
+// request (p50 and p99 of every request through it, less the median of direct calls to the upstream
 // made at the same time), and one line for people on stderr.
 package main
 

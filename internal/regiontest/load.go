@@ -282,7 +282,8 @@ func Quantile(sorted []time.Duration, q float64) time.Duration {
 }
 
 // Added is the time the target adds to a request at quantile q: the quantile of the requests
-// through it less the direct calls' (never below 0).
+// through it less the direct calls' median (a direct call's own tail, 10 a second, is too few
+// samples to subtract; never below 0).
 func (r Result) Added(q float64) time.Duration {
-	return max(0, Quantile(r.Latencies, q)-Quantile(r.Direct, q))
+	return max(0, Quantile(r.Latencies, q)-Quantile(r.Direct, 0.5))
 }
