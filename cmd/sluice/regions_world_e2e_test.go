@@ -212,9 +212,9 @@ func TestServeE2ERegionsWorld(t *testing.T) {
 			rs, _ := watch.Refreshes(regiontest.RegionName(i))
 			var b strings.Builder
 			for _, r := range rs {
-				fmt.Fprintf(&b, " %s:%d/%d/%d", r.At.Format("05.000"), r.Want, r.Allotment, r.Share)
+				fmt.Fprintf(&b, " %s:%d/%d/%d/%d-%s/%d", r.At.Format("05.000"), r.Want, r.Allotment, r.Share, r.Used, r.UsedUntil.Format("05.000"), r.Pending)
 			}
-			t.Logf("%s's refreshes (at: want/allotment/share):%s", regiontest.RegionName(i), b.String())
+			t.Logf("%s's refreshes (at: want/allotment/share/used-until/pending):%s", regiontest.RegionName(i), b.String())
 		}
 		var b strings.Builder
 		for _, rd := range watch.Reads() {

@@ -300,6 +300,10 @@ type Refresh struct {
 	Allotment int64
 	Share     int64 // the fair share of the wants of every live region in the same read (each raised to the floor)
 	Learning  bool  // the ledger was in learning mode at the read
+	// What the ledger counts for it beside its allotment: its use (until UsedUntil) and the
+	// allotment it reported enforcing (a larger one in flight: Pending).
+	Used, Pending int64
+	UsedUntil     time.Time
 }
 
 // Watch reads the ledger every 5 ms (directly) and keeps every region's refreshes: each new At
@@ -369,7 +373,8 @@ func (w *Watch) add(v redisstore.LedgerView, limit, floor int64, regions int) {
 		if len(seen) > 0 && seen[len(seen)-1].At.Equal(r.At) {
 			continue
 		}
-		rf := Refresh{N: len(seen) + 1, At: r.At, Want: r.Want, Allotment: r.Allotment, Share: -1, Learning: v.Learning}
+		rf := Refresh{N: len(seen) + 1, At: r.At, Want: r.Want, Allotment: r.Allotment, Share: -1, Learning: v.Learning,
+			Used: r.Used, Pending: r.Pending, UsedUntil: r.UsedUntil}
 		if k := slices.Index(live, i); k >= 0 {
 			rf.Share = shares[k]
 		}
