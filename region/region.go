@@ -239,7 +239,11 @@ func (r *Refresher) Decided(name string, admitted bool, d *sluice.Decision) {
 	until := now.Add(d.ResetAfter)
 	p.useMu.Lock()
 	switch {
-	case !now.Before(p.usedUntil):
+	case !now.Before(p.usedUntil) || (p.p.Algorithm == sluice.FixedWindow && until.Sub(p.usedUntil) > p.p.Period/2):
+		// (A fixed window's decision in a later window: the earlier window has ended on the
+		// store's clock, for every key — the windows are the epoch's — so its use no longer
+		// counts. Kept with max, it counted a whole window more, and again at every boundary
+		// the next window's first decision came back before the earlier's end by this clock.)
 		p.used, p.usedUntil = used, until
 	case p.p.Algorithm == sluice.TokenBucket:
 		// A bucket's units in use drain as it refills, to none when it is full: the use seen

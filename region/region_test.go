@@ -575,3 +575,25 @@ func TestRegionAlgorithms(t *testing.T) {
 		}
 	}
 }
+
+// TestRegionUseOfLaterWindow: a fixed window's decision in a later window replaces the use the
+// region reports, even when it comes back before the earlier window's end by this clock (the
+// earlier window has ended on the store's, for every key): before, the two were kept with max,
+// and a window's use counted a whole window more (TestServeE2ERegionsWorld: a region's ramp-up
+// use of 183 held in the ledger for two more windows, another region granted 0).
+func TestRegionUseOfLaterWindow(t *testing.T) {
+	global := redistest.Start(t)
+	eu := startRegion(t, "eu", oneRegion, global, false)
+	eu.ref.Decided("partner", true, &sluice.Decision{Allowed: true, Limit: 100, Remaining: 10, ResetAfter: time.Minute, Source: sluice.FromStore})
+	eu.ref.Decided("partner", true, &sluice.Decision{Allowed: true, Limit: 100, Remaining: 95, ResetAfter: time.Hour - time.Millisecond, Source: sluice.FromStore})
+	eu.ref.RefreshAll(context.Background())
+	if st := eu.ref.Stats()[0]; st.Used != 5 {
+		t.Fatalf("the use reported after a decision of the next window: %d; want its 5, not the earlier window's 90 (stats %+v)", st.Used, st)
+	}
+	// Within one window the largest use of any key is kept.
+	eu.ref.Decided("partner", true, &sluice.Decision{Allowed: true, Limit: 100, Remaining: 98, ResetAfter: time.Hour - 2*time.Millisecond, Source: sluice.FromStore})
+	eu.ref.RefreshAll(context.Background())
+	if st := eu.ref.Stats()[0]; st.Used != 5 {
+		t.Fatalf("the use reported after a smaller one in the same window: %d; want the larger, 5", st.Used)
+	}
+}

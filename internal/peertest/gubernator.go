@@ -68,6 +68,16 @@ type Gubernators struct {
 // the tests and CI run) whose host name is gubernator-i.
 func StartGubernators(tb testing.TB, n int) *Gubernators {
 	tb.Helper()
+	return StartGubernatorsVia(tb, n, nil)
+}
+
+// StartGubernatorsVia is StartGubernators with every instance advertising to its peers the
+// address via returns for its gRPC address (nil: the address itself): a proxy in front of it,
+// such as a netfault.Proxy adding a region's latency, so that the instances' calls to each
+// other (a GLOBAL limit's hits sent to its owner, the owner's updates sent back) cross it. The
+// clients of the test still reach each instance directly, at GRPCAddrs.
+func StartGubernatorsVia(tb testing.TB, n int, via func(i int, grpcAddr string) string) *Gubernators {
+	tb.Helper()
 	if n < 1 || n > 250 {
 		tb.Fatalf("peertest: %d Gubernator instances: 1 to 250", n)
 	}
@@ -88,6 +98,10 @@ func StartGubernators(tb testing.TB, n int) *Gubernators {
 	for i := range n {
 		grpcAddr := net.JoinHostPort(hosts[i], strconv.Itoa(ports[i][0]))
 		httpAddr := net.JoinHostPort(hosts[i], strconv.Itoa(ports[i][1]))
+		advertise := grpcAddr
+		if via != nil {
+			advertise = via(i, grpcAddr)
+		}
 		dir := tb.TempDir()
 		name := fmt.Sprintf("gubernator-%d", i)
 		// The host name is written into the new namespace's own /proc/sys/kernel/hostname.
@@ -98,7 +112,7 @@ func StartGubernators(tb testing.TB, n int) *Gubernators {
 			"PATH=" + os.Getenv("PATH"), "HOME=" + dir,
 			"GUBER_GRPC_ADDRESS=" + grpcAddr,
 			"GUBER_HTTP_ADDRESS=" + httpAddr,
-			"GUBER_ADVERTISE_ADDRESS=" + grpcAddr,
+			"GUBER_ADVERTISE_ADDRESS=" + advertise,
 			"GUBER_INSTANCE_ID=" + name,
 			"GUBER_PEER_DISCOVERY_TYPE=member-list",
 			"GUBER_MEMBERLIST_ADDRESS=" + gossip[i],

@@ -7,7 +7,7 @@ package redis
 //	<prefix>{<prefix>region:<policy>}:lock    string: the id of the instance that refreshes the ledger for the region, with a TTL it renews
 //	<prefix>{<prefix>region:<policy>}:demand  hash: admitted, refused (added by every instance), used, until (µs, this Redis's clock)
 //	<prefix>{<prefix>region:<policy>}:grant   string: "version allotment learning expires_µs epoch", expiring when its lease ends
-//	<prefix>{<prefix>region:<policy>}:shrink  string: "from from_expires_µs": a larger allotment some instance may still enforce, for its TTL
+//	<prefix>{<prefix>region:<policy>}:shrink  string: "from from_expires_µs until_µs" for each shrink in flight: a larger allotment some instance may still enforce, until then (each its own time)
 //
 // Every call is one script (pool.lua); take and publish are fenced: only the lock's holder may.
 

@@ -108,4 +108,18 @@ func TestPoolCountsAndGrant(t *testing.T) {
 	if c.Grant.Allotment != 40 {
 		t.Fatalf("after the shrink's window: %+v", c)
 	}
+	// A later, smaller shrink does not extend an earlier, larger one's time: each is held for its
+	// own window (the larger would otherwise be held as long as shrinks follow within a window).
+	publish(30, 40, 300*time.Millisecond)
+	publish(20, 30, 10*time.Second)
+	deadline = time.Now().Add(3 * time.Second)
+	for c, _, _ = p.Take(ctx, "a"); c.ShrinkFrom == 40; c, _, _ = p.Take(ctx, "a") {
+		if time.Now().After(deadline) {
+			t.Fatalf("the shrink from 40 extended by the later one: %+v", c)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if c.ShrinkFrom != 30 || c.Grant.Allotment != 20 {
+		t.Fatalf("after the first of two shrinks ended: %+v; want the second's, from 30, still in flight", c)
+	}
 }
