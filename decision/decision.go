@@ -216,6 +216,13 @@ type GlobalStats struct {
 	// the region's Redis); Version is the pooled grant's it enforces (0: not pooled, or none).
 	Refresher bool  `json:"refresher"`
 	Version   int64 `json:"grant_version,omitempty"`
+	// RefreshTook is how long this refresher's last refresh for the region took, from taking
+	// the pooled counts to publishing the grant; LockTTL the pool's lock's (three refresh
+	// intervals); Slow: it took more than half of it, so that a slower one would lose the lock
+	// midway (the instances would take turns, each measuring the demand anew).
+	RefreshTook time.Duration `json:"refresh_took,omitempty"`
+	LockTTL     time.Duration `json:"lock_ttl,omitempty"`
+	Slow        bool          `json:"refresh_slow,omitempty"`
 	// Ledger is every region in the ledger at the last read (this instance's region's refresher
 	// reads it each refresh; empty until then), sorted by name: the world as the ledger sees it.
 	Ledger []LedgerRegion `json:"ledger,omitempty"`

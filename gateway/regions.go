@@ -65,6 +65,11 @@ func regionFindings(rs RegionStats) []Finding {
 				Summary: fmt.Sprintf("region %s runs global policy %s on its safe share (%d of %d): its lease ran out without a refresh from the ledger (%s)", rs.Region, p.Policy, p.Allotment, p.Limit, p.Error),
 				Do:      "make the global Redis (region.global) reachable from this region; until then the region admits its safe share, and the worldwide bound is the limit plus each cut-off region's safe share beyond its floor"})
 		}
+		if p.Slow {
+			out = append(out, Finding{Kind: "region_refresh_slow", Subject: "policy " + p.Policy,
+				Summary: fmt.Sprintf("region %s's refresh of global policy %s took %v, more than half its instances' lock (%v, three refresh intervals): a slower one loses the lock midway, and the instances take turns refreshing", rs.Region, p.Policy, p.RefreshTook.Round(time.Millisecond), p.LockTTL),
+				Do:      "raise region.refresh (the lock lasts three), or bring the global Redis closer (a lower round trip); region.global.timeout bounds one call of it"})
+		}
 		if p.WorldWant > p.Limit {
 			out = append(out, Finding{Kind: "global_limit_short", Subject: "policy " + p.Policy,
 				Summary: fmt.Sprintf("the regions want %d of global policy %s per period together; its limit is %d: the ledger splits it, and every region refuses part of its demand", p.WorldWant, p.Policy, p.Limit),

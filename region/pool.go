@@ -194,6 +194,7 @@ func (r *Refresher) refreshPooled(ctx context.Context, p *policy) {
 	a, safe := p.enforce(r.now())
 	g := p.enforced.Load().grant
 	s := Stats{Policy: p.name, Limit: p.p.Limit, Allotment: a, Want: rep.Want, WorldWant: world, Admitted: admitted, Refused: refused, Used: used,
+		RefreshTook: p.took, LockTTL: lockTTL, Slow: p.leading && p.took > lockTTL/2,
 		Lease: g.LocalExpires, Safe: safe, Floor: g.LocalExpires.IsZero() && !safe, Learning: g.Learning, Refresher: p.leading, Version: p.version, Ledger: ledger}
 	if err != nil {
 		s.Error = err.Error()
@@ -206,15 +207,22 @@ func (r *Refresher) refreshPooled(ctx context.Context, p *policy) {
 // one in flight), and publishes the grant. It returns the report.
 func (r *Refresher) lead(ctx context.Context, p *policy) (ledger.Report, error) {
 	now := r.now()
-	c, ok, err := p.pool.Take(ctx, r.id)
+	c, ok, err := p.pool.Take(ctx, r.id, 2*lockRefreshes*r.region.Refresh)
 	took := r.now()
 	if err != nil || !ok {
 		p.leading = ok
 		return ledger.Report{}, err
 	}
-	interval := r.region.Refresh
-	if !p.takenAt.IsZero() {
+	// The counts came in since the last take, this instance's or, after a takeover, the previous
+	// refresher's (Span, the pool's clock): measured over one interval of this one's instead, a
+	// new refresher's first want was two to four times the region's demand.
+	interval := c.Span
+	switch {
+	case interval > 0:
+	case !p.takenAt.IsZero():
 		interval = now.Sub(p.takenAt)
+	default:
+		interval = r.region.Refresh
 	}
 	if p.takenAt.IsZero() {
 		p.demand = p.demand[:0]
@@ -260,6 +268,7 @@ func (r *Refresher) lead(ctx context.Context, p *policy) (ledger.Report, error) 
 		if err != nil {
 			return rep, err
 		}
+		p.took = r.now().Sub(now)
 		if !ok {
 			p.leading = false
 		} else if g.Confirm {

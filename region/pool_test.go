@@ -349,3 +349,28 @@ func TestRegionPoolRelease(t *testing.T) {
 		t.Fatal("a new instance does not refresh for eu at once after a gave its lock back")
 	}
 }
+
+// TestRegionRefreshSlow: a pooled refresh that takes more than half the instances' lock (three
+// refresh intervals) is flagged in the stats and the diagnosis (region_refresh_slow): the global
+// Redis frozen for 400 ms under a refresher whose lock lasts 600 ms.
+func TestRegionRefreshSlow(t *testing.T) {
+	global, euRedis := redistest.Start(t), redistest.Start(t)
+	eu := startInstance(t, "eu", twoRegions, global, euRedis, "eu-a", false)
+	ctx := context.Background()
+	eu.ref.RefreshAll(ctx)
+	if st := eu.ref.Stats()[0]; !st.Refresher || st.LockTTL != 600*time.Millisecond {
+		t.Fatalf("a refresh: %+v; want the refresher, a lock of 600ms", st)
+	}
+	global.Stop()
+	thawed := make(chan struct{})
+	time.AfterFunc(400*time.Millisecond, func() { global.Cont(); close(thawed) })
+	eu.ref.RefreshAll(ctx)
+	<-thawed
+	st := eu.ref.Stats()[0]
+	if !st.Slow || st.RefreshTook < 300*time.Millisecond || st.Error != "" {
+		t.Fatalf("a refresh through a ledger frozen for 400ms: %+v; want it flagged slow (took ≥ 300ms of a 600ms lock), no error", st)
+	}
+	if !hasFinding(t, eu, "region_refresh_slow") {
+		t.Fatal("the diagnosis has no region_refresh_slow")
+	}
+}

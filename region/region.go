@@ -98,6 +98,7 @@ type policy struct {
 	takenAt  time.Time // when it last took the pooled counts (while leading)
 	version  int64     // the pooled grant's version last read
 	demand   []demandSample
+	took     time.Duration // how long the last pooled refresh took, from the take to the publish
 }
 
 // enforced is a grant as Allotment reads it.

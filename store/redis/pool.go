@@ -64,10 +64,13 @@ type PoolCounts struct {
 	Admitted, Refused int64
 	Used              int64
 	UsedFor           time.Duration // how much longer Used counts, as of the take (this Redis's clock)
-	Grant             PoolGrant
-	HasGrant          bool  // a grant is published and its lease has not ended
-	ShrinkFrom        int64 // 0: no shrink in flight
-	ShrinkExpires     time.Time
+	// Span is the time since the last take (this Redis's clock), which the counts came in: 0 if
+	// not known (no take within the keep before).
+	Span          time.Duration
+	Grant         PoolGrant
+	HasGrant      bool  // a grant is published and its lease has not ended
+	ShrinkFrom    int64 // 0: no shrink in flight
+	ShrinkExpires time.Time
 }
 
 func (p *Pool) exec(ctx context.Context, args ...string) (rueidis.RedisResult, error) {
@@ -121,9 +124,10 @@ func (p *Pool) Release(ctx context.Context, id string) (bool, error) {
 }
 
 // Take reads and resets the pooled demand, with the published grant: ok is false if id does not
-// hold the lock (then nothing is reset).
-func (p *Pool) Take(ctx context.Context, id string) (PoolCounts, bool, error) {
-	res, err := p.exec(ctx, "take", id)
+// hold the lock (then nothing is reset). The take's time is kept for keep, so that the next
+// take, by this instance or another that took the lock over, has its counts' Span.
+func (p *Pool) Take(ctx context.Context, id string, keep time.Duration) (PoolCounts, bool, error) {
+	res, err := p.exec(ctx, "take", id, itoa(max(keep.Milliseconds(), 1)))
 	if err != nil {
 		return PoolCounts{}, false, err
 	}
@@ -134,14 +138,15 @@ func (p *Pool) Take(ctx context.Context, id string) (PoolCounts, bool, error) {
 	if n, _ := vals[0].AsInt64(); n != 1 {
 		return PoolCounts{}, false, nil
 	}
-	if len(vals) != 8 {
+	if len(vals) != 9 {
 		return PoolCounts{}, false, fmt.Errorf("redis store: pool %s: take answered %d values", p.policy, len(vals))
 	}
 	var n [5]int64
 	for i := 1; i < 5; i++ {
 		n[i], _ = vals[i].AsInt64()
 	}
-	c := PoolCounts{Admitted: n[1], Refused: n[2], Used: n[3], UsedFor: time.Duration(n[4]) * time.Microsecond}
+	span, _ := vals[8].AsInt64()
+	c := PoolCounts{Admitted: n[1], Refused: n[2], Used: n[3], UsedFor: time.Duration(n[4]) * time.Microsecond, Span: time.Duration(span) * time.Microsecond}
 	if s, err := vals[5].ToString(); err == nil {
 		pttl, _ := vals[6].AsInt64()
 		if c.Grant, err = parsePoolGrant(s, pttl); err != nil {

@@ -9,8 +9,9 @@
 -- ARGV[1] the mode:
 --   push id admitted refused used used_for_µs keep_ms  -> 1
 --   lead id ttl_ms                                      -> {1|0, the lock's pttl}
---   take id                                             -> {0} not the holder, or {1, admitted,
---        refused, used, used_for_µs, grant|false, grant's pttl, shrink|false}; the counts reset
+--   take id keep_ms                                     -> {0} not the holder, or {1, admitted,
+--        refused, used, used_for_µs, grant|false, grant's pttl, shrink|false, span_µs}; the counts
+--        reset, the take's time kept (for keep_ms) so that the next take's span is known (0: not)
 --   publish id value px_ms from from_expires_µs shrink_ms -> the version, or 0: not the holder
 --   read                                                -> {grant|false, pttl}
 --   release id                                          -> 1 if id held the lock (now free), else 0
@@ -86,15 +87,23 @@ elseif mode == 'take' then
     return {0}
   end
   local now = nowus()
-  local d = redis.call('HMGET', KEYS[2], 'admitted', 'refused', 'used', 'until')
+  local d = redis.call('HMGET', KEYS[2], 'admitted', 'refused', 'used', 'until', 'taken')
   redis.call('DEL', KEYS[2])
+  -- When this take was, so that the next one (this refresher's or a new one's) knows the span
+  -- its counts came in.
+  redis.call('HSET', KEYS[2], 'taken', string.format('%d', now))
+  redis.call('PEXPIRE', KEYS[2], ARGV[3])
   local used, usedFor = 0, 0
   local ut = tonumber(d[4] or '0') or 0
   if ut > now then
     used, usedFor = tonumber(d[3] or '0') or 0, ut - now
   end
+  local taken, span = tonumber(d[5] or '0') or 0, 0
+  if taken > 0 and taken < now then
+    span = now - taken
+  end
   return {1, tonumber(d[1] or '0') or 0, tonumber(d[2] or '0') or 0, used, usedFor,
-    redis.call('GET', KEYS[3]), redis.call('PTTL', KEYS[3]), largest(shrinks(now))}
+    redis.call('GET', KEYS[3]), redis.call('PTTL', KEYS[3]), largest(shrinks(now)), span}
 elseif mode == 'publish' then
   if not holder(ARGV[2]) then
     return 0

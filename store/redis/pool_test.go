@@ -30,7 +30,7 @@ func TestPoolLockAndFence(t *testing.T) {
 	if !lead("a", 300*time.Millisecond) || lead("b", 300*time.Millisecond) || !lead("a", 300*time.Millisecond) {
 		t.Fatal("a takes and renews the lock, b does not get it")
 	}
-	if _, ok, err := p.Take(ctx, "b"); err != nil || ok {
+	if _, ok, err := p.Take(ctx, "b", time.Minute); err != nil || ok {
 		t.Fatalf("b's take while a holds the lock: %v, %v; want refused", ok, err)
 	}
 	g := redis.PoolGrant{Allotment: 60, Expires: time.Now().Add(time.Second), Epoch: "e"}
@@ -67,12 +67,21 @@ func TestPoolCountsAndGrant(t *testing.T) {
 	if ok, err := p.Lead(ctx, "a", time.Minute); err != nil || !ok {
 		t.Fatal(ok, err)
 	}
-	c, ok, err := p.Take(ctx, "a")
+	c, ok, err := p.Take(ctx, "a", time.Minute)
 	if err != nil || !ok || c.Admitted != 8 || c.Refused != 7 || c.Used != 35 || c.UsedFor <= 50*time.Second || c.HasGrant {
 		t.Fatalf("take: %+v, %v, %v; want 8 admitted, 7 refused, used 35 for about a minute, no grant", c, ok, err)
 	}
-	if c, _, _ = p.Take(ctx, "a"); c.Admitted != 0 || c.Refused != 0 || c.Used != 0 {
+	if c.Span != 0 {
+		t.Fatalf("the first take's span %v; want 0, unknown (no take before)", c.Span)
+	}
+	first := time.Now()
+	if c, _, _ = p.Take(ctx, "a", time.Minute); c.Admitted != 0 || c.Refused != 0 || c.Used != 0 {
 		t.Fatalf("a second take: %+v; want the counts reset", c)
+	}
+	// The span is the time since the last take, whoever took: another instance taking the lock
+	// over measures its first counts over it, not over a refresh interval of its own.
+	if c.Span <= 0 || c.Span > time.Since(first)+time.Second {
+		t.Fatalf("the second take's span %v; want the time since the first, at most %v", c.Span, time.Since(first))
 	}
 	exp := time.Now().Add(10 * time.Second).Truncate(time.Microsecond).UTC()
 	publish := func(allot, from int64, window time.Duration) int64 {
@@ -94,7 +103,7 @@ func TestPoolCountsAndGrant(t *testing.T) {
 		t.Fatalf("the second grant's version %d", v)
 	}
 	publish(40, 50, 300*time.Millisecond) // a second shrink within the first's window keeps the larger
-	if c, _, _ = p.Take(ctx, "a"); !c.HasGrant || c.Grant.Allotment != 40 || c.ShrinkFrom != 90 || !c.ShrinkExpires.Equal(exp) {
+	if c, _, _ = p.Take(ctx, "a", time.Minute); !c.HasGrant || c.Grant.Allotment != 40 || c.ShrinkFrom != 90 || !c.ShrinkExpires.Equal(exp) {
 		t.Fatalf("take within the shrink's window: %+v; want the grant 40, the shrink from 90", c)
 	}
 	deadline := time.Now().Add(3 * time.Second)
@@ -103,7 +112,7 @@ func TestPoolCountsAndGrant(t *testing.T) {
 			t.Fatalf("the shrink still in flight: %+v", c)
 		}
 		time.Sleep(20 * time.Millisecond)
-		c, _, _ = p.Take(ctx, "a")
+		c, _, _ = p.Take(ctx, "a", time.Minute)
 	}
 	if c.Grant.Allotment != 40 {
 		t.Fatalf("after the shrink's window: %+v", c)
@@ -113,7 +122,7 @@ func TestPoolCountsAndGrant(t *testing.T) {
 	publish(30, 40, 300*time.Millisecond)
 	publish(20, 30, 10*time.Second)
 	deadline = time.Now().Add(3 * time.Second)
-	for c, _, _ = p.Take(ctx, "a"); c.ShrinkFrom == 40; c, _, _ = p.Take(ctx, "a") {
+	for c, _, _ = p.Take(ctx, "a", time.Minute); c.ShrinkFrom == 40; c, _, _ = p.Take(ctx, "a", time.Minute) {
 		if time.Now().After(deadline) {
 			t.Fatalf("the shrink from 40 extended by the later one: %+v", c)
 		}
