@@ -220,9 +220,12 @@ type GlobalStats struct {
 	// the pooled counts to publishing the grant; LockTTL the pool's lock's (three refresh
 	// intervals); Slow: it took more than half of it, so that a slower one would lose the lock
 	// midway (the instances would take turns, each measuring the demand anew).
-	RefreshTook time.Duration `json:"refresh_took,omitempty"`
-	LockTTL     time.Duration `json:"lock_ttl,omitempty"`
-	Slow        bool          `json:"refresh_slow,omitempty"`
+	RefreshTook time.Duration `json:"-"`
+	LockTTL     time.Duration `json:"-"`
+	// RefreshTookMs and LockTTLMs are RefreshTook and LockTTL in milliseconds, for /v1/stats.
+	RefreshTookMs float64 `json:"refresh_took_ms,omitempty"`
+	LockTTLMs     float64 `json:"lock_ttl_ms,omitempty"`
+	Slow          bool    `json:"refresh_slow,omitempty"`
 	// Ledger is every region in the ledger at the last read (this instance's region's refresher
 	// reads it each refresh; empty until then), sorted by name: the world as the ledger sees it.
 	Ledger []LedgerRegion `json:"ledger,omitempty"`

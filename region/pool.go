@@ -195,6 +195,7 @@ func (r *Refresher) refreshPooled(ctx context.Context, p *policy) {
 	g := p.enforced.Load().grant
 	s := Stats{Policy: p.name, Limit: p.p.Limit, Allotment: a, Want: rep.Want, WorldWant: world, Admitted: admitted, Refused: refused, Used: used,
 		RefreshTook: p.took, LockTTL: lockTTL, Slow: p.leading && p.took > lockTTL/2,
+		RefreshTookMs: float64(p.took) / float64(time.Millisecond), LockTTLMs: float64(lockTTL) / float64(time.Millisecond),
 		Lease: g.LocalExpires, Safe: safe, Floor: g.LocalExpires.IsZero() && !safe, Learning: g.Learning, Refresher: p.leading, Version: p.version, Ledger: ledger}
 	if err != nil {
 		s.Error = err.Error()
