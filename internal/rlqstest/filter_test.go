@@ -104,7 +104,10 @@ func newRig(t *testing.T, cfg Config) *rig {
 	r := &rig{t: t, peer: p, clock: &clock{now: time.Unix(1_000_000, 0)},
 		ticks: make(chan time.Time), applied: make(chan *rlqspb.RateLimitQuotaResponse, 16),
 		broken: make(chan struct{}, 16)}
-	cfg.Addr, cfg.Domain, cfg.Now, cfg.Ticks = lis.Addr().String(), "test", r.clock.Now, r.ticks
+	cfg.Addr, cfg.Domain, cfg.Now = lis.Addr().String(), "test", r.clock.Now
+	if cfg.ReportInterval == 0 {
+		cfg.Ticks = r.ticks // reports when the test ticks
+	}
 	cfg.OnResponse = func(resp *rlqspb.RateLimitQuotaResponse) { r.applied <- resp }
 	cfg.OnStream = func(up bool) {
 		if !up {
@@ -488,5 +491,21 @@ func TestConcurrentDecisions(t *testing.T) {
 	}
 	if s, _ := r.f.Stats(bucketA); s.Total != (Counts{101, goroutines*each - 100}) {
 		t.Fatalf("stats %+v", s)
+	}
+}
+
+func TestReportsOnTheTimer(t *testing.T) {
+	r := newRig(t, Config{ReportInterval: 20 * time.Millisecond})
+	r.subscribe(bucketA)
+	r.decide(bucketA, 3)
+	var allowed uint64
+	for allowed < 3 {
+		if u := usage(r.report(), bucketA); u != nil {
+			allowed += u.NumRequestsAllowed
+		}
+	}
+	// The timer keeps reporting the bucket, idle or not.
+	if u := usage(r.report(), bucketA); u == nil || u.NumRequestsAllowed != 0 {
+		t.Fatalf("idle report: %v", u)
 	}
 }
