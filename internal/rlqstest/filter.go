@@ -2,7 +2,8 @@
 // (envoy.extensions.filters.http.rate_limit_quota.v3) talking to a Rate Limit
 // Quota Service (envoy.service.rate_limit_quota.v3.RateLimitQuotaService), so
 // that tests can put simulated Envoys in front of an RLQS server and count what
-// they admit. A Filter is one Envoy instance with one filter config.
+// they admit. A Filter is one Envoy instance with one filter config and one
+// bucket settings for all its buckets.
 //
 // What it follows, by path in github.com/envoyproxy/envoy:
 //
@@ -14,42 +15,55 @@
 //     its usage are erased, reports stop, the next request starts over as the
 //     first of a new bucket).
 //   - api/envoy/extensions/filters/http/rate_limit_quota/v3/rate_limit_quota.proto:
-//     reporting_interval, no_assignment_behavior (unset: allow all) and
-//     expired_assignment_behavior (fallback_rate_limit or reuse_last_assignment,
-//     limited by expired_assignment_behavior_timeout).
-//   - source/extensions/filters/http/rate_limit_quota/filter.cc: the first
-//     request of a new bucket is decided by no_assignment_behavior, counted in
-//     the bucket's usage, and reported at once.
+//     no_assignment_behavior (unset: allow all), expired_assignment_behavior
+//     (fallback_rate_limit or reuse_last_assignment, limited by
+//     expired_assignment_behavior_timeout), and the first request of a bucket
+//     reported at once.
+//   - source/extensions/filters/http/rate_limit_quota/filter.cc: a new
+//     bucket's first request is decided before the bucket exists, denied only
+//     by a blanket DENY_ALL no_assignment_behavior (any other fallback admits
+//     it), and counted in the bucket's usage; later requests apply the
+//     bucket's assignment, or the no-assignment fallback.
 //   - source/extensions/filters/http/rate_limit_quota/global_client_impl.cc
 //     (client_impl.cc in older releases): one stream per client, the domain in
-//     every report, a report holds every bucket's allowed/denied since its last
-//     report and the time elapsed, counters reset when a report is built; on
-//     the reporting timer a closed stream is restarted, and if that fails the
-//     built report is dropped (its counts are lost, as Envoy loses them); a
-//     response for an unknown bucket is ignored; a token bucket assignment
-//     becomes a TokenBucketImpl (starts full, continuous refill).
+//     every report, a report holds every bucket's allowed/denied since its
+//     last report and the time elapsed, counters reset when a report is
+//     built; on the reporting timer a closed stream is restarted, and if that
+//     fails the built report is dropped (its counts are lost, as Envoy loses
+//     them); a response for an unknown bucket is ignored; a token bucket
+//     assignment becomes a TokenBucketImpl (starts full, continuous refill),
+//     rebuilt only when the token bucket changes.
 //
-// Where the harness differs, on purpose:
+// Where the harness differs from Envoy's current filter, on purpose:
 //
 //   - ReportInterval is a parameter. Envoy's filter ignores the bucket
 //     settings' reporting_interval and reports on one fixed 5 s timer
 //     (source/extensions/filters/http/rate_limit_quota/filter_persistence.cc;
 //     envoyproxy/envoy#46662 proposed a fixed 1 s and was closed, #47104
 //     proposes a configurable one); the default here is that 5 s.
-//   - requests_per_time_unit is applied as a fixed window aligned to the unit;
-//     Envoy's filter does not support it yet (it logs an error).
-//   - time_elapsed is exact (Envoy's newer client rounds down to whole
-//     seconds, envoyproxy/envoy#46723) and the immediate report of a new bucket carries only that
-//     bucket, with time_elapsed 0 (as client_impl.cc did).
+//   - A new bucket is reported at once, as the proto and the older
+//     client_impl.cc do, in a report of that bucket alone with time_elapsed 0;
+//     global_client_impl.cc only adds the bucket for the next periodic report
+//     (Config.DeferFirstReport does that).
+//   - requests_per_time_unit is applied as a fixed window aligned to the unit
+//     (a second starts on the second); Envoy's filter does not implement it
+//     yet and admits every request (filter.cc logs a warning).
+//   - time_elapsed is exact; Envoy's client rounds it down to whole seconds
+//     (envoyproxy/envoy#46723), and converts a token bucket's fill_interval
+//     to whole seconds too.
+//   - reuse_last_assignment is applied (the expired assignment's limiter
+//     carries on); Envoy's filter.cc only reads fallback_rate_limit.
 //   - An expired assignment without expired_assignment_behavior goes back to
 //     no_assignment_behavior (the bucket stays subscribed). With
 //     ExpiredBehavior.Timeout > 0 the bucket is abandoned that long after
-//     expiry; a zero Timeout means no limit (the proto reads an unset timeout
-//     as zero, abandon at once: a harness user who wants that leaves Expired
-//     nil, which at least stops applying the old assignment).
+//     expiry, as the proto says, so the next request is a new bucket's (Envoy
+//     goes back to the no-assignment fallback instead; the decisions are the
+//     same apart from the first request and its immediate report). A zero
+//     Timeout means no limit, not "abandon at once" as the proto reads zero.
 //   - The harness does not send the extra report the proto asks for when an
 //     assignment arrives (Envoy's filter does not either).
-//   - Requests are decided by Decide with a bucket id; there is no matcher tree.
+//   - Requests are decided by Decide with a bucket id; there is no matcher
+//     tree, no filter_enabled/filter_enforced and no deny response.
 //
 // Every Decide is counted: per bucket in total and per Window, and in the
 // usage of the next report.
@@ -100,6 +114,10 @@ type Config struct {
 	NoAssignment *typev3.RateLimitStrategy
 	// Expired is expired_assignment_behavior; nil goes back to NoAssignment.
 	Expired *ExpiredBehavior
+	// DeferFirstReport leaves a new bucket's first request to the next
+	// periodic report, as Envoy's current client does, instead of reporting
+	// it at once as the proto says.
+	DeferFirstReport bool
 	// Now is the clock; time.Now if nil.
 	Now func() time.Time
 	// Window is the width of the per-window counts; 1 s if zero.
@@ -254,7 +272,14 @@ func (f *Filter) Decide(id map[string]string) bool {
 		b = &bucket{id: copyID(id), lastReport: now, windows: map[int64]*Counts{}}
 		f.buckets[k] = b
 	}
-	ok := f.limiterFor(b, now).allow(now)
+	var ok bool
+	if fresh {
+		// filter.cc decides a new bucket's first request before the bucket
+		// exists: only a blanket DENY_ALL no_assignment_behavior denies it.
+		ok = !isDenyAll(f.cfg.NoAssignment)
+	} else {
+		ok = f.limiterFor(b, now).allow(now)
+	}
 	b.usage.add(ok)
 	b.total.add(ok)
 	w := now.UnixNano() / int64(f.cfg.Window)
@@ -264,7 +289,7 @@ func (f *Filter) Decide(id map[string]string) bool {
 		}
 		m[w].add(ok)
 	}
-	if fresh {
+	if fresh && !f.cfg.DeferFirstReport {
 		// The first request of a new bucket: report it at once.
 		first = f.report(now, b)
 		first.BucketQuotaUsages[0].TimeElapsed = durationpb.New(0)
@@ -280,6 +305,11 @@ func (f *Filter) Decide(id map[string]string) bool {
 		}
 	}
 	return ok
+}
+
+func isDenyAll(s *typev3.RateLimitStrategy) bool {
+	r, ok := s.GetStrategy().(*typev3.RateLimitStrategy_BlanketRule_)
+	return ok && r.BlanketRule == typev3.RateLimitStrategy_DENY_ALL
 }
 
 // abandonExpired says whether the bucket's expired assignment has outlived

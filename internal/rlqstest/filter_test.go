@@ -509,3 +509,22 @@ func TestReportsOnTheTimer(t *testing.T) {
 		t.Fatalf("idle report: %v", u)
 	}
 }
+
+func TestFirstRequestIsDeniedOnlyByBlanketDenyAll(t *testing.T) {
+	r := newRig(t, Config{NoAssignment: perUnit(1, typev3.RateLimitUnit_SECOND)})
+	// As filter.cc: the first request is admitted without touching the
+	// fallback; later ones take the fallback's one per second.
+	if got := r.decide(bucketA, 3); got != 2 {
+		t.Fatalf("admitted %d of the first 3, want 2", got)
+	}
+	checkUsage(t, r.report(), bucketA, 1, 0, 0)
+}
+
+func TestDeferFirstReport(t *testing.T) {
+	r := newRig(t, Config{DeferFirstReport: true})
+	r.f.Decide(bucketA)
+	r.clock.advance(time.Second)
+	r.f.Decide(bucketA)
+	// The tick's report is the first the peer sees.
+	checkUsage(t, r.tick(), bucketA, 2, 0, time.Second)
+}
