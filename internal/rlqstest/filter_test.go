@@ -296,6 +296,9 @@ func TestRequestsPerTimeUnitAdmitsExactlyNPerUnit(t *testing.T) {
 			t.Fatalf("window %d: %+v, want %+v", i, w.Counts, want[i])
 		}
 	}
+	if all := r.f.Windows(nil); len(all) != len(ws) || all[2] != ws[2] || !all[0].Start.Equal(r.clock.Now().Add(-3*time.Second)) {
+		t.Fatalf("all buckets' windows %+v", all)
+	}
 	s, _ := r.f.Stats(bucketA)
 	if s.State != Active || s.Total != (Counts{16, 9}) || !s.Expires.IsZero() {
 		t.Fatalf("stats %+v", s)
