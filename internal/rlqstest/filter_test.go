@@ -100,27 +100,33 @@ func newRig(t *testing.T, cfg Config) *rig {
 	rlqspb.RegisterRateLimitQuotaServiceServer(srv, p)
 	go srv.Serve(lis)
 	t.Cleanup(srv.Stop)
+	r := &rig{t: t, peer: p, clock: &clock{now: time.Unix(1_000_000, 0)}}
+	return r.another(lis.Addr().String(), cfg)
+}
 
-	r := &rig{t: t, peer: p, clock: &clock{now: time.Unix(1_000_000, 0)},
+// another is one more simulated Envoy on the same peer and clock.
+func (r *rig) another(addr string, cfg Config) *rig {
+	r.t.Helper()
+	n := &rig{t: r.t, peer: r.peer, clock: r.clock,
 		ticks: make(chan time.Time), applied: make(chan *rlqspb.RateLimitQuotaResponse, 16),
 		broken: make(chan struct{}, 16)}
-	cfg.Addr, cfg.Domain, cfg.Now = lis.Addr().String(), "test", r.clock.Now
+	cfg.Addr, cfg.Domain, cfg.Now = addr, "test", r.clock.Now
 	if cfg.ReportInterval == 0 {
-		cfg.Ticks = r.ticks // reports when the test ticks
+		cfg.Ticks = n.ticks // reports when the test ticks
 	}
-	cfg.OnResponse = func(resp *rlqspb.RateLimitQuotaResponse) { r.applied <- resp }
+	cfg.OnResponse = func(resp *rlqspb.RateLimitQuotaResponse) { n.applied <- resp }
 	cfg.OnStream = func(up bool) {
 		if !up {
-			r.broken <- struct{}{}
+			n.broken <- struct{}{}
 		}
 	}
 	f, err := New(cfg)
 	if err != nil {
-		t.Fatal(err)
+		r.t.Fatal(err)
 	}
-	t.Cleanup(func() { f.Close() })
-	r.f = f
-	return r
+	r.t.Cleanup(func() { f.Close() })
+	n.f = f
+	return n
 }
 
 func wait[T any](t *testing.T, ch <-chan T, what string) T {
@@ -530,4 +536,23 @@ func TestDeferFirstReport(t *testing.T) {
 	r.f.Decide(bucketA)
 	// The tick's report is the first the peer sees.
 	checkUsage(t, r.tick(), bucketA, 2, 0, time.Second)
+}
+
+func TestSeveralEnvoysOnOneServer(t *testing.T) {
+	first := newRig(t, Config{})
+	envoys := []*rig{first}
+	for range 2 {
+		envoys = append(envoys, first.another(first.f.cfg.Addr, Config{}))
+	}
+	// Each Envoy has its own stream and its own assignment for the same bucket.
+	for i, e := range envoys {
+		ps := e.subscribe(bucketA)
+		e.respond(ps, assign(bucketA, tokenBucketRule(uint32(i+1), 1, time.Hour), nil))
+	}
+	for i, e := range envoys {
+		if got := e.decide(bucketA, 10); got != i+1 {
+			t.Fatalf("envoy %d admitted %d, want its own %d", i, got, i+1)
+		}
+		checkUsage(t, e.tick(), bucketA, uint64(i+1), uint64(9-i), 0)
+	}
 }
