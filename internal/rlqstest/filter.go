@@ -268,12 +268,10 @@ func (f *Filter) Decide(id map[string]string) bool {
 	}
 	var first *rlqspb.RateLimitQuotaUsageReports
 	fresh := b == nil
+	var ok bool
 	if fresh {
 		b = &bucket{id: copyID(id), lastReport: now, windows: map[int64]*Counts{}}
 		f.buckets[k] = b
-	}
-	var ok bool
-	if fresh {
 		// filter.cc decides a new bucket's first request before the bucket
 		// exists: only a blanket DENY_ALL no_assignment_behavior denies it.
 		ok = !isDenyAll(f.cfg.NoAssignment)
