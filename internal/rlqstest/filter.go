@@ -440,11 +440,16 @@ func (f *Filter) send(cur *stream, r *rlqspb.RateLimitQuotaUsageReports) *stream
 		}
 		go f.receive(cur)
 	}
+	// Counted before it goes, so that a peer that has the report sees it
+	// counted; taken back if Send fails.
+	f.count(&f.sent)
 	if err := cur.s.Send(r); err != nil {
-		f.count(&f.dropped)
+		f.mu.Lock()
+		f.sent--
+		f.dropped++
+		f.mu.Unlock()
 		return nil
 	}
-	f.count(&f.sent)
 	return cur
 }
 
