@@ -484,11 +484,19 @@ func TestConcurrentDecisions(t *testing.T) {
 			denied += u.NumRequestsDenied
 		}
 	}
-	for ticking := true; ticking; {
+	// At most 100 ticks while deciding: the peer holds 1024 reports unread,
+	// and past that gRPC's flow control would stop the sender, and the tick
+	// after the loop with it.
+	for ticks := 0; ticks >= 0; {
+		var tick chan time.Time
+		if ticks < 100 {
+			tick = r.ticks
+		}
 		select {
 		case <-done:
-			ticking = false
-		case r.ticks <- r.clock.Now():
+			ticks = -1
+		case tick <- r.clock.Now():
+			ticks++
 		}
 	}
 	r.ticks <- r.clock.Now()
