@@ -66,7 +66,8 @@
 //     tree, no filter_enabled/filter_enforced and no deny response.
 //
 // Every Decide is counted: per bucket in total and per Window, and in the
-// usage of the next report.
+// usage of the next report. A bucket's counts go with it when it is
+// abandoned; Windows(nil) keeps every decision of the Filter.
 package rlqstest
 
 import (
