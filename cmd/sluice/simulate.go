@@ -228,7 +228,7 @@ func newSimulateCommand(stdin io.Reader) *cobra.Command {
 	f.Var(&o.maxAge, "budget-max-age", "with --local-budget: how long a budget may be spent from, a Go duration `D` ≥ 1ms (default --period, or the calendar window)")
 	f.StringVar(&o.stores, "store", "", "run --instances instances behind a load balancer, each with its own memory store (`MODE` separate) or sharing one (shared)")
 	f.StringVar(&o.balance, "balance", "round-robin", "with --store: how the load balancer deals the requests, `HOW`: round-robin or random")
-	f.Uint64Var(&o.draw, "draw", 1, "with --balance random: the `N` its choices are drawn from")
+	f.Uint64Var(&o.draw, "draw", 1, "with --balance random: the `N` its choices are drawn from; with --regions, the latencies")
 	f.Var(&o.latency, "store-latency", "with --store shared: each call's round trip to the store, a Go duration `D` (e.g. 2ms): how much later requests reach the backend")
 	f.StringVar(&o.outage, "outage", "", "with --store shared: the store fails from one virtual time to another, `FROM-TO` (Go durations: 1m-2m)")
 	f.StringVar(&o.onError, "on-error", "closed", "with --outage: what each instance does while the store is down, `MODE` open, closed or local")

@@ -27,7 +27,7 @@ demand that moves makes the allotments follow it. fixed-window, sliding-window o
   --refresh D            each region's refresh interval (default 5s)
   --lease D              how long a grant holds without a refresh (default 3 refreshes; ≥ 2)
   --ledger-latency D     the one-way latency to the ledger, or MIN-MAX (50ms-150ms): each
-                         message draws its own from --seed (at most a quarter refresh)
+                         message draws its own from --draw (at most a quarter refresh)
   --floor F              what a region enforces before its first grant, the least it keeps, as
                          a fraction of the limit (0 … 1/regions; default 1/(2·regions), as
                          sluice serve's region.floor)
@@ -38,7 +38,8 @@ demand that moves makes the allotments follow it. fixed-window, sliding-window o
                          (eu@30s-60s; repeat it): it keeps its lease, then the safe share
   --flush-ledger T       the ledger loses its state at virtual time T (repeat it): it learns
                          for a lease and the hold, handing out no new quota
-  --seed N               the latencies' seed (default 1): the same seed, the same output
+  --draw N               the number the latencies are drawn from (default 1): the same N,
+                         the same output
 The output is per refresh interval and region: the demand last reported (want, per period;
 while cut off, the report it could not deliver), the allotment enforced at the interval's end,
 the requests offered, admitted and refused in it, and flags (cut: its link was cut; safe-share:
@@ -70,7 +71,6 @@ type regionsFlags struct {
 	algorithm  string
 	partitions []string
 	flushes    []string
-	seed       uint64
 }
 
 func (r *regionsFlags) add(cmd *cobra.Command) {
@@ -84,14 +84,13 @@ func (r *regionsFlags) add(cmd *cobra.Command) {
 	f.StringVar(&r.algorithm, "ledger-algorithm", "fair", "with --regions: the ledger's split, `NAME` fair or proportional")
 	f.StringArrayVar(&r.partitions, "partition", nil, "with --regions: cut region R off the ledger, `R@FROM-TO` (eu@30s-60s; repeat it)")
 	f.StringArrayVar(&r.flushes, "flush-ledger", nil, "with --regions: the ledger loses its state at virtual time `T` (repeat it)")
-	f.Uint64Var(&r.seed, "seed", 1, "with --regions: the latencies are drawn from `N`: the same N, the same output")
 }
 
 // regionsOnly are the flags that only the regions mode takes; regionsNot those it does not.
 var (
-	regionsOnly = []string{"refresh", "lease", "ledger-latency", "floor", "safe-share", "ledger-algorithm", "partition", "flush-ledger", "seed"}
+	regionsOnly = []string{"refresh", "lease", "ledger-latency", "floor", "safe-share", "ledger-algorithm", "partition", "flush-ledger"}
 	regionsNot  = []string{"compare", "trace", "workload", "calendar", "time-zone", "start", "local-budget", "instances", "budget-max-age",
-		"store", "balance", "draw", "store-latency", "outage", "on-error", "change"}
+		"store", "balance", "store-latency", "outage", "on-error", "change"}
 )
 
 // checkRegionsFlags answers an error naming a flag used in the wrong mode.
@@ -116,7 +115,7 @@ func checkRegionsFlags(changed func(string) bool) error {
 // (policies checked them), the regions' --traffic.
 func (o *simulateOptions) runRegions(cmd *cobra.Command, p sluice.Policy) error {
 	r := &o.regions
-	opts := regions.Options{Policy: p, Refresh: r.refresh.d, Lease: r.lease.d, Floor: r.floor, SafeShare: r.safe, Algorithm: r.algorithm, Seed: r.seed}
+	opts := regions.Options{Policy: p, Refresh: r.refresh.d, Lease: r.lease.d, Floor: r.floor, SafeShare: r.safe, Algorithm: r.algorithm, Draw: o.draw}
 	changed := cmd.Flags().Changed
 	switch {
 	case !changed("traffic"):

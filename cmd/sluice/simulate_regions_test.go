@@ -8,7 +8,7 @@ import (
 
 // TestSimulateRegions: --regions runs a global policy across regions with a latency to the ledger,
 // a partition and a flush: the table shows the allotments following demand and ends with the
-// bound, with its numbers, held; CSV and JSON give the same run; the same seed gives the same
+// bound, with its numbers, held; CSV and JSON give the same run; the same --draw gives the same
 // output; bad flags name the flag and exit 2.
 func TestSimulateRegions(t *testing.T) {
 	args := []string{"simulate", "--regions", "eu,us,ap", "--algorithm", "fixed-window", "--limit", "6000", "--period", "1m",
@@ -17,7 +17,7 @@ func TestSimulateRegions(t *testing.T) {
 	out := ok(t, "", args...)
 	for _, w := range []string{
 		"global policy: fixed-window, 6000 per 1m worldwide across 3 regions (eu, us, ap)\n",
-		"ledger: fair share, floor F = 300, safe share S = 600, lease 15s, hold 1m; refresh every 5s, latency to the ledger 50ms-150ms each way (seed 1)\n",
+		"ledger: fair share, floor F = 300, safe share S = 600, lease 15s, hold 1m; refresh every 5s, latency to the ledger 50ms-150ms each way (drawn from 1)\n",
 		"partition: eu cut off from the ledger 1m30s-3m\n",
 		"flush: the ledger's state is lost at 4m\n",
 		"cut safe-share", "learning",
@@ -28,7 +28,7 @@ func TestSimulateRegions(t *testing.T) {
 		}
 	}
 	if again := ok(t, "", args...); again != out {
-		t.Error("the same seed gave another table")
+		t.Error("the same --draw gave another table")
 	}
 	var res struct {
 		Timeline []struct {
@@ -83,7 +83,7 @@ func TestSimulateRegions(t *testing.T) {
 		{"--regions eu --instances 3", "--instances does not apply with --regions"},
 		{"--regions us", `--regions: the traffic names "eu"`},
 		{"--partition eu@1s-2s", "--partition applies with --regions only"},
-		{"--seed 3", "--seed applies with --regions only"},
+		{"--refresh 3s", "--refresh applies with --regions only"},
 	} {
 		args := append(append([]string{}, base...), strings.Fields(bad.flags)...)
 		if code, _, stderr := runCLI(t, "", args...); code != 2 || !strings.Contains(stderr, bad.want) {

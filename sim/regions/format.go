@@ -72,9 +72,9 @@ func (res *Result) WriteTable(out io.Writer) error {
 	}
 	fmt.Fprintf(out, "global policy: %s, %d per %s worldwide across %d regions (%s)\n", p.Algorithm, p.Limit, sim.FormatDuration(p.Period.Microseconds()),
 		len(o.Regions), strings.Join(o.Regions, ", "))
-	fmt.Fprintf(out, "ledger: %s share, floor F = %d, safe share S = %d, lease %s, hold %s; refresh every %s, latency to the ledger %s each way (seed %d)\n",
+	fmt.Fprintf(out, "ledger: %s share, floor F = %d, safe share S = %d, lease %s, hold %s; refresh every %s, latency to the ledger %s each way (drawn from %d)\n",
 		o.Algorithm, res.Floor, res.Safe, sim.FormatDuration(res.Lease.Microseconds()), sim.FormatDuration(res.Hold.Microseconds()),
-		sim.FormatDuration(res.RefreshMicros), latency, o.Seed)
+		sim.FormatDuration(res.RefreshMicros), latency, o.Draw)
 	for _, x := range o.Partitions {
 		fmt.Fprintf(out, "partition: %s cut off from the ledger %s-%s\n", x.Region, sim.FormatDuration(x.From.Microseconds()), sim.FormatDuration(x.To.Microseconds()))
 	}
@@ -182,7 +182,7 @@ func (res *Result) MarshalJSON() ([]byte, error) {
 			Refresh    json.Number `json:"refresh_ms"`
 			LatencyMin json.Number `json:"latency_min_ms"`
 			LatencyMax json.Number `json:"latency_max_ms"`
-			Seed       uint64      `json:"seed"`
+			Draw       uint64      `json:"draw"`
 		} `json:"ledger"`
 		Regions    []string        `json:"regions"`
 		Partitions []partitionJSON `json:"partitions"`
@@ -200,7 +200,7 @@ func (res *Result) MarshalJSON() ([]byte, error) {
 	v.Policy.Algorithm, v.Policy.Limit, v.Policy.Period, v.Policy.Burst = o.Policy.Algorithm.String(), o.Policy.Limit, ms(o.Policy.Period.Microseconds()), o.Policy.Burst
 	l := &v.Ledger
 	l.Algorithm, l.Floor, l.Safe, l.Lease, l.Hold, l.Refresh = o.Algorithm, res.Floor, res.Safe, ms(res.Lease.Microseconds()), ms(res.Hold.Microseconds()), ms(res.RefreshMicros)
-	l.LatencyMin, l.LatencyMax, l.Seed = ms(o.LatencyMin.Microseconds()), ms(o.LatencyMax.Microseconds()), o.Seed
+	l.LatencyMin, l.LatencyMax, l.Draw = ms(o.LatencyMin.Microseconds()), ms(o.LatencyMax.Microseconds()), o.Draw
 	for _, x := range o.Partitions {
 		v.Partitions = append(v.Partitions, partitionJSON{x.Region, ms(x.From.Microseconds()), ms(x.To.Microseconds())})
 	}

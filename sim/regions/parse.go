@@ -113,10 +113,10 @@ func ParseSpan(s string, one bool) (from, to time.Duration, err error) {
 // the regions mode, without their dashes' prefix. partition and flush-ledger take several values,
 // repeated or separated by commas.
 var QueryKeys = []string{"regions", "traffic", "algorithm", "limit", "period", "burst", "refresh", "lease", "ledger-latency",
-	"floor", "safe-share", "ledger-algorithm", "partition", "flush-ledger", "seed"}
+	"floor", "safe-share", "ledger-algorithm", "partition", "flush-ledger", "draw"}
 
 // ParseQuery reads a simulation from a URL query string whose keys are QueryKeys, with the
-// command line's defaults (ledger-algorithm fair, seed 1, floor 1/(2·regions) as serve's) and
+// command line's defaults (ledger-algorithm fair, draw 1, floor 1/(2·regions) as serve's) and
 // its checks; Run checks the rest.
 // The errors are *OptionErrors, one per field at fault.
 func ParseQuery(query string) (Options, []error) {
@@ -195,13 +195,13 @@ func ParseQuery(query string) (Options, []error) {
 	fraction("floor", &o.Floor)
 	fraction("safe-share", &o.SafeShare)
 	o.Algorithm = get("ledger-algorithm")
-	o.Seed = 1
-	if s := get("seed"); s != "" {
+	o.Draw = 1
+	if s := get("draw"); s != "" {
 		n, err := strconv.ParseUint(s, 10, 64)
 		if err != nil {
-			bad("seed", "%q: want a whole number ≥ 0", s)
+			bad("draw", "%q: want a whole number ≥ 0", s)
 		}
-		o.Seed = n
+		o.Draw = n
 	}
 	if get("regions") != "" {
 		t := Text{Regions: get("regions"), Traffic: get("traffic"), Latency: get("ledger-latency"),

@@ -22,7 +22,7 @@ func TestParseQuery(t *testing.T) {
 	if errs != nil {
 		t.Fatal(errs)
 	}
-	if o.Seed != 1 || o.LatencyMin != 50*time.Millisecond || o.LatencyMax != 150*time.Millisecond || len(o.Requests) == 0 ||
+	if o.Draw != 1 || o.LatencyMin != 50*time.Millisecond || o.LatencyMax != 150*time.Millisecond || len(o.Requests) == 0 ||
 		len(o.Partitions) != 1 || o.Partitions[0] != (Partition{"us", 4 * time.Minute, 4*time.Minute + 45*time.Second}) ||
 		len(o.Flushes) != 1 || o.Flushes[0] != 5*time.Minute+30*time.Second {
 		t.Fatalf("options %+v", o)
@@ -57,7 +57,7 @@ func TestParseQueryErrors(t *testing.T) {
 		{"partition=mars@1m-2m", "partition", `"mars"`},
 		{"partition=us", "partition", "REGION@FROM-TO"},
 		{"flush-ledger=later", "flush-ledger", "virtual time"},
-		{"seed=-1", "seed", "whole number"},
+		{"draw=-1", "draw", "whole number"},
 		{"regions=eu,us", "traffic", `the traffic names "ap"`},
 		{"regions=", "regions", "name the regions"},
 		{"instances=3", "instances", "not an option"},

@@ -63,9 +63,10 @@ type Options struct {
 	// Algorithm is the ledger's split: "fair" (default) or "proportional".
 	Algorithm string
 	// LatencyMin and LatencyMax bound the one-way latency to the ledger: each message draws its
-	// own, uniformly, from Seed.
+	// own, uniformly, from the random sequence numbered Draw (the same number, the same run; as
+	// sim.Session.Draw for a balancer's choices).
 	LatencyMin, LatencyMax time.Duration
-	Seed                   uint64
+	Draw                   uint64
 	// Partitions cut regions off the ledger; Flushes empty the ledger's state at those times.
 	Partitions []Partition
 	Flushes    []time.Duration
@@ -304,7 +305,7 @@ var errCut = errors.New("the link to the ledger is cut (a partition)")
 
 func newSim(o Options) (*world, error) {
 	origin := time.Unix(0, 0).UTC()
-	s := &world{o: o, clock: sluice.NewManualClock(origin), origin: origin, rng: rand.New(rand.NewPCG(o.Seed, o.Seed^0x5eed)),
+	s := &world{o: o, clock: sluice.NewManualClock(origin), origin: origin, rng: rand.New(rand.NewPCG(o.Draw, o.Draw^0x5eed)),
 		byName: map[string]*aRegion{}}
 	p := o.Policy
 	p.Name = PolicyName

@@ -56,7 +56,7 @@ func TestRegionsFollowDemand(t *testing.T) {
 	for _, alg := range []string{"fair", "proportional"} {
 		t.Run(alg, func(t *testing.T) {
 			res := run(t, Options{Refresh: 5 * time.Second, LatencyMin: 50 * time.Millisecond, LatencyMax: 150 * time.Millisecond,
-				Floor: 0.05, Algorithm: alg, Seed: 3}, moving)
+				Floor: 0.05, Algorithm: alg, Draw: 3}, moving)
 			I := res.RefreshMicros
 			per := map[string]int64{"eu": 900, "us": 1800, "ap": 6300} // per minute, after the move
 			a := allot.Fair
@@ -112,7 +112,7 @@ func TestRegionsFollowDemand(t *testing.T) {
 // L + k·(S − F) with a safe share above the floor (which the windows of the partition do use).
 func TestRegionsPartitionFlush(t *testing.T) {
 	for _, safe := range []float64{0, 0.2} {
-		o := Options{Refresh: 5 * time.Second, LatencyMin: 20 * time.Millisecond, LatencyMax: 200 * time.Millisecond, Floor: 0.05, SafeShare: safe, Seed: 9,
+		o := Options{Refresh: 5 * time.Second, LatencyMin: 20 * time.Millisecond, LatencyMax: 200 * time.Millisecond, Floor: 0.05, SafeShare: safe, Draw: 9,
 			Partitions: []Partition{{Region: "eu", From: 90 * time.Second, To: 270 * time.Second}}, Flushes: []time.Duration{5 * time.Minute}}
 		res := run(t, o, "eu: 50/s for 7m; us: 50/s for 7m; ap: 50/s for 7m")
 		if !res.Held {
@@ -151,9 +151,9 @@ func TestRegionsPartitionFlush(t *testing.T) {
 	}
 }
 
-// TestRegionsDeterministic: the same options and seed give the same output, byte for byte.
+// TestRegionsDeterministic: the same options and Draw give the same output, byte for byte.
 func TestRegionsDeterministic(t *testing.T) {
-	o := Options{LatencyMin: 10 * time.Millisecond, LatencyMax: 900 * time.Millisecond, Floor: 0.1, Seed: 42,
+	o := Options{LatencyMin: 10 * time.Millisecond, LatencyMax: 900 * time.Millisecond, Floor: 0.1, Draw: 42,
 		Partitions: []Partition{{Region: "us", From: time.Minute, To: 90 * time.Second}}, Flushes: []time.Duration{2 * time.Minute}}
 	var outs []string
 	for range 3 {
@@ -168,7 +168,7 @@ func TestRegionsDeterministic(t *testing.T) {
 		outs = append(outs, string(b)+tb.String())
 	}
 	if outs[0] != outs[1] || outs[1] != outs[2] {
-		t.Fatal("three runs with the same seed differ")
+		t.Fatal("three runs with the same Draw differ")
 	}
 }
 
@@ -207,7 +207,7 @@ func TestRegionsAlgorithms(t *testing.T) {
 		{Algorithm: sluice.SlidingWindow, Limit: 6000, Period: time.Minute},
 		{Algorithm: sluice.TokenBucket, Limit: 6000, Period: time.Minute, Burst: 600},
 	} {
-		o := Options{Policy: p, LatencyMin: 50 * time.Millisecond, LatencyMax: 150 * time.Millisecond, Floor: 0.05, SafeShare: 0.1, Seed: 5,
+		o := Options{Policy: p, LatencyMin: 50 * time.Millisecond, LatencyMax: 150 * time.Millisecond, Floor: 0.05, SafeShare: 0.1, Draw: 5,
 			Partitions: []Partition{{Region: "eu", From: 3 * time.Minute, To: 5 * time.Minute}}}
 		res := run(t, o, moving)
 		if !res.Held {

@@ -18,7 +18,7 @@
   };
   // The form's fields, by the query's keys (regions.QueryKeys).
   const KEYS = ["regions", "traffic", "algorithm", "limit", "period", "burst", "refresh", "lease", "ledger-latency",
-    "ledger-algorithm", "floor", "safe-share", "seed", "partition", "flush-ledger"];
+    "ledger-algorithm", "floor", "safe-share", "draw", "partition", "flush-ledger"];
   // Select boxes' first option is the command line's default: the query leaves it out.
   const SELECT_DEFAULTS = { "ledger-algorithm": "fair" };
   const DEBOUNCE_MS = 200;
