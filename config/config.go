@@ -329,6 +329,7 @@ type RLS struct {
 	EnvoyLines  []int    // the line each file is named on
 	XDS         *XDS     // nil: the rules are the files
 	TLS         *TLS     // nil: plaintext gRPC; with ClientCAFile, every client must present a certificate of those CAs
+	Quota       *Quota   // the Rate Limit Quota Service (StreamRateLimitQuotas); nil: not served
 	Line        int
 }
 

@@ -231,6 +231,9 @@ func (p *parser) rls(n *yaml.Node) *RLS {
 	if n := p.get(m, "tls"); n != nil {
 		r.TLS = p.tls(n, path+".tls", adminTLSFields)
 	}
+	if qn := p.get(m, "quota"); qn != nil {
+		r.Quota = p.quota(qn)
+	}
 	if xn := p.get(m, "xds"); xn != nil {
 		r.XDS = p.xds(xn)
 		if m.has("envoy_config") {
@@ -239,8 +242,11 @@ func (p *parser) rls(n *yaml.Node) *RLS {
 		return r
 	}
 	n = p.get(m, "envoy_config")
+	if n == nil && r.Quota != nil {
+		return r // the quota service alone: no per-request rules
+	}
 	if n == nil {
-		p.errorf(m.node, path, nil, "envoy_config or xds is required: the envoyproxy/ratelimit configuration files, e.g. envoy_config: [ratelimit.yaml], or an xDS management server, e.g. xds: {server: envoy-gateway:18001, node_id: envoy-ratelimit}")
+		p.errorf(m.node, path, nil, "envoy_config, xds or quota is required: the envoyproxy/ratelimit configuration files, e.g. envoy_config: [ratelimit.yaml], an xDS management server, e.g. xds: {server: envoy-gateway:18001, node_id: envoy-ratelimit}, or the quota service's buckets (quota: {buckets: [...]})")
 		return r
 	}
 	items, ok := p.seq(n, path, "envoy_config")

@@ -79,7 +79,7 @@ var (
 	routeFields    = []string{"method", "path_prefix", "cost", "policy", "scope", "cost_from", "count_only", "refund_on", "priority", "usage"}
 	limitsFields   = []string{"max_delay", "legacy_headers"}
 	serverFields   = []string{"body_timeout", "body_min_rate", "body_memory", "drain_timeout", "shutdown_delay"}
-	rlsFields      = []string{"listen", "envoy_config", "xds", "tls"}
+	rlsFields      = []string{"listen", "envoy_config", "xds", "tls", "quota"}
 	xdsFields      = []string{"server", "node_id", "node_metadata", "tls", "connect_retry"}
 	xdsTLSFields   = []string{"ca_file", "cert_file", "key_file", "server_name"}
 	retryFields    = []string{"initial", "max"}

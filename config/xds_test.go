@@ -15,7 +15,7 @@ var xdsErrorCases = []struct {
 }{
 	{"xds: both sources", up + "rls:\n  envoy_config: [a.yaml]\n  xds: {server: cp:18001, node_id: n}\n",
 		[]wantErr{at(3, "rls: envoy_config and xds are both set")}},
-	{"xds: neither source", up + "rls:\n  listen: 127.0.0.1:8081\n", []wantErr{at(3, "envoy_config or xds is required")}},
+	{"xds: neither source", up + "rls:\n  listen: 127.0.0.1:8081\n", []wantErr{at(3, "envoy_config, xds or quota is required")}},
 	{"xds: no server", up + "rls:\n  xds: {node_id: n}\n", []wantErr{at(3, "rls.xds: server is required")}},
 	{"xds: server without port", up + "rls:\n  xds: {server: cp, node_id: n}\n", []wantErr{at(3, `rls.xds: server "cp" is not host:port`)}},
 	{"xds: server without host", up + "rls:\n  xds: {server: \":18001\", node_id: n}\n", []wantErr{at(3, `server ":18001" is not host:port with a host`)}},

@@ -28,6 +28,7 @@ import (
 	"github.com/sluicehq/sluice/decision"
 	"github.com/sluicehq/sluice/gateway/operator"
 	"github.com/sluicehq/sluice/identity"
+	"github.com/sluicehq/sluice/rlqs"
 )
 
 // Server runs a configuration and swaps in a new one on Reload without dropping requests: each
@@ -48,6 +49,7 @@ type Server struct {
 	global   decision.Global // nil: global policies decide on their configured limit
 	regions  func() RegionStats
 	adjust   func(*config.Config) error
+	quota    atomic.Pointer[func() rlqs.Stats] // the Rate Limit Quota Service's, if it runs (SetQuota)
 
 	listen, adminListen atomic.Pointer[string] // the addresses listened on (Proxy.Serve, AdminServer)
 	stopping            atomic.Bool            // shutting down: /readyz answers 503 (Stopping)
@@ -646,6 +648,9 @@ type Stats struct {
 	Regions *RegionStats `json:"regions,omitempty"`
 	// LoadShedding is this instance's throttling by load, if configured (load_shedding; shed.go).
 	LoadShedding *ShedStats `json:"load_shedding,omitempty"`
+	// RLQS is Envoy's Rate Limit Quota Service, if it runs (rls.quota): its Envoys' streams and
+	// their buckets, as this instance serves them.
+	RLQS *rlqs.Stats `json:"rlqs,omitempty"`
 	// Diagnosis is the usual mistakes found in the traffic, each with what to do (diagnosis.go).
 	Diagnosis Diagnosis `json:"diagnosis"`
 	// Registry is what this instance runs of the clients API's records: how many clients from
@@ -672,6 +677,12 @@ type StoreStats struct {
 	// Settlements: those the store could not confirm when asked, pending until they land, and
 	// those given up (lost), by reason (sluice_settlements_pending, sluice_settlements_lost_total).
 	Settlements sluice.SettlementStats `json:"settlements"`
+}
+
+// SetQuota shows the Rate Limit Quota Service's view in GET /v1/stats (rlqs).
+func (s *Server) SetQuota(q interface{ Stats() rlqs.Stats }) {
+	f := q.Stats
+	s.quota.Store(&f)
 }
 
 // stats serves GET /v1/stats.
@@ -701,6 +712,10 @@ func (s *Server) stats(w http.ResponseWriter, r *http.Request) {
 		st.Regions = &rs
 	}
 	st.LoadShedding = s.current.Load().shedStats()
+	if q := s.quota.Load(); q != nil {
+		qs := (*q)()
+		st.RLQS = &qs
+	}
 	st.Diagnosis = s.metrics.diag.snapshot(now, cfg, st.Fleet)
 	if st.Regions != nil {
 		st.Diagnosis.Findings = append(st.Diagnosis.Findings, regionFindings(*st.Regions)...)

@@ -7,6 +7,7 @@
 package ledger
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"math"
@@ -17,6 +18,17 @@ import (
 	"github.com/sluicehq/sluice/algorithm"
 	"github.com/sluicehq/sluice/allot"
 )
+
+// Ledger is one limit's ledger as its clients use it: store/redis's, on a Redis every client
+// reaches, or Memory. The clients are regions (package region) or Envoys (package rlqs).
+type Ledger interface {
+	Refresh(ctx context.Context, client string, r Report) (Grant, error)
+	Read(ctx context.Context) (View, error)
+	Options() Options
+}
+
+// Ledgers returns the ledger of the limit named name with opts.
+type Ledgers func(name string, opts Options) (Ledger, error)
 
 // Bounds and defaults of a ledger.
 const (

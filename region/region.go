@@ -28,14 +28,10 @@ import (
 
 // Ledger is one global policy's ledger as the refresher uses it: store/redis's, on the global
 // Redis (New), or ledger.Memory, the simulator's (NewOn).
-type Ledger interface {
-	Refresh(ctx context.Context, region string, r ledger.Report) (ledger.Grant, error)
-	Read(ctx context.Context) (ledger.View, error)
-	Options() ledger.Options
-}
+type Ledger = ledger.Ledger
 
 // Ledgers returns the ledger of the global policy named policy with opts.
-type Ledgers func(policy string, opts ledger.Options) (Ledger, error)
+type Ledgers = ledger.Ledgers
 
 // Clock is the refresher's time: sluice serve's is the system's (New); the simulator's a virtual
 // one (NewOn), on which the refresher's timers run too.

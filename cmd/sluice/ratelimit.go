@@ -593,7 +593,7 @@ func ratelimit(ctx context.Context, lookup func(string) (string, bool), stderr i
 	}
 	running.Store(srv)
 	defer srv.Close()
-	svc, err := startRLS(cfg, srv, log)
+	svc, err := startRLS(cfg, srv, nil, log)
 	if err != nil {
 		return err
 	}

@@ -11,12 +11,18 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	rlqspb "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
 
 	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/gateway"
+	"github.com/sluicehq/sluice/ledger"
+	"github.com/sluicehq/sluice/rlqs"
 	"github.com/sluicehq/sluice/rls"
 	"github.com/sluicehq/sluice/rls/envoyconf"
 	"github.com/sluicehq/sluice/rls/xds"
+	redisstore "github.com/sluicehq/sluice/store/redis"
 )
 
 // rlsServer is Envoy's rate limit service as sluice serve runs it: the service (on the gateway's
@@ -24,6 +30,7 @@ import (
 // subscription its rules come from, if they do.
 type rlsServer struct {
 	svc    *rls.Service
+	quota  *rlqs.Service // nil: rls.quota is not set
 	grpc   *grpc.Server
 	health *health.Server
 	xds    *xds.Client // nil: the rules are files
@@ -34,7 +41,11 @@ type rlsServer struct {
 // configuration stays. With rls.xds, the subscription starts here and each update it receives is
 // applied as a reload; the service answers every request with an error until the first. Whether
 // the service runs, where it listens and where its rules come from change at a restart.
-func startRLS(cfg *config.Config, srv *gateway.Server, log *slog.Logger) (*rlsServer, error) {
+//
+// With rls.quota, the Rate Limit Quota Service (StreamRateLimitQuotas) is served on the same
+// listener, its buckets' ledgers from ledgers; its rules change with every reload (whether it
+// runs, at a restart).
+func startRLS(cfg *config.Config, srv *gateway.Server, ledgers ledger.Ledgers, log *slog.Logger) (*rlsServer, error) {
 	if cfg.RLS == nil {
 		srv.OnReload(func(c *config.Config) (func(), error) {
 			if c.RLS != nil {
@@ -45,7 +56,7 @@ func startRLS(cfg *config.Config, srv *gateway.Server, log *slog.Logger) (*rlsSe
 		return nil, nil
 	}
 	var conf *envoyconf.Config
-	if cfg.RLS.XDS == nil {
+	if cfg.RLS.XDS == nil && len(cfg.RLS.EnvoyConfig) > 0 {
 		var err error
 		if conf, err = envoyconf.Load(cfg.RLS.EnvoyConfig...); err != nil {
 			return nil, configError{err}
@@ -55,6 +66,12 @@ func startRLS(cfg *config.Config, srv *gateway.Server, log *slog.Logger) (*rlsSe
 	svc.SetLegacyHeaders(cfg.Limits.LegacyHeaders)
 	gs, hs := svc.Server()
 	r := &rlsServer{svc: svc, grpc: gs, health: hs}
+	if q := cfg.RLS.Quota; q != nil {
+		r.quota = rlqs.New(q, rlqs.Options{Ledgers: ledgers, Log: log})
+		r.quota.Register(gs)
+		hs.SetServingStatus(rlqspb.RateLimitQuotaService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
+		srv.SetQuota(r.quota)
+	}
 	if x := cfg.RLS.XDS; x != nil {
 		var err error
 		if r.xds, err = startXDS(x, svc, srv, log); err != nil {
@@ -74,17 +91,31 @@ func startRLS(cfg *config.Config, srv *gateway.Server, log *slog.Logger) (*rlsSe
 			log.Warn("rls.xds (and whether the rules come from files or xDS) takes effect at the next restart; the running source stays", "file", c.File)
 			c.RLS.XDS, c.RLS.EnvoyConfig, c.RLS.EnvoyLines = running.XDS, running.EnvoyConfig, running.EnvoyLines
 		}
-		if running.XDS != nil { // the rules are the subscription's
-			return func() { svc.SetLegacyHeaders(c.Limits.LegacyHeaders) }, nil
+		if (c.RLS.Quota == nil) != (running.Quota == nil) {
+			log.Warn("rls.quota (whether the quota service runs) takes effect at the next restart", "file", c.File)
 		}
-		conf, err := envoyconf.Load(c.RLS.EnvoyConfig...)
-		if err != nil {
-			return nil, err
+		quota := func() {
+			if r.quota != nil && c.RLS.Quota != nil {
+				r.quota.Swap(c.RLS.Quota)
+			}
+		}
+		if running.XDS != nil { // the rules are the subscription's
+			return func() { svc.SetLegacyHeaders(c.Limits.LegacyHeaders); quota() }, nil
+		}
+		var conf *envoyconf.Config
+		if len(c.RLS.EnvoyConfig) > 0 {
+			var err error
+			if conf, err = envoyconf.Load(c.RLS.EnvoyConfig...); err != nil {
+				return nil, err
+			}
 		}
 		files := slices.Clone(c.RLS.EnvoyConfig)
 		return func() {
-			svc.Swap(conf)
+			if conf != nil {
+				svc.Swap(conf)
+			}
 			svc.SetLegacyHeaders(c.Limits.LegacyHeaders)
+			quota()
 			log.Info("Envoy rate limit service configuration reloaded", "envoy_config", fmt.Sprint(files))
 		}, nil
 	})
@@ -118,6 +149,9 @@ func sameXDS(a, b *config.XDS) bool {
 // flight finish until ctx is done, then cuts them.
 func (r *rlsServer) stop(ctx context.Context) {
 	r.health.Shutdown()
+	if r.quota != nil {
+		r.quota.Close() // its streams never end by themselves
+	}
 	if r.xds != nil {
 		r.xds.Stop()
 	}
@@ -148,4 +182,15 @@ func rlsTLS(ln net.Listener, t *config.TLS) (net.Listener, error) {
 	}
 	c.NextProtos = []string{"h2"}
 	return tls.NewListener(ln, c), nil
+}
+
+// quotaLedgers are the quota service's ledgers: on the Redis store if there is one (every
+// instance on it serves one fleet of Envoys), else in memory (this instance's Envoys alone).
+func quotaLedgers(rs *redisstore.Store) ledger.Ledgers {
+	if rs != nil {
+		return func(name string, opts ledger.Options) (ledger.Ledger, error) { return rs.Ledger(name, opts) }
+	}
+	return func(name string, opts ledger.Options) (ledger.Ledger, error) {
+		return ledger.NewMemory(name, opts, ledger.MemoryOptions{})
+	}
 }

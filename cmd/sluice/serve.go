@@ -152,7 +152,7 @@ func serve(ctx context.Context, path string, watch time.Duration, o overrides, s
 	defer closeClients()
 	srv.Mount("GET /", web.Handler()) // the browser simulation, and what no other pattern matches
 
-	svc, err := startRLS(cfg, srv, log)
+	svc, err := startRLS(cfg, srv, quotaLedgers(reg.store), log)
 	if err != nil {
 		return err
 	}
