@@ -23,6 +23,7 @@ type Memory struct {
 	// differential test matches a virtual-clock Redis's.
 	slack time.Duration
 	epoch func() string
+	group *MemoryGroup
 
 	mu       sync.Mutex
 	recs     map[string]Region // the records, Live and Holding unset
@@ -37,6 +38,49 @@ type MemoryOptions struct {
 	Now   func() time.Time // its clock; time.Now if nil
 	Epoch func() string    // a new state's epoch; "1", "2", … if nil
 	Slack time.Duration    // added to the state's expiry, as the Redis ledger's TTL slack
+	// Group, if set, is the group the ledger is in (store/redis's GroupLedger): a new state is as
+	// old as the group.
+	Group *MemoryGroup
+}
+
+// MemoryGroup is what the Memory ledgers of one group share, as store/redis's GroupLedger's
+// share the group's key: since when the group is known. A new state of a ledger in it is as old
+// as the group, so a ledger used for the first time does not learn; the group begins anew (and
+// its ledgers learn) when it is flushed or has expired with the last of its states.
+type MemoryGroup struct {
+	mu      sync.Mutex
+	set     bool
+	since   int64 // µs
+	expires int64 // µs; math.MaxInt64: no expiry yet (a key without a TTL)
+}
+
+// Flush forgets the group, as a FLUSHALL does (flush its ledgers too).
+func (g *MemoryGroup) Flush() {
+	g.mu.Lock()
+	g.set = false
+	g.mu.Unlock()
+}
+
+// begin is the since of a new state begun at now.
+func (g *MemoryGroup) begin(now int64) int64 {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.set && now >= g.expires {
+		g.set = false
+	}
+	if !g.set {
+		g.set, g.since, g.expires = true, now, math.MaxInt64
+	}
+	return min(g.since, now)
+}
+
+// extend makes the group last at least ms from now (ledger.lua: PEXPIRE if PTTL < ms).
+func (g *MemoryGroup) extend(now, ms int64) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.expires == math.MaxInt64 || (g.expires-now)/1000 < ms {
+		g.expires = now + ms*1000
+	}
 }
 
 // NewMemory returns the ledger of the global policy named policy, checking opts as the Redis
@@ -48,7 +92,7 @@ func NewMemory(policy string, opts Options, m MemoryOptions) (*Memory, error) {
 	if m.Now == nil {
 		m.Now = time.Now
 	}
-	l := &Memory{policy: policy, opts: opts, now: m.Now, slack: m.Slack, epoch: m.Epoch, recs: map[string]Region{}}
+	l := &Memory{policy: policy, opts: opts, now: m.Now, slack: m.Slack, epoch: m.Epoch, group: m.Group, recs: map[string]Region{}}
 	if l.epoch == nil {
 		n := 0
 		l.epoch = func() string { n++; return fmt.Sprint(n) }
@@ -110,6 +154,9 @@ func (l *Memory) Refresh(_ context.Context, region string, r Report) (Grant, err
 		// A new state (its meta written before anything can fail, and kept as Redis keeps a key
 		// without a TTL until this refresh sets one).
 		l.state, l.since, l.epochNow, l.expires = true, now, l.epoch(), math.MaxInt64
+		if l.group != nil {
+			l.since = l.group.begin(now)
+		}
 	}
 	learning := now < l.since+lease+hold
 
@@ -194,6 +241,9 @@ func (l *Memory) Refresh(_ context.Context, region string, r Report) (Grant, err
 	last = max(last, expires+hold, untl)
 	ms := (last - now + lease + l.slack.Microseconds() + 999) / 1000
 	l.expires = now + ms*1000
+	if l.group != nil {
+		l.group.extend(now, ms)
+	}
 	return Grant{Allotment: a, Expires: time.UnixMicro(expires).UTC(), LocalExpires: sent.Add(o.Lease), Learning: learning,
 		Now: time.UnixMicro(now).UTC(), Since: time.UnixMicro(l.since).UTC(), Epoch: l.epochNow, Share: share, Free: free,
 		Confirm: r.Confirms(a)}, nil

@@ -15,10 +15,14 @@ import (
 // Bounds on what an Envoy may report: a bucket id's entries and their sizes, and the buckets one
 // stream may hold (a client's input never grows memory without bound).
 const (
-	MaxIDEntries      = config.MaxQuotaMatch
-	MaxIDBytes        = config.MaxQuotaValue
-	MaxStreamBuckets  = 10000
-	maxReportBuckets  = MaxStreamBuckets
+	MaxIDEntries     = config.MaxQuotaMatch
+	MaxIDBytes       = config.MaxQuotaValue
+	MaxStreamBuckets = 10000
+	maxReportBuckets = 4 * MaxStreamBuckets // (the gRPC server's message bound, MaxMessage, comes first)
+	// MaxMessage bounds a message on the rate limit service's gRPC server when the quota service
+	// runs there: an Envoy reports all its buckets in one message (some 40 bytes each), where a
+	// per-request call is a few descriptors (64 KiB).
+	MaxMessage        = 1 << 20
 	deliveryMargin    = time.Second // at most: an assignment's way to its Envoy (the ledger's hold)
 	wildcard          = "*"
 	bucketHashLen     = 16 // hex digits of a bucket's name in the ledger's keys
@@ -118,6 +122,16 @@ func idKey(id map[string]string) string {
 func ledgerName(rule string, key string) string {
 	sum := sha256.Sum256([]byte(key))
 	return rule + "." + hex.EncodeToString(sum[:])[:bucketHashLen]
+}
+
+// SplitName splits a bucket's ledger name (Options.Ledgers's) into its rule's name, the group its
+// ledger is in (store/redis's GroupLedger, ledger.MemoryGroup: a bucket seen for the first time
+// does not begin in learning mode, while all of a rule's do after a flush), and the bucket's hash.
+func SplitName(name string) (rule, bucket string) {
+	if len(name) <= bucketHashLen+1 {
+		return name, ""
+	}
+	return name[:len(name)-bucketHashLen-1], name[len(name)-bucketHashLen:]
 }
 
 // Shown is a bucket id as stats show it: a rule's exact values as they are, every value a

@@ -281,6 +281,7 @@ func (c *Client) Tick(ctx context.Context) []*rlqspb.RateLimitQuotaResponse_Buck
 	c.s.sweep(now)
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.rematch(rs)
 	var actions []*rlqspb.RateLimitQuotaResponse_BucketAction
 	for _, k := range c.sortedKeys() {
 		b := c.buckets[k]

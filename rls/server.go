@@ -19,9 +19,10 @@ const maxStreams = 1024
 
 // Server returns a gRPC server that serves s and the standard health service
 // (grpc.health.v1.Health: SERVING for "" and for envoy.service.ratelimit.v3.RateLimitService),
-// and the health server, to set NOT_SERVING when draining (see health.Server.Shutdown).
-func (s *Service) Server() (*grpc.Server, *health.Server) {
-	gs := grpc.NewServer(ServerOptions()...)
+// and the health server, to set NOT_SERVING when draining (see health.Server.Shutdown). opts
+// come after ServerOptions (the quota service's larger message bound).
+func (s *Service) Server(opts ...grpc.ServerOption) (*grpc.Server, *health.Server) {
+	gs := grpc.NewServer(append(ServerOptions(), opts...)...)
 	rlspb.RegisterRateLimitServiceServer(gs, s)
 	hs := health.NewServer()
 	hs.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)

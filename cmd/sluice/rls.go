@@ -64,7 +64,11 @@ func startRLS(cfg *config.Config, srv *gateway.Server, ledgers ledger.Ledgers, l
 	}
 	svc := rls.New(conf, srv.Decide)
 	svc.SetLegacyHeaders(cfg.Limits.LegacyHeaders)
-	gs, hs := svc.Server()
+	var opts []grpc.ServerOption
+	if cfg.RLS.Quota != nil {
+		opts = append(opts, grpc.MaxRecvMsgSize(rlqs.MaxMessage)) // an Envoy's report of all its buckets
+	}
+	gs, hs := svc.Server(opts...)
 	r := &rlsServer{svc: svc, grpc: gs, health: hs}
 	if q := cfg.RLS.Quota; q != nil {
 		r.quota = rlqs.New(q, rlqs.Options{Ledgers: ledgers, Log: log})
@@ -185,12 +189,18 @@ func rlsTLS(ln net.Listener, t *config.TLS) (net.Listener, error) {
 }
 
 // quotaLedgers are the quota service's ledgers: on the Redis store if there is one (every
-// instance on it serves one fleet of Envoys), else in memory (this instance's Envoys alone).
+// instance on it serves one fleet of Envoys), else in memory (this instance's Envoys alone). A
+// rule's buckets are a group: a bucket seen for the first time is not in learning mode, but every
+// bucket is after a flush of the Redis or a restart on the memory store (rlqs.SplitName).
 func quotaLedgers(rs *redisstore.Store) ledger.Ledgers {
 	if rs != nil {
-		return func(name string, opts ledger.Options) (ledger.Ledger, error) { return rs.Ledger(name, opts) }
+		return func(name string, opts ledger.Options) (ledger.Ledger, error) {
+			rule, _ := rlqs.SplitName(name)
+			return rs.GroupLedger(rule, name, opts)
+		}
 	}
+	group := &ledger.MemoryGroup{} // the process: a restart forgets every lease
 	return func(name string, opts ledger.Options) (ledger.Ledger, error) {
-		return ledger.NewMemory(name, opts, ledger.MemoryOptions{})
+		return ledger.NewMemory(name, opts, ledger.MemoryOptions{Group: group})
 	}
 }

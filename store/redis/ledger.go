@@ -75,6 +75,7 @@ type Ledger struct {
 	s             *Store
 	policy        string
 	regions, meta string
+	keys          []string // regions, meta and, in a group, the group's key
 	opts          LedgerOptions
 }
 
@@ -85,7 +86,32 @@ func (s *Store) Ledger(policy string, opts LedgerOptions) (*Ledger, error) {
 		return nil, fmt.Errorf("redis store: %w", err)
 	}
 	tag := s.prefix + "{" + s.prefix + "ledger:" + policy + "}:"
-	return &Ledger{s: s, policy: policy, regions: tag + "regions", meta: tag + "meta", opts: opts}, nil
+	l := &Ledger{s: s, policy: policy, regions: tag + "regions", meta: tag + "meta", opts: opts}
+	l.keys = []string{l.regions, l.meta}
+	return l, nil
+}
+
+// GroupLedger returns the ledger named name in group (both names as Ledger's): the quota
+// service's buckets of one rule, whose number is not known ahead. Its keys share the group's
+// slot, with the group's key beside them:
+//
+//	<prefix>{<prefix>ledgers:<group>}:<name>:regions, …:<name>:meta  as Ledger's two
+//	<prefix>{<prefix>ledgers:<group>}:since                          µs since when the group is known
+//
+// A ledger's new state is as old as its group's, so that a bucket seen for the first time does not
+// begin in learning mode (no lease of it can be unknown: the group key would be gone with it), while
+// every ledger of a group flushed or failed over with it does.
+func (s *Store) GroupLedger(group, name string, opts LedgerOptions) (*Ledger, error) {
+	if err := checkLedgerName("group", group); err != nil {
+		return nil, err
+	}
+	if err := opts.Check(name); err != nil {
+		return nil, fmt.Errorf("redis store: %w", err)
+	}
+	tag := s.prefix + "{" + s.prefix + "ledgers:" + group + "}:"
+	l := &Ledger{s: s, policy: name, regions: tag + name + ":regions", meta: tag + name + ":meta", opts: opts}
+	l.keys = []string{l.regions, l.meta, tag + "since"}
+	return l, nil
 }
 
 // Keys returns the ledger's two keys: the regions' hash and the meta hash.
@@ -109,7 +135,7 @@ func (l *Ledger) Refresh(ctx context.Context, region string, r Report) (Grant, e
 	sent := l.localNow()
 	args := append(l.args("refresh"), region, itoa(r.Want), itoa(r.Used), itoa(unixMicros(r.UsedUntil)),
 		itoa(r.Admitted), itoa(r.Refused), itoa(r.Holds), itoa(unixMicros(r.HoldsExpires)))
-	vals, err := ledgerScript.Exec(ctx, c.client, []string{l.regions, l.meta}, args).ToArray()
+	vals, err := ledgerScript.Exec(ctx, c.client, l.keys, args).ToArray()
 	if err != nil {
 		if msg := err.Error(); strings.Contains(msg, "ledger:") {
 			return Grant{}, fmt.Errorf("redis store: ledger %s: region %s: %s", l.policy, region, msg[strings.Index(msg, "ledger:")+len("ledger: "):])
@@ -176,7 +202,7 @@ func (l *Ledger) Read(ctx context.Context) (LedgerView, error) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, l.s.timeout)
 	defer cancel()
-	vals, err := ledgerScript.Exec(ctx, c.client, []string{l.regions, l.meta}, l.args("read")).ToArray()
+	vals, err := ledgerScript.Exec(ctx, c.client, l.keys, l.args("read")).ToArray()
 	if err != nil {
 		return LedgerView{}, unavailable(err)
 	}

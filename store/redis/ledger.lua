@@ -9,6 +9,8 @@
 -- KEYS[2] meta: hash, since (µs: when this ledger state began) and epoch (a random name given by
 --         the call that began it). No meta: the state is new (a flush, a failover to a replica that
 --         lacked it, a ledger never used): learning mode until since + the lease + the hold.
+-- KEYS[3] (optional) the group's key, for ledgers made in a group (the quota service's buckets of
+--         one rule): µs since when the group is known; a new state's since is the group's.
 --
 -- ARGV[1] "refresh" or "read"
 -- ARGV[2] now, µs; "" for Redis TIME (tests pass a virtual clock's)
@@ -50,6 +52,17 @@ end
 
 if not since or not epoch then
   since, epoch = now, ARGV[10]
+  if KEYS[3] then
+    -- A ledger of a group: its new state is as old as the group's (the group key, in the same
+    -- slot, says since when every lease of the group's ledgers is known to one of them). A
+    -- ledger never used before then learns nothing; a flush takes the group key too.
+    local g = tonumber(redis.call('GET', KEYS[3]))
+    if not g then
+      g = now
+      redis.call('SET', KEYS[3], string.format('%.0f', g))
+    end
+    since = math.min(g, now)
+  end
   redis.call('HSET', KEYS[2], 'since', string.format('%.0f', since), 'epoch', epoch)
 end
 local learning = now < since + lease + hold -- every lease it does not know of, and its hold, ended
@@ -228,6 +241,9 @@ last = math.max(last, expires + hold, untl)
 local ms = math.ceil((last - now + lease + slack) / 1000)
 redis.call('PEXPIRE', KEYS[1], ms)
 redis.call('PEXPIRE', KEYS[2], ms)
+if KEYS[3] and redis.call('PTTL', KEYS[3]) < ms then
+  redis.call('PEXPIRE', KEYS[3], ms) -- the group lives as long as its longest state
+end
 
 return {allot, string.format('%.0f', expires), learning and 1 or 0, string.format('%.0f', now),
   string.format('%.0f', since), epoch, share, free}

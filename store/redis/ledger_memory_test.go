@@ -26,7 +26,7 @@ func TestLedgerMemoryDifferential(t *testing.T) {
 	r := rand.New(rand.NewPCG(34, 4))
 	regions := []string{"ap", "eu", "us", "sa"}
 	// What the sequences reached, so that the test fails if they stop reaching it.
-	var learning, confirm, short, expired, flushed int
+	var learning, confirm, short, expired, flushed, grouped int // grouped: new states begun as old as their group
 	for iter := range 60 {
 		clock := sluice.NewManualClock(time.UnixMicro(1_700_000_000_000_000 + int64(iter)*1e12))
 		lim := []int64{1 + r.Int64N(20), 1 + r.Int64N(10000), 1 + r.Int64N(ledger.MaxLimit)}[r.IntN(3)]
@@ -40,23 +40,46 @@ func TestLedgerMemoryDifferential(t *testing.T) {
 			opts.Safe = r.Int64N(lim + 1)
 		}
 		policy := fmt.Sprintf("p%d", iter)
-		lua := ledgerOn(t, []string{srv.Addr}, clock, policy, opts)
-		mem, err := ledger.NewMemory(policy, opts, ledger.MemoryOptions{Now: clock.Now, Slack: time.Hour})
-		if err != nil {
-			t.Fatal(err)
+		// Every other iteration, two ledgers of one group (the quota service's buckets of a
+		// rule), used in turn: a state begun in one is as old as the group.
+		luas := []*redis.Ledger{ledgerOn(t, []string{srv.Addr}, clock, policy, opts)}
+		mems := []*ledger.Memory{nil}
+		var group *ledger.MemoryGroup
+		if iter%2 == 1 {
+			group = &ledger.MemoryGroup{}
+			st := newStore(t, redis.Options{Addrs: []string{srv.Addr}, Clock: clock})
+			luas = luas[:0]
+			mems = []*ledger.Memory{nil, nil}
+			for _, name := range []string{policy + ".a", policy + ".b"} {
+				l, err := st.GroupLedger(policy, name, opts)
+				if err != nil {
+					t.Fatal(err)
+				}
+				luas = append(luas, l)
+			}
 		}
-		if lua.Options() != mem.Options() {
-			t.Fatalf("options: %+v and %+v", lua.Options(), mem.Options())
+		for i := range mems {
+			n := 0
+			epoch := func() string { n++; return fmt.Sprintf("%d.%d", i, n) }
+			var err error
+			if mems[i], err = ledger.NewMemory(fmt.Sprintf("%s-%d", policy, i), opts, ledger.MemoryOptions{Now: clock.Now, Slack: time.Hour, Group: group, Epoch: epoch}); err != nil {
+				t.Fatal(err)
+			}
+			if luas[i].Options() != mems[i].Options() {
+				t.Fatalf("options: %+v and %+v", luas[i].Options(), mems[i].Options())
+			}
 		}
 		epochs := map[string]string{} // Redis's epoch -> Go's
 		last := map[string]ledger.Grant{}
 		for step := range 150 {
-			what := fmt.Sprintf("iter %d (%+v) step %d", iter, opts, step)
+			which := r.IntN(len(luas))
+			lua, mem := luas[which], mems[which]
+			what := fmt.Sprintf("iter %d (%+v) ledger %d step %d", iter, opts, which, step)
 			switch x := r.IntN(20); {
 			case x < 12:
 				region := regions[r.IntN(k)]
 				rep := ledger.Report{Want: []int64{0, r.Int64N(lim + 1), min(r.Int64N(2*lim+1), ledger.MaxLimit)}[r.IntN(3)], Admitted: r.Int64N(100), Refused: r.Int64N(100)}
-				if g, ok := last[region]; ok && r.IntN(4) > 0 {
+				if g, ok := last[fmt.Sprint(which, region)]; ok && r.IntN(4) > 0 {
 					rep.Holds, rep.HoldsExpires = g.Allotment, g.Expires
 				} else if r.IntN(4) == 0 {
 					rep.Holds, rep.HoldsExpires = r.Int64N(lim+1), clock.Now().Add(time.Duration(r.Int64N(int64(2*opts.Lease)))-opts.Lease)
@@ -77,6 +100,7 @@ func TestLedgerMemoryDifferential(t *testing.T) {
 						}
 					}
 					epochs[gl.Epoch] = gm.Epoch
+					grouped += b2i(group != nil && !gm.Learning)
 				} else if e != gm.Epoch {
 					t.Fatalf("%s: Redis kept its state (%s), Go began one (%s, was %s)", what, gl.Epoch, gm.Epoch, e)
 				}
@@ -84,7 +108,7 @@ func TestLedgerMemoryDifferential(t *testing.T) {
 				if !reflect.DeepEqual(gl, gm) {
 					t.Fatalf("%s: refresh %s %+v:\nlua %+v\ngo  %+v", what, region, rep, gl, gm)
 				}
-				last[region] = gm
+				last[fmt.Sprint(which, region)] = gm
 				learning += b2i(gm.Learning)
 				confirm += b2i(gm.Confirm)
 				short += b2i(gm.Allotment < gm.Share)
@@ -112,17 +136,22 @@ func TestLedgerMemoryDifferential(t *testing.T) {
 				if _, err := srv.Do("FLUSHALL"); err != nil {
 					t.Fatal(err)
 				}
-				mem.Flush()
+				for _, m := range mems {
+					m.Flush()
+				}
+				if group != nil {
+					group.Flush()
+				}
 				clear(last)
 				flushed++
 			}
 		}
 	}
-	if learning == 0 || confirm == 0 || short == 0 || expired == 0 || flushed == 0 {
-		t.Fatalf("the sequences reached %d learning grants, %d to confirm, %d short of the share, %d expired regions still held, %d flushes; want some of each",
-			learning, confirm, short, expired, flushed)
+	if learning == 0 || confirm == 0 || short == 0 || expired == 0 || flushed == 0 || grouped == 0 {
+		t.Fatalf("the sequences reached %d learning grants, %d to confirm, %d short of the share, %d expired regions still held, %d flushes, %d states begun as old as their group; want some of each",
+			learning, confirm, short, expired, flushed, grouped)
 	}
-	t.Logf("%d learning grants, %d to confirm, %d short of the share, %d expired regions still held, %d flushes", learning, confirm, short, expired, flushed)
+	t.Logf("%d learning grants, %d to confirm, %d short of the share, %d expired regions still held, %d flushes, %d states begun as old as their group", learning, confirm, short, expired, flushed, grouped)
 }
 
 func b2i(b bool) int {
