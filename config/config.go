@@ -696,8 +696,13 @@ func (c *Config) String() string {
 	if c.RLS != nil {
 		if x := c.RLS.XDS; x != nil {
 			fmt.Fprintf(&b, ", rls %s (xds %s as %q)", c.RLS.Listen, x.Server, x.NodeID)
-		} else {
+		} else if len(c.RLS.EnvoyConfig) > 0 || c.RLS.Quota == nil {
 			fmt.Fprintf(&b, ", rls %s (%d envoy_config files)", c.RLS.Listen, len(c.RLS.EnvoyConfig))
+		} else {
+			fmt.Fprintf(&b, ", rls %s", c.RLS.Listen)
+		}
+		if q := c.RLS.Quota; q != nil {
+			fmt.Fprintf(&b, " with the quota service (%d bucket rules, reports every %v)", len(q.Buckets), q.ReportInterval)
 		}
 	}
 	fmt.Fprintf(&b, ", store %s", c.Store.Type)

@@ -41,10 +41,16 @@ const (
 	MaxName = 128
 	// DefaultLease is a grant's lease (and the learning mode's length) if none is set.
 	DefaultLease = 30 * time.Second
+	// MaxClients is the most clients a ledger with a small limit holds (Options.Clients): 1024
+	// sums of up to MaxClientsLimit stay exact in Lua's doubles.
+	MaxClients = 1024
+	// MaxClientsLimit bounds the limit of a ledger of more than MaxRegions clients (2^43).
+	MaxClientsLimit = 1 << 43
 )
 
-// ErrTooManyRegions is the error of a refresh by a new region when the ledger holds MaxRegions.
-var ErrTooManyRegions = errors.New("too many regions (at most 64)")
+// ErrTooManyRegions is the error of a refresh by a new client when the ledger holds
+// Options.Clients.
+var ErrTooManyRegions = errors.New("too many clients")
 
 // Options configures one global policy's ledger. Every region must pass the same.
 type Options struct {
@@ -72,6 +78,20 @@ type Options struct {
 	// in full: what it admitted under the lease since its last report is not known, and cannot be
 	// given back within its window. Hold gives it per algorithm. 0 to 2^40 µs.
 	Hold time.Duration
+	// Clients is the most clients (regions, Envoys) the ledger holds: MaxRegions if 0; up to
+	// MaxClients with a limit of at most MaxClientsLimit, when a report's want, holds and use
+	// are taken as at most the limit (Clamp), so that the sums stay exact.
+	Clients int
+}
+
+// Clamp is the report as a ledger of opts takes it: with more than MaxRegions clients, its want,
+// holds and use at most the limit (no client holds more; the fair share caps a want at what
+// can be shared anyway; the proportional share weighs wants above the limit as the limit).
+func (opts Options) Clamp(r Report) Report {
+	if opts.Clients > MaxRegions {
+		r.Want, r.Holds, r.Used = min(r.Want, opts.Limit), min(r.Holds, opts.Limit), min(r.Used, opts.Limit)
+	}
+	return r
 }
 
 // Check fills in opts's defaults and checks it for the ledger of policy; its errors begin
@@ -89,11 +109,18 @@ func (opts *Options) Check(policy string) error {
 	if opts.Algorithm == "" {
 		opts.Algorithm = allot.Fair
 	}
+	if opts.Clients == 0 {
+		opts.Clients = MaxRegions
+	}
 	switch {
 	case opts.Limit < 1 || opts.Limit > MaxLimit:
 		return fmt.Errorf("ledger %s: limit %d; 1 to %d", policy, opts.Limit, int64(MaxLimit))
-	case opts.Regions < 1 || opts.Regions > MaxRegions:
-		return fmt.Errorf("ledger %s: %d regions; 1 to %d", policy, opts.Regions, MaxRegions)
+	case opts.Clients < 1 || opts.Clients > MaxClients:
+		return fmt.Errorf("ledger %s: %d clients; 1 to %d", policy, opts.Clients, MaxClients)
+	case opts.Clients > MaxRegions && opts.Limit > MaxClientsLimit:
+		return fmt.Errorf("ledger %s: limit %d with %d clients; at most %d with more than %d", policy, opts.Limit, opts.Clients, int64(MaxClientsLimit), MaxRegions)
+	case opts.Regions < 1 || opts.Regions > min(MaxRegions, opts.Clients):
+		return fmt.Errorf("ledger %s: %d regions; 1 to %d", policy, opts.Regions, min(MaxRegions, opts.Clients))
 	case opts.Floor < 0 || opts.Floor > opts.Limit/int64(opts.Regions):
 		return fmt.Errorf("ledger %s: floor %d; 0 to limit/regions = %d", policy, opts.Floor, opts.Limit/int64(opts.Regions))
 	case opts.Safe < 0 || opts.Safe > opts.Limit:

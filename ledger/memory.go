@@ -143,6 +143,7 @@ func (l *Memory) Refresh(_ context.Context, region string, r Report) (Grant, err
 	if err := r.Check(l.policy, region); err != nil {
 		return Grant{}, err
 	}
+	r = l.opts.Clamp(r)
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	sent := l.now()
@@ -186,8 +187,8 @@ func (l *Memory) Refresh(_ context.Context, region string, r Report) (Grant, err
 			delete(l.recs, name)
 		}
 	}
-	if _, ok := l.recs[region]; !ok && len(l.recs) >= MaxRegions {
-		return Grant{}, fmt.Errorf("ledger %s: region %s: %w", l.policy, region, ErrTooManyRegions)
+	if _, ok := l.recs[region]; !ok && len(l.recs) >= o.Clients {
+		return Grant{}, fmt.Errorf("ledger %s: region %s: %w (at most %d)", l.policy, region, ErrTooManyRegions, o.Clients)
 	}
 
 	untl := micros(r.UsedUntil)

@@ -156,7 +156,8 @@ func (rs *Rules) margin() time.Duration { return min(deliveryMargin, rs.quota.Re
 
 // options are the ledger's options of a limit rule: its limit, the assignment's time to live as
 // the lease, the delivery margin as the hold, no floor (an Envoy without an assignment follows
-// its no_assignment_behavior, which docs/envoy.md says how to set).
+// its no_assignment_behavior, which docs/envoy.md says how to set), and up to 1024 Envoys (a
+// bucket's limit is at most 2^32 − 1, far below the ledger's bound for that many).
 func (rs *Rules) options(r *Rule) ledger.Options {
-	return ledger.Options{Limit: r.Limit, Regions: 1, Lease: rs.quota.TTL, Algorithm: rs.algo, Hold: rs.margin()}
+	return ledger.Options{Limit: r.Limit, Regions: 1, Lease: rs.quota.TTL, Algorithm: rs.algo, Hold: rs.margin(), Clients: ledger.MaxClients}
 }

@@ -61,7 +61,7 @@ type EnvoyBucket struct {
 
 // Stats returns the service's view.
 func (s *Service) Stats() Stats {
-	st := Stats{Reports: s.counters.reports.Load(), Assignments: s.counters.assignments.Load(),
+	st := Stats{Clients: []ClientStats{}, Buckets: []BucketStats{}, Reports: s.counters.reports.Load(), Assignments: s.counters.assignments.Load(),
 		LedgerErrors: s.counters.ledgerErrors.Load(), RefusedBuckets: s.counters.refusedBuckets.Load()}
 	s.mu.Lock()
 	clients := make([]*Client, 0, len(s.clients))

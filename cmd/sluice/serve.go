@@ -248,7 +248,7 @@ func serve(ctx context.Context, path string, watch time.Duration, o overrides, s
 	}
 	if rlsLn != nil {
 		go func() { errs <- svc.grpc.Serve(rlsLn) }()
-		log.Info("Envoy rate limit service listening (gRPC)", "addr", rlsLn.Addr().String(), "tls", cfg.RLS.TLS != nil, "envoy_config", cfg.RLS.EnvoyConfig)
+		log.Info("Envoy rate limit service listening (gRPC)", "addr", rlsLn.Addr().String(), "tls", cfg.RLS.TLS != nil, "envoy_config", cfg.RLS.EnvoyConfig, "quota", cfg.RLS.Quota != nil)
 	}
 	scheme := "http"
 	if cfg.TLS != nil {

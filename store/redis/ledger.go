@@ -126,6 +126,7 @@ func (l *Ledger) Refresh(ctx context.Context, region string, r Report) (Grant, e
 	if err := r.Check(l.policy, region); err != nil {
 		return Grant{}, fmt.Errorf("redis store: %w", err)
 	}
+	r = l.opts.Clamp(r)
 	c, err := l.s.connected()
 	if err != nil {
 		return Grant{}, err
@@ -163,7 +164,7 @@ func (l *Ledger) Refresh(ctx context.Context, region string, r Report) (Grant, e
 func (l *Ledger) args(mode string) []string {
 	return []string{mode, l.s.now(), itoa(l.opts.Lease.Microseconds()), itoa(l.opts.Limit), strconv.Itoa(l.opts.Regions),
 		itoa(l.opts.Floor), map[allot.Algorithm]string{allot.Fair: "fair", allot.Proportional: "proportional"}[l.opts.Algorithm],
-		strconv.Itoa(MaxLedgerRegions), l.s.slack, newEpoch(), itoa(l.opts.Hold.Microseconds())}
+		strconv.Itoa(l.opts.Clients), l.s.slack, newEpoch(), itoa(l.opts.Hold.Microseconds())}
 }
 
 func (l *Ledger) localNow() time.Time {

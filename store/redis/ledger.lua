@@ -19,7 +19,8 @@
 -- ARGV[5] N, the regions expected (1..64): the floor is reserved for the N - live not live
 -- ARGV[6] the floor F (0..L/N)
 -- ARGV[7] "fair" or "proportional"
--- ARGV[8] the most regions the ledger holds (64)
+-- ARGV[8] the most clients the ledger holds (64; up to 1024 with a limit of at most 2^43, and
+--         want, holds and used clamped to the limit by the caller: the sums stay exact)
 -- ARGV[9] slack, µs, added to the keys' TTL (a virtual clock does not move Redis's own)
 -- ARGV[10] an epoch for a state this call begins
 -- ARGV[11] hold, µs: how long after its lease ends a region's allotment still counts in full (a
@@ -33,7 +34,7 @@
 -- Reply (refresh): {allot, expires, learning 0/1, now, since, epoch, share, free}: the free is
 -- what others leave it; what it holds from now is max(allot, pending, used)
 -- Reply (read): {now, since, epoch, {region, record, ...}} (ARGV[1..11])
--- An error reply "ERR ledger: too many regions" when a new region would be one more than ARGV[8].
+-- An error reply "ERR ledger: too many clients" when a new client would be one more than ARGV[8].
 
 local now, err = time_args(ARGV[2], nil, false) -- (common.lua: Redis TIME for "")
 if now == nil then
@@ -103,7 +104,7 @@ for i = 1, #flat, 2 do
   end
 end
 if not recs[region] and redis.call('HLEN', KEYS[1]) >= maxRegions then
-  return redis.error_reply('ERR ledger: too many regions (at most ' .. maxRegions .. ')')
+  return redis.error_reply('ERR ledger: too many clients (at most ' .. maxRegions .. ')')
 end
 
 local want, used, untl = tonumber(ARGV[13]), tonumber(ARGV[14]), tonumber(ARGV[15])

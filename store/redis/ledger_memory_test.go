@@ -39,6 +39,13 @@ func TestLedgerMemoryDifferential(t *testing.T) {
 		if r.IntN(3) == 0 {
 			opts.Safe = r.Int64N(lim + 1)
 		}
+		if r.IntN(4) == 0 {
+			// A ledger of many clients (Envoys): a limit of at most 2^43; reports clamped to it.
+			opts.Clients = ledger.MaxRegions + 1 + r.IntN(ledger.MaxClients-ledger.MaxRegions)
+			if opts.Limit > ledger.MaxClientsLimit {
+				lim, opts.Limit, opts.Floor, opts.Safe = ledger.MaxClientsLimit, ledger.MaxClientsLimit, 0, 0
+			}
+		}
 		policy := fmt.Sprintf("p%d", iter)
 		// Every other iteration, two ledgers of one group (the quota service's buckets of a
 		// rule), used in turn: a state begun in one is as old as the group.

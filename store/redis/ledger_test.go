@@ -569,7 +569,7 @@ func TestLedgerValidation(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if _, err := l.Refresh(ctx, "one-more", redis.Report{Want: 1}); err == nil || !strings.Contains(err.Error(), "too many regions") {
+	if _, err := l.Refresh(ctx, "one-more", redis.Report{Want: 1}); err == nil || !strings.Contains(err.Error(), "too many clients (at most 64)") {
 		t.Fatalf("a 65th region: %v", err)
 	}
 	if got := redis.Demand(30, 30, 10*time.Second, time.Minute); got != 360 {
