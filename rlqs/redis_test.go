@@ -2,6 +2,8 @@ package rlqs_test
 
 import (
 	"context"
+
+	rlqspb "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
 	"strings"
 	"testing"
 	"time"
@@ -87,5 +89,54 @@ func TestTwoInstancesOneRedis(t *testing.T) {
 	}
 	if acts := report(t, b, usage(map[string]string{"user": "dave"}, 1, 0, 0)); len(acts) != 0 {
 		t.Fatalf("a new bucket after the flush: %v; want nothing while the rule's group learns", acts)
+	}
+}
+
+// The ledgers' Redis killed: a report gets no assignment (the Envoy keeps what it holds until its
+// time to live, then its expired fallback), after one failed call, not one per bucket; back, the
+// ledgers (lost with the process) learn for a lease and the margin, then answer again.
+func TestLedgerDown(t *testing.T) {
+	srv := redistest.Start(t)
+	clk := sluice.NewManualClock(time.Unix(1_800_000_000, 0))
+	user := config.QuotaBucket{Name: "per-user", Match: map[string]string{"user": "*"}, Limit: 60, Burst: 60, Period: time.Minute}
+	svc := redisService(t, srv.Addr, clk, quota(user))
+	e := svc.Open("e")
+	ids := []map[string]string{{"user": "a"}, {"user": "b"}, {"user": "c"}}
+	us := func(n uint64) []*rlqspb.RateLimitQuotaUsageReports_BucketQuotaUsage {
+		var out []*rlqspb.RateLimitQuotaUsageReports_BucketQuotaUsage
+		for _, id := range ids {
+			out = append(out, usage(id, n, 0, interval))
+		}
+		return out
+	}
+	report(t, e, us(1)...)
+	clk.Advance(ttl + interval)
+	if acts := report(t, e, us(1)...); len(acts) != 3 {
+		t.Fatalf("before: %v; want three assignments", acts)
+	}
+	srv.Kill()
+	clk.Advance(interval)
+	if acts := report(t, e, us(1)...); len(acts) != 0 {
+		t.Fatalf("Redis down: %v; want nothing sent", acts)
+	}
+	if n := svc.Stats().LedgerErrors; n != 1 {
+		t.Fatalf("%d ledger errors; want 1: the first failure skips the report's other buckets", n)
+	}
+	srv.Restart()
+	clk.Advance(interval)
+	var acts []*rlqspb.RateLimitQuotaResponse_BucketAction
+	for end := time.Now().Add(20 * time.Second); len(acts) < 3 && time.Now().Before(end); {
+		acts = report(t, e, us(1)...) // (the store's connection comes back with a report or two)
+	}
+	if len(acts) != 3 || rate(acts[0]) > 60 {
+		// They hold their leases' allotments (reported as held): learning grants at most those.
+		t.Fatalf("Redis back, empty: %v; want what each holds, at most", acts)
+	}
+	if acts := report(t, e, usage(map[string]string{"user": "new"}, 1, 0, 0)); len(acts) != 0 {
+		t.Fatalf("a new bucket while the rule's group learns: %v; want nothing", acts)
+	}
+	clk.Advance(ttl + interval)
+	if acts := report(t, e, usage(map[string]string{"user": "new"}, 1, 0, interval)); len(acts) != 1 || rate(acts[0]) < 1 {
+		t.Fatalf("after learning: %v; want an assignment", acts)
 	}
 }

@@ -14,6 +14,7 @@ package rlqs
 import (
 	"context"
 	"crypto/rand"
+	"errors"
 	"encoding/hex"
 	"fmt"
 	"log/slog"
@@ -28,6 +29,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/ledger"
 )
@@ -51,9 +53,10 @@ type Service struct {
 	rules   atomic.Pointer[Rules]
 	version atomic.Int64 // bumped by Swap: clients match their buckets again
 
-	mu      sync.Mutex
-	clients map[*Client]struct{}
-	books   map[string]*book // the buckets' ledgers, by ledger name
+	mu        sync.Mutex
+	clients   map[*Client]struct{}
+	books     map[string]*book // the buckets' ledgers, by ledger name
+	lastSweep time.Time
 	closing chan struct{}
 	closed  bool
 
@@ -124,10 +127,15 @@ func (s *Service) ledger(name string, opts ledger.Options, now time.Time) (ledge
 	return b.l, nil
 }
 
-// sweep forgets the ledgers unused for longer than their lease, hold and a minute.
+// sweep forgets the ledgers unused for longer than their lease, hold and a minute; at most once
+// a second, whichever stream's timer calls it.
 func (s *Service) sweep(now time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if now.Sub(s.lastSweep) < time.Second {
+		return
+	}
+	s.lastSweep = now
 	for name, b := range s.books {
 		if now.Sub(b.lastUsed) > b.opts.Lease+b.opts.Hold+time.Minute {
 			delete(s.books, name)
@@ -149,6 +157,10 @@ type Client struct {
 	version    int64
 	lastReport time.Time
 	reports    int64
+	// failed is set by the first ledger error of a report or a tick: the rest of its buckets are
+	// not refreshed (they keep their assignments; the next round tries again), so that a Redis
+	// that does not answer holds the stream one timeout, not one per bucket.
+	failed bool
 }
 
 // sub is one bucket of one client.
@@ -214,6 +226,7 @@ func (c *Client) Report(ctx context.Context, r *rlqspb.RateLimitQuotaUsageReport
 	c.mu.Lock()
 	c.lastReport = now
 	c.reports++
+	c.failed = false
 	c.rematch(rs)
 	var actions []*rlqspb.RateLimitQuotaResponse_BucketAction
 	for _, u := range r.GetBucketQuotaUsages() {
@@ -281,6 +294,7 @@ func (c *Client) Tick(ctx context.Context) []*rlqspb.RateLimitQuotaResponse_Buck
 	c.s.sweep(now)
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.failed = false
 	c.rematch(rs)
 	var actions []*rlqspb.RateLimitQuotaResponse_BucketAction
 	for _, k := range c.sortedKeys() {
@@ -380,6 +394,9 @@ func assign(id map[string]string, s *typev3.RateLimitStrategy, ttl time.Duration
 // the Envoy keeps its assignment until it expires, then follows its expired_assignment_behavior;
 // or the ledger is learning and the Envoy holds nothing it knows of: no new quota).
 func (c *Client) refresh(ctx context.Context, b *sub, rs *Rules, now time.Time, admitted, refused int64) *rlqspb.RateLimitQuotaResponse_BucketAction {
+	if c.failed {
+		return nil
+	}
 	opts := rs.options(b.rule)
 	l, err := c.s.ledger(b.name, opts, now)
 	if err != nil {
@@ -417,6 +434,7 @@ func (c *Client) refresh(ctx context.Context, b *sub, rs *Rules, now time.Time, 
 
 // fail records a ledger error (under c.mu).
 func (c *Client) fail(b *sub, err error) {
+	c.failed = c.failed || errors.Is(err, sluice.ErrStoreUnavailable) // (not a bucket's own error: too many Envoys)
 	b.errors++
 	c.s.counters.ledgerErrors.Add(1)
 	c.s.log.Warn("rlqs: the bucket's ledger did not answer; the Envoy keeps its assignment until it expires", "client", c.ID, "rule", b.rule.Name, "bucket", b.name, "err", err)
