@@ -14,8 +14,8 @@ package rlqs
 import (
 	"context"
 	"crypto/rand"
-	"errors"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"log/slog"
 	"sort"
@@ -57,8 +57,8 @@ type Service struct {
 	clients   map[*Client]struct{}
 	books     map[string]*book // the buckets' ledgers, by ledger name
 	lastSweep time.Time
-	closing chan struct{}
-	closed  bool
+	closing   chan struct{}
+	closed    bool
 
 	counters counters
 }
