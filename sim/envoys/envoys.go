@@ -122,9 +122,10 @@ type Window struct {
 	Offered     int64
 	// Admitted on RLQS; Assigned of them under an active assignment; Fallback the rest.
 	Admitted, Assigned, Fallback int64
-	// Tokens is Σ max_tokens of the token buckets held at the window's start or built in it;
+	// Tokens is Σ max_tokens of the token buckets held at the window's start or built in it
+	// (Built of them: Envoy builds a full bucket for every new or changed assignment);
 	// Bound = L + Tokens, which Assigned must not exceed.
-	Tokens, Bound int64
+	Tokens, Bound, Built int64
 	Held          bool
 	// RLSAdmitted on RLS, of which RLSOpen while the service was down (admitted unasked); the
 	// others' bound is the token bucket's B + L.
@@ -375,7 +376,7 @@ type world struct {
 	res   *Result
 
 	// per window of the period
-	assigned, fallback, admitted, offered, tokens, rlsAdmitted, rlsOpen []int64
+	assigned, fallback, admitted, offered, tokens, built, rlsAdmitted, rlsOpen []int64
 }
 
 type envoy struct {
@@ -525,6 +526,7 @@ func (w *world) respond(e *envoy, c *rlqs.Client, actions []*rlqspb.RateLimitQuo
 			if ap.Built {
 				if tb := a.GetQuotaAssignmentAction().GetRateLimitStrategy().GetTokenBucket(); tb != nil {
 					w.tokens[w.win()] += int64(tb.GetMaxTokens())
+					w.built[w.win()]++
 				}
 			}
 		}
@@ -598,7 +600,7 @@ func (w *world) run() (*Result, error) {
 	I := o.ReportInterval.Microseconds()
 	P := o.Period.Microseconds()
 	n := (end + P - 1) / P
-	for _, s := range []*[]int64{&w.assigned, &w.fallback, &w.admitted, &w.offered, &w.tokens, &w.rlsAdmitted, &w.rlsOpen} {
+	for _, s := range []*[]int64{&w.assigned, &w.fallback, &w.admitted, &w.offered, &w.tokens, &w.built, &w.rlsAdmitted, &w.rlsOpen} {
 		*s = make([]int64, n+1) // (an RLS request may land in the window after the last)
 	}
 	w.start()
@@ -703,7 +705,7 @@ func (w *world) windows(n int64) {
 	w.res.RLQSCalls = w.res.Reports + w.res.Responses
 	for k := range n {
 		x := Window{StartMicros: k * P, Offered: w.offered[k], Admitted: w.admitted[k], Assigned: w.assigned[k], Fallback: w.fallback[k],
-			Tokens: w.tokens[k], RLSAdmitted: w.rlsAdmitted[k], RLSOpen: w.rlsOpen[k]}
+			Tokens: w.tokens[k], Built: w.built[k], RLSAdmitted: w.rlsAdmitted[k], RLSOpen: w.rlsOpen[k]}
 		x.Bound = w.o.Limit + x.Tokens
 		x.Held = x.Assigned <= x.Bound
 		x.RLSBound = w.o.Burst + w.o.Limit

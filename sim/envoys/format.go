@@ -111,7 +111,7 @@ func (res *Result) WriteTable(out io.Writer) error {
 	}
 	fmt.Fprintln(out)
 	tw = tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "window\toffered\trlqs admitted\tunder assignments\tΣ max_tokens\tbound\theld\t\trls admitted\tbound\theld\t")
+	fmt.Fprintln(tw, "window\toffered\trlqs admitted\tunder assignments\tbuckets built\tΣ max_tokens\tbound\theld\t\trls admitted\tbound\theld\t")
 	yes := func(b bool) string {
 		if b {
 			return "yes"
@@ -123,7 +123,7 @@ func (res *Result) WriteTable(out io.Writer) error {
 		if w.RLSOpen > 0 {
 			rls += fmt.Sprintf(" (+%d unasked)", w.RLSOpen)
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%s\t\t%d\t%d\t%s\t\n", sim.FormatDuration(w.StartMicros), w.Offered, w.Admitted, w.Assigned, w.Tokens, w.Bound, yes(w.Held),
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t\t%d\t%d\t%s\t\n", sim.FormatDuration(w.StartMicros), w.Offered, w.Admitted, w.Assigned, w.Built, w.Tokens, w.Bound, yes(w.Held),
 			w.RLSAdmitted, w.RLSBound, rls)
 	}
 	if err := tw.Flush(); err != nil {
@@ -169,6 +169,7 @@ type windowJSON struct {
 	Admitted    int64       `json:"rlqs_admitted"`
 	Assigned    int64       `json:"rlqs_under_assignments"`
 	Fallback    int64       `json:"rlqs_fallback"`
+	Built       int64       `json:"buckets_built"`
 	Tokens      int64       `json:"max_tokens"`
 	Bound       int64       `json:"bound"`
 	Held        bool        `json:"held"`
@@ -242,7 +243,7 @@ func (res *Result) MarshalJSON() ([]byte, error) {
 			r.AssignedText(P), r.Assigned, r.MaxTokens, r.Reports, r.Responses})
 	}
 	for _, w := range res.Windows {
-		v.Windows = append(v.Windows, windowJSON{ms(w.StartMicros), w.Offered, w.Admitted, w.Assigned, w.Fallback, w.Tokens, w.Bound, w.Held,
+		v.Windows = append(v.Windows, windowJSON{ms(w.StartMicros), w.Offered, w.Admitted, w.Assigned, w.Fallback, w.Built, w.Tokens, w.Bound, w.Held,
 			w.RLSAdmitted, w.RLSOpen, w.RLSBound, w.RLSHeld})
 	}
 	v.Summary = summaryJSON{res.Offered, res.Admitted, res.Fallback, res.RLSAdmitted, res.Reports, res.Responses, res.Streams,
