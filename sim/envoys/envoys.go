@@ -126,7 +126,7 @@ type Window struct {
 	// (Built of them: Envoy builds a full bucket for every new or changed assignment);
 	// Bound = L + Tokens, which Assigned must not exceed.
 	Tokens, Bound, Built int64
-	Held          bool
+	Held                 bool
 	// RLSAdmitted on RLS, of which RLSOpen while the service was down (admitted unasked); the
 	// others' bound is the token bucket's B + L.
 	RLSAdmitted, RLSBound, RLSOpen int64
