@@ -421,11 +421,12 @@ func strategy(b Behavior) *typev3.RateLimitStrategy {
 	return &typev3.RateLimitStrategy{Strategy: &typev3.RateLimitStrategy_BlanketRule_{BlanketRule: r}}
 }
 
-// start starts the service: new memory ledgers (a restart loses them, as sluice serve's memory
-// does).
+// start starts the service: new memory ledgers in one group, the process's, as sluice serve's
+// quota service on the memory store has them (a restart loses them, and they learn).
 func (w *world) start() {
+	group := &ledger.MemoryGroup{}
 	w.svc = rlqs.New(w.o.Quota(), rlqs.Options{Now: w.clock.Now, Ledgers: func(name string, lo ledger.Options) (ledger.Ledger, error) {
-		l, err := ledger.NewMemory(name, lo, ledger.MemoryOptions{Now: w.clock.Now})
+		l, err := ledger.NewMemory(name, lo, ledger.MemoryOptions{Now: w.clock.Now, Group: group})
 		if err != nil {
 			return nil, err
 		}
