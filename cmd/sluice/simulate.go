@@ -106,7 +106,7 @@ instance and per client; JSON adds "per_instance":[{"instance":1,"summary":{...}
                       summary a "fallback" object counting them
 --local-budget with --store shared spends budgets from the shared store. --compare with --store
 runs every algorithm on the fleet (as the browser page's Instances and Store fields do).
-` + simulateRegionsHelp + `
+` + simulateRegionsHelp + simulateEnvoysHelp + `
 Output, --format:
   table  (default) for people: the policy, a timeline of offered, allowed, refused and delayed
          requests per second (wider buckets when the traffic is longer than a minute, at most
@@ -164,7 +164,7 @@ const simulateExample = `  sluice simulate --compare --limit 5 --period 1s --bur
   sluice simulate --algorithm fixed-window --limit 100 --period 1m --instances 3 --store separate \
       --traffic "buggy: 600/min for 1m; normal: 20/min for 1m"
   sluice simulate --algorithm fixed-window --limit 100 --period 1m --instances 3 --store shared \
-      --outage 1m-2m --on-error local --traffic "buggy: 5/s for 3m; normal: 20/min for 3m"` + simulateRegionsExample
+      --outage 1m-2m --on-error local --traffic "buggy: 5/s for 3m; normal: 20/min for 3m"` + simulateRegionsExample + simulateEnvoysExample
 
 type simulateOptions struct {
 	algorithm string
@@ -192,6 +192,7 @@ type simulateOptions struct {
 	onError   string
 	latency   durationValue
 	regions   regionsFlags // --regions and its flags (simulate_regions.go)
+	envoys    envoysFlags  // --envoys and its flags (simulate_envoys.go)
 }
 
 func newSimulateCommand(stdin io.Reader) *cobra.Command {
@@ -235,6 +236,7 @@ func newSimulateCommand(stdin io.Reader) *cobra.Command {
 	f.StringArrayVar(&o.changes, "change", nil, "change the limit or the burst at a virtual time, `t=D,limit=N,burst=N` (repeat it; see above)")
 	f.StringVar(&o.format, "format", "table", "the output `FORMAT`: table, csv or json")
 	o.regions.add(cmd)
+	o.envoys.add(cmd)
 	f.SortFlags = false
 	return cmd
 }
@@ -242,6 +244,17 @@ func newSimulateCommand(stdin io.Reader) *cobra.Command {
 // run checks the flags, reads the traffic, and writes the simulation in the chosen format.
 func (o *simulateOptions) run(cmd *cobra.Command, stdin io.Reader) error {
 	flags := cmd.Flags()
+	if err := checkEnvoysFlags(flags.Changed); err != nil {
+		return err
+	}
+	if flags.Changed("envoys") {
+		switch o.format {
+		case "table", "csv", "json":
+		default:
+			return fmt.Errorf("--format %s: want table, csv or json", o.format)
+		}
+		return o.runEnvoys(cmd)
+	}
 	if err := checkRegionsFlags(flags.Changed); err != nil {
 		return err
 	}

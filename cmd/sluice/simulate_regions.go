@@ -81,7 +81,7 @@ func (r *regionsFlags) add(cmd *cobra.Command) {
 	f.StringVar(&r.latency, "ledger-latency", "", "with --regions: the one-way latency to the ledger, `D` or MIN-MAX (50ms-150ms)")
 	f.Float64Var(&r.floor, "floor", 0, "with --regions: a region's floor, a fraction `F` of the limit (0 … 1/regions; default 1/(2·regions), as serve's)")
 	f.Float64Var(&r.safe, "safe-share", 0, "with --regions: the safe share of a region cut off, a fraction `F` of the limit (default the floor)")
-	f.StringVar(&r.algorithm, "ledger-algorithm", "fair", "with --regions: the ledger's split, `NAME` fair or proportional")
+	f.StringVar(&r.algorithm, "ledger-algorithm", "fair", "with --regions or --envoys: the ledger's split, `NAME` fair or proportional")
 	f.StringArrayVar(&r.partitions, "partition", nil, "with --regions: cut region R off the ledger, `R@FROM-TO` (eu@30s-60s; repeat it)")
 	f.StringArrayVar(&r.flushes, "flush-ledger", nil, "with --regions: the ledger loses its state at virtual time `T` (repeat it)")
 }

@@ -65,6 +65,10 @@
 //   - Requests are decided by Decide with a bucket id; there is no matcher
 //     tree, no filter_enabled/filter_enforced and no deny response.
 //
+// The decisions themselves (buckets, states, limiters, reports' usage,
+// responses' actions) are package internal/envoyfilter's, which the simulator
+// runs too, without gRPC; this package is their transport.
+//
 // Every Decide is counted: per bucket in total and per Window, and in the
 // usage of the next report. A bucket's counts go with it when it is
 // abandoned; Windows(nil) keeps every decision of the Filter.
@@ -73,8 +77,6 @@ package rlqstest
 import (
 	"context"
 	"errors"
-	"sort"
-	"strings"
 	"sync"
 	"time"
 
@@ -82,25 +84,21 @@ import (
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/sluicehq/sluice/internal/envoyfilter"
 )
 
 // DefaultReportInterval is the filter's fixed reporting interval today (see
 // the package doc).
 const DefaultReportInterval = 5 * time.Second
 
-// ExpiredBehavior is the filter's expired_assignment_behavior.
-type ExpiredBehavior struct {
-	// Fallback is fallback_rate_limit; ignored if ReuseLast.
-	Fallback *typev3.RateLimitStrategy
-	// ReuseLast is reuse_last_assignment: keep applying the expired
-	// assignment (its limiter state carries on).
-	ReuseLast bool
-	// Timeout is expired_assignment_behavior_timeout: that long after expiry
-	// the bucket is abandoned. Zero: never (see the package doc).
-	Timeout time.Duration
-}
+// ExpiredBehavior is the filter's expired_assignment_behavior: Fallback is
+// fallback_rate_limit (ignored if ReuseLast); ReuseLast is
+// reuse_last_assignment (the expired assignment's limiter carries on); Timeout
+// is expired_assignment_behavior_timeout, after which the bucket is abandoned
+// (zero: never; see the package doc).
+type ExpiredBehavior = envoyfilter.ExpiredBehavior
 
 // Config is one simulated Envoy's filter configuration.
 type Config struct {
@@ -133,24 +131,16 @@ type Config struct {
 }
 
 // State is where a bucket is in the filter's life cycle.
-type State string
+type State = envoyfilter.State
 
 const (
-	NoAssignment State = "no_assignment"
-	Active       State = "active"
-	Expired      State = "expired"
+	NoAssignment = envoyfilter.NoAssignment
+	Active       = envoyfilter.Active
+	Expired      = envoyfilter.Expired
 )
 
 // Counts are admitted and denied requests.
 type Counts struct{ Allowed, Denied uint64 }
-
-func (c *Counts) add(ok bool) {
-	if ok {
-		c.Allowed++
-	} else {
-		c.Denied++
-	}
-}
 
 // Window is the counts of one window, starting at Start.
 type Window struct {
@@ -168,20 +158,6 @@ type BucketStats struct {
 	Expires time.Time
 }
 
-type bucket struct {
-	id         map[string]string
-	usage      Counts // since the last report
-	lastReport time.Time
-	total      Counts
-	windows    map[int64]*Counts
-
-	assignment *typev3.RateLimitStrategy // nil: none yet
-	assigned   limiter
-	expires    time.Time // zero: never
-	fallback   limiter   // no_assignment or expired fallback, by state
-	fallbackOf State
-}
-
 // Filter is one simulated Envoy. Its methods are safe for concurrent use.
 type Filter struct {
 	cfg    Config
@@ -193,8 +169,7 @@ type Filter struct {
 	done   chan struct{}
 
 	mu        sync.Mutex
-	buckets   map[string]*bucket
-	windows   map[int64]*Counts
+	f         *envoyfilter.Filter
 	sent      int
 	dropped   int
 	streams   int
@@ -227,7 +202,8 @@ func New(cfg Config) (*Filter, error) {
 		cfg: cfg, conn: conn, client: rlqspb.NewRateLimitQuotaServiceClient(conn),
 		ctx: ctx, cancel: cancel,
 		out: make(chan *rlqspb.RateLimitQuotaUsageReports, 1024), done: make(chan struct{}),
-		buckets: map[string]*bucket{}, windows: map[int64]*Counts{},
+		f: envoyfilter.New(envoyfilter.Config{NoAssignment: cfg.NoAssignment, Expired: cfg.Expired,
+			DeferFirstReport: cfg.DeferFirstReport, Window: cfg.Window}),
 	}
 	go f.loop()
 	return f, nil
@@ -240,58 +216,16 @@ func (f *Filter) Close() error {
 	return f.conn.Close()
 }
 
-func key(id map[string]string) string {
-	ks := make([]string, 0, len(id))
-	for k := range id {
-		ks = append(ks, k)
-	}
-	sort.Strings(ks)
-	var b strings.Builder
-	for _, k := range ks {
-		b.WriteString(k)
-		b.WriteByte(0)
-		b.WriteString(id[k])
-		b.WriteByte(0)
-	}
-	return b.String()
-}
+func key(id map[string]string) string { return envoyfilter.Key(id) }
 
 // Decide decides one request matched into the bucket id, as the filter does,
 // and counts it.
 func (f *Filter) Decide(id map[string]string) bool {
 	f.mu.Lock()
-	now := f.cfg.Now()
-	k := key(id)
-	b := f.buckets[k]
-	if b != nil && f.abandonExpired(b, now) {
-		delete(f.buckets, k)
-		b = nil
-	}
+	d := f.f.Decide(id, f.cfg.Now())
 	var first *rlqspb.RateLimitQuotaUsageReports
-	fresh := b == nil
-	var ok bool
-	if fresh {
-		b = &bucket{id: copyID(id), lastReport: now, windows: map[int64]*Counts{}}
-		f.buckets[k] = b
-		// filter.cc decides a new bucket's first request before the bucket
-		// exists: only a blanket DENY_ALL no_assignment_behavior denies it.
-		ok = !isDenyAll(f.cfg.NoAssignment)
-	} else {
-		ok = f.limiterFor(b, now).allow(now)
-	}
-	b.usage.add(ok)
-	b.total.add(ok)
-	w := now.UnixNano() / int64(f.cfg.Window)
-	for _, m := range []map[int64]*Counts{b.windows, f.windows} {
-		if m[w] == nil {
-			m[w] = &Counts{}
-		}
-		m[w].add(ok)
-	}
-	if fresh && !f.cfg.DeferFirstReport {
-		// The first request of a new bucket: report it at once.
-		first = f.report(now, b)
-		first.BucketQuotaUsages[0].TimeElapsed = durationpb.New(0)
+	if d.First != nil {
+		first = f.report(d.First)
 	}
 	f.mu.Unlock()
 	if first != nil {
@@ -303,83 +237,19 @@ func (f *Filter) Decide(id map[string]string) bool {
 			f.count(&f.dropped)
 		}
 	}
-	return ok
+	return d.Allowed
 }
 
-func isDenyAll(s *typev3.RateLimitStrategy) bool {
-	r, ok := s.GetStrategy().(*typev3.RateLimitStrategy_BlanketRule_)
-	return ok && r.BlanketRule == typev3.RateLimitStrategy_DENY_ALL
-}
-
-// abandonExpired says whether the bucket's expired assignment has outlived
-// expired_assignment_behavior_timeout.
-func (f *Filter) abandonExpired(b *bucket, now time.Time) bool {
-	e := f.cfg.Expired
-	return e != nil && e.Timeout > 0 && b.assignment != nil && !b.expires.IsZero() &&
-		!now.Before(b.expires.Add(e.Timeout))
-}
-
-func (f *Filter) state(b *bucket, now time.Time) State {
-	switch {
-	case b.assignment == nil:
-		return NoAssignment
-	case !b.expires.IsZero() && !now.Before(b.expires):
-		return Expired
-	}
-	return Active
-}
-
-// limiterFor is the limiter that applies to the bucket now.
-func (f *Filter) limiterFor(b *bucket, now time.Time) limiter {
-	st := f.state(b, now)
-	if st == Active {
-		return b.assigned
-	}
-	if st == Expired {
-		e := f.cfg.Expired
-		if e == nil {
-			// No expired behaviour: back to the no-assignment state.
-			b.assignment, b.assigned, b.expires = nil, nil, time.Time{}
-			b.fallback, st = nil, NoAssignment
-		} else if e.ReuseLast {
-			return b.assigned
-		}
-	}
-	if b.fallback == nil || b.fallbackOf != st {
-		s := f.cfg.NoAssignment
-		if st == Expired {
-			s = f.cfg.Expired.Fallback
-		}
-		b.fallback, b.fallbackOf = newLimiter(s, now), st
-	}
-	return b.fallback
-}
-
-func copyID(id map[string]string) map[string]string {
-	c := make(map[string]string, len(id))
-	for k, v := range id {
-		c[k] = v
-	}
-	return c
-}
-
-// report builds a report of the given buckets (all if none) and resets their
-// usage, as the filter's buildReports does. f.mu is held.
-func (f *Filter) report(now time.Time, bs ...*bucket) *rlqspb.RateLimitQuotaUsageReports {
-	if len(bs) == 0 {
-		for _, b := range f.buckets {
-			bs = append(bs, b)
-		}
-	}
+// report is the usage report of us.
+func (f *Filter) report(us []envoyfilter.Usage) *rlqspb.RateLimitQuotaUsageReports {
 	r := &rlqspb.RateLimitQuotaUsageReports{Domain: f.cfg.Domain}
-	for _, b := range bs {
+	for _, u := range us {
 		r.BucketQuotaUsages = append(r.BucketQuotaUsages, &rlqspb.RateLimitQuotaUsageReports_BucketQuotaUsage{
-			BucketId:           &rlqspb.BucketId{Bucket: copyID(b.id)},
-			TimeElapsed:        durationpb.New(now.Sub(b.lastReport)),
-			NumRequestsAllowed: b.usage.Allowed,
-			NumRequestsDenied:  b.usage.Denied,
+			BucketId:           &rlqspb.BucketId{Bucket: u.ID},
+			TimeElapsed:        durationpb.New(u.Elapsed),
+			NumRequestsAllowed: u.Allowed,
+			NumRequestsDenied:  u.Denied,
 		})
-		b.usage, b.lastReport = Counts{}, now
 	}
 	return r
 }
@@ -406,8 +276,8 @@ func (f *Filter) loop() {
 			return
 		case <-ticks:
 			f.mu.Lock()
-			if len(f.buckets) > 0 {
-				r = f.report(f.cfg.Now())
+			if us := f.f.Report(f.cfg.Now()); us != nil {
+				r = f.report(us)
 			}
 			f.mu.Unlock()
 		case r = <-f.out:
@@ -484,31 +354,32 @@ func (f *Filter) apply(resp *rlqspb.RateLimitQuotaResponse) {
 	f.responses++
 	now := f.cfg.Now()
 	for _, a := range resp.GetBucketAction() {
-		k := key(a.GetBucketId().GetBucket())
-		b := f.buckets[k]
-		if b == nil || len(a.GetBucketId().GetBucket()) == 0 {
-			f.unknown++
+		id := a.GetBucketId().GetBucket()
+		if a.GetAbandonAction() == nil && a.GetQuotaAssignmentAction() == nil {
+			// Neither action: nothing to apply to a bucket it knows.
+			if _, ok := f.f.Stats(id, now); !ok || len(id) == 0 {
+				f.unknown++
+			}
 			continue
 		}
-		switch {
-		case a.GetAbandonAction() != nil:
-			delete(f.buckets, k)
-		case a.GetQuotaAssignmentAction() != nil:
-			qa := a.GetQuotaAssignmentAction()
-			s := qa.GetRateLimitStrategy()
-			if f.state(b, now) != Active || !proto.Equal(s, b.assignment) {
-				b.assigned = newLimiter(s, now)
-			}
-			if s == nil {
-				s = &typev3.RateLimitStrategy{}
-			}
-			b.assignment = s
-			b.expires = time.Time{}
-			if ttl := qa.GetAssignmentTimeToLive(); ttl != nil {
-				b.expires = now.Add(ttl.AsDuration())
-			}
+		if f.f.Apply(action(a), now).Unknown {
+			f.unknown++
 		}
 	}
+}
+
+// action is a response's bucket action as the filter's decisions take it.
+func action(a *rlqspb.RateLimitQuotaResponse_BucketAction) envoyfilter.Action {
+	x := envoyfilter.Action{ID: a.GetBucketId().GetBucket(), Abandon: a.GetAbandonAction() != nil}
+	if qa := a.GetQuotaAssignmentAction(); qa != nil && !x.Abandon {
+		x.Strategy = qa.GetRateLimitStrategy()
+		if ttl := qa.GetAssignmentTimeToLive(); ttl != nil {
+			x.TTL = ttl.AsDuration()
+		} else {
+			x.Forever = true
+		}
+	}
+	return x
 }
 
 // Stats is the bucket's counts and assignment; ok is false if the filter does
@@ -516,11 +387,8 @@ func (f *Filter) apply(resp *rlqspb.RateLimitQuotaResponse) {
 func (f *Filter) Stats(id map[string]string) (s BucketStats, ok bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	b := f.buckets[key(id)]
-	if b == nil {
-		return BucketStats{}, false
-	}
-	return BucketStats{Total: b.total, State: f.state(b, f.cfg.Now()), Assignment: b.assignment, Expires: b.expires}, true
+	st, ok := f.f.Stats(id, f.cfg.Now())
+	return BucketStats{Total: Counts(st.Total), State: st.State, Assignment: st.Assignment, Expires: st.Expires}, ok
 }
 
 // Windows is the bucket's counts per window, oldest first; all buckets' if id
@@ -528,19 +396,14 @@ func (f *Filter) Stats(id map[string]string) (s BucketStats, ok bool) {
 func (f *Filter) Windows(id map[string]string) []Window {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	m := f.windows
-	if id != nil {
-		b := f.buckets[key(id)]
-		if b == nil {
-			return nil
-		}
-		m = b.windows
+	src := f.f.Windows(id)
+	if src == nil {
+		return nil
 	}
-	ws := make([]Window, 0, len(m))
-	for w, c := range m {
-		ws = append(ws, Window{Start: time.Unix(0, w*int64(f.cfg.Window)), Counts: *c})
+	ws := make([]Window, 0, len(src))
+	for _, w := range src {
+		ws = append(ws, Window{Start: w.Start, Counts: Counts(w.Counts)})
 	}
-	sort.Slice(ws, func(i, j int) bool { return ws[i].Start.Before(ws[j].Start) })
 	return ws
 }
 

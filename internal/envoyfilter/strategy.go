@@ -1,4 +1,4 @@
-package rlqstest
+package envoyfilter
 
 import (
 	"time"
@@ -6,7 +6,7 @@ import (
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 )
 
-// limiter decides one request at a time under the Filter's lock.
+// limiter decides one request at a time under its Filter's lock.
 type limiter interface {
 	allow(now time.Time) bool
 }
@@ -45,7 +45,7 @@ func (w *fixedWindow) allow(now time.Time) bool {
 // assignment: it starts full with max_tokens, refills continuously at
 // tokens_per_fill per fill_interval up to max_tokens, and a request takes one
 // whole token. (Envoy converts fill_interval to whole seconds before dividing;
-// the harness keeps the exact interval, so sub-second intervals work.)
+// the model keeps the exact interval, so sub-second intervals work.)
 type tokenBucket struct {
 	max    float64
 	perSec float64
