@@ -179,8 +179,25 @@ type sub struct {
 	sentAllot  int64                     // its rate, in units per period (a limit rule's)
 	sentAt     time.Time
 	sentExpiry time.Time // when it ends on this clock (the Envoy's ends up to the delivery later)
-	errors     int64
+	// builtAt is when the Envoy's current token bucket was sent (it built it full then),
+	// builtMax its max_tokens, and spent the requests the Envoy reported admitting since: a new
+	// bucket holds no more than the current one has left by that count (rebuild).
+	builtAt  time.Time
+	builtMax int64
+	spent    int64
+	held     int64 // the Holds of its last refresh
+	recent   [demandReports]interval
+	errors   int64
 }
+
+// interval is one report's requests and the time they took.
+type interval struct {
+	n int64
+	d time.Duration
+}
+
+// demandReports is how many reports a sparse bucket's demand is measured over.
+const demandReports = 4
 
 // Open starts a client for a new stream from peer.
 func (s *Service) Open(peer string) *Client {
@@ -263,6 +280,7 @@ func (c *Client) Report(ctx context.Context, r *rlqspb.RateLimitQuotaUsageReport
 		}
 		b.seen = now
 		b.last = [2]uint64{allowed, denied}
+		b.spent += int64(min(allowed, ledger.MaxLimit))
 		b.total[0] += allowed
 		b.total[1] += denied
 		if allowed+denied > 0 {
@@ -275,7 +293,7 @@ func (c *Client) Report(ctx context.Context, r *rlqspb.RateLimitQuotaUsageReport
 			actions = append(actions, c.assignBlanket(b, rs, now))
 			continue
 		}
-		b.want = ledger.Demand(int64(min(allowed, ledger.MaxLimit)), int64(min(denied, ledger.MaxLimit)), max(interval, time.Millisecond), b.rule.Period)
+		b.want = b.demand(int64(min(allowed, ledger.MaxLimit)), int64(min(denied, ledger.MaxLimit)), max(interval, time.Millisecond))
 		if a := c.refresh(ctx, b, rs, now, int64(min(allowed, ledger.MaxLimit)), int64(min(denied, ledger.MaxLimit))); a != nil {
 			actions = append(actions, a)
 		}
@@ -316,7 +334,7 @@ func (c *Client) Tick(ctx context.Context) []*rlqspb.RateLimitQuotaResponse_Buck
 		}
 		// A shrink is confirmed once the assignment has had its delivery margin to reach the
 		// Envoy: the ledger then counts the smaller allotment and gives the rest to the others.
-		confirm := b.grant.Confirm && now.Sub(b.sentAt) >= rs.margin()
+		confirm := b.grant.Confirm && b.sentAllot < b.held && now.Sub(b.sentAt) >= rs.margin()
 		if due || b.grant.Share > b.grant.Allotment || confirm {
 			if a := c.refresh(ctx, b, rs, now, 0, 0); a != nil {
 				actions = append(actions, a)
@@ -412,7 +430,7 @@ func (c *Client) refresh(ctx context.Context, b *sub, rs *Rules, now time.Time, 
 		c.fail(b, err)
 		return nil
 	}
-	b.grant = g
+	b.grant, b.held = g, rep.Holds
 	ttl := g.LocalExpires.Sub(c.s.now())
 	if ttl <= 0 {
 		return nil // the ledger answered after the lease it gave: nothing safe to send
@@ -421,15 +439,87 @@ func (c *Client) refresh(ctx context.Context, b *sub, rs *Rules, now time.Time, 
 		return nil // Doorman's learning mode: no new quota; the Envoy keeps what it has
 	}
 	a := g.Allotment
-	if b.sent != nil && b.sentAllot > 0 && a >= b.sentAllot && a-b.sentAllot <= b.sentAllot/assignmentGrowMin && now.Before(b.sentExpiry) {
+	live := b.sent != nil && now.Before(b.sentExpiry)
+	switch {
+	case live && b.sentAllot > 0 && a >= b.sentAllot && a-b.sentAllot <= b.sentAllot/assignmentGrowMin:
 		// A small growth: the Envoy keeps the bucket it has (a new one would start full), and
 		// holds less than the ledger counts for it.
 		a = b.sentAllot
+	case live && b.sentAllot > 0 && a < b.sentAllot && b.sentAllot-a <= b.sentAllot/assignmentGrowMin && rep.Holds == b.sentAllot:
+		// A small shrink, likewise: the Envoy keeps what it holds, which it reports holding at
+		// every refresh, so that the ledger counts it (pending) and the others get no more.
+		a = b.sentAllot
 	}
-	s := strategy(a, b.rule)
+	s := c.rebuild(b, strategy(a, b.rule), a, now)
 	b.sent, b.sentAllot, b.sentAt, b.sentExpiry = s, a, now, now.Add(ttl)
 	c.s.counters.assignments.Add(1)
 	return assign(b.id, s, ttl)
+}
+
+// rebuild is the strategy to send for an allotment a, given the one the Envoy holds (under c.mu).
+// Envoy builds a new token bucket full for any strategy but the one it holds, so a new bucket
+// holds at most what the current one has left by the service's count: its tokens when built,
+// plus its refill since, less the requests the Envoy reported admitting since (at least one
+// token). An Envoy whose assignment changes at every report, busy, gets no burst at each change
+// (docs/design.md); an idle one keeps its burst. The same assignment, sent again, extends it; a
+// bucket built smaller is built again at its full size once, by that count, it would be full.
+func (c *Client) rebuild(b *sub, s *typev3.RateLimitStrategy, a int64, now time.Time) *typev3.RateLimitStrategy {
+	tb := s.GetTokenBucket()
+	if tb == nil {
+		return s // a blanket answer: no tokens
+	}
+	full := int64(tb.GetMaxTokens())
+	held := b.sent.GetTokenBucket()
+	live := held != nil && now.Before(b.sentExpiry)
+	if live && held.GetTokensPerFill().GetValue() == tb.GetTokensPerFill().GetValue() && int64(held.GetMaxTokens()) == b.builtMax {
+		if b.builtMax >= full || b.left(now) < full {
+			return b.sent // the same: extended, not built again
+		}
+	}
+	tokens := full
+	if live {
+		tokens = min(full, max(1, b.left(now)))
+	}
+	if tokens != full {
+		tb = proto.Clone(tb).(*typev3.TokenBucket)
+		tb.MaxTokens = uint32(tokens)
+		s = &typev3.RateLimitStrategy{Strategy: &typev3.RateLimitStrategy_TokenBucket{TokenBucket: tb}}
+	}
+	b.builtAt, b.builtMax, b.spent = now, tokens, 0
+	return s
+}
+
+// left is what the Envoy's current token bucket has left by the service's count: its tokens when
+// built, plus its refill since, less what the Envoy reported admitting since, and less its refill
+// since its last report if it then refused some (a busy Envoy spends its tokens as they come).
+func (b *sub) left(now time.Time) int64 {
+	rate := float64(b.sentAllot) / float64(b.rule.Period)
+	n := b.builtMax + int64(rate*float64(now.Sub(b.builtAt))) - b.spent
+	if since := b.seen; b.last[1] > 0 {
+		if since.Before(b.builtAt) {
+			since = b.builtAt
+		}
+		n -= int64(rate * float64(now.Sub(since)))
+	}
+	return n
+}
+
+// demand is the bucket's want after a report of allowed + denied requests over d: their rate per
+// period, so that a change of demand is seen in one report; but a report without a request after
+// some within the last four is the four's rate instead, so that an Envoy with a request every
+// few reports keeps a share the size of its demand rather than none every other report.
+func (b *sub) demand(allowed, denied int64, d time.Duration) int64 {
+	copy(b.recent[1:], b.recent[:demandReports-1])
+	b.recent[0] = interval{allowed + denied, d}
+	if allowed+denied > 0 {
+		return ledger.Demand(allowed, denied, d, b.rule.Period)
+	}
+	var n int64
+	var total time.Duration
+	for _, r := range b.recent {
+		n, total = n+r.n, total+r.d
+	}
+	return ledger.Demand(n, 0, total, b.rule.Period)
 }
 
 // fail records a ledger error (under c.mu).
