@@ -279,7 +279,7 @@ type result struct {
 	ReportIntervalS   float64 `json:"report_interval_s"`
 	WarmupS           float64 `json:"warmup_s"` // the warm-up as it was, the wait for assignments included
 	Steady            bool    `json:"steady"`
-	DurationS         float64 `json:"duration_s"`
+	DurationS         float64 `json:"duration_s"` // the measured window as it was: -duration, or a little more
 	Decisions         int64   `json:"decisions"`
 	PerSecond         float64 `json:"decisions_per_s"`
 	Admitted          int64   `json:"admitted"`
@@ -411,13 +411,16 @@ func run(o options) (result, error) {
 	phase.Store(measuring)
 	time.Sleep(o.duration)
 	phase.Store(done)
+	// The window as it was (a sleep may last longer on a busy machine): every measured decision
+	// was due, and taken, within it.
+	window := time.Since(measureFrom)
 	cpuEnd := cpuTimes(o.cpu)
 	after := clientTotals(fs)
 	wg.Wait()
 
 	r := result{Label: o.label, Addr: o.addr, Domain: o.domain, Envoys: o.envoys, Values: o.values, Pick: "uniform",
 		Concurrency: o.concurrency, Rate: o.rate, ReportIntervalS: o.reportInterval.Seconds(),
-		WarmupS: measureFrom.Sub(start).Seconds(), Steady: isSteady, DurationS: o.duration.Seconds(),
+		WarmupS: measureFrom.Sub(start).Seconds(), Steady: isSteady, DurationS: window.Seconds(),
 		Reports: after.ReportsSent - before.ReportsSent, Responses: after.Responses - before.Responses,
 		Dropped: after.ReportsDropped - before.ReportsDropped, Streams: after.Streams,
 		GOMAXPROCS: runtime.GOMAXPROCS(0)}
@@ -426,8 +429,8 @@ func run(o options) (result, error) {
 		r.Admitted += callers[i].admitted
 	}
 	r.Refused = r.Decisions - r.Admitted
-	r.PerSecond = float64(r.Decisions) / o.duration.Seconds()
-	r.AdmittedPerSecond = float64(r.Admitted) / o.duration.Seconds()
+	r.PerSecond = float64(r.Decisions) / window.Seconds()
+	r.AdmittedPerSecond = float64(r.Admitted) / window.Seconds()
 	if r.Decisions > 0 {
 		r.CallsPer1000 = 1000 * float64(r.Reports) / float64(r.Decisions)
 	}
