@@ -105,6 +105,8 @@ for name in labels:
     if not runs:
         continue
     rlqs = name.startswith("rlqs")
+    if rlqs and name != "rlqs-max" and runs[0].get("rate_mode", "match") != "match":
+        labels[name] = labels[name].replace("the same rate as sluice's RLS", "%.0f decisions/s offered" % runs[0]["rate_offered"])
     # Each round's figures, one form for both load generators.
     per = []
     for r in runs:
@@ -115,7 +117,8 @@ for name in labels:
                  calls=r["calls_per_1000_decisions"] if rlqs else 1000.0,
                  server=cpu.get("server"), redis=cpu.get("redis"), load=cpu.get("load"),
                  server_adm=cpu["server"] * d / admitted if "server" in cpu and admitted else None,
-                 server_ms=r.get("cpu_ms", {}).get("server"))
+                 server_ms=r.get("cpu_ms", {}).get("server"),
+                 per_report=1000 * r["cpu_ms"]["server"] / r["reports"] if rlqs and "server" in r.get("cpu_ms", {}) and r["reports"] else None)
         per.append(f)
         if r.get("limit_per_value_s"):
             limit = (r["values"], r["limit_per_value_s"])
@@ -158,11 +161,12 @@ if pairs:
         print("| %s / %s | %s |" % (labels[a], labels[b], " | ".join(
             "—" if a.endswith("memory") and k == "redis" else times(ratio(a, b, k))
             for k in ("rps", "aps", "server", "server_adm", "redis", "calls"))))
-notes = [(labels[n], r["server_ms"]) for n, r in rows.items() if n.startswith("rlqs") and r["server_ms"] is not None]
+notes = [(labels[n], r["server_ms"], r["per_report"]) for n, r in rows.items() if n.startswith("rlqs") and r["server_ms"] is not None]
 if notes:
     print()
-    print("The server's CPU time over an RLQS round's measured window (median; /proc/PID/stat counts 10 ms ticks): " +
-          "; ".join("%s: %.0f ms" % n for n in notes) + ".")
+    print("The server's CPU time over an RLQS round's measured window, and per report the Envoys sent in it (medians; "
+          "/proc/PID/stat counts 10 ms ticks): " +
+          "; ".join("%s: %.0f ms, %s a report" % (l, ms, us(pr)) for l, ms, pr in notes) + ".")
 for name, r in rows.items():
     if r["errors"]:
         print("\nWarning: %s: %d errors (see rlsload's first error above)." % (labels[name], r["errors"]))
@@ -329,7 +333,8 @@ measure_rlqs() {
 		-duration "$DURATION" -warmup "$WARMUP" -label "$name" \
 		-cpu "server=$pid,redis=$redis_pid,load=self" \
 		2> >(sed 's/^/  /' >&2))
-	line=${line%\}}",\"limit_per_value_s\":$LIMIT}"
+	# The limit, and whether the rate was the RLS round's (RATE=match) or fixed, for the table.
+	line=${line%\}}",\"limit_per_value_s\":$LIMIT,\"rate_mode\":\"$([ "$RATE" = match ] && echo match || echo fixed)\"}"
 	echo "$line" >>"$work/$name.json"
 }
 rate_of() { if [ "$RATE" = match ]; then echo "$last_rps"; else echo "$RATE"; fi; }
