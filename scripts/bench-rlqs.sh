@@ -167,6 +167,26 @@ if notes:
     print("The server's CPU time over an RLQS round's measured window, and per report the Envoys sent in it (medians; "
           "/proc/PID/stat counts 10 ms ticks): " +
           "; ".join("%s: %.0f ms, %s a report" % (l, ms, us(pr)) for l, ms, pr in notes) + ".")
+# RLQS: the most admitted in a whole second of the clock inside a measured window, beside the
+# limit (a changed assignment is a token bucket that starts full, so a second can pass it).
+peaks = []
+for name in rows:
+    if not name.startswith("rlqs"):
+        continue
+    most = None
+    for r in (json.loads(l) for l in open(os.path.join(work, name + ".json")) if l.strip()):
+        if "admitted_each_s" not in r or "start_unix_s" not in r:
+            continue
+        first = int(r["start_unix_s"])
+        begin, end = r["start_unix_s"] + r["warmup_s"], r["start_unix_s"] + r["warmup_s"] + r["duration_s"]
+        for i, n in enumerate(r["admitted_each_s"]):
+            if first + i >= begin and first + i + 1 <= end:
+                most = n if most is None else max(most, n)
+    if most is not None and limit:
+        peaks.append("%s: %d (%.2f× the limit)" % (labels[name], most, most / (limit[0] * limit[1])))
+if peaks:
+    print()
+    print("The most admitted in a second of an RLQS round's measured window: " + "; ".join(peaks) + ".")
 for name, r in rows.items():
     if r["errors"]:
         print("\nWarning: %s: %d errors (see rlsload's first error above)." % (labels[name], r["errors"]))

@@ -291,7 +291,13 @@ type result struct {
 	Dropped      int     `json:"reports_dropped"`
 	Streams      int     `json:"streams"` // opened since the start
 	CallsPer1000 float64 `json:"calls_per_1000_decisions"`
-	GOMAXPROCS   int     `json:"gomaxprocs"`
+	// Every second of the clock from the run's start to its end (the first and last partly), the
+	// warm-up included (the measurement began WarmupS after the start): the admitted and the
+	// refused of all Envoys, so that a reader sees the assignments settle.
+	StartUnixS    float64  `json:"start_unix_s"` // the run's start, on the clock: admitted_each_s[0] is the second it fell in
+	AdmittedEachS []uint64 `json:"admitted_each_s"`
+	RefusedEachS  []uint64 `json:"refused_each_s"`
+	GOMAXPROCS    int      `json:"gomaxprocs"`
 	// -cpu's measures, by process name.
 	CPUMillis      map[string]float64 `json:"cpu_ms,omitempty"`
 	CPUPerDecision map[string]float64 `json:"cpu_us_per_decision,omitempty"`
@@ -424,6 +430,8 @@ func run(o options) (result, error) {
 		Reports: after.ReportsSent - before.ReportsSent, Responses: after.Responses - before.Responses,
 		Dropped: after.ReportsDropped - before.ReportsDropped, Streams: after.Streams,
 		GOMAXPROCS: runtime.GOMAXPROCS(0)}
+	r.StartUnixS = float64(start.UnixNano()) / 1e9
+	r.AdmittedEachS, r.RefusedEachS = eachSecond(fs, start, start.Add(time.Duration(r.WarmupS*float64(time.Second))+window))
 	for i := range callers {
 		r.Decisions += callers[i].n
 		r.Admitted += callers[i].admitted
@@ -453,6 +461,22 @@ func run(o options) (result, error) {
 		}
 	}
 	return r, nil
+}
+
+// eachSecond sums the Envoys' counts per second (rlqstest's windows, aligned to the second) from
+// the second of from to that of to.
+func eachSecond(fs []*rlqstest.Filter, from, to time.Time) (admitted, refused []uint64) {
+	first, last := from.Unix(), to.Unix()
+	admitted, refused = make([]uint64, last-first+1), make([]uint64, last-first+1)
+	for _, f := range fs {
+		for _, w := range f.Windows(nil) {
+			if i := w.Start.Unix() - first; i >= 0 && i < int64(len(admitted)) {
+				admitted[i] += w.Allowed
+				refused[i] += w.Denied
+			}
+		}
+	}
+	return admitted, refused
 }
 
 func sortedKeys(m map[string]float64) []string {
