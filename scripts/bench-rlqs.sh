@@ -168,13 +168,16 @@ if notes:
           "/proc/PID/stat counts 10 ms ticks): " +
           "; ".join("%s: %.0f ms, %s a report" % (l, ms, us(pr)) for l, ms, pr in notes) + ".")
 # RLQS: the most admitted in a whole second of the clock inside a measured window, beside the
-# limit (a changed assignment is a token bucket that starts full, so a second can pass it).
+# limit (a changed assignment is a token bucket that starts full, so a second can pass it), and
+# each round's count of changed assignments.
 peaks = []
 for name in rows:
     if not name.startswith("rlqs"):
         continue
-    most = None
+    most, changed = None, []
     for r in (json.loads(l) for l in open(os.path.join(work, name + ".json")) if l.strip()):
+        if "assignments_changed" in r:
+            changed.append(r["assignments_changed"])
         if "admitted_each_s" not in r or "start_unix_s" not in r:
             continue
         first = int(r["start_unix_s"])
@@ -183,7 +186,8 @@ for name in rows:
             if first + i >= begin and first + i + 1 <= end:
                 most = n if most is None else max(most, n)
     if most is not None and limit:
-        peaks.append("%s: %d (%.2f× the limit)" % (labels[name], most, most / (limit[0] * limit[1])))
+        peaks.append("%s: %d (%.2f× the limit; assignments changed in a window: %s)" % (
+            labels[name], most, most / (limit[0] * limit[1]), " ".join(str(c) for c in changed) or "—"))
 if peaks:
     print()
     print("The most admitted in a second of an RLQS round's measured window: " + "; ".join(peaks) + ".")

@@ -68,11 +68,13 @@ import (
 	"time"
 
 	rlqspb "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/sluicehq/sluice/internal/rlqstest"
 )
@@ -136,10 +138,10 @@ func main() {
 	}
 	out, _ := json.Marshal(r)
 	fmt.Println(string(out))
-	fmt.Fprintf(os.Stderr, "rlqsload%s: %.0f decisions/s (%s) over %v, %d Envoys, %d callers: admitted %.0f/s, refused %d of %d (%.1f %%); %d reports (%.3f per 1000 decisions), %d responses, %d dropped, %d streams%s%s\n",
+	fmt.Fprintf(os.Stderr, "rlqsload%s: %.0f decisions/s (%s) over %v, %d Envoys, %d callers: admitted %.0f/s, refused %d of %d (%.1f %%); %d reports (%.3f per 1000 decisions), %d responses (%d changed assignments), %d dropped, %d streams%s%s\n",
 		labelSuffix(o.label), r.PerSecond, rateText(o.rate), o.duration, o.envoys, o.concurrency, r.AdmittedPerSecond,
 		r.Refused, r.Decisions, 100*float64(r.Refused)/float64(max(r.Decisions, 1)), r.Reports, r.CallsPer1000,
-		r.Responses, r.Dropped, r.Streams, cpuText(r), steadyText(r))
+		r.Responses, r.Rebuilt, r.Dropped, r.Streams, cpuText(r), steadyText(r))
 }
 
 func labelSuffix(l string) string {
@@ -279,17 +281,20 @@ type result struct {
 	ReportIntervalS   float64 `json:"report_interval_s"`
 	WarmupS           float64 `json:"warmup_s"` // the warm-up as it was, the wait for assignments included
 	Steady            bool    `json:"steady"`
-	DurationS         float64 `json:"duration_s"` // the measured window as it was: -duration, or a little more
+	DurationS         float64 `json:"duration_s"`
 	Decisions         int64   `json:"decisions"`
 	PerSecond         float64 `json:"decisions_per_s"`
 	Admitted          int64   `json:"admitted"`
 	AdmittedPerSecond float64 `json:"admitted_per_s"`
 	Refused           int64   `json:"refused"`
 	// In the measured window, all Envoys together.
-	Reports      int     `json:"reports"`
-	Responses    int     `json:"responses"`
-	Dropped      int     `json:"reports_dropped"`
-	Streams      int     `json:"streams"` // opened since the start
+	Reports   int `json:"reports"`
+	Responses int `json:"responses"`
+	Dropped   int `json:"reports_dropped"`
+	Streams   int `json:"streams"` // opened since the start
+	// Rebuilt: assignments received in the window that differ from the bucket's last one, each a
+	// new token bucket, which starts full (Envoy rebuilds its bucket only when the strategy changes).
+	Rebuilt      int64   `json:"assignments_changed"`
 	CallsPer1000 float64 `json:"calls_per_1000_decisions"`
 	// Every second of the clock from the run's start to its end (the first and last partly), the
 	// warm-up included (the measurement began WarmupS after the start): the admitted and the
@@ -309,13 +314,6 @@ type caller struct {
 	n, admitted int64
 	_           [48]byte // its own cache line
 }
-
-// Phases of a run, which the callers read before each decision.
-const (
-	warming = iota
-	measuring
-	done
-)
 
 // steady reports whether every Envoy holds an active assignment for every bucket it tracks and
 // tracks at least one.
@@ -356,8 +354,14 @@ func clientTotals(fs []*rlqstest.Filter) rlqstest.ClientStats {
 func run(o options) (result, error) {
 	ids := o.ids()
 	fs := make([]*rlqstest.Filter, o.envoys)
+	// The measured window, [from, to) in Unix ns, 0 until it is set: a decision is measured if
+	// it starts in it, by the caller's own clock reading (not by when this goroutine, which may
+	// wait behind busy callers for hundreds of ms, gets to flip a switch).
+	var w window
+	var changed atomic.Int64
 	for i := range fs {
-		f, err := rlqstest.New(rlqstest.Config{Addr: o.addr, Domain: o.domain, ReportInterval: o.reportInterval})
+		f, err := rlqstest.New(rlqstest.Config{Addr: o.addr, Domain: o.domain, ReportInterval: o.reportInterval,
+			OnResponse: rebuilds(&w, &changed)})
 		if err != nil {
 			return result{}, err
 		}
@@ -365,7 +369,6 @@ func run(o options) (result, error) {
 		fs[i] = f
 	}
 	callers := make([]caller, o.concurrency)
-	var phase atomic.Int32
 	start := time.Now()
 	var wg sync.WaitGroup
 	for i := range callers {
@@ -391,12 +394,12 @@ func run(o options) (result, error) {
 					}
 					next = next.Add(interval)
 				}
-				p := phase.Load()
-				if p == done {
+				t0 := time.Now().UnixNano()
+				if end := w.to.Load(); end != 0 && t0 >= end {
 					return
 				}
 				ok := f.Decide(ids[rng.IntN(len(ids))])
-				if p == measuring {
+				if w.in(t0) {
 					c.n++
 					if ok {
 						c.admitted++
@@ -410,35 +413,36 @@ func run(o options) (result, error) {
 	for wait := time.Now().Add(o.steady); !isSteady && time.Now().Before(wait); isSteady = steady(fs, ids) {
 		time.Sleep(20 * time.Millisecond)
 	}
-	time.Sleep(o.settle)
-	measureFrom := time.Now()
+	measureFrom := time.Now().Add(o.settle)
+	measureTo := measureFrom.Add(o.duration)
+	w.to.Store(measureTo.UnixNano())
+	w.from.Store(measureFrom.UnixNano())
+	// The CPU times and the stream figures are read when this goroutine wakes at each end: late
+	// alike at both on a busy machine, so the window they cover is about -duration long.
+	time.Sleep(time.Until(measureFrom))
 	cpuBegin := cpuTimes(o.cpu)
 	before := clientTotals(fs)
-	phase.Store(measuring)
-	time.Sleep(o.duration)
-	phase.Store(done)
-	// The window as it was (a sleep may last longer on a busy machine): every measured decision
-	// was due, and taken, within it.
-	window := time.Since(measureFrom)
+	time.Sleep(time.Until(measureTo))
 	cpuEnd := cpuTimes(o.cpu)
 	after := clientTotals(fs)
 	wg.Wait()
 
 	r := result{Label: o.label, Addr: o.addr, Domain: o.domain, Envoys: o.envoys, Values: o.values, Pick: "uniform",
 		Concurrency: o.concurrency, Rate: o.rate, ReportIntervalS: o.reportInterval.Seconds(),
-		WarmupS: measureFrom.Sub(start).Seconds(), Steady: isSteady, DurationS: window.Seconds(),
+		WarmupS: measureFrom.Sub(start).Seconds(), Steady: isSteady, DurationS: o.duration.Seconds(),
 		Reports: after.ReportsSent - before.ReportsSent, Responses: after.Responses - before.Responses,
 		Dropped: after.ReportsDropped - before.ReportsDropped, Streams: after.Streams,
 		GOMAXPROCS: runtime.GOMAXPROCS(0)}
+	r.Rebuilt = changed.Load()
 	r.StartUnixS = float64(start.UnixNano()) / 1e9
-	r.AdmittedEachS, r.RefusedEachS = eachSecond(fs, start, start.Add(time.Duration(r.WarmupS*float64(time.Second))+window))
+	r.AdmittedEachS, r.RefusedEachS = eachSecond(fs, start, measureTo)
 	for i := range callers {
 		r.Decisions += callers[i].n
 		r.Admitted += callers[i].admitted
 	}
 	r.Refused = r.Decisions - r.Admitted
-	r.PerSecond = float64(r.Decisions) / window.Seconds()
-	r.AdmittedPerSecond = float64(r.Admitted) / window.Seconds()
+	r.PerSecond = float64(r.Decisions) / o.duration.Seconds()
+	r.AdmittedPerSecond = float64(r.Admitted) / o.duration.Seconds()
 	if r.Decisions > 0 {
 		r.CallsPer1000 = 1000 * float64(r.Reports) / float64(r.Decisions)
 	}
@@ -461,6 +465,35 @@ func run(o options) (result, error) {
 		}
 	}
 	return r, nil
+}
+
+// window is the measured window, [from, to) in Unix ns; 0s until it is set.
+type window struct{ from, to atomic.Int64 }
+
+func (w *window) in(t int64) bool {
+	from := w.from.Load()
+	return from != 0 && t >= from && t < w.to.Load()
+}
+
+// rebuilds returns an Envoy's OnResponse: it counts, in the measured window, the assignments
+// that differ from the same bucket's last one (the Envoy's responses come one at a time, from its
+// one stream).
+func rebuilds(w *window, changed *atomic.Int64) func(*rlqspb.RateLimitQuotaResponse) {
+	last := map[string]*typev3.RateLimitStrategy{}
+	return func(resp *rlqspb.RateLimitQuotaResponse) {
+		for _, a := range resp.GetBucketAction() {
+			qa := a.GetQuotaAssignmentAction()
+			if qa == nil {
+				continue
+			}
+			k := fmt.Sprint(a.GetBucketId().GetBucket()) // fmt sorts a map's keys
+			prev, seen := last[k]
+			if seen && !proto.Equal(prev, qa.GetRateLimitStrategy()) && w.in(time.Now().UnixNano()) {
+				changed.Add(1)
+			}
+			last[k] = qa.GetRateLimitStrategy()
+		}
+	}
 }
 
 // eachSecond sums the Envoys' counts per second (rlqstest's windows, aligned to the second) from

@@ -72,9 +72,9 @@ func TestRunAgainstTheService(t *testing.T) {
 }
 
 // TestRunAtARate: with -rate the callers are paced, so a run cannot make more decisions than the
-// rate allows over the warm-up and the window as they were (the pace catches up when late, never
-// runs ahead; each caller's first is due at once). Its bound is one-sided: a slow machine makes
-// fewer.
+// rate allows over the warm-up and the window (a decision is measured if it starts in the window;
+// the pace catches up when late, never runs ahead; each caller's first is due at once). Its bound
+// is one-sided: a slow machine makes fewer.
 func TestRunAtARate(t *testing.T) {
 	interval := 100 * time.Millisecond
 	o := options{domain: "rlqs_bench", name: "api", key: "user", envoys: 1, values: 2, concurrency: 2, rate: 200,
