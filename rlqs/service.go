@@ -418,7 +418,7 @@ func (c *Client) refresh(ctx context.Context, b *sub, rs *Rules, now time.Time, 
 	opts := rs.options(b.rule)
 	l, err := c.s.ledger(b.name, opts, now)
 	if err != nil {
-		c.fail(b, err)
+		c.fail(ctx, b, err)
 		return nil
 	}
 	rep := ledger.Report{Want: min(b.want, ledger.MaxLimit), Admitted: admitted, Refused: refused}
@@ -427,7 +427,7 @@ func (c *Client) refresh(ctx context.Context, b *sub, rs *Rules, now time.Time, 
 	}
 	g, err := l.Refresh(ctx, c.ID, rep)
 	if err != nil {
-		c.fail(b, err)
+		c.fail(ctx, b, err)
 		return nil
 	}
 	b.grant, b.held = g, rep.Holds
@@ -522,8 +522,13 @@ func (b *sub) demand(allowed, denied int64, d time.Duration) int64 {
 	return ledger.Demand(n, 0, total, b.rule.Period)
 }
 
-// fail records a ledger error (under c.mu).
-func (c *Client) fail(b *sub, err error) {
+// fail records a ledger error (under c.mu); not the end of the stream's own context (an Envoy
+// that went away mid-report), which is no error of the ledger's.
+func (c *Client) fail(ctx context.Context, b *sub, err error) {
+	if ctx.Err() != nil {
+		c.failed = true
+		return
+	}
 	c.failed = c.failed || errors.Is(err, sluice.ErrStoreUnavailable) // (not a bucket's own error: too many Envoys)
 	b.errors++
 	c.s.counters.ledgerErrors.Add(1)
