@@ -59,6 +59,7 @@ type Service struct {
 	lastSweep time.Time
 	closing   chan struct{}
 	closed    bool
+	lastErr   LedgerError // the last ledger error (zero: none)
 
 	counters counters
 }
@@ -527,6 +528,9 @@ func (c *Client) fail(b *sub, err error) {
 	c.failed = c.failed || errors.Is(err, sluice.ErrStoreUnavailable) // (not a bucket's own error: too many Envoys)
 	b.errors++
 	c.s.counters.ledgerErrors.Add(1)
+	c.s.mu.Lock()
+	c.s.lastErr = LedgerError{At: c.s.now(), Rule: b.rule.Name, Error: err.Error()}
+	c.s.mu.Unlock()
 	c.s.log.Warn("rlqs: the bucket's ledger did not answer; the Envoy keeps its assignment until it expires", "client", c.ID, "rule", b.rule.Name, "bucket", b.name, "err", err)
 }
 
