@@ -199,11 +199,23 @@ func rlqsFindings(st rlqs.Stats, now time.Time) []Finding {
 			where = "all instances'"
 		}
 		out = append(out, Finding{Kind: "rlqs_demand_over_limit", Subject: "rule " + o.b.Rule + " " + shownID(o.b.ID),
-			Summary: fmt.Sprintf("%s %d Envoys want %d per %v of rule %s's bucket %s together; its limit is %d: the ledger splits it by demand, and each Envoy refuses part of its requests",
-				where, o.envoys, o.want, time.Duration(o.b.PeriodS*float64(time.Second)), o.b.Rule, shownID(o.b.ID), o.b.Limit),
+			Summary: fmt.Sprintf("%s %d Envoys want %d per %s of rule %s's bucket %s together; its limit is %d: the ledger splits it by demand, and each Envoy refuses part of its requests",
+				where, o.envoys, o.want, periodText(o.b.PeriodS), o.b.Rule, shownID(o.b.ID), o.b.Limit),
 			Do: fmt.Sprintf("raise rule %s's limit in rls.quota if the demand is legitimate (it applies to each of its buckets); else the refusals are the limit working", o.b.Rule)})
 	}
 	return out
+}
+
+// periodText is a rule's period (whole seconds) to read: 1s, 1m, 1h30m.
+func periodText(s float64) string {
+	t := time.Duration(s * float64(time.Second)).String()
+	if strings.HasSuffix(t, "m0s") {
+		t = strings.TrimSuffix(t, "0s")
+	}
+	if strings.HasSuffix(t, "h0m") {
+		t = strings.TrimSuffix(t, "0m")
+	}
+	return t
 }
 
 // shownID is a bucket id as stats show it, in one line: {name: chat, user: sha256:…}.

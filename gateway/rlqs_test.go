@@ -356,7 +356,7 @@ func TestRLQSStatsAndFindings(t *testing.T) {
 		}
 	}
 	if aliceFinding == nil || !strings.HasPrefix(aliceFinding.Subject, "rule chat {name: chat, user: sha256:") ||
-		!strings.Contains(aliceFinding.Summary, "its limit is 10") || !strings.Contains(aliceFinding.Do, "raise rule chat's limit") {
+		!strings.Contains(aliceFinding.Summary, "per 1m of rule chat's bucket") || !strings.Contains(aliceFinding.Summary, "its limit is 10") || !strings.Contains(aliceFinding.Do, "raise rule chat's limit") {
 		t.Errorf("rlqs_demand_over_limit findings %+v; want alice's bucket's, by all instances' 3 Envoys, its limit 10, raise rule chat's", over)
 	}
 	if len(findings(st, "rlqs_ledger_unreachable")) != 0 {
