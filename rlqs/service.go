@@ -230,9 +230,11 @@ func (e *ReportError) Error() string { return e.Msg }
 func (c *Client) Report(ctx context.Context, r *rlqspb.RateLimitQuotaUsageReports) ([]*rlqspb.RateLimitQuotaResponse_BucketAction, error) {
 	rs := c.s.rules.Load()
 	q := rs.quota
+	c.mu.Lock() // (Stats reads the domain)
 	if c.domain == "" {
 		c.domain = r.GetDomain()
 	}
+	c.mu.Unlock()
 	if q.Domain != "" && r.GetDomain() != q.Domain {
 		return nil, &ReportError{fmt.Sprintf("domain %q is not this service's: rls.quota.domain is %q (the filter's domain must be the same)", r.GetDomain(), q.Domain)}
 	}
