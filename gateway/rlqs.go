@@ -141,7 +141,7 @@ func rlqsFindings(st rlqs.Stats, now time.Time) []Finding {
 	if e := st.LastLedgerError; e != nil && now.Sub(e.At) < rlqsRecent(st) {
 		out = append(out, Finding{Kind: "rlqs_ledger_unreachable", Subject: "rule " + e.Rule,
 			Summary: fmt.Sprintf("the quota service's ledger did not answer a refresh of rule %s's bucket %s ago (%s; %d ledger errors since the start): its Envoys keep their assignments until they expire (assignment_ttl %v), then follow their filter's expired_assignment_behavior",
-				e.Rule, now.Sub(e.At).Round(time.Second), e.Error, st.LedgerErrors, ttl),
+				e.Rule, max(0, now.Sub(e.At)).Round(time.Second), e.Error, st.LedgerErrors, ttl),
 			Do: "make the store's Redis reachable from this instance (the ledger is on it); set the filter's expired_assignment_behavior (fallback_rate_limit, or reuse_last_assignment) to what the Envoys should do meanwhile"})
 	}
 	for _, l := range st.Ledgers {

@@ -684,6 +684,16 @@ type StoreStats struct {
 // stats serves GET /v1/stats.
 func (s *Server) stats(w http.ResponseWriter, r *http.Request) {
 	now := time.Now()
+	// The quota service's ledgers are read (within a second) while the rest is gathered and the
+	// store pinged.
+	quota := make(chan *rlqs.Stats, 1)
+	go func() {
+		if qs, ok := s.quotaView(r.Context()); ok {
+			quota <- &qs
+			return
+		}
+		quota <- nil
+	}()
 	cfg := s.cfg.Load()
 	st := Stats{Time: now.UTC(), UptimeSeconds: now.Sub(s.metrics.activity.started).Seconds(), Config: cfg.String()}
 	if a := s.listen.Load(); a != nil {
@@ -708,21 +718,18 @@ func (s *Server) stats(w http.ResponseWriter, r *http.Request) {
 		st.Regions = &rs
 	}
 	st.LoadShedding = s.current.Load().shedStats()
-	if qs, ok := s.quotaView(r.Context()); ok {
-		st.RLQS = &qs
-	}
 	st.Diagnosis = s.metrics.diag.snapshot(now, cfg, st.Fleet)
 	if st.Regions != nil {
 		st.Diagnosis.Findings = append(st.Diagnosis.Findings, regionFindings(*st.Regions)...)
-	}
-	if st.RLQS != nil {
-		st.Diagnosis.Findings = append(st.Diagnosis.Findings, rlqsFindings(*st.RLQS, now)...)
 	}
 	st.Registry = s.ClientsStatus()
 	ctx, cancel := context.WithTimeout(r.Context(), time.Second)
 	defer cancel()
 	if err := s.ping(ctx); err != nil {
 		st.Store.Reachable, st.Store.Error = false, err.Error()
+	}
+	if st.RLQS = <-quota; st.RLQS != nil {
+		st.Diagnosis.Findings = append(st.Diagnosis.Findings, rlqsFindings(*st.RLQS, now)...)
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Cache-Control", "no-store")
