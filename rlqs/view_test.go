@@ -19,8 +19,8 @@ func viewQuota() *config.Quota {
 		Buckets: []config.QuotaBucket{{Name: "chat", Match: map[string]string{"user": "*"}, Limit: 100000, Burst: 100000, Period: time.Minute}}}
 }
 
-// usage is a report of n buckets, user-0 … user-(n-1), user-i with i+1 requests allowed.
-func usage(n int) *rlqspb.RateLimitQuotaUsageReports {
+// viewUsage is a report of n buckets, user-0 … user-(n-1), user-i with i+1 requests allowed.
+func viewUsage(n int) *rlqspb.RateLimitQuotaUsageReports {
 	r := &rlqspb.RateLimitQuotaUsageReports{Domain: "d"}
 	for i := range n {
 		r.BucketQuotaUsages = append(r.BucketQuotaUsages, &rlqspb.RateLimitQuotaUsageReports_BucketQuotaUsage{
@@ -43,7 +43,7 @@ func TestViewBusiestFirst(t *testing.T) {
 	c := svc.Open("peer")
 	defer c.Close()
 	const n = rlqs.ViewBuckets + 5
-	if _, err := c.Report(context.Background(), usage(n)); err != nil {
+	if _, err := c.Report(context.Background(), viewUsage(n)); err != nil {
 		t.Fatal(err)
 	}
 	st := svc.View(context.Background())
@@ -85,7 +85,7 @@ func TestViewLedgerUnreachable(t *testing.T) {
 	}})
 	c := svc.Open("peer")
 	defer c.Close()
-	if _, err := c.Report(context.Background(), usage(2)); err != nil {
+	if _, err := c.Report(context.Background(), viewUsage(2)); err != nil {
 		t.Fatal(err)
 	}
 	st := svc.View(context.Background())
