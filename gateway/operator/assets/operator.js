@@ -147,7 +147,7 @@
   // Envoy's Rate Limit Quota Service (GET /v1/stats "rlqs"): this instance's streams, then each
   // bucket (the busiest first) with its Envoys: those of this instance as it assigned them, and
   // those of other instances as the bucket's ledger has them.
-  const RLQS_BUCKETS = 20;
+  const RLQS_BUCKETS = 20, RLQS_ENVOYS = 50; // shown: the busiest buckets, and Envoys of each
   const period = (s) => (s % 3600 === 0 ? s / 3600 + " h" : s % 60 === 0 ? s / 60 + " min" : s + " s");
   const idText = (id) => "{" + Object.keys(id).sort().map((k) => k + ": " + id[k]).join(", ") + "}";
 
@@ -238,7 +238,9 @@
       t.dataset.rule = b.rule;
       t.dataset.ledger = b.ledger || "";
       const tbody = t.tBodies[0];
-      for (const e of b.envoys) {
+      const others = l && !l.error ? l.envoys.filter((e) => !e.here) : [];
+      const shown = Math.max(0, RLQS_ENVOYS - b.envoys.length);
+      for (const e of b.envoys.slice(0, RLQS_ENVOYS)) {
         const tr = tbody.insertRow();
         tr.dataset.envoy = e.client;
         tr.dataset.here = "true";
@@ -256,8 +258,7 @@
         cell(tr, String(e.allowed), "n");
         alarm(tr, e.denied);
       }
-      for (const e of l && !l.error ? l.envoys : []) {
-        if (e.here) continue;
+      for (const e of others.slice(0, shown)) {
         const tr = tbody.insertRow();
         tr.dataset.envoy = e.client;
         tr.dataset.here = "false";
@@ -275,6 +276,8 @@
         cell(tr, String(e.allowed), "n");
         alarm(tr, e.denied);
       }
+      const more = Math.max(0, b.envoys.length - RLQS_ENVOYS) + others.length - Math.min(others.length, shown);
+      if (more > 0) cell(tbody.insertRow(), more + " more Envoys", "muted").colSpan = 10;
       wrap.appendChild(t);
       box.append(head, wrap);
     }
