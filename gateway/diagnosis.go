@@ -379,7 +379,7 @@ type Counting struct {
 
 // Finding is one diagnosed mistake.
 type Finding struct {
-	Kind    string `json:"kind"`    // heavy_hitter, unknown_api_key, shared_address, limit_too_low, early_retries, separate_counters, region_safe_share, global_limit_short, region_refresh_slow
+	Kind    string `json:"kind"`    // heavy_hitter, unknown_api_key, shared_address, limit_too_low, early_retries, separate_counters, region_safe_share, global_limit_short, region_refresh_slow, rlqs_demand_over_limit, rlqs_ledger_unreachable
 	Subject string `json:"subject"` // what it is about: an address, a key hash, a client
 	Summary string `json:"summary"`
 	Do      string `json:"do"` // what to do about it

@@ -49,7 +49,9 @@ type Server struct {
 	global   decision.Global // nil: global policies decide on their configured limit
 	regions  func() RegionStats
 	adjust   func(*config.Config) error
-	quota    atomic.Pointer[func() rlqs.Stats] // the Rate Limit Quota Service's, if it runs (SetQuota)
+
+	quota     atomic.Pointer[Quota] // the Rate Limit Quota Service, if it runs (SetQuota; rlqs.go)
+	quotaOnce sync.Once             // registers its metrics
 
 	listen, adminListen atomic.Pointer[string] // the addresses listened on (Proxy.Serve, AdminServer)
 	stopping            atomic.Bool            // shutting down: /readyz answers 503 (Stopping)
@@ -679,15 +681,19 @@ type StoreStats struct {
 	Settlements sluice.SettlementStats `json:"settlements"`
 }
 
-// SetQuota shows the Rate Limit Quota Service's view in GET /v1/stats (rlqs).
-func (s *Server) SetQuota(q interface{ Stats() rlqs.Stats }) {
-	f := q.Stats
-	s.quota.Store(&f)
-}
-
 // stats serves GET /v1/stats.
 func (s *Server) stats(w http.ResponseWriter, r *http.Request) {
 	now := time.Now()
+	// The quota service's ledgers are read (within a second) while the rest is gathered and the
+	// store pinged.
+	quota := make(chan *rlqs.Stats, 1)
+	go func() {
+		if qs, ok := s.quotaView(r.Context()); ok {
+			quota <- &qs
+			return
+		}
+		quota <- nil
+	}()
 	cfg := s.cfg.Load()
 	st := Stats{Time: now.UTC(), UptimeSeconds: now.Sub(s.metrics.activity.started).Seconds(), Config: cfg.String()}
 	if a := s.listen.Load(); a != nil {
@@ -712,10 +718,6 @@ func (s *Server) stats(w http.ResponseWriter, r *http.Request) {
 		st.Regions = &rs
 	}
 	st.LoadShedding = s.current.Load().shedStats()
-	if q := s.quota.Load(); q != nil {
-		qs := (*q)()
-		st.RLQS = &qs
-	}
 	st.Diagnosis = s.metrics.diag.snapshot(now, cfg, st.Fleet)
 	if st.Regions != nil {
 		st.Diagnosis.Findings = append(st.Diagnosis.Findings, regionFindings(*st.Regions)...)
@@ -725,6 +727,9 @@ func (s *Server) stats(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 	if err := s.ping(ctx); err != nil {
 		st.Store.Reachable, st.Store.Error = false, err.Error()
+	}
+	if st.RLQS = <-quota; st.RLQS != nil {
+		st.Diagnosis.Findings = append(st.Diagnosis.Findings, rlqsFindings(*st.RLQS, now)...)
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Cache-Control", "no-store")

@@ -59,6 +59,7 @@ type Service struct {
 	lastSweep time.Time
 	closing   chan struct{}
 	closed    bool
+	lastErr   LedgerError // the last ledger error (zero: none)
 
 	counters counters
 }
@@ -229,9 +230,11 @@ func (e *ReportError) Error() string { return e.Msg }
 func (c *Client) Report(ctx context.Context, r *rlqspb.RateLimitQuotaUsageReports) ([]*rlqspb.RateLimitQuotaResponse_BucketAction, error) {
 	rs := c.s.rules.Load()
 	q := rs.quota
+	c.mu.Lock() // (Stats reads the domain)
 	if c.domain == "" {
 		c.domain = r.GetDomain()
 	}
+	c.mu.Unlock()
 	if q.Domain != "" && r.GetDomain() != q.Domain {
 		return nil, &ReportError{fmt.Sprintf("domain %q is not this service's: rls.quota.domain is %q (the filter's domain must be the same)", r.GetDomain(), q.Domain)}
 	}
@@ -532,6 +535,9 @@ func (c *Client) fail(ctx context.Context, b *sub, err error) {
 	c.failed = c.failed || errors.Is(err, sluice.ErrStoreUnavailable) // (not a bucket's own error: too many Envoys)
 	b.errors++
 	c.s.counters.ledgerErrors.Add(1)
+	c.s.mu.Lock()
+	c.s.lastErr = LedgerError{At: c.s.now(), Rule: b.rule.Name, Error: err.Error()}
+	c.s.mu.Unlock()
 	c.s.log.Warn("rlqs: the bucket's ledger did not answer; the Envoy keeps its assignment until it expires", "client", c.ID, "rule", b.rule.Name, "bucket", b.name, "err", err)
 }
 

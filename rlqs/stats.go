@@ -15,6 +15,17 @@ type Stats struct {
 	Assignments    int64 `json:"assignments"`
 	LedgerErrors   int64 `json:"ledger_errors"`
 	RefusedBuckets int64 `json:"refused_buckets"`
+	// LastLedgerError is the last refresh the ledger did not answer, if any.
+	LastLedgerError *LedgerError `json:"last_ledger_error,omitempty"`
+	// The rules in force and their timing: an assignment's time to live (an Envoy keeps its
+	// assignment that long without an answer) and the Envoys' report interval.
+	Rules           []RuleStats `json:"rules"`
+	AssignmentTTLS  float64     `json:"assignment_ttl_s"`
+	ReportIntervalS float64     `json:"report_interval_s"`
+	// Ledgers is each bucket's ledger across the instances that share it, the busiest first
+	// (View fills it; Stats does not), and LedgersOmitted the buckets over ViewBuckets not read.
+	Ledgers        []BucketLedger `json:"ledgers,omitempty"`
+	LedgersOmitted int            `json:"ledgers_omitted,omitempty"`
 }
 
 // ClientStats is one Envoy's stream.
@@ -61,9 +72,19 @@ type EnvoyBucket struct {
 
 // Stats returns the service's view.
 func (s *Service) Stats() Stats {
-	st := Stats{Clients: []ClientStats{}, Buckets: []BucketStats{}, Reports: s.counters.reports.Load(), Assignments: s.counters.assignments.Load(),
-		LedgerErrors: s.counters.ledgerErrors.Load(), RefusedBuckets: s.counters.refusedBuckets.Load()}
+	st := Stats{Reports: s.counters.reports.Load(), Assignments: s.counters.assignments.Load(),
+		LedgerErrors: s.counters.ledgerErrors.Load(), RefusedBuckets: s.counters.refusedBuckets.Load(), Clients: []ClientStats{}, Buckets: []BucketStats{}}
+	rs := s.rules.Load()
+	st.AssignmentTTLS, st.ReportIntervalS = rs.quota.TTL.Seconds(), rs.quota.ReportInterval.Seconds()
+	st.Rules = make([]RuleStats, 0, len(rs.rules))
+	for _, r := range rs.rules {
+		st.Rules = append(st.Rules, RuleStats{Name: r.Name, Match: r.MatchString(), Blanket: r.Blanket, Limit: r.Limit, PeriodS: r.Period.Seconds(), Burst: r.Burst})
+	}
 	s.mu.Lock()
+	if s.lastErr.At != (time.Time{}) {
+		e := s.lastErr
+		st.LastLedgerError = &e
+	}
 	clients := make([]*Client, 0, len(s.clients))
 	for c := range s.clients {
 		clients = append(clients, c)

@@ -144,6 +144,145 @@
     }
   }
 
+  // Envoy's Rate Limit Quota Service (GET /v1/stats "rlqs"): this instance's streams, then each
+  // bucket (the busiest first) with its Envoys: those of this instance as it assigned them, and
+  // those of other instances as the bucket's ledger has them.
+  const RLQS_BUCKETS = 20, RLQS_ENVOYS = 50; // shown: the busiest buckets, and Envoys of each
+  const period = (s) => (s % 3600 === 0 ? s / 3600 + " h" : s % 60 === 0 ? s / 60 + " min" : s + " s");
+  const idText = (id) => "{" + Object.keys(id).sort().map((k) => k + ": " + id[k]).join(", ") + "}";
+
+  function table(cls, caption, cols) {
+    const t = document.createElement("table");
+    t.className = cls;
+    t.createCaption().textContent = caption;
+    t.caption.className = "visually-hidden";
+    const head = t.createTHead().insertRow();
+    for (const [text, n] of cols) {
+      const th = document.createElement("th");
+      th.scope = "col";
+      th.textContent = text;
+      if (n) th.className = "n";
+      head.appendChild(th);
+    }
+    t.createTBody();
+    return t;
+  }
+
+  function renderRLQS(q) {
+    $("rlqs").hidden = !q;
+    if (!q) return;
+    const err = q.last_ledger_error;
+    const summary = $("rlqs-summary");
+    summary.textContent = q.clients.length + " stream" + (q.clients.length === 1 ? "" : "s") + ", " + q.buckets.length + " bucket" +
+      (q.buckets.length === 1 ? "" : "s") + "; " + q.reports + " reports, " + q.assignments + " assignments, " + q.refused_buckets +
+      " buckets refused, " + q.ledger_errors + " ledger errors since the start" +
+      (err ? "; last ledger error " + when(err.at) + " (rule " + err.rule + "): " + err.error : "") +
+      "; assignments live " + q.assignment_ttl_s + " s, Envoys report every " + q.report_interval_s + " s";
+    summary.className = err ? "bad" : "muted";
+    summary.dataset.ledgerErrors = String(q.ledger_errors);
+
+    const streams = $("rlqs-streams").tBodies[0];
+    streams.replaceChildren();
+    if (q.clients.length === 0) cell(streams.insertRow(), "no Envoy connected", "muted").colSpan = 7;
+    for (const c of q.clients) {
+      const tr = streams.insertRow();
+      tr.dataset.stream = c.id;
+      rowHead(tr, c.id);
+      cell(tr, c.peer);
+      cell(tr, c.domain || "—");
+      cell(tr, when(c.since));
+      cell(tr, when(c.last_report));
+      cell(tr, String(c.reports), "n");
+      cell(tr, String(c.buckets), "n");
+    }
+
+    const ledgers = new Map((q.ledgers || []).map((l) => [l.ledger, l]));
+    const rules = new Map((q.rules || []).map((r) => [r.name, r]));
+    const buckets = [...q.buckets].sort((a, b) => b.want - a.want || (a.ledger || a.rule).localeCompare(b.ledger || b.rule));
+    $("rlqs-buckets-note").textContent = buckets.length === 0 ? "no bucket reported yet" :
+      (buckets.length > RLQS_BUCKETS ? "the " + RLQS_BUCKETS + " of " + buckets.length + " with the most demand; " : "") +
+      "a value a wildcard matched is shown as the start of its SHA-256" +
+      (q.ledgers_omitted ? "; " + q.ledgers_omitted + " buckets' ledgers not read (only the busiest " + q.ledgers.length + " are)" : "");
+    const box = $("rlqs-buckets");
+    box.replaceChildren();
+    for (const b of buckets.slice(0, RLQS_BUCKETS)) {
+      const l = b.ledger ? ledgers.get(b.ledger) : null;
+      const head = document.createElement("p");
+      head.className = "bucket";
+      head.dataset.rule = b.rule;
+      const name = document.createElement("strong");
+      name.textContent = b.rule + " ";
+      const id = document.createElement("span");
+      id.className = "id";
+      id.textContent = idText(b.id);
+      const what = document.createElement("span");
+      const rule = rules.get(b.rule);
+      const fleetWant = l && !l.error ? l.want : null;
+      const over = b.limit > 0 && (fleetWant ?? b.want) > b.limit;
+      what.textContent = b.blanket ? ": blanket " + b.blanket + " (" + (b.blanket === "allow" ? "ALLOW_ALL" : "DENY_ALL") + ")" :
+        ": limit " + b.limit + " per " + period(b.period_s) + (rule && rule.burst !== rule.limit ? ", burst " + rule.burst : "") +
+        "; demand " + b.want + " here, assigned " + b.assigned +
+        (l ? (l.error ? "; the ledger: " + l.error : "; all instances' Envoys want " + l.want + ", hold " + l.outstanding + (l.learning ? " (the ledger is learning: no new quota yet)" : "")) : "") + " ";
+      if (l && l.error) head.dataset.ledgerError = l.error;
+      head.append(name, id, what);
+      if (over) {
+        const flag = document.createElement("span");
+        flag.className = "badge limited";
+        flag.textContent = "over the limit: the Envoys refuse part of their requests";
+        head.append(flag);
+      }
+      const wrap = document.createElement("div");
+      wrap.className = "scroll";
+      const t = table("rlqs-bucket", "Envoys of bucket " + b.rule + " " + idText(b.id), [["Envoy"], ["instance"], ["demand", true], ["allotment", true],
+        ["share", true], ["assigned", true], ["strategy"], ["expires"], ["allowed", true], ["denied", true]]);
+      t.dataset.rule = b.rule;
+      t.dataset.ledger = b.ledger || "";
+      const tbody = t.tBodies[0];
+      const others = l && !l.error ? l.envoys.filter((e) => !e.here) : [];
+      const shown = Math.max(0, RLQS_ENVOYS - b.envoys.length);
+      for (const e of b.envoys.slice(0, RLQS_ENVOYS)) {
+        const tr = tbody.insertRow();
+        tr.dataset.envoy = e.client;
+        tr.dataset.here = "true";
+        rowHead(tr, e.client);
+        cell(tr, "this one");
+        cell(tr, String(e.want), "n");
+        cell(tr, b.blanket ? "—" : String(e.allotment), "n");
+        cell(tr, b.blanket ? "—" : String(e.share), "n");
+        cell(tr, e.strategy === "token_bucket" ? e.assigned + " (" + e.max_tokens + " tokens)" : "—", "n");
+        const s = document.createElement("span");
+        s.textContent = e.strategy.replace("_", " ") + (e.learning ? ", learning" : "") + (e.ledger_errors ? ", " + e.ledger_errors + " ledger errors" : "");
+        s.className = "badge " + (e.strategy === "deny_all" || e.ledger_errors ? "limited" : e.strategy === "none" ? "" : "ok");
+        cell(tr, "").appendChild(s);
+        cell(tr, when(e.expires));
+        cell(tr, String(e.allowed), "n");
+        alarm(tr, e.denied);
+      }
+      for (const e of others.slice(0, shown)) {
+        const tr = tbody.insertRow();
+        tr.dataset.envoy = e.client;
+        tr.dataset.here = "false";
+        rowHead(tr, e.client);
+        cell(tr, "another (ledger)");
+        cell(tr, String(e.want), "n");
+        cell(tr, String(e.allotment), "n");
+        cell(tr, "—", "n");
+        cell(tr, "—", "n");
+        const s = document.createElement("span");
+        s.textContent = e.live ? "lease" : "lease ended";
+        s.className = "badge" + (e.live ? "" : " limited");
+        cell(tr, "").appendChild(s);
+        cell(tr, when(e.expires));
+        cell(tr, String(e.allowed), "n");
+        alarm(tr, e.denied);
+      }
+      const more = Math.max(0, b.envoys.length - RLQS_ENVOYS) + others.length - Math.min(others.length, shown);
+      if (more > 0) cell(tbody.insertRow(), more + " more Envoys", "muted").colSpan = 10;
+      wrap.appendChild(t);
+      box.append(head, wrap);
+    }
+  }
+
   // The diagnosis (GET /v1/stats "diagnosis"): findings with what to do, and their evidence.
   function rows(id, list, key, cells) {
     list = list || [];
@@ -412,6 +551,7 @@
     renderFleet(st.fleet);
     renderShedding(st.load_shedding);
     renderRegions(st.regions);
+    renderRLQS(st.rlqs);
     $("rates-note").textContent = "rates per second over the last " + st.rate_s + " s; totals since the start";
 
     const limited = st.clients.filter((c) => c.limited);
