@@ -319,6 +319,9 @@ func TestBadReports(t *testing.T) {
 	if abandoned != 5 || svc.Stats().RefusedBuckets != 7 {
 		t.Fatalf("%d abandoned, %d refused; want the 5 beyond %d (and the 2 bad ids)", abandoned, svc.Stats().RefusedBuckets, rlqs.MaxStreamBuckets)
 	}
+	if st := svc.Stats(); len(st.Buckets) != rlqs.StatsBuckets || st.BucketsOmitted != rlqs.MaxStreamBuckets-rlqs.StatsBuckets {
+		t.Fatalf("stats list %d buckets, %d omitted; want %d and the rest", len(st.Buckets), st.BucketsOmitted, rlqs.StatsBuckets)
+	}
 }
 
 func TestMatch(t *testing.T) {

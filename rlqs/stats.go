@@ -26,6 +26,8 @@ type Stats struct {
 	// (View fills it; Stats does not), and LedgersOmitted the buckets over ViewBuckets not read.
 	Ledgers        []BucketLedger `json:"ledgers,omitempty"`
 	LedgersOmitted int            `json:"ledgers_omitted,omitempty"`
+	// BucketsOmitted is the buckets over StatsBuckets, the least busy, not listed.
+	BucketsOmitted int `json:"buckets_omitted,omitempty"`
 }
 
 // ClientStats is one Envoy's stream.
@@ -127,6 +129,12 @@ func (s *Service) Stats() Stats {
 		sort.Slice(bs.Envoys, func(i, j int) bool { return bs.Envoys[i].Client < bs.Envoys[j].Client })
 		st.Buckets = append(st.Buckets, *bs)
 	}
+	if len(st.Buckets) > StatsBuckets {
+		// The busiest (a fleet may hold millions of buckets; the stats hold a page's worth).
+		sort.Slice(st.Buckets, func(i, j int) bool { return st.Buckets[i].Want > st.Buckets[j].Want })
+		st.BucketsOmitted = len(st.Buckets) - StatsBuckets
+		st.Buckets = st.Buckets[:StatsBuckets]
+	}
 	sort.Slice(st.Buckets, func(i, j int) bool {
 		if st.Buckets[i].Rule != st.Buckets[j].Rule {
 			return st.Buckets[i].Rule < st.Buckets[j].Rule
@@ -135,3 +143,6 @@ func (s *Service) Stats() Stats {
 	})
 	return st
 }
+
+// StatsBuckets bounds Stats's buckets: the busiest this many (by demand), the rest counted.
+const StatsBuckets = 1000
