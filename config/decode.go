@@ -302,6 +302,20 @@ func (p *parser) duration(n *yaml.Node, path, field string) (time.Duration, bool
 	return d, true
 }
 
+// durationIn reads m's duration field, if set, into dst: from min to max, else an error that says
+// why (what the field is).
+func (p *parser) durationIn(m *mapping, path, field string, min, max time.Duration, why string, dst *time.Duration) {
+	if n := p.get(m, field); n != nil {
+		if d, ok := p.duration(n, path, field); ok {
+			if d < min || d > max {
+				p.errorf(n, path, nil, "%s %v must be from %v to %v: %s", field, d, min, max, why)
+			} else {
+				*dst = d
+			}
+		}
+	}
+}
+
 // seq reads a list; a single scalar is not a list.
 func (p *parser) seq(n *yaml.Node, path, field string) ([]*yaml.Node, bool) {
 	if n.Kind != yaml.SequenceNode {

@@ -77,15 +77,19 @@ var (
 )
 
 // MatchString is the rule's match as text, keys sorted: {name: chat, user: *}.
-func (b QuotaBucket) MatchString() string {
-	keys := make([]string, 0, len(b.Match))
-	for k := range b.Match {
+func (b QuotaBucket) MatchString() string { return FormatMatch(b.Match) }
+
+// FormatMatch is a bucket id or a rule's match as text, in one line, keys sorted:
+// {name: chat, user: *}.
+func FormatMatch(m map[string]string) string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
 		keys = append(keys, k)
 	}
 	sort.Strings(keys)
 	parts := make([]string, len(keys))
 	for i, k := range keys {
-		parts[i] = k + ": " + b.Match[k]
+		parts[i] = k + ": " + m[k]
 	}
 	return "{" + strings.Join(parts, ", ") + "}"
 }
@@ -104,21 +108,10 @@ func (p *parser) quota(n *yaml.Node) *Quota {
 			q.Domain = v
 		}
 	}
-	dur := func(field string, min, max time.Duration, why string, dst *time.Duration) {
-		if n := p.get(m, field); n != nil {
-			if d, ok := p.duration(n, path, field); ok {
-				if d < min || d > max {
-					p.errorf(n, path, nil, "%s %v must be from %v to %v: %s", field, d, min, max, why)
-				} else {
-					*dst = d
-				}
-			}
-		}
-	}
-	dur("report_interval", 10*time.Millisecond, time.Hour, "how often the Envoys report (Envoy's filter: 5s)", &q.ReportInterval)
+	p.durationIn(m, path, "report_interval", 10*time.Millisecond, time.Hour, "how often the Envoys report (Envoy's filter: 5s)", &q.ReportInterval)
 	q.TTL = 3 * q.ReportInterval
-	dur("assignment_ttl", 20*time.Millisecond, 24*time.Hour, "an assignment's time to live", &q.TTL)
-	dur("idle", time.Millisecond, 30*24*time.Hour, "how long a bucket without requests stays subscribed", &q.Idle)
+	p.durationIn(m, path, "assignment_ttl", 20*time.Millisecond, 24*time.Hour, "an assignment's time to live", &q.TTL)
+	p.durationIn(m, path, "idle", time.Millisecond, 30*24*time.Hour, "how long a bucket without requests stays subscribed", &q.Idle)
 	if q.TTL < 2*q.ReportInterval {
 		at := m.values["assignment_ttl"]
 		if at == nil {

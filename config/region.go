@@ -87,20 +87,9 @@ func (p *parser) region(n *yaml.Node, c *Config) *Region {
 	} else {
 		p.errorf(m.node, path, nil, "region needs regions: how many regions run this configuration (the ledger reserves a floor for each)")
 	}
-	dur := func(field string, min, max time.Duration, why string, dst *time.Duration) {
-		if n := p.get(m, field); n != nil {
-			if d, ok := p.duration(n, path, field); ok {
-				if d < min || d > max {
-					p.errorf(n, path, nil, "%s %v must be from %v to %v: %s", field, d, min, max, why)
-				} else {
-					*dst = d
-				}
-			}
-		}
-	}
-	dur("refresh", 10*time.Millisecond, time.Hour, "how often the region reports its demand and takes its allotment", &r.Refresh)
-	dur("lease", 20*time.Millisecond, 24*time.Hour, "how long a grant holds without a refresh", &r.Lease)
-	dur("hold", time.Millisecond, 24*time.Hour, "how long a lapsed lease's allotment still counts", &r.Hold)
+	p.durationIn(m, path, "refresh", 10*time.Millisecond, time.Hour, "how often the region reports its demand and takes its allotment", &r.Refresh)
+	p.durationIn(m, path, "lease", 20*time.Millisecond, 24*time.Hour, "how long a grant holds without a refresh", &r.Lease)
+	p.durationIn(m, path, "hold", time.Millisecond, 24*time.Hour, "how long a lapsed lease's allotment still counts", &r.Hold)
 	if r.Lease < 2*r.Refresh {
 		at := m.values["lease"]
 		if at == nil {

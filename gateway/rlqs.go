@@ -9,6 +9,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/rlqs"
 )
 
@@ -219,15 +220,4 @@ func periodText(s float64) string {
 }
 
 // shownID is a bucket id as stats show it, in one line: {name: chat, user: sha256:…}.
-func shownID(id map[string]string) string {
-	keys := make([]string, 0, len(id))
-	for k := range id {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	parts := make([]string, len(keys))
-	for i, k := range keys {
-		parts[i] = k + ": " + id[k]
-	}
-	return "{" + strings.Join(parts, ", ") + "}"
-}
+func shownID(id map[string]string) string { return config.FormatMatch(id) }

@@ -20,6 +20,7 @@ import (
 
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
 )
 
 // ExpiredBehavior is the filter's expired_assignment_behavior.
@@ -99,6 +100,21 @@ type Action struct {
 	Strategy *typev3.RateLimitStrategy
 	TTL      time.Duration
 	Forever  bool
+}
+
+// NewAction is a response's bucket action from its parts (the proto's getters): an abandon, or an
+// assignment of strategy for ttl (nil: it never expires).
+func NewAction(id map[string]string, abandon, assign bool, strategy *typev3.RateLimitStrategy, ttl *durationpb.Duration) Action {
+	x := Action{ID: id, Abandon: abandon}
+	if assign && !abandon {
+		x.Strategy = strategy
+		if ttl != nil {
+			x.TTL = ttl.AsDuration()
+		} else {
+			x.Forever = true
+		}
+	}
+	return x
 }
 
 // Decision is how the filter decided one request.

@@ -370,16 +370,8 @@ func (f *Filter) apply(resp *rlqspb.RateLimitQuotaResponse) {
 
 // action is a response's bucket action as the filter's decisions take it.
 func action(a *rlqspb.RateLimitQuotaResponse_BucketAction) envoyfilter.Action {
-	x := envoyfilter.Action{ID: a.GetBucketId().GetBucket(), Abandon: a.GetAbandonAction() != nil}
-	if qa := a.GetQuotaAssignmentAction(); qa != nil && !x.Abandon {
-		x.Strategy = qa.GetRateLimitStrategy()
-		if ttl := qa.GetAssignmentTimeToLive(); ttl != nil {
-			x.TTL = ttl.AsDuration()
-		} else {
-			x.Forever = true
-		}
-	}
-	return x
+	qa := a.GetQuotaAssignmentAction()
+	return envoyfilter.NewAction(a.GetBucketId().GetBucket(), a.GetAbandonAction() != nil, qa != nil, qa.GetRateLimitStrategy(), qa.GetAssignmentTimeToLive())
 }
 
 // Stats is the bucket's counts and assignment; ok is false if the filter does

@@ -535,16 +535,8 @@ func (w *world) respond(e *envoy, c *rlqs.Client, actions []*rlqspb.RateLimitQuo
 }
 
 func action(a *rlqspb.RateLimitQuotaResponse_BucketAction) envoyfilter.Action {
-	x := envoyfilter.Action{ID: a.GetBucketId().GetBucket(), Abandon: a.GetAbandonAction() != nil}
-	if qa := a.GetQuotaAssignmentAction(); qa != nil {
-		x.Strategy = qa.GetRateLimitStrategy()
-		if ttl := qa.GetAssignmentTimeToLive(); ttl != nil {
-			x.TTL = ttl.AsDuration()
-		} else {
-			x.Forever = true
-		}
-	}
-	return x
+	qa := a.GetQuotaAssignmentAction()
+	return envoyfilter.NewAction(a.GetBucketId().GetBucket(), a.GetAbandonAction() != nil, qa != nil, qa.GetRateLimitStrategy(), qa.GetAssignmentTimeToLive())
 }
 
 // decide decides one request of e on RLQS (the filter, locally) and on RLS (the store, a
