@@ -243,26 +243,7 @@ wait_ready() {
 }
 
 # 4. The peer.
-peer_port=$(free_port)
-peer_addr=127.0.0.1:$peer_port
-read -r -a peer_extra <<<"$PEER_ENV"
-peer_env=(
-	"PATH=$PATH" "HOME=$work/peer"
-	REDIS_SOCKET_TYPE=tcp REDIS_TYPE=SINGLE "REDIS_URL=127.0.0.1:$redis_port"
-	REDIS_PIPELINE_WINDOW=150us
-	BACKEND_TYPE=redis LOCAL_CACHE_SIZE_IN_BYTES=0
-	"RUNTIME_ROOT=$work/peer/runtime" RUNTIME_SUBDIRECTORY=ratelimit RUNTIME_APPDIRECTORY=config
-	RUNTIME_WATCH_ROOT=false RUNTIME_IGNOREDOTFILES=true
-	USE_STATSD=false DISABLE_STATS=true LOG_LEVEL=warn
-	GRPC_HOST=127.0.0.1 "GRPC_PORT=$peer_port"
-	HOST=127.0.0.1 "PORT=$(free_port)" DEBUG_HOST=127.0.0.1 "DEBUG_PORT=$(free_port)"
-	"${peer_extra[@]+"${peer_extra[@]}"}"
-)
-log "starting the peer ($version) on $peer_addr"
-env -i "${peer_env[@]}" "$peer_bin" >"$work/peer.log" 2>&1 &
-peer_pid=$!
-pids+=("$peer_pid")
-wait_ready "$peer_addr" "$peer_pid" "$work/peer.log"
+start_peer # (bench-lib.sh) sets peer_addr and peer_pid
 
 # 5. sluice. start_sluice NAME STORE writes $work/NAME.yaml (the store line given) and starts
 # sluice serve on it; it sets sluice_pid and sluice_addr.
