@@ -500,8 +500,8 @@ func helmCheck(t *testing.T, objs []helmObj, want helmExpect) []string {
 		if p := listenPort("rls.listen", cfg.RLS.Listen); p != ports["grpc-rls"] {
 			bad("rls.listen %s, but the container's rls port is %d", cfg.RLS.Listen, ports["grpc-rls"])
 		}
-		if len(cfg.RLS.EnvoyConfig) == 0 {
-			bad("rls without envoy_config files")
+		if len(cfg.RLS.EnvoyConfig) == 0 && cfg.RLS.Quota == nil {
+			bad("rls without envoy_config files or quota")
 		}
 	}
 
@@ -1003,7 +1003,7 @@ func TestHelmRefusesValues(t *testing.T) {
 		{"replicas without redis", "redis: {addrs: []}\n", "replicaCount > 1 needs redis.addrs"},
 		{"minAvailable = replicas", "podDisruptionBudget: {maxUnavailable: null, minAvailable: 3}\n", "minAvailable must be less than replicaCount"},
 		{"maxUnavailable 0", "podDisruptionBudget: {maxUnavailable: 0}\n", "maxUnavailable must be at least 1"},
-		{"rls without files", "rls: {enabled: true}\n", "rls.enabled needs rls.envoyConfig"},
+		{"rls without files", "rls: {enabled: true}\n", "rls.enabled needs rls.envoyConfig (at least one envoyproxy/ratelimit file) or rls.quota"},
 		{"both budget fields", "podDisruptionBudget: {minAvailable: 1, maxUnavailable: 1}\n", "set minAvailable or maxUnavailable, not both"},
 		{"minAvailable 100%", "podDisruptionBudget: {minAvailable: 100%}\n", "minAvailable must be less than 100%"},
 		{"minAvailable = autoscaling's minimum", "autoscaling: {enabled: true, minReplicas: 2}\npodDisruptionBudget: {minAvailable: 2}\n", "minAvailable must be less than replicaCount (autoscaling.minReplicas"},
@@ -1264,6 +1264,23 @@ func TestHelmServices(t *testing.T) {
 		if typ := helmStr(helmGet(svc, "spec", "type")); typ != want.typ || strings.Join(ports, ",") != want.ports {
 			t.Errorf("Service %s: %s with ports %v, want %s with %s", name, typ, ports, want.typ, want.ports)
 		}
+	}
+}
+
+// TestHelmQuota: rls.quota alone serves the quota service on the rls port (its own ClusterIP
+// Service), the section passed to sluice's configuration as written, no envoy_config.
+func TestHelmQuota(t *testing.T) {
+	objs := helmMust(t, "redis: {addrs: [redis:6379]}\nrls:\n  enabled: true\n  quota:\n    domain: edge\n    buckets: [{name: per-user, match: {name: api, user: \"*\"}, limit: 600, period: 1m}]\n")
+	for _, p := range helmCheck(t, objs, helmExpect{replicas: 3, rls: true}) {
+		t.Error(p)
+	}
+	cm := helmOne(objs, "ConfigMap", "sluice")
+	cfg, err := config.Parse([]byte(helmStr(helmGet(cm, "data", "sluice.yaml"))), filepath.Join(t.TempDir(), "sluice.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if q := cfg.RLS.Quota; q == nil || q.Domain != "edge" || len(q.Buckets) != 1 || q.Buckets[0].Match["user"] != "*" || len(cfg.RLS.EnvoyConfig) != 0 {
+		t.Fatalf("rls %+v, quota %+v; want the quota section as written, no files", cfg.RLS, q)
 	}
 }
 

@@ -76,7 +76,13 @@ annotations use the same ports), the Redis store from values.redis, and the rls 
 {{- $_ = set $cfg.admin "metrics_listen" (printf "0.0.0.0:%v" .Values.ports.metrics) }}
 {{- end }}
 {{- if .Values.rls.enabled }}
-{{- $rls := dict "listen" (printf "0.0.0.0:%v" .Values.ports.rls) "envoy_config" (keys .Values.rls.envoyConfig | sortAlpha) }}
+{{- $rls := dict "listen" (printf "0.0.0.0:%v" .Values.ports.rls) }}
+{{- if .Values.rls.envoyConfig }}
+{{- $_ = set $rls "envoy_config" (keys .Values.rls.envoyConfig | sortAlpha) }}
+{{- end }}
+{{- if .Values.rls.quota }}
+{{- $_ = set $rls "quota" .Values.rls.quota }}
+{{- end }}
 {{- $_ = set $cfg "rls" $rls }}
 {{- else }}
 {{- $_ = unset $cfg "rls" }}
@@ -207,8 +213,8 @@ garbage collector works harder before the kernel kills the container; "" without
 {{- if and .Values.redis.sentinel.master (not .Values.redis.sentinel.addrs) }}
 {{- fail "redis.sentinel.master needs redis.sentinel.addrs: the sentinels to ask for the primary" }}
 {{- end }}
-{{- if and .Values.rls.enabled (not .Values.rls.envoyConfig) }}
-{{- fail "rls.enabled needs rls.envoyConfig: at least one envoyproxy/ratelimit file" }}
+{{- if and .Values.rls.enabled (not .Values.rls.envoyConfig) (not .Values.rls.quota) }}
+{{- fail "rls.enabled needs rls.envoyConfig (at least one envoyproxy/ratelimit file) or rls.quota (the quota service's buckets)" }}
 {{- end }}
 {{- if hasKey .Values.rls.envoyConfig "sluice.yaml" }}
 {{- fail "rls.envoyConfig: \"sluice.yaml\" is the configuration's own file name" }}
