@@ -108,8 +108,8 @@ type rlqsEnvoy struct {
 	recv             time.Time
 	applied          []rlqsApplied
 	ticks            []rlqsTick
-	firstLo, firstHi time.Time // its first request, decided with no assignment
-	firstOK          bool      // and admitted (not with a DENY_ALL no_assignment_behavior)
+	firstLo, firstHi time.Time  // its first request, decided with no assignment
+	firstOK          bool       // and admitted (not with a DENY_ALL no_assignment_behavior)
 	stalls           []rlqsTick // spans in which the load fell behind its pace and dropped requests
 }
 
