@@ -534,6 +534,39 @@ func (fl *rlqsFleet) checkWindows(t *testing.T, ws []rlqsWindow, from, to time.T
 	return in
 }
 
+// logGroups logs each group's admitted and offered per second over the whole windows in
+// [from, to), beside its fair share: where the worldwide total falls short of L, the group whose
+// Envoys admit less than their share is the one whose token buckets lose tokens.
+func (fl *rlqsFleet) logGroups(t *testing.T, from, to time.Time, skew [3]float64, phase string) {
+	t.Helper()
+	targets := fairTargets(skew)
+	var admitted, offered [3]uint64
+	var share [3]int64
+	n := 0
+	for i, e := range fl.envoys {
+		g := rlqsGroupOf[i]
+		share[g] += targets[i]
+		for _, w := range e.f.Windows(nil) {
+			if w.Start.Before(from) || w.Start.Add(rlqsW).After(to) {
+				continue
+			}
+			if i == 0 {
+				n++
+			}
+			admitted[g] += w.Allowed
+			offered[g] += w.Allowed + w.Denied
+		}
+	}
+	if n == 0 {
+		return
+	}
+	var parts []string
+	for g := range 3 {
+		parts = append(parts, fmt.Sprintf("group %d (%d Envoys): admitted %.0f/s of %.0f/s offered, fair share %d/s", g, rlqsSize[g], float64(admitted[g])/float64(n), float64(offered[g])/float64(n), share[g]))
+	}
+	t.Logf("%s, per group over %d windows: %s", phase, n, strings.Join(parts, "; "))
+}
+
 // checkFull asserts ≥ 95% of L admitted in every window of ws whose offered demand was ≥ L and
 // kept its pace (a stall of the load longer than the Envoys' bursts cover loses their tokens), and
 // that there were at least n such windows.
@@ -821,8 +854,10 @@ func TestRLQSE2EMemory(t *testing.T) {
 	fbRate, fbAt := maxRates(segs, killed, end, true)
 	t.Logf("kill to end: max Σ rates of assignments and expired fallbacks %.1f/s at %s (max(L, N·S) = %.0f)", fbRate, fbAt.Format(time.StampMilli), safe)
 	full := fl.checkWindows(t, ws, convergedA.Add(rlqsW), moved, rlqsL, "70/20/10")
+	fl.logGroups(t, convergedA.Add(rlqsW), moved, rlqsSkewA, "70/20/10")
 	checkFull(t, full, 4, "70/20/10")
 	full = fl.checkWindows(t, ws, convergedB.Add(rlqsW), killed, rlqsL, "10/20/70")
+	fl.logGroups(t, convergedB.Add(rlqsW), killed, rlqsSkewB, "10/20/70")
 	checkFull(t, full, 4, "10/20/70")
 	fl.checkWindows(t, ws, fl.start, killed, rlqsL, "start to the kill")
 	fl.checkWindows(t, ws, killed.Add(-rlqsW), end, safe, "the kill's window to the end")
@@ -936,8 +971,10 @@ func TestRLQSE2ERedis(t *testing.T) {
 	ws := fl.windows(segs)
 	checkRates(t, segs, fl.start, end, "two instances, and one killed")
 	full := fl.checkWindows(t, ws, convergedA.Add(rlqsW), moved, rlqsL, "70/20/10")
+	fl.logGroups(t, convergedA.Add(rlqsW), moved, rlqsSkewA, "70/20/10")
 	checkFull(t, full, 4, "70/20/10")
 	full = fl.checkWindows(t, ws, convergedB.Add(rlqsW), killed, rlqsL, "10/20/70")
+	fl.logGroups(t, convergedB.Add(rlqsW), killed, rlqsSkewB, "10/20/70")
 	checkFull(t, full, 4, "10/20/70")
 	fl.checkWindows(t, ws, fl.start, end, rlqsL, "whole run")
 	full = fl.checkWindows(t, ws, recovered.Add(rlqsW), end, rlqsL, "after the recovery")
