@@ -481,7 +481,11 @@ func (c *Client) rebuild(b *sub, s *typev3.RateLimitStrategy, a int64, now time.
 	}
 	tokens := full
 	if live {
-		tokens = min(full, max(1, b.left(now)))
+		// At least the tokens of a quarter of the delivery margin: an Envoy whose demand is
+		// about its share spends its tokens as they come too, and a bucket of one token would
+		// refuse every request that comes a moment early.
+		jitter := int64(float64(a) * float64(c.s.rules.Load().margin()/4) / float64(b.rule.Period))
+		tokens = min(full, max(1, jitter, b.left(now)))
 	}
 	if tokens != full {
 		tb = proto.Clone(tb).(*typev3.TokenBucket)
