@@ -28,6 +28,7 @@ func TestPerformanceDocTables(t *testing.T) {
 		{"bench.sh", fixtures},
 		{"bench-gateway.sh", filepath.Join(fixtures, "gateway-run.txt")},
 		{"bench-rls.sh", filepath.Join(fixtures, "rls")},
+		{"bench-rlqs.sh", filepath.Join(filepath.Dir(fixtures), "..", "..", "bench", "rlqsload", "testdata", "run")},
 	} {
 		cmd := exec.Command("bash", filepath.Join("..", "scripts", run.script))
 		cmd.Env = append(os.Environ(), "FROM="+run.from)
