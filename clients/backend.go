@@ -86,7 +86,7 @@ func openMemoryBackend(path string, readOnly bool) (_ *MemoryBackend, err error)
 		m.lock = lock
 		defer func() {
 			if err != nil {
-				lock.Close()
+				unlockFile(lock)
 			}
 		}()
 	}
@@ -206,7 +206,9 @@ func (m *MemoryBackend) Close() error {
 	}
 	err := m.file.Close()
 	m.file = nil
-	m.lock.Close()
+	if m.lock != nil {
+		unlockFile(m.lock)
+	}
 	return err
 }
 

@@ -8,3 +8,6 @@ import "os"
 func lockFile(path string) (*os.File, error) {
 	return os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
 }
+
+// unlockFile closes f.
+func unlockFile(f *os.File) error { return f.Close() }

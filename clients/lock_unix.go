@@ -22,3 +22,11 @@ func lockFile(path string) (*os.File, error) {
 	}
 	return f, nil
 }
+
+// unlockFile gives the lock back, then closes f. The unlock comes first: a process forked at
+// that moment (another goroutine starting a child) holds a copy of f until its exec closes it,
+// and the lock, which belongs to the open file and not to this descriptor, would last as long.
+func unlockFile(f *os.File) error {
+	_ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
+	return f.Close()
+}

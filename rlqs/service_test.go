@@ -137,11 +137,12 @@ func TestSplitByDemand(t *testing.T) {
 		t.Fatalf("b's tick after a confirmed: %v; want 500", tb)
 	}
 	q := tb[0].GetQuotaAssignmentAction()
-	// b refused requests at its last report: busy, its bucket spends its tokens as they come, so
-	// the new bucket (which Envoy builds full) holds what the old one had left by the service's
-	// count, not b's half of the burst, 50: a change hands out no burst.
-	if got := q.GetRateLimitStrategy().GetTokenBucket(); got.GetMaxTokens() >= 50 || got.GetMaxTokens() < 1 || got.GetFillInterval().AsDuration() != time.Second {
-		t.Fatalf("b's bucket %v; want fewer than 50 tokens (a busy Envoy's), fill_interval 1s", got)
+	// b refused requests at its last report: busy, its bucket spends its tokens as they come; the
+	// new bucket (which Envoy builds full) holds what the old one had left by the service's count,
+	// but at least a quarter of the margin's refill (125 at 500 a second), so here its whole half
+	// of the burst, 50 (the sim's TestRebuildChurn has a busy Envoy's buckets rebuilt smaller).
+	if got := q.GetRateLimitStrategy().GetTokenBucket(); got.GetMaxTokens() != 50 || got.GetFillInterval().AsDuration() != time.Second {
+		t.Fatalf("b's bucket %v; want 50 tokens, fill_interval 1s", got)
 	}
 	if d := q.GetAssignmentTimeToLive().AsDuration(); d <= 0 || d > ttl {
 		t.Fatalf("ttl %v; want the lease left, (0, %v]", d, ttl)

@@ -23,12 +23,13 @@ func TestDocsExamples(t *testing.T) {
 		t.Fatal(err)
 	}
 	blocks := regexp.MustCompile("(?s)```yaml\n(.*?)```").FindAllSubmatch(doc, -1)
-	if len(blocks) != 8 {
-		t.Fatalf("%d yaml blocks in docs/envoy.md, want 8", len(blocks))
+	if len(blocks) != 10 {
+		t.Fatalf("%d yaml blocks in docs/envoy.md, want 10", len(blocks))
 	}
-	// The last two are Kubernetes': Envoy Gateway's configuration and Istio's container, with
-	// sluice's image in place of the reference's.
-	for i, want := range map[int]string{6: "rateLimitDeployment", 7: "/bin/ratelimit"} {
+	// The 7th and 8th are the quota service's, sluice's and Envoy's (package rlqs's
+	// TestEnvoyDocsConfig checks them). The last two are Kubernetes': Envoy Gateway's
+	// configuration and Istio's container, with sluice's image in place of the reference's.
+	for i, want := range map[int]string{8: "rateLimitDeployment", 9: "/bin/ratelimit"} {
 		var v any
 		if err := yaml.Unmarshal(blocks[i][1], &v); err != nil || !bytes.Contains(blocks[i][1], []byte(want)) ||
 			!bytes.Contains(blocks[i][1], []byte("image: registry.example.com/sluice:")) {
