@@ -73,6 +73,37 @@ func startRatelimit(t *testing.T, env ...string) *ratelimitProc {
 // launchRatelimit is startRatelimit without the wait for /healthcheck.
 func launchRatelimit(t *testing.T, env ...string) *ratelimitProc {
 	t.Helper()
+	// Its ports are free when drawn, but another test's process may bind one before this one
+	// does (the suite starts many at once): then it is started again on others.
+	for attempt := 1; ; attempt++ {
+		p := launchRatelimitOnce(t, env...)
+		if attempt == 5 || !p.lostPort() {
+			return p
+		}
+		t.Logf("ratelimit lost one of its ports to another process; starting it again (%d)", attempt)
+	}
+}
+
+// lostPort waits until the process listens on its gRPC port or exits, and reports whether it
+// exited because a port it was given was in use.
+func (p *ratelimitProc) lostPort() bool {
+	for end := time.Now().Add(20 * time.Second); time.Now().Before(end); {
+		select {
+		case <-p.done:
+			return strings.Contains(p.stderr.String(), "address already in use")
+		default:
+		}
+		if c, err := net.DialTimeout("tcp", p.grpc, 100*time.Millisecond); err == nil {
+			c.Close()
+			return false
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return false
+}
+
+func launchRatelimitOnce(t *testing.T, env ...string) *ratelimitProc {
+	t.Helper()
 	bin := ratelimitBinary(t)
 	ports := peertest.FreePorts(t, 3)
 	p := &ratelimitProc{grpc: net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[0])),

@@ -68,6 +68,19 @@ func rlqsDemand(skew [3]float64, i int) int64 {
 
 // rlqsConfig is sluice serving only rls.quota on rlsAddr (a fixed address, so that a restart
 // takes the same port) with store.
+// rlqsConfigFree is rlqsConfig on a free address drawn at each start attempt (another process
+// may take a drawn port first: startSluice then starts again), written to *addr.
+func rlqsConfigFree(t *testing.T, addr *string, store string, ttl time.Duration) configFunc {
+	return func(listen, admin string) string {
+		a, err := freeAddr()
+		if err != nil {
+			t.Fatal(err)
+		}
+		*addr = a
+		return rlqsConfig(a, store, ttl)(listen, admin)
+	}
+}
+
 func rlqsConfig(rlsAddr, store string, ttl time.Duration) configFunc {
 	return func(listen, admin string) string {
 		return fmt.Sprintf(`listen: ""
@@ -806,13 +819,10 @@ func (fl *rlqsFleet) checkRestart(t *testing.T, killed, restarted time.Time, ttl
 // (learning mode: no assignment for the lease and margin, then fresh ones). Issue 35's "Done
 // when" items a to e; TestRLQSE2EMemoryRestart restarts while the Envoys still hold theirs.
 func TestRLQSE2EMemory(t *testing.T) {
-	rlsAddr, err := freeAddr()
-	if err != nil {
-		t.Fatal(err)
-	}
+	var rlsAddr string
 	dir := t.TempDir()
-	cfg := rlqsConfig(rlsAddr, "store: {type: memory}", rlqsTTL)
-	p := startSluice(t, dir, "sluice.yaml", cfg)
+	p := startSluice(t, dir, "sluice.yaml", rlqsConfigFree(t, &rlsAddr, "store: {type: memory}", rlqsTTL))
+	cfg := rlqsConfig(rlsAddr, "store: {type: memory}", rlqsTTL) // (the restart's: the same port)
 	fl := startFleet(t, func(int) string { return rlsAddr }, rlqsFallback(), rlqsSkewA)
 	safe := max(rlqsL, rlqsN*fl.fallback*rlqsP.Seconds()) // max(L, N·S) per P
 
@@ -872,13 +882,10 @@ func TestRLQSE2EMemory(t *testing.T) {
 // nothing new; at every instant Σ active assignment rates ≤ L/P.
 func TestRLQSE2EMemoryRestart(t *testing.T) {
 	const ttl = 3 * time.Second
-	rlsAddr, err := freeAddr()
-	if err != nil {
-		t.Fatal(err)
-	}
+	var rlsAddr string
 	dir := t.TempDir()
-	cfg := rlqsConfig(rlsAddr, "store: {type: memory}", ttl)
-	p := startSluice(t, dir, "sluice.yaml", cfg)
+	p := startSluice(t, dir, "sluice.yaml", rlqsConfigFree(t, &rlsAddr, "store: {type: memory}", ttl))
+	cfg := rlqsConfig(rlsAddr, "store: {type: memory}", ttl) // (the restart's: the same port)
 	fl := startFleet(t, func(int) string { return rlsAddr }, rlqsFallback(), rlqsSkewB)
 	safe := max(rlqsL, rlqsN*fl.fallback*rlqsP.Seconds())
 	rlqsWait(t, "every Envoy enforces its fair share of 10/20/70", 30*time.Second, func() bool { return fl.assignedAt(fairTargets(rlqsSkewB)) })
@@ -932,12 +939,7 @@ func TestRLQSE2ERedis(t *testing.T) {
 	var addrs [2]string
 	var ps [2]*sluiceProc
 	for k := range ps {
-		a, err := freeAddr()
-		if err != nil {
-			t.Fatal(err)
-		}
-		addrs[k] = a
-		ps[k] = startSluice(t, t.TempDir(), "sluice.yaml", rlqsConfig(a, store, rlqsTTL))
+		ps[k] = startSluice(t, t.TempDir(), "sluice.yaml", rlqsConfigFree(t, &addrs[k], store, rlqsTTL))
 	}
 	// Envoys alternate between the instances, so that each group is on both.
 	fl := startFleet(t, func(i int) string { return addrs[i%2] }, nil, rlqsSkewA)
