@@ -77,6 +77,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/sluicehq/sluice/internal/proccpu"
 	"github.com/sluicehq/sluice/internal/rlqstest"
 )
 
@@ -93,10 +94,7 @@ type options struct {
 }
 
 // process is one whose CPU time -cpu measures.
-type process struct {
-	name string
-	pid  int
-}
+type process = proccpu.Process
 
 func main() {
 	log.SetFlags(0)
@@ -119,7 +117,7 @@ func main() {
 	flag.StringVar(&o.label, "label", "", "a name for this run, copied into the JSON")
 	flag.BoolVar(&o.probe, "probe", false, "only wait for the server (up to -ready), then exit: 0 if it answered")
 	flag.Func("cpu", "`NAME=PID,...`: report each process's CPU time in the measured window (Linux /proc)", func(v string) error {
-		ps, err := parseProcesses(v)
+		ps, err := proccpu.Parse(v)
 		o.cpu = append(o.cpu, ps...)
 		return err
 	})
@@ -433,10 +431,10 @@ func run(o options) (result, error) {
 	// The CPU times and the stream figures are read when this goroutine wakes at each end: late
 	// alike at both on a busy machine, so the window they cover is about -duration long.
 	time.Sleep(time.Until(measureFrom))
-	cpuBegin := cpuTimes(o.cpu)
+	cpuBegin := proccpu.Times(o.cpu)
 	before := clientTotals(fs)
 	time.Sleep(time.Until(measureTo))
-	cpuEnd := cpuTimes(o.cpu)
+	cpuEnd := proccpu.Times(o.cpu)
 	after := clientTotals(fs)
 	wg.Wait()
 
@@ -468,12 +466,12 @@ func run(o options) (result, error) {
 				continue
 			}
 			us := float64((cpuEnd[i] - cpuBegin[i]).Nanoseconds()) / 1e3
-			r.CPUMillis[p.name] = us / 1e3
+			r.CPUMillis[p.Name] = us / 1e3
 			if r.Decisions > 0 {
-				r.CPUPerDecision[p.name] = us / float64(r.Decisions)
+				r.CPUPerDecision[p.Name] = us / float64(r.Decisions)
 			}
 			if r.Admitted > 0 {
-				r.CPUPerAdmitted[p.name] = us / float64(r.Admitted)
+				r.CPUPerAdmitted[p.Name] = us / float64(r.Admitted)
 			}
 		}
 	}
@@ -532,62 +530,4 @@ func sortedKeys(m map[string]float64) []string {
 	}
 	slices.Sort(ks)
 	return ks
-}
-
-// parseProcesses reads -cpu's NAME=PID,... ("self" as PID is this process), as bench/rlsload does.
-func parseProcesses(v string) ([]process, error) {
-	var ps []process
-	for _, f := range strings.Split(v, ",") {
-		name, pid, ok := strings.Cut(f, "=")
-		if !ok || name == "" {
-			return nil, fmt.Errorf("%q: want NAME=PID", f)
-		}
-		if pid == "self" {
-			ps = append(ps, process{name, os.Getpid()})
-			continue
-		}
-		n, err := strconv.Atoi(pid)
-		if err != nil || n <= 0 {
-			return nil, fmt.Errorf("%q: the PID is not a process id", f)
-		}
-		ps = append(ps, process{name, n})
-	}
-	return ps, nil
-}
-
-// clockTicks is the unit of /proc/PID/stat's times: USER_HZ, 100 a second on every Linux
-// architecture Go supports.
-const clockTicks = 100
-
-// cpuTimes reads each process's CPU time so far, user and system (-1: unreadable).
-func cpuTimes(ps []process) []time.Duration {
-	out := make([]time.Duration, len(ps))
-	for i, p := range ps {
-		b, err := os.ReadFile("/proc/" + strconv.Itoa(p.pid) + "/stat")
-		if err != nil {
-			out[i] = -1
-			continue
-		}
-		out[i] = statCPU(string(b))
-	}
-	return out
-}
-
-// statCPU is utime+stime of a /proc/PID/stat line (fields 14 and 15, counted after the command
-// name, which ends at the last ")"), -1 if it has none.
-func statCPU(stat string) time.Duration {
-	i := strings.LastIndexByte(stat, ')')
-	if i < 0 {
-		return -1
-	}
-	f := strings.Fields(stat[i+1:]) // f[0] is field 3, the state
-	if len(f) < 13 {
-		return -1
-	}
-	u, err1 := strconv.ParseInt(f[11], 10, 64)
-	s, err2 := strconv.ParseInt(f[12], 10, 64)
-	if err1 != nil || err2 != nil {
-		return -1
-	}
-	return time.Duration(u+s) * time.Second / clockTicks
 }

@@ -59,6 +59,8 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
+
+	"github.com/sluicehq/sluice/internal/proccpu"
 )
 
 type options struct {
@@ -72,10 +74,7 @@ type options struct {
 }
 
 // process is one whose CPU time -cpu measures.
-type process struct {
-	name string
-	pid  int
-}
+type process = proccpu.Process
 
 func main() {
 	log.SetFlags(0)
@@ -96,7 +95,7 @@ func main() {
 	flag.BoolVar(&o.probe, "probe", false, "only wait for the server (up to -ready), then exit: 0 if it answered")
 	flag.StringVar(&o.writeConfig, "write-config", "", "write the Envoy rate limit configuration for -domain, -key and -rules to `FILE` and exit")
 	flag.Func("cpu", "`NAME=PID,...`: report each process's CPU time per measured decision (Linux /proc)", func(v string) error {
-		ps, err := parseProcesses(v)
+		ps, err := proccpu.Parse(v)
 		o.cpu = append(o.cpu, ps...)
 		return err
 	})
@@ -311,7 +310,7 @@ func run(conns []*grpc.ClientConn, o options) result {
 	// before the times at the end are read.
 	cpuStart := make(chan []time.Duration, 1)
 	if len(o.cpu) > 0 {
-		time.AfterFunc(time.Until(measureFrom), func() { cpuStart <- cpuTimes(o.cpu) })
+		time.AfterFunc(time.Until(measureFrom), func() { cpuStart <- proccpu.Times(o.cpu) })
 	}
 	var wg sync.WaitGroup
 	for i := range callers {
@@ -361,7 +360,7 @@ func run(conns []*grpc.ClientConn, o options) result {
 	wg.Wait()
 	var cpuEnd, cpuBegin []time.Duration
 	if len(o.cpu) > 0 {
-		cpuEnd = cpuTimes(o.cpu)
+		cpuEnd = proccpu.Times(o.cpu)
 		cpuBegin = <-cpuStart
 	}
 
@@ -397,70 +396,11 @@ func run(conns []*grpc.ClientConn, o options) result {
 		r.CPUPerDecision = make(map[string]float64, len(o.cpu))
 		for i, p := range o.cpu {
 			if cpuBegin[i] >= 0 && cpuEnd[i] >= 0 {
-				r.CPUPerDecision[p.name] = float64((cpuEnd[i] - cpuBegin[i]).Nanoseconds()) / 1e3 / float64(r.Decisions)
+				r.CPUPerDecision[p.Name] = float64((cpuEnd[i] - cpuBegin[i]).Nanoseconds()) / 1e3 / float64(r.Decisions)
 			}
 		}
 	}
 	return r
-}
-
-// parseProcesses reads -cpu's NAME=PID,... ("self" as PID is this process).
-func parseProcesses(v string) ([]process, error) {
-	var ps []process
-	for _, f := range strings.Split(v, ",") {
-		name, pid, ok := strings.Cut(f, "=")
-		if !ok || name == "" {
-			return nil, fmt.Errorf("%q: want NAME=PID", f)
-		}
-		if pid == "self" {
-			ps = append(ps, process{name, os.Getpid()})
-			continue
-		}
-		n, err := strconv.Atoi(pid)
-		if err != nil || n <= 0 {
-			return nil, fmt.Errorf("%q: the PID is not a process id", f)
-		}
-		ps = append(ps, process{name, n})
-	}
-	return ps, nil
-}
-
-// clockTicks is the unit of /proc/PID/stat's times: USER_HZ, 100 a second on every Linux
-// architecture Go supports (the kernel's ABI, whatever its own HZ).
-const clockTicks = 100
-
-// cpuTimes reads each process's CPU time so far, user and system (-1: unreadable, such as a
-// process that has exited).
-func cpuTimes(ps []process) []time.Duration {
-	out := make([]time.Duration, len(ps))
-	for i, p := range ps {
-		b, err := os.ReadFile("/proc/" + strconv.Itoa(p.pid) + "/stat")
-		if err != nil {
-			out[i] = -1
-			continue
-		}
-		out[i] = statCPU(string(b))
-	}
-	return out
-}
-
-// statCPU is utime+stime of a /proc/PID/stat line (fields 14 and 15, counted after the command
-// name, which may hold spaces and parentheses: it ends at the last ")"), -1 if it has none.
-func statCPU(stat string) time.Duration {
-	i := strings.LastIndexByte(stat, ')')
-	if i < 0 {
-		return -1
-	}
-	f := strings.Fields(stat[i+1:]) // f[0] is field 3, the state
-	if len(f) < 13 {
-		return -1
-	}
-	u, err1 := strconv.ParseInt(f[11], 10, 64)
-	s, err2 := strconv.ParseInt(f[12], 10, 64)
-	if err1 != nil || err2 != nil {
-		return -1
-	}
-	return time.Duration(u+s) * time.Second / clockTicks
 }
 
 // percentile is the nearest-rank q-quantile of sorted: the smallest value with at least q of the

@@ -52,7 +52,7 @@ func TestRecordKeepsAUniformSample(t *testing.T) {
 func TestRunAgainstThePeer(t *testing.T) {
 	o := options{domain: "rls_bench", key: "client", values: 100, concurrency: 4, conns: 2, rules: 2,
 		duration: 300 * time.Millisecond, warmup: 50 * time.Millisecond, ready: 10 * time.Second,
-		maxSamples: 1000, limit: 1000000, unit: "second", cpu: []process{{"rlsload", os.Getpid()}}}
+		maxSamples: 1000, limit: 1000000, unit: "second", cpu: []process{{Name: "rlsload", PID: os.Getpid()}}}
 	file := filepath.Join(t.TempDir(), "bench.yaml")
 	if err := os.WriteFile(file, []byte(o.config()), 0o644); err != nil {
 		t.Fatal(err)
@@ -137,41 +137,5 @@ func TestRunCountsRefusals(t *testing.T) {
 	}
 	if most := approvable(); sum.OK > most || sum.OverLimit != sum.Decisions-sum.OK || sum.Errors != 0 {
 		t.Errorf("decisions %d: OK %d (at most %d), OVER_LIMIT %d, errors %d %s", sum.Decisions, sum.OK, most, sum.OverLimit, sum.Errors, sum.FirstError)
-	}
-}
-
-// TestStatCPU reads utime+stime past a command name that holds spaces and parentheses.
-func TestStatCPU(t *testing.T) {
-	line := "4242 (a) b (c)) S 1 4242 4242 0 -1 4194560 100 0 0 0 250 130 7 9 20 0 1 0 3314084 3133440 412\n"
-	if got, want := statCPU(line), 3800*time.Millisecond; got != want {
-		t.Errorf("statCPU = %v, want %v (utime 250 + stime 130 ticks)", got, want)
-	}
-	for _, bad := range []string{"", "4242 (x", "4242 (x) S 1 2", "4242 (x) S 1 2 3 4 5 6 7 8 9 u s 7"} {
-		if got := statCPU(bad); got != -1 {
-			t.Errorf("statCPU(%q) = %v, want -1", bad, got)
-		}
-	}
-	// This process's own line parses, and its time does not go back.
-	self := []process{{"self", os.Getpid()}}
-	a := cpuTimes(self)[0]
-	b := cpuTimes(self)[0]
-	if a < 0 || b < a {
-		t.Errorf("this process's CPU time: %v then %v", a, b)
-	}
-	if got := cpuTimes([]process{{"gone", 1 << 30}})[0]; got != -1 {
-		t.Errorf("a process that does not exist: %v, want -1", got)
-	}
-}
-
-func TestParseProcesses(t *testing.T) {
-	ps, err := parseProcesses("server=12,redis=34,rlsload=self")
-	if err != nil || len(ps) != 3 || ps[0] != (process{"server", 12}) || ps[1] != (process{"redis", 34}) ||
-		ps[2] != (process{"rlsload", os.Getpid()}) {
-		t.Errorf("parseProcesses = %v, %v", ps, err)
-	}
-	for _, bad := range []string{"", "server", "=12", "server=", "server=x", "server=-1", "a=1,"} {
-		if _, err := parseProcesses(bad); err == nil {
-			t.Errorf("parseProcesses(%q): no error", bad)
-		}
 	}
 }
