@@ -139,24 +139,13 @@ const (
 	Expired      = envoyfilter.Expired
 )
 
-// Counts are admitted and denied requests.
-type Counts struct{ Allowed, Denied uint64 }
-
-// Window is the counts of one window, starting at Start.
-type Window struct {
-	Start time.Time
-	Counts
-}
-
-// BucketStats is a bucket's view for tests.
-type BucketStats struct {
-	Total Counts
-	State State
-	// Assignment is the strategy of the latest assignment (nil before one).
-	Assignment *typev3.RateLimitStrategy
-	// Expires is when the assignment expires (zero: never or none).
-	Expires time.Time
-}
+// Counts, Window and BucketStats are the filter model's (package envoyfilter): admitted and
+// denied requests, the counts of one window, and a bucket's view for tests.
+type (
+	Counts      = envoyfilter.Counts
+	Window      = envoyfilter.Window
+	BucketStats = envoyfilter.BucketStats
+)
 
 // Filter is one simulated Envoy. Its methods are safe for concurrent use.
 type Filter struct {
@@ -379,8 +368,7 @@ func action(a *rlqspb.RateLimitQuotaResponse_BucketAction) envoyfilter.Action {
 func (f *Filter) Stats(id map[string]string) (s BucketStats, ok bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	st, ok := f.f.Stats(id, f.cfg.Now())
-	return BucketStats{Total: Counts(st.Total), State: st.State, Assignment: st.Assignment, Expires: st.Expires}, ok
+	return f.f.Stats(id, f.cfg.Now())
 }
 
 // Windows is the bucket's counts per window, oldest first; all buckets' if id
@@ -388,15 +376,7 @@ func (f *Filter) Stats(id map[string]string) (s BucketStats, ok bool) {
 func (f *Filter) Windows(id map[string]string) []Window {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	src := f.f.Windows(id)
-	if src == nil {
-		return nil
-	}
-	ws := make([]Window, 0, len(src))
-	for _, w := range src {
-		ws = append(ws, Window{Start: w.Start, Counts: Counts(w.Counts)})
-	}
-	return ws
+	return f.f.Windows(id)
 }
 
 // ClientStats are the filter's stream figures.

@@ -293,7 +293,7 @@ func TestRequestsPerTimeUnitAdmitsExactlyNPerUnit(t *testing.T) {
 	}
 	ws := r.f.Windows(bucketA)
 	// The first window also has the first request, decided before the assignment.
-	want := []Counts{{6, 3}, {5, 3}, {5, 3}}
+	want := []Counts{{Allowed: 6, Denied: 3}, {Allowed: 5, Denied: 3}, {Allowed: 5, Denied: 3}}
 	if len(ws) != len(want) {
 		t.Fatalf("windows %+v", ws)
 	}
@@ -306,7 +306,7 @@ func TestRequestsPerTimeUnitAdmitsExactlyNPerUnit(t *testing.T) {
 		t.Fatalf("all buckets' windows %+v", all)
 	}
 	s, _ := r.f.Stats(bucketA)
-	if s.State != Active || s.Total != (Counts{16, 9}) || !s.Expires.IsZero() {
+	if s.State != Active || s.Total != (Counts{Allowed: 16, Denied: 9}) || !s.Expires.IsZero() {
 		t.Fatalf("stats %+v", s)
 	}
 }
@@ -506,7 +506,7 @@ func TestConcurrentDecisions(t *testing.T) {
 	if admitted != 100 || allowed != 101 || denied != goroutines*each-100 {
 		t.Fatalf("admitted %d; reported allowed %d denied %d", admitted, allowed, denied)
 	}
-	if s, _ := r.f.Stats(bucketA); s.Total != (Counts{101, goroutines*each - 100}) {
+	if s, _ := r.f.Stats(bucketA); s.Total != (Counts{Allowed: 101, Denied: goroutines*each - 100}) {
 		t.Fatalf("stats %+v", s)
 	}
 }
