@@ -567,6 +567,3 @@ func Tokens(s *typev3.RateLimitStrategy) (perFill int64, interval time.Duration,
 	}
 	return int64(tb.GetTokensPerFill().GetValue()), tb.GetFillInterval().AsDuration(), int64(tb.GetMaxTokens())
 }
-
-// sameStrategy reports whether two assignments are one (Envoy keeps its bucket for the same).
-func sameStrategy(a, b *typev3.RateLimitStrategy) bool { return proto.Equal(a, b) }
