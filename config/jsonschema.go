@@ -139,8 +139,8 @@ var (
 		field("connect_retry", retrySchema))
 	quotaBucketSchema = object(field("name", scalar), field("match", mapOf(scalar)), field("blanket", enum("allow", "deny")), field("limit", scalar),
 		field("period", duration), field("burst", scalar))
-	quotaSchema = object(field("domain", scalar), field("report_interval", duration), field("assignment_ttl", duration), field("idle", duration),
-		field("algorithm", scalar), field("buckets", listOf(quotaBucketSchema)))
+	quotaSchema = named("quota", object(field("domain", scalar), field("report_interval", duration), field("assignment_ttl", duration), field("idle", duration),
+		field("algorithm", scalar), field("buckets", listOf(quotaBucketSchema))))
 	rlsSchema = object(field("listen", scalar), field("envoy_config", listOf(scalar)), field("xds", xdsSchema), field("tls", adminTLSSchema),
 		field("quota", quotaSchema))
 
