@@ -2,7 +2,6 @@ package config
 
 import (
 	"encoding/json"
-	"strings"
 )
 
 // This file declares the configuration's shape once: every mapping with its fields, in the order
@@ -92,7 +91,7 @@ var (
 		field("fleet", scalar), field("max_keys", integer), field("refusal_cache", integer), field("sentinel", sentinelSchema),
 		field("replicas_ack", integer), field("replicas_ack_timeout", duration), field("settle_retry_for", duration)))
 	regionSchema = object(field("name", scalar), field("global", storeSchema), field("regions", integer), field("refresh", duration),
-		field("lease", duration), field("hold", duration), field("floor", scalar), field("safe_share", scalar), field("algorithm", scalar))
+		field("lease", duration), field("hold", duration), field("floor", number), field("safe_share", number), field("algorithm", scalar))
 
 	apiKeySchema = object(field("header", scalar))
 	jwtSchema    = object(field("header", scalar), field("algorithms", listOf(enum(jwtAlgorithms...))), field("secret_env", scalar),
@@ -101,14 +100,14 @@ var (
 		field("forwarded_header", scalar))
 	identitySchema = object(field("api_key", apiKeySchema), field("jwt", jwtSchema), field("ip", ipSchema))
 
-	budgetSchema = object(field("size", scalar), field("max_age", duration))
+	budgetSchema = object(field("size", integer), field("max_age", duration))
 	keyBySchema  = object(field("header", scalar), field("query", scalar), field("path_prefix", scalar), field("jwt_claim", scalar),
 		field("json_body", scalar), field("shared", boolean), field("client", scalar), field("path", scalar), field("method", scalar),
 		field("remote_address", scalar))
 	policySchema = object(field("name", scalar),
 		field("algorithm", enum("fixed-window", "sliding-log", "sliding-window", "token-bucket", "leaky-bucket", "concurrency")),
-		field("limit", scalar), field("period", duration), field("burst", scalar), field("dry_run", boolean),
-		field("key_by", listOf(oneOf(scalar, keyBySchema))), field("local_budget", budgetSchema), field("calendar", scalar),
+		field("limit", scalar), field("period", duration), field("burst", integer), field("dry_run", boolean),
+		field("key_by", listOf(oneOf(scalar, keyBySchema))), field("local_budget", budgetSchema), field("calendar", enum("day", "week", "month", "year")),
 		field("time_zone", scalar), field("lease", duration), field("counts", enum("requests", "tokens", "usd")), field("global", boolean))
 
 	orgSchema    = object(field("name", scalar), field("policy", names))
@@ -137,8 +136,8 @@ var (
 	retrySchema  = object(field("initial", duration), field("max", duration))
 	xdsSchema    = object(field("server", scalar), field("node_id", scalar), field("node_metadata", mapOf(scalar)), field("tls", xdsTLSSchema),
 		field("connect_retry", retrySchema))
-	quotaBucketSchema = object(field("name", scalar), field("match", mapOf(scalar)), field("blanket", enum("allow", "deny")), field("limit", scalar),
-		field("period", duration), field("burst", scalar))
+	quotaBucketSchema = object(field("name", scalar), field("match", mapOf(scalar)), field("blanket", enum("allow", "deny")), field("limit", integer),
+		field("period", duration), field("burst", integer))
 	quotaSchema = named("quota", object(field("domain", scalar), field("report_interval", duration), field("assignment_ttl", duration), field("idle", duration),
 		field("algorithm", scalar), field("buckets", listOf(quotaBucketSchema))))
 	rlsSchema = object(field("listen", scalar), field("envoy_config", listOf(scalar)), field("xds", xdsSchema), field("tls", adminTLSSchema),
@@ -151,7 +150,7 @@ var (
 	adminSchema       = object(field("token_env", scalar), field("tokens", listOf(tokenSchema)), field("metrics_listen", scalar),
 		field("tls", adminTLSSchema), field("clients_file", scalar), field("clients_poll", duration))
 	tracingSchema      = object(field("otlp_endpoint", scalar), field("otlp_protocol", scalar), field("sample", number), field("service_name", scalar))
-	loadSheddingSchema = object(field("min_limit", scalar), field("max_limit", scalar), field("window", duration), field("baseline_window", duration),
+	loadSheddingSchema = object(field("min_limit", integer), field("max_limit", integer), field("window", duration), field("baseline_window", duration),
 		field("tolerance", number), field("slack", duration), field("retry_after", duration), field("default_priority", scalar),
 		field("priorities", mapOf(scalar)))
 
@@ -174,7 +173,7 @@ var (
 // fields that exclude each other); what it refuses, Parse refuses too.
 func JSONSchema() []byte {
 	defs := map[string]any{}
-	top := configSchema.render(defs)
+	top := RenderSchema(defs, "#/definitions/")
 	top["$schema"] = "http://json-schema.org/draft-07/schema#"
 	top["$id"] = "https://github.com/sluicehq/sluice/config.schema.json"
 	top["title"] = "sluice configuration"
@@ -187,42 +186,29 @@ func JSONSchema() []byte {
 	return append(b, '\n')
 }
 
-// RenderSchema renders the configuration's schema with its definitions placed in defs under
-// prefix (e.g. "#/definitions/"), for a document that embeds it (the chart's values schema).
+// RenderSchema returns the configuration's schema as JSON Schema, for a document that embeds it
+// (the chart's values schema): the shared parts go into defs, referred to as prefix + name
+// (e.g. "#/definitions/store").
 func RenderSchema(defs map[string]any, prefix string) map[string]any {
-	local := map[string]any{}
-	top := configSchema.render(local)
-	s, _ := json.Marshal(top)
-	ds, _ := json.Marshal(local)
-	fix := func(b []byte) map[string]any {
-		var out map[string]any
-		if err := json.Unmarshal([]byte(strings.ReplaceAll(string(b), `"#/definitions/`, `"`+prefix)), &out); err != nil {
-			panic(err)
-		}
-		return out
-	}
-	for k, v := range fix(ds) {
-		defs[k] = v
-	}
-	return fix(s)
+	return configSchema.render(defs, prefix)
 }
 
 // nullable adds null to a type: the parser takes a null field as absent.
 func nullable(types ...string) map[string]any { return map[string]any{"type": append(types, "null")} }
 
 // render returns n as JSON Schema; named nodes go into defs once and are referred to.
-func (n *schemaNode) render(defs map[string]any) map[string]any {
+func (n *schemaNode) render(defs map[string]any, prefix string) map[string]any {
 	if n.ref != "" {
 		if _, ok := defs[n.ref]; !ok {
 			defs[n.ref] = true // placeholder: a node that contains itself stops here
-			defs[n.ref] = n.renderSelf(defs)
+			defs[n.ref] = n.renderSelf(defs, prefix)
 		}
-		return map[string]any{"$ref": "#/definitions/" + n.ref}
+		return map[string]any{"$ref": prefix + n.ref}
 	}
-	return n.renderSelf(defs)
+	return n.renderSelf(defs, prefix)
 }
 
-func (n *schemaNode) renderSelf(defs map[string]any) map[string]any {
+func (n *schemaNode) renderSelf(defs map[string]any, prefix string) map[string]any {
 	switch n.kind {
 	case kScalar:
 		return nullable("string", "number", "boolean")
@@ -253,19 +239,19 @@ func (n *schemaNode) renderSelf(defs map[string]any) map[string]any {
 			map[string]any{"type": "array", "items": map[string]any{"type": []string{"string", "number", "boolean"}}},
 		}}
 	case kList:
-		return map[string]any{"type": []string{"array", "null"}, "items": n.items.render(defs)}
+		return map[string]any{"type": []string{"array", "null"}, "items": n.items.render(defs, prefix)}
 	case kMap:
-		return map[string]any{"type": []string{"object", "null"}, "additionalProperties": n.items.render(defs)}
+		return map[string]any{"type": []string{"object", "null"}, "additionalProperties": n.items.render(defs, prefix)}
 	case kAnyOf:
 		alts := make([]any, len(n.anyOf))
 		for i, a := range n.anyOf {
-			alts[i] = a.render(defs)
+			alts[i] = a.render(defs, prefix)
 		}
 		return map[string]any{"anyOf": alts}
 	case kObject:
 		props := map[string]any{}
 		for _, f := range n.fields {
-			props[f.name] = f.node.render(defs)
+			props[f.name] = f.node.render(defs, prefix)
 		}
 		s := map[string]any{"type": []string{"object", "null"}, "properties": props, "additionalProperties": false}
 		for k, v := range n.extra {

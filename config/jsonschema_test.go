@@ -180,6 +180,12 @@ func TestJSONSchemaEnumsAreTheParsers(t *testing.T) {
 			return up + "policies: [{name: p, algorithm: " + v + ", limit: 10, period: 1s}]\n"
 		}},
 		{logSchema.fields[0].node, func(v string) string { return up + "log: {format: " + v + "}\n" }},
+		{policySchema.fields[8].node, func(v string) string {
+			return up + "policies: [{name: p, algorithm: fixed-window, limit: 10, calendar: " + v + "}]\n"
+		}},
+		{quotaBucketSchema.fields[2].node, func(v string) string {
+			return up + "rls: {listen: 127.0.0.1:8081, quota: {buckets: [{name: b, match: {user: \"*\"}, blanket: " + v + "}]}}\n"
+		}},
 	}
 	for _, c := range cases {
 		if c.node.kind != kEnum {
