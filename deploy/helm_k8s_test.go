@@ -115,7 +115,7 @@ func TestHelmManifestsStrict(t *testing.T) {
 		{"options", helmOptions},
 		{"sentinel", "redis: {addrs: [], sentinel: {master: m, addrs: ['s-0.s:26379'], existingSecret: s}}\n"},
 		{"autoscaling", "autoscaling: {enabled: true, minReplicas: 3, maxReplicas: 6}\n"},
-		{"serviceMonitor over admin TLS", "adminToken: {enabled: false}\nadminTLS: {existingSecret: t, clientCA: true}\nserviceMonitor: {enabled: true, labels: {release: prom}}\n"},
+		{"serviceMonitor over admin TLS", "adminToken: {enabled: false}\nadminTLS: {existingSecret: t, clientCA: true}\nserviceMonitor:\n  enabled: true\n  labels: {release: prom}\n  tlsConfig: {insecureSkipVerify: true, cert: {secret: {name: scrape, key: tls.crt}}, keySecret: {name: scrape, key: tls.key}}\n"},
 		{"rls", "rls:\n  enabled: true\n  envoyConfig: {edge.yaml: 'domain: edge'}\n  quota: {domain: edge, buckets: [{name: u, match: {user: '*'}, limit: 6, period: 1m}]}\n"},
 		{"networkPolicy froms", "networkPolicy:\n  proxyFrom: [{namespaceSelector: {matchLabels: {kubernetes.io/metadata.name: ingress}}}]\n  rlsFrom: [{podSelector: {matchLabels: {app: envoy}}}]\nrls: {enabled: true, envoyConfig: {edge.yaml: 'domain: edge'}}\n"},
 		{"token of mine and no policy", "adminToken: {existingSecret: mine}\nnetworkPolicy: {enabled: false}\n"},

@@ -1069,6 +1069,7 @@ func TestHelmRefusesValues(t *testing.T) {
 		{"token without a variable", "adminToken: {env: \"\"}\n", "adminToken.env is required"},
 		{"config.rls", "config: {upstream: http://api:80, rls: {listen: 0.0.0.0:1}}\n", "config.rls: set rls.enabled"},
 		{"config.admin.tls", "config: {upstream: http://api:80, admin: {tls: {cert_file: a, key_file: b}}}\n", "config.admin.tls: set adminTLS.existingSecret"},
+		{"ServiceMonitor over mTLS without a client certificate", "adminToken: {enabled: false}\nadminTLS: {existingSecret: t, clientCA: true}\nserviceMonitor: {enabled: true}\n", "serviceMonitor.tlsConfig needs cert and keySecret"},
 		{"config.tls", "config: {upstream: http://api:80, tls: {cert_file: a, key_file: b}}\n", "config.tls: the chart mounts no certificate for the proxy"},
 		{"minAvailable = replicas", "podDisruptionBudget: {maxUnavailable: null, minAvailable: 3}\n", "minAvailable must be less than replicaCount"},
 		{"maxUnavailable 0", "podDisruptionBudget: {maxUnavailable: 0}\n", "maxUnavailable must be at least 1"},

@@ -256,6 +256,12 @@ garbage collector works harder before the kernel kills the container; "" without
 {{- if and .Values.adminTLS.clientCA (not .Values.adminTLS.existingSecret) }}
 {{- fail "adminTLS.clientCA needs adminTLS.existingSecret: the kubernetes.io/tls Secret with tls.crt, tls.key and ca.crt (without it the admin port would serve plain HTTP)" }}
 {{- end }}
+{{- if and .Values.serviceMonitor.enabled .Values.adminTLS.clientCA (eq (include "sluice.scrape" .) "admin https") }}
+{{- $tc := default dict .Values.serviceMonitor.tlsConfig }}
+{{- if not (and $tc.cert $tc.keySecret) }}
+{{- fail "serviceMonitor with adminTLS.clientCA scrapes /metrics over mTLS: serviceMonitor.tlsConfig needs cert and keySecret (a client certificate of ca.crt), or serve /metrics on the plain metrics port (adminToken.enabled, or config.admin.metrics_listen: on)" }}
+{{- end }}
+{{- end }}
 {{- if hasKey $cfg "tls" }}
 {{- fail "config.tls: the chart mounts no certificate for the proxy listener; terminate TLS in front of it (an ingress or load balancer)" }}
 {{- end }}
