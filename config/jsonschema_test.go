@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -67,6 +68,36 @@ func TestJSONSchemaAcceptsValidConfigurations(t *testing.T) {
 	}
 	for i, b := range regexp.MustCompile("(?s)```yaml\n(.*?)```").FindAllSubmatch(readme, -1) {
 		configs[fmt.Sprintf("README.md example %d", i+1)] = strings.ReplaceAll(string(b[1]), `"<sha-256 of the key>"`, sum("readme"))
+	}
+	// The other documents' blocks that are sluice configurations (those Parse accepts, with an
+	// upstream if they lack one; Envoy's, Kubernetes' and envoyproxy/ratelimit's blocks are not).
+	others, err := filepath.Glob("../docs/*.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	parsedElsewhere := 0
+	for _, name := range others {
+		if filepath.Base(name) == "config.md" {
+			continue
+		}
+		doc, err := os.ReadFile(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, b := range regexp.MustCompile("(?s)```yaml\n(.*?)```").FindAllSubmatch(doc, -1) {
+			y := string(b[1])
+			if !regexp.MustCompile(`(?m)^upstream:`).MatchString(y) {
+				y += up // a fragment: what it lacks to stand alone
+			}
+			if _, err := parse([]byte(y), "sluice.yaml", lookupEnv); err == nil {
+				configs[fmt.Sprintf("%s example %d", filepath.Base(name), i+1)] = y
+				parsedElsewhere++
+			}
+		}
+	}
+	t.Logf("%d sluice configurations in docs/*.md besides config.md", parsedElsewhere)
+	if parsedElsewhere < 3 {
+		t.Errorf("%d sluice configurations in docs/*.md besides config.md; the docs have more", parsedElsewhere)
 	}
 	image, err := os.ReadFile("../deploy/container/sluice.yaml")
 	if err != nil {
