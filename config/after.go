@@ -82,11 +82,6 @@ func (a *After) Refunds(status int, failed bool) bool {
 	return false
 }
 
-var (
-	costFromFields  = []string{"header"}
-	countOnlyFields = []string{"status"}
-)
-
 // after reads a route's cost_from, count_only and refund_on (nil if it has none).
 func (p *parser) after(m *mapping, path string, rt *Route) *After {
 	a := &After{}

@@ -12,6 +12,25 @@ import (
 // drift from the parser. A fragment gets what it needs around it: an upstream, the policies and
 // identity sources it refers to.
 func TestDocsExamples(t *testing.T) {
+	for i, ex := range docsExamples(t) {
+		b, y := ex[0], ex[1]
+		cfg, err := parse([]byte(y), "config.md", lookupEnv)
+		if err != nil {
+			t.Errorf("example %d:\n%s\n%v", i+1, b, err)
+			continue
+		}
+		if strings.Contains(y, "demo-partner") { // the documented demo is Demo's
+			demo, _ := Demo("http://127.0.0.1:41234")
+			if got, want := summary(cfg), summary(demo); got != want {
+				t.Errorf("the documented demo is\n%s\nDemo is\n%s", got, want)
+			}
+		}
+	}
+}
+
+// docsExamples returns every YAML example of docs/config.md, as written and as parsed: a fragment
+// gets what it needs around it (an upstream, the policies and identity sources it refers to).
+func docsExamples(t *testing.T) [][2]string {
 	doc, err := os.ReadFile("../docs/config.md")
 	if err != nil {
 		t.Fatal(err)
@@ -23,7 +42,8 @@ func TestDocsExamples(t *testing.T) {
 	fix := strings.NewReplacer(
 		`"<hex sha-256 of the key>"`, sum("doc-a"), `"<hex>"`, sum("doc-b"),
 		"<the demo backend's free port>", "41234", "/etc/sluice/", fixtures(t)+"/")
-	for i, b := range blocks {
+	var out [][2]string
+	for _, b := range blocks {
 		y := fix.Replace(dedent(string(b[1])))
 		has := func(field string) bool { return regexp.MustCompile(`(?m)^` + field + `:`).MatchString(y) }
 		if !has("upstream") {
@@ -38,18 +58,9 @@ func TestDocsExamples(t *testing.T) {
 		if !has("identity") && strings.Contains(y, "jwt_subject") {
 			y += "identity: [api_key: {}, jwt: {secret_env: JWT_SECRET}, ip: {}]\n"
 		}
-		cfg, err := parse([]byte(y), "config.md", lookupEnv)
-		if err != nil {
-			t.Errorf("example %d:\n%s\n%v", i+1, b[1], err)
-			continue
-		}
-		if strings.Contains(y, "demo-partner") { // the documented demo is Demo's
-			demo, _ := Demo("http://127.0.0.1:41234")
-			if got, want := summary(cfg), summary(demo); got != want {
-				t.Errorf("the documented demo is\n%s\nDemo is\n%s", got, want)
-			}
-		}
+		out = append(out, [2]string{string(b[1]), y})
 	}
+	return out
 }
 
 // summary prints what a configuration decides, for comparing two.

@@ -63,9 +63,6 @@ const (
 	maxKeyNameLen   = 128
 )
 
-// keyByFields are the fields of a key_by element written as a mapping.
-var keyByFields = []string{"header", "query", "path_prefix", "jwt_claim", "json_body", "shared", "client", "path", "method", "remote_address"}
-
 // keyBy reads a policy's key_by (a list; not null). The default, [client], is nil.
 func (p *parser) keyBy(n *yaml.Node, path string, c *Config) []KeyPart {
 	items, ok := p.seq(n, path, "key_by")

@@ -27,8 +27,6 @@ const (
 	TeamKey           = "team:" // a team's under "team:" + its name
 )
 
-var groupFields = []string{"name", "organisation", "policy"}
-
 // LevelsFor returns the limits a request of client on route is charged at the levels above the
 // client (its team's and its organisation's policies; tokens and dollars on usage routes only),
 // in that order, besides AppliedPoliciesFor's. They apply on every route, whatever its policy or
@@ -96,7 +94,7 @@ func (p *parser) groupList(n *yaml.Node, field string, byName map[string]*Group,
 		if field == "teams" {
 			p.checkKnown(m, path, groupFields...)
 		} else {
-			p.checkKnown(m, path, "name", "policy")
+			p.checkKnown(m, path, orgFields...)
 		}
 		g := &Group{Line: item.Line}
 		name, ok := p.name(m, path, clientNameRE, "A-Z, a-z, 0-9, '.', '_' and '-'", seen)

@@ -515,7 +515,7 @@ func (p *parser) admin(n *yaml.Node, a *Admin) {
 		seen := map[string]*yaml.Node{}
 		p.listItems(n, "admin.tokens", func(i int, item *yaml.Node, tm *mapping) {
 			tpath := fmt.Sprintf("admin.tokens[%d]", i)
-			p.checkKnown(tm, tpath, "name", "token_env")
+			p.checkKnown(tm, tpath, tokenFields...)
 			var t NamedToken
 			if nn := p.get(tm, "name"); nn == nil {
 				p.errorf(item, tpath, nil, "name is required: it says who wrote in the clients API's audit trail")

@@ -71,11 +71,6 @@ type QuotaBucket struct {
 	Line         int
 }
 
-var (
-	quotaFields       = []string{"domain", "report_interval", "assignment_ttl", "idle", "algorithm", "buckets"}
-	quotaBucketFields = []string{"name", "match", "blanket", "limit", "period", "burst"}
-)
-
 // MatchString is the rule's match as text, keys sorted: {name: chat, user: *}.
 func (b QuotaBucket) MatchString() string { return FormatMatch(b.Match) }
 

@@ -46,8 +46,6 @@ type Region struct {
 	Line             int
 }
 
-var regionFields = []string{"name", "global", "regions", "refresh", "lease", "hold", "floor", "safe_share", "algorithm"}
-
 // region reads the region section; the store must be Redis (each region enforces on its own).
 func (p *parser) region(n *yaml.Node, c *Config) *Region {
 	const path = "region"

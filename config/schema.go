@@ -62,39 +62,60 @@ func decodeYAML(data []byte, name string) (root *yaml.Node, e *Error) {
 	return nil, nil
 }
 
-// Field names, in the order docs/config.md lists them.
+// The field names of every mapping come from the schema below (config/jsonschema.go): the
+// checkKnown calls take them from there, so that a field the parser reads but the schema lacks is
+// an unknown field, and the JSON Schema (JSONSchema) cannot drift from the parser.
 var (
-	topFields      = []string{"listen", "admin_listen", "upstream", "tls", "store", "region", "identity", "policies", "default_policy", "organisations", "teams", "clients", "routes", "models", "limits", "server", "rls", "forward_auth", "log", "admin", "tracing", "load_shedding"}
-	tlsFields      = []string{"cert_file", "key_file"}
-	adminTLSFields = []string{"cert_file", "key_file", "client_ca_file"}
-	storeFields    = []string{"type", "addrs", "url", "username", "password", "password_env", "prefix", "timeout", "slow_timeout", "on_error", "local_share", "fleet", "max_keys", "refusal_cache", "sentinel", "replicas_ack", "replicas_ack_timeout", "settle_retry_for"}
-	redisOnly      = []string{"addrs", "url", "username", "password", "password_env", "prefix", "timeout", "slow_timeout", "on_error", "local_share", "fleet", "sentinel", "replicas_ack", "replicas_ack_timeout"}
-	sentinelKeys   = []string{"master", "addrs", "username", "password", "password_env"} // store.sentinel's fields
-	identityKinds  = []string{"api_key", "jwt", "ip"}
-	apiKeyFields   = []string{"header"}
-	jwtFields      = []string{"header", "algorithms", "secret_env", "public_key_file", "claim", "issuer", "audience", "leeway"}
-	ipFields       = []string{"trusted_proxies", "ipv4_prefix", "ipv6_prefix", "forwarded_header"}
-	policyFields   = []string{"name", "algorithm", "limit", "period", "burst", "dry_run", "key_by", "local_budget", "calendar", "time_zone", "lease", "counts", "global"}
-	clientFields   = []string{"name", "api_key_sha256", "jwt_subject", "policy", "team", "organisation"}
-	routeFields    = []string{"method", "path_prefix", "cost", "policy", "scope", "cost_from", "count_only", "refund_on", "priority", "usage"}
-	limitsFields   = []string{"max_delay", "legacy_headers"}
-	serverFields   = []string{"body_timeout", "body_min_rate", "body_memory", "drain_timeout", "shutdown_delay"}
-	rlsFields      = []string{"listen", "envoy_config", "xds", "tls", "quota"}
-	xdsFields      = []string{"server", "node_id", "node_metadata", "tls", "connect_retry"}
-	xdsTLSFields   = []string{"ca_file", "cert_file", "key_file", "server_name"}
-	retryFields    = []string{"initial", "max"}
-	faFields       = []string{"refused_status"}
-	logFields      = []string{"format", "level", "access"}
-	adminFields    = []string{"token_env", "tokens", "metrics_listen", "tls", "clients_file", "clients_poll"}
-	tracingFields  = []string{"otlp_endpoint", "otlp_protocol", "sample", "service_name"}
-	accessFields   = []string{"sample", "per_second"}
-	budgetFields   = []string{"size", "max_age"}
-	jwtAlgorithms  = []string{"HS256", "HS384", "HS512", "RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "ES512", "EdDSA"}
-	policyNameRE   = regexp.MustCompile(`^[a-z0-9._-]+$`)
-	clientNameRE   = regexp.MustCompile(`^[A-Za-z0-9._-]+$`)
-	envNameRE      = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
-	headerNameRE   = regexp.MustCompile("^[!#$%&'*+.^_`|~0-9A-Za-z-]+$") // an RFC 9110 token
-	maxNameLen     = 64
+	topFields          = configSchema.names()
+	tlsFields          = tlsSchema.names()
+	adminTLSFields     = adminTLSSchema.names()
+	storeFields        = storeSchema.names()
+	sentinelKeys       = sentinelSchema.names() // store.sentinel's fields
+	identityKinds      = identitySchema.names()
+	apiKeyFields       = apiKeySchema.names()
+	jwtFields          = jwtSchema.names()
+	ipFields           = ipSchema.names()
+	policyFields       = policySchema.names()
+	budgetFields       = budgetSchema.names()
+	keyByFields        = keyBySchema.names() // a key_by element written as a mapping
+	orgFields          = orgSchema.names()
+	groupFields        = teamSchema.names()
+	clientFields       = clientSchema.names()
+	routeFields        = routeSchema.names()
+	costFromFields     = costFromSchema.names()
+	countOnlyFields    = countOnlySchema.names()
+	usageFields        = usageSchema.names()
+	weightsFields      = weightsSchema.names()
+	estimateFields     = estimateSchema.names()
+	modelFields        = modelSchema.names()
+	priceFields        = priceSchema.names()
+	limitsFields       = limitsSchema.names()
+	serverFields       = serverSchema.names()
+	rlsFields          = rlsSchema.names()
+	xdsFields          = xdsSchema.names()
+	xdsTLSFields       = xdsTLSSchema.names()
+	retryFields        = retrySchema.names()
+	quotaFields        = quotaSchema.names()
+	quotaBucketFields  = quotaBucketSchema.names()
+	regionFields       = regionSchema.names()
+	faFields           = forwardAuthSchema.names()
+	logFields          = logSchema.names()
+	accessFields       = accessSchema.names()
+	adminFields        = adminSchema.names()
+	tokenFields        = tokenSchema.names()
+	tracingFields      = tracingSchema.names()
+	loadSheddingFields = loadSheddingSchema.names()
+	// redisOnly are the store fields the memory store refuses.
+	redisOnly = []string{"addrs", "url", "username", "password", "password_env", "prefix", "timeout", "slow_timeout", "on_error", "local_share", "fleet", "sentinel", "replicas_ack", "replicas_ack_timeout"}
+)
+
+var (
+	jwtAlgorithms = []string{"HS256", "HS384", "HS512", "RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "ES512", "EdDSA"}
+	policyNameRE  = regexp.MustCompile(`^[a-z0-9._-]+$`)
+	clientNameRE  = regexp.MustCompile(`^[A-Za-z0-9._-]+$`)
+	envNameRE     = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+	headerNameRE  = regexp.MustCompile("^[!#$%&'*+.^_`|~0-9A-Za-z-]+$") // an RFC 9110 token
+	maxNameLen    = 64
 	// reservedClientName is the key the gateway gives requests that no identity source names
 	// (identity.AnonymousKey); a client so named would share their quota.
 	reservedClientName = "anonymous"

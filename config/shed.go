@@ -34,8 +34,6 @@ const (
 	maxShedLimit              = 1 << 20
 )
 
-var loadSheddingFields = []string{"min_limit", "max_limit", "window", "baseline_window", "tolerance", "slack", "retry_after", "default_priority", "priorities"}
-
 // Priority returns the priority of a request of client (its configured name, or "anonymous")
 // on route (nil: none): the route's, if it has one, whoever sends it; else the client's.
 func (l *LoadShedding) Priority(client string, route *Route) shed.Priority {

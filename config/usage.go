@@ -124,14 +124,6 @@ func (c *Config) ModelFor(model string) *Model {
 	return c.models["*"]
 }
 
-var (
-	usageFields    = []string{"format", "field", "count", "weights", "estimate", "max_body", "inject_usage", "no_usage", "errors"}
-	weightsFields  = []string{"input", "cached_input", "output"}
-	estimateFields = []string{"bytes_per_token", "default_output", "media_tokens", "max"}
-	modelFields    = []string{"name", "price", "policy"}
-	priceFields    = []string{"input", "cached_input", "output"}
-)
-
 // usage reads a route's usage.
 func (p *parser) usage(n *yaml.Node, path string) *Usage {
 	m := p.mapping(n, n, path, "usage")

@@ -24,9 +24,9 @@ import (
 
 func newCheckCommand() *cobra.Command {
 	var path string
-	var registry bool
+	var registry, schema bool
 	cmd := &cobra.Command{
-		Use:   "check --config FILE [--registry]",
+		Use:   "check --config FILE [--registry] | check --schema",
 		Short: "check a configuration as serve would read it, without listening or connecting to the store",
 		Long: `Check the configuration FILE (else the file SLUICE_CONFIG names) as sluice serve would start
 on it, and print "FILE: ok" and what it runs; or every error with its file and line, as serve
@@ -37,9 +37,23 @@ It opens no listener and does not connect to Redis.
 
 With --registry it also reads the clients API's records (from the Redis the file names, or from
 admin.clients_file) and prints what would run of them with this file: the file's clients they
-replace (the API's wins when both name a client) and those that could not run, with why.`,
+replace (the API's wins when both name a client) and those that could not run, with why.
+
+With --schema it prints the configuration's JSON Schema (draft-07) instead, for editors and
+other checkers: every field of every section, their shapes and enumerated values (the Helm
+chart's values.schema.json embeds it). A file it accepts may still fail the check: ranges,
+references and the rules between fields are the check's.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if schema {
+				if cmd.Flags().Changed("config") || registry {
+					return errors.New("--schema prints the schema alone: no --config or --registry with it")
+				}
+				if _, err := cmd.OutOrStdout().Write(config.JSONSchema()); err != nil {
+					return failure{err}
+				}
+				return nil
+			}
 			path := configPath(cmd, path)
 			if path == "" {
 				return fmt.Errorf("check needs the configuration: --config FILE or %s (see sluice check --help)", envConfig)
@@ -59,6 +73,7 @@ replace (the API's wins when both name a client) and those that could not run, w
 		},
 	}
 	cmd.Flags().StringVar(&path, "config", "", "the YAML configuration `FILE` (default $"+envConfig+")")
+	cmd.Flags().BoolVar(&schema, "schema", false, "print the configuration's JSON Schema and exit")
 	cmd.Flags().BoolVar(&registry, "registry", false, "also read the clients API's records (from Redis, or admin.clients_file) and say what would run of them with this file")
 	return cmd
 }

@@ -6,6 +6,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -17,6 +18,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice/config"
 )
 
 // --- version ----------------------------------------------------------------------------------
@@ -387,6 +390,21 @@ func waitMetricAt(t *testing.T, p *sluiceProc, admin, name, result string) {
 // TestCheckRegistry: sluice check --registry reads the clients API's records (here the memory
 // store's journal, admin.clients_file) and says what would run of them with the file: the file's
 // client the API's replaces, the API's client that cannot run and why. It never writes the journal.
+// TestCheckSchema: check --schema prints the configuration's JSON Schema, alone.
+func TestCheckSchema(t *testing.T) {
+	out := ok(t, "", "check", "--schema")
+	if out != string(config.JSONSchema()) {
+		t.Errorf("check --schema printed %.200q..., want config.JSONSchema", out)
+	}
+	var s map[string]any
+	if err := json.Unmarshal([]byte(out), &s); err != nil || s["$schema"] != "http://json-schema.org/draft-07/schema#" {
+		t.Errorf("check --schema: not a draft-07 JSON Schema (%v)", err)
+	}
+	if code, _, stderr := runCLI(t, "", "check", "--schema", "--config", "x.yaml"); code != 2 || !strings.Contains(stderr, "--schema prints the schema alone") {
+		t.Errorf("check --schema --config: exit code %d, stderr %q", code, stderr)
+	}
+}
+
 func TestCheckRegistry(t *testing.T) {
 	for _, v := range []string{envConfig, envListen, envAdminListen} {
 		t.Setenv(v, "")

@@ -72,8 +72,15 @@ annotations use the same ports), the Redis store from values.redis, and the rls 
 {{- $_ = set $admin "tls" $tls }}
 {{- $_ = set $cfg "admin" $admin }}
 {{- end }}
+{{- if .Values.adminToken.enabled }}
+{{- $admin := deepCopy (default dict $cfg.admin) }}
+{{- $_ = set $admin "token_env" .Values.adminToken.env }}
+{{- $_ = set $cfg "admin" $admin }}
+{{- end }}
 {{- if include "sluice.metricsListen" . }}
-{{- $_ = set $cfg.admin "metrics_listen" (printf "0.0.0.0:%v" .Values.ports.metrics) }}
+{{- $admin := deepCopy (default dict $cfg.admin) }}
+{{- $_ = set $admin "metrics_listen" (printf "0.0.0.0:%v" .Values.ports.metrics) }}
+{{- $_ = set $cfg "admin" $admin }}
 {{- end }}
 {{- if .Values.rls.enabled }}
 {{- $rls := dict "listen" (printf "0.0.0.0:%v" .Values.ports.rls) }}
@@ -90,10 +97,26 @@ annotations use the same ports), the Redis store from values.redis, and the rls 
 {{- toYaml $cfg }}
 {{- end }}
 
-{{/* sluice.metricsListen: "true" when the configuration has admin.metrics_listen (then on ports.metrics). */}}
+{{/*
+sluice.metricsListen: "true" when the configuration has admin.metrics_listen (then on
+ports.metrics), which the admin token implies: Prometheus scrapes /metrics there without it.
+*/}}
 {{- define "sluice.metricsListen" -}}
-{{- if and (kindIs "map" .Values.config) (kindIs "map" .Values.config.admin) }}
+{{- if .Values.adminToken.enabled }}true
+{{- else if and (kindIs "map" .Values.config) (kindIs "map" .Values.config.admin) }}
 {{- if .Values.config.admin.metrics_listen }}true{{ end }}
+{{- end }}
+{{- end }}
+
+{{/* sluice.adminTokenSecret: the Secret holding the admin token: adminToken.existingSecret, or the chart's. */}}
+{{- define "sluice.adminTokenSecret" -}}
+{{- default (printf "%s-admin-token" (include "sluice.fullname" .)) .Values.adminToken.existingSecret }}
+{{- end }}
+
+{{/* sluice.memoryStore: "true" when the configuration asks for the memory store explicitly. */}}
+{{- define "sluice.memoryStore" -}}
+{{- if and (kindIs "map" .Values.config) (kindIs "map" .Values.config.store) }}
+{{- if eq (toString .Values.config.store.type) "memory" }}true{{ end }}
 {{- end }}
 {{- end }}
 
@@ -207,8 +230,52 @@ garbage collector works harder before the kernel kills the container; "" without
 
 {{/* sluice.validate fails the render on values that cannot work. */}}
 {{- define "sluice.validate" -}}
-{{- if and (gt (int .Values.replicaCount) 1) (not .Values.redis.addrs) (not .Values.redis.sentinel.master) }}
-{{- fail "replicaCount > 1 needs redis.addrs or redis.sentinel: without the redis store each pod counts separately" }}
+{{- $cfg := .Values.config }}
+{{- if not (kindIs "map" $cfg) }}
+{{- fail "config must be a mapping: sluice's configuration (docs/config.md), at least config.upstream" }}
+{{- end }}
+{{- if not $cfg.upstream }}
+{{- fail "config.upstream is required: the URL of your API, where allowed requests go, e.g. --set config.upstream=http://my-api.default:8080" }}
+{{- end }}
+{{- if not (kindIs "string" $cfg.upstream) }}
+{{- fail (printf "config.upstream must be a URL string (e.g. http://my-api.default:8080), not %v" $cfg.upstream) }}
+{{- end }}
+{{- if regexMatch "^https?://my-api(:8080)?/?$" $cfg.upstream }}
+{{- fail (printf "config.upstream %s is the example's placeholder: set the URL of your API, e.g. http://my-api.default:8080" $cfg.upstream) }}
+{{- end }}
+{{- $memory := include "sluice.memoryStore" . }}
+{{- if and (not .Values.redis.addrs) (not .Values.redis.sentinel.master) (not $memory) }}
+{{- fail "redis.addrs or redis.sentinel is required: the Redis every replica counts on, e.g. --set 'redis.addrs={redis-master.default:6379}' (without it each pod would count separately); one pod alone may take config.store.type: memory with replicaCount: 1" }}
+{{- end }}
+{{- if and $memory (or .Values.redis.addrs .Values.redis.sentinel.master) }}
+{{- fail "config.store.type: memory and redis.addrs/redis.sentinel exclude each other: leave out config.store.type for the Redis store" }}
+{{- end }}
+{{- if and $memory (or (gt (int .Values.replicaCount) 1) .Values.autoscaling.enabled) }}
+{{- fail "config.store.type: memory needs replicaCount: 1 and autoscaling.enabled: false: with more pods each would count separately; set redis.addrs or redis.sentinel" }}
+{{- end }}
+{{- if and .Values.adminTLS.clientCA (not .Values.adminTLS.existingSecret) }}
+{{- fail "adminTLS.clientCA needs adminTLS.existingSecret: the kubernetes.io/tls Secret with tls.crt, tls.key and ca.crt (without it the admin port would serve plain HTTP)" }}
+{{- end }}
+{{- if and .Values.serviceMonitor.enabled .Values.adminTLS.clientCA (eq (include "sluice.scrape" .) "admin https") }}
+{{- $tc := default dict .Values.serviceMonitor.tlsConfig }}
+{{- if not (and $tc.cert $tc.keySecret) }}
+{{- fail "serviceMonitor with adminTLS.clientCA scrapes /metrics over mTLS: serviceMonitor.tlsConfig needs cert and keySecret (a client certificate of ca.crt), or serve /metrics on the plain metrics port (adminToken.enabled, or config.admin.metrics_listen: on)" }}
+{{- end }}
+{{- end }}
+{{- if hasKey $cfg "tls" }}
+{{- fail "config.tls: the chart mounts no certificate for the proxy listener; terminate TLS in front of it (an ingress or load balancer)" }}
+{{- end }}
+{{- if and (kindIs "map" $cfg.admin) (hasKey $cfg.admin "tls") }}
+{{- fail "config.admin.tls: set adminTLS.existingSecret (the chart mounts that Secret and writes admin.tls)" }}
+{{- end }}
+{{- if hasKey $cfg "rls" }}
+{{- fail "config.rls: set rls.enabled, rls.envoyConfig and rls.quota instead (the chart writes the rls section; rls.tls and rls.xds are not supported by the chart)" }}
+{{- end }}
+{{- if and .Values.adminToken.enabled (not .Values.adminToken.env) }}
+{{- fail "adminToken.env is required with adminToken.enabled: the environment variable that carries the token (e.g. SLUICE_ADMIN_TOKEN)" }}
+{{- end }}
+{{- if and .Values.adminToken.enabled (not .Values.adminToken.secretKey) }}
+{{- fail "adminToken.secretKey is required with adminToken.enabled: the Secret's key that holds the token (e.g. token)" }}
 {{- end }}
 {{- if and .Values.redis.sentinel.master (not .Values.redis.sentinel.addrs) }}
 {{- fail "redis.sentinel.master needs redis.sentinel.addrs: the sentinels to ask for the primary" }}
