@@ -23,8 +23,8 @@ import (
 // headless Chromium opens a's operator page, at 1366×768 and on a 390×844 phone. Its chart holds
 // points from before the page loaded (the first one's time before the load, with alpha's
 // refusals among them), then the live polls after; the fleet's chart shows the two instances'
-// slot with beta's refusals, which a never decided. The page is no wider than the screen.
-// Screenshots go to artifacts/.
+// slot with beta's refusals, which a never decided. The page is no wider than the screen. The
+// charts' span goes to the last 2 minutes and back. Screenshots go to artifacts/.
 func TestOperatorPageHistory(t *testing.T) {
 	t.Parallel()
 	rs := redistest.Start(t)
@@ -117,5 +117,12 @@ clients:
 			t.Errorf("%s: the history's note says %q; want nothing (both histories read)", v.name, got)
 		}
 		tab.Screenshot(v.name)
+		if !v.phone {
+			// The span: the last 2 minutes, on both charts, and back to the hour.
+			for _, sp := range []string{"120", "3600"} {
+				tab.Do("the span "+sp, chromedp.Evaluate[chromedp.Void](`(() => { const s = document.getElementById("chart-span"); s.value = "`+sp+`"; s.dispatchEvent(new Event("change")); })()`))
+				tab.Wait("both charts over "+sp+" s", `document.getElementById("chart").dataset.span === "`+sp+`" && document.getElementById("fleet-chart").dataset.span === "`+sp+`"`)
+			}
+		}
 	}
 }

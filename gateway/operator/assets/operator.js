@@ -1,5 +1,5 @@
-// The operator page: polls ../v1/stats every second and shows it. No framework, no state but the
-// last answer.
+// The operator page: reads ../v1/history (the last hour, for the charts), then polls ../v1/stats
+// every second and shows it. No framework, no state but the last answer and the charts' points.
 "use strict";
 (function () {
   const $ = (id) => document.getElementById(id);
@@ -606,7 +606,8 @@
   // (the rates over the last 10 s). Series: all clients' allowed, refused and delayed per second,
   // then the refused per second of the clients limited in that time (at most 5). The fleet's chart
   // (a Redis store: every instance's counts summed) shows the fleet's slots, read again every 10 s.
-  const SPAN = 3600; // s on the x axis
+  const SPAN = 3600; // s of points kept
+  let span = SPAN; // s on the x axis: the last hour, or the last 2 minutes (#chart-span)
   const loadedAt = Date.now() / 1000;
   const history = []; // {t, allowed, refused, delayed, byClient: {name: refused/s}}, oldest first
   const clock = (s) => new Date(s * 1000).toLocaleTimeString([], { hour: "2-digit", minute: "2-digit" });
@@ -659,9 +660,9 @@
       c.plot = new uPlot({
         width, height: 220,
         padding: [null, 40, null, null], // room for the last time's label, centred on the right edge
-        // Always the last hour, however few points there are yet; from 0, and a quiet gateway's
-        // zeros on a scale of 1, not of 100.
-        scales: { x: { time: true, range: (u, min, max) => [max - SPAN, max] }, y: { range: (u, min, max) => [0, Math.max(1, max * 1.1)] } },
+        // Always the span chosen, however few points there are yet; from 0, and a quiet
+        // gateway's zeros on a scale of 1, not of 100.
+        scales: { x: { time: true, range: (u, min, max) => [max - span, max] }, y: { range: (u, min, max) => [0, Math.max(1, max * 1.1)] } },
         // One line of time per tick, far enough apart not to touch (uPlot's own adds a second
         // line of date and hour, which ran into the next tick's).
         axes: [{ font: AXIS_FONT, space: 90, values: (u, ticks) => ticks.map((t) => clock(t)) },
@@ -681,12 +682,26 @@
     }
     // Not hovered, the legend says the latest figures (not "--"); after a new chart's first
     // drawing, which uPlot does once this task is done.
-    const latest = () => { if (c.plot.cursor.left < 0) c.plot.setLegend({ idx: points.length - 1 }); };
+    // (data-span: the x axis's span, in s, as drawn.)
+    const latest = () => {
+      if (c.plot.cursor.left < 0) c.plot.setLegend({ idx: points.length - 1 });
+      el.dataset.span = String(c.plot.scales.x.max - c.plot.scales.x.min);
+    };
     latest();
     queueMicrotask(latest);
   }
 
-  // trim drops the points older than the span before the latest.
+  $("chart-span").addEventListener("change", (e) => {
+    span = Number(e.target.value);
+    for (const id in charts) {
+      const c = charts[id];
+      c.plot.setData(c.plot.data); // (the x range again)
+      $(id).dataset.span = String(c.plot.scales.x.max - c.plot.scales.x.min);
+      $(id).setAttribute("aria-label", $(id).getAttribute("aria-label").replace(/over the last .*/, "over " + e.target.selectedOptions[0].text));
+    }
+  });
+
+  // trim drops the points older than the hour before the latest.
   function trim(points) {
     while (points.length && points[0].t < points[points.length - 1].t - SPAN) points.shift();
   }
