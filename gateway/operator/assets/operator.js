@@ -740,6 +740,11 @@
     return r.json();
   }
 
+  function historyNote(rep) {
+    $("history-note").textContent = rep.fleet_error ? "the fleet's history cannot be read (" + rep.fleet_error + ")" :
+      rep.fleet ? "" : "the memory store: this instance is the whole fleet";
+  }
+
   // First the hour before the page opened, then the polls.
   async function start() {
     try {
@@ -749,8 +754,7 @@
       trim(history);
       historyPoints = points.length;
       drawFleet(rep);
-      $("history-note").textContent = "";
-      if (rep.fleet_error) $("history-note").textContent = "the fleet's history cannot be read (" + rep.fleet_error + ")";
+      historyNote(rep);
     } catch (e) {
       $("history-note").textContent = "cannot read the gateway's history (" + e.message + "): the chart starts now";
     }
@@ -760,7 +764,7 @@
       try {
         const rep = await loadHistory();
         drawFleet(rep);
-        if (rep.fleet_error) $("history-note").textContent = "the fleet's history cannot be read (" + rep.fleet_error + ")";
+        historyNote(rep);
       } catch (e) { /* the next read may answer */ }
     }, 10000);
   }
