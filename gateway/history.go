@@ -273,7 +273,7 @@ func (s *Server) historyHandler(w http.ResponseWriter, r *http.Request) {
 		}
 		window = d
 	}
-	s.foldHistory(r.Context())
+	s.foldHistory(context.WithoutCancel(r.Context())) // (a reader that leaves does not cost the fleet a slot)
 	now := s.metrics.now()
 	rep := HistoryReport{Time: now.UTC(), ResolutionSeconds: int(historyResolution / time.Second), WindowSeconds: int(window / time.Second),
 		Instance: s.history.slots(now, window)}
