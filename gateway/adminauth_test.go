@@ -50,7 +50,7 @@ func TestAdminToken(t *testing.T) {
 		}
 		return resp.StatusCode, string(b)
 	}
-	for _, c := range []struct{ method, path string }{{"GET", "/metrics"}, {"GET", "/v1/stats"}, {"POST", "/v1/check"}, {"GET", "/operator/"}, {"GET", "/"}} {
+	for _, c := range []struct{ method, path string }{{"GET", "/metrics"}, {"GET", "/v1/stats"}, {"GET", "/v1/history"}, {"POST", "/v1/check"}, {"GET", "/operator/"}, {"GET", "/"}} {
 		for _, tok := range []string{"", "wrong-token"} {
 			if code, body := do(c.method, c.path, tok); code != http.StatusUnauthorized || strings.Contains(body, "s3cret") {
 				t.Errorf("%s %s with token %q: %d %s, want 401", c.method, c.path, tok, code, body)
@@ -84,7 +84,7 @@ func TestMetricsServer(t *testing.T) {
 	defer srv.Close()
 	m := httptest.NewServer(srv.MetricsServer().Handler)
 	defer m.Close()
-	for path, want := range map[string]int{"/metrics": 200, "/healthz": 200, "/v1/stats": 404, "/operator/": 404} {
+	for path, want := range map[string]int{"/metrics": 200, "/healthz": 200, "/v1/stats": 404, "/v1/history": 404, "/operator/": 404} {
 		resp, err := http.Get(m.URL + path)
 		if err != nil {
 			t.Fatal(err)

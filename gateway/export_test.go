@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"context"
 	"log/slog"
 	"time"
 	"unsafe"
@@ -76,6 +77,7 @@ func OpenStore(cfg config.Store, log *slog.Logger) (Store, error) {
 		}
 		fleet.Start()
 		st.Close = func() { fleet.Close(); rs.Close() }
+		st.FleetHistory = &FleetHistory{Add: fleet.AddHistory, Read: fleet.History} // the fleet's last hour (GET /v1/history)
 		st.Shares = shares
 		st.Fleet = func() FleetStats {
 			v := fleet.View()
@@ -141,10 +143,32 @@ func SetWatchDelay(t interface{ Cleanup(func()) }, d time.Duration) {
 func NewClockedServer(cfg *config.Config, clock *sluice.ManualClock) (*Server, error) {
 	s, err := NewServer(cfg, "", Store{Store: memory.New(memory.WithClock(clock))}, slog.New(slog.DiscardHandler))
 	if err == nil {
-		s.metrics.now = clock.Now
+		s.SetClock(clock.Now)
 	}
 	return s, err
 }
+
+// SetClock has the Server record decisions (and fold its history, which starts at now()) at
+// now's time; its history's
+// loop is stopped while it changes, so that no fold reads the clock meanwhile.
+func (s *Server) SetClock(now func() time.Time) {
+	close(s.historyStop)
+	<-s.historyDone
+	s.metrics.now = now
+	s.history.start = slotOf(now())
+	s.historyStop, s.historyDone = make(chan struct{}), make(chan struct{})
+	go s.runHistory(s.historyStop, s.historyDone)
+}
+
+// FoldHistory folds the slots that have ended into the Server's history (and the fleet's), as
+// its loop does every few seconds.
+func FoldHistory(s *Server) { s.foldHistory(context.Background()) }
+
+// History is the length of a history slot and the slots kept.
+const (
+	HistoryResolution = historyResolution
+	HistorySlots      = historySlots
+)
 
 // NeedsKept returns how many clients the Server keeps needs of, and how many series (client and
 // policy) and minute pages they hold.

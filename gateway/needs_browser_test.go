@@ -41,5 +41,6 @@ func TestOperatorPageNeeds(t *testing.T) {
 			t.Fatalf("refused as recorded on the page: %q, want 180", got)
 		}
 	}
+	tab.Wait("the memory store's fleet: this instance, no fleet chart", `document.getElementById("history-note").textContent === "the memory store: this instance is the whole fleet" && document.getElementById("fleet-rates").hidden`)
 	tab.Screenshot("operator-needs")
 }

@@ -68,6 +68,14 @@ type Server struct {
 	swap    sync.Mutex
 
 	replay Replayer // the what-if's (needs_whatif.go); nil: none
+
+	// history is the last hour of this instance's figures, fleetHistory the fleet's (nil: the
+	// memory store's, whose fleet is this instance); folded every historyEvery until Close
+	// (history.go).
+	history                  history
+	fleetHistory             *FleetHistory
+	historyStop, historyDone chan struct{}
+	closeOnce                sync.Once
 }
 
 // Stopping makes /readyz answer 503 from now on: the process is shutting down (its
@@ -97,6 +105,9 @@ type Store struct {
 	// Regions, if set, is this region's global policies (GET /v1/stats "regions", the
 	// sluice_region_* metrics).
 	Regions func() RegionStats
+	// FleetHistory, if set, keeps the fleet's last hour in the store (a Redis store), for GET
+	// /v1/history and the operator page's chart; nil: the fleet is this instance.
+	FleetHistory *FleetHistory
 }
 
 // RegionStats is this region's side of the global: true policies (GET /v1/stats "regions").
@@ -108,7 +119,8 @@ type RegionStats struct {
 // NewServer returns a Server running cfg on st; path is the file Reload reads. The Server
 // closes st on Close, and on an error here.
 func NewServer(cfg *config.Config, path string, st Store, log *slog.Logger) (*Server, error) {
-	s := &Server{path: path, log: log, registry: prometheus.NewRegistry(), ping: st.Ping, closer: st.Close, fleet: st.Fleet, replay: testReplayer, global: st.Global, regions: st.Regions}
+	s := &Server{path: path, log: log, registry: prometheus.NewRegistry(), ping: st.Ping, closer: st.Close, fleet: st.Fleet, replay: testReplayer, global: st.Global, regions: st.Regions,
+		fleetHistory: st.FleetHistory}
 	if s.ping == nil {
 		s.ping = func(context.Context) error { return nil }
 	}
@@ -158,6 +170,9 @@ func NewServer(cfg *config.Config, path string, st Store, log *slog.Logger) (*Se
 	}
 	s.base.Store(cfg)
 	s.run(cfg, g)
+	s.history.start = slotOf(s.metrics.now())
+	s.historyStop, s.historyDone = make(chan struct{}), make(chan struct{})
+	go s.runHistory(s.historyStop, s.historyDone)
 	return s, nil
 }
 
@@ -444,6 +459,12 @@ func (s *Server) Decide(ctx context.Context, req *decision.Request) decision.Ver
 // Close lands the settlements still pending, for up to server.drain_timeout (at least a second;
 // those left then are counted lost), and closes the store.
 func (s *Server) Close() {
+	s.closeOnce.Do(s.close)
+}
+
+func (s *Server) close() {
+	close(s.historyStop)
+	<-s.historyDone
 	bound := max(s.Config().Server.DrainTimeout, time.Second)
 	ctx, cancel := context.WithTimeout(context.Background(), bound)
 	defer cancel()
@@ -479,8 +500,8 @@ func (s *Server) AdminServer() *http.Server {
 
 // Admin returns the admin listener's handler: /metrics (Prometheus), /healthz (the process is
 // up), /readyz (decisions go to the store), POST /v1/check (the decision API), /v1/forward-auth
-// (proxies' auth sub-requests), GET /v1/stats and GET /v1/clients/{name}/needs and the operator
-// page that shows them (/operator/), and the browser simulation (/).
+// (proxies' auth sub-requests), GET /v1/stats, GET /v1/history and GET /v1/clients/{name}/needs
+// and the operator page that shows them (/operator/), and the browser simulation (/).
 func (s *Server) Admin() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.registry, promhttp.HandlerOpts{EnableOpenMetrics: true}))
@@ -501,6 +522,7 @@ func (s *Server) Admin() http.Handler {
 	})
 	mux.HandleFunc("POST /v1/check", s.check)
 	mux.HandleFunc("GET /v1/stats", s.stats)
+	mux.HandleFunc("GET /v1/history", s.historyHandler)           // history.go
 	mux.HandleFunc("GET /v1/clients/{name}/needs", s.clientNeeds) // needs_whatif.go
 	mux.Handle("GET /operator/", http.StripPrefix("/operator/", operator.Handler()))
 	for _, m := range s.mounts {

@@ -190,6 +190,42 @@ func TestServeE2EShares(t *testing.T) {
 		t.Errorf("the page's instances heading: %q; want it to name the fleet, default", h)
 	}
 	tab.Screenshot("shares-desktop")
+
+	// The fleet's history (GET /v1/history, the processes' own wiring to Redis): once the slot of
+	// the requests has ended and every instance has added it, instance 2 reads the 60 allowed of
+	// the 3 instances, and its own 10; its page's fleet chart holds that slot.
+	var h gateway.HistoryReport
+	sum := func(ss []gateway.HistorySlot) (allowed uint64, instances int) {
+		for _, s := range ss {
+			allowed += s.Allowed
+			instances = max(instances, s.Instances)
+		}
+		return allowed, instances
+	}
+	for deadline := time.Now().Add(40 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		resp, err := http.Get(procs[2].admin + "/v1/history")
+		if err != nil {
+			t.Fatal(err)
+		}
+		h = gateway.HistoryReport{}
+		err = json.NewDecoder(resp.Body).Decode(&h)
+		resp.Body.Close()
+		if err != nil || resp.StatusCode != 200 {
+			t.Fatalf("GET /v1/history: %d %v", resp.StatusCode, err)
+		}
+		fa, fi := sum(h.Fleet)
+		if fa == 60 && fi == 3 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the fleet's history after 40 s: %d allowed by up to %d instances (%s); want 60 by 3: %+v", fa, fi, h.FleetError, h.Fleet)
+		}
+	}
+	if mine, _ := sum(h.Instance); mine != 10 {
+		t.Errorf("instance 2's own history: %d allowed; want its 10", mine)
+	}
+	tab.Do("open the operator page again", chromedp.Navigate(procs[2].admin+"/operator/"))
+	tab.Wait("the fleet's chart with the 3 instances' slot", `!document.getElementById("fleet-rates").hidden && document.getElementById("fleet-chart").dataset.instances === "3"`)
 }
 
 // TestServeE2ESharesDrift: the instances do not count together although they share the Redis,

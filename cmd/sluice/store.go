@@ -72,6 +72,7 @@ func openStoreRegional(cfg config.Store, log *slog.Logger, budgets func(sluice.P
 		st.Close = func() { fleet.Close(); rs.Close() } // leave the registry first: the others count one fewer at once
 		share := fallbackShare(cfg)
 		st.Fleet = func() gateway.FleetStats { return fleetStats(fleet, share) }
+		st.FleetHistory = &gateway.FleetHistory{Add: fleet.AddHistory, Read: fleet.History} // the fleet's last hour (GET /v1/history)
 		st.Shares = shares
 		st.Clients = rs.Registry()
 	default:

@@ -1,7 +1,8 @@
 // Package operator is the gateway's live operator page: which client is being limited right now,
 // every client's allowed, refused and delayed rates, early retries, and the store's health and
 // fallback state, and what each client needs beside its limits. It is a static page (embedded)
-// that polls the admin listener's GET /v1/stats, and every 10 s GET /v1/clients/{name}/needs of
+// that reads the admin listener's GET /v1/history first (its chart opens with the last hour),
+// then polls GET /v1/stats, and every 10 s GET /v1/clients/{name}/needs of
 // the clients it lists (and again for a what-if).
 package operator
 

@@ -45,7 +45,7 @@ func TestDocumentedACL(t *testing.T) {
 // TestACLUser: a user created with exactly ACLRules (on every node of a cluster) can do all the
 // store does — connect, decide under every algorithm, DecideAll, batched calls, as functions of
 // the library (FCALL), loaded again after FUNCTION FLUSH (and scripts re-sent after SCRIPT FLUSH),
-// Ping for readiness, the clock readings for deadlines — on a single server (over a URL with a
+// Ping for readiness, the clock readings for deadlines, the fleet's history — on a single server (over a URL with a
 // database) and on a 3-master Redis Cluster; and the rules are no wider than that (no other keys,
 // no FLUSHALL, no CONFIG). A user with the rules of the versions before the library (no +fcall,
 // no +function|load) still decides everything, with the scripts.
@@ -78,6 +78,17 @@ func TestACLUser(t *testing.T) {
 		}
 		if c.offsets == nil || c.offsets.floorAt.Load() == 0 {
 			t.Fatal("the store did not read Redis's clock (TIME) as the ACL user")
+		}
+		// The fleet's history (history.lua): a slot added to and read back.
+		f, err := s.Fleet(FleetOptions{ID: "gw-acl"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := f.AddHistory(bg, 180_000_000, map[string]int64{"allowed": 3, "r:partner": 1}); err != nil {
+			t.Fatalf("AddHistory as the ACL user: %v", err)
+		}
+		if got, err := f.History(bg, 180_000_000, 180_000_001); err != nil || got[180_000_000]["allowed"] != 3 || got[180_000_000]["r:partner"] != 1 {
+			t.Fatalf("History as the ACL user: %v %v", got, err)
 		}
 		for round := range 2 {
 			if round == 1 {

@@ -1,5 +1,5 @@
-// The operator page: polls ../v1/stats every second and shows it. No framework, no state but the
-// last answer.
+// The operator page: reads ../v1/history (the last hour, for the charts), then polls ../v1/stats
+// every second and shows it. No framework, no state but the last answer and the charts' points.
 "use strict";
 (function () {
   const $ = (id) => document.getElementById(id);
@@ -601,24 +601,112 @@
     document.body.dataset.updated = st.time;
   }
 
-  // The chart: the last two minutes of polls. Series: all clients' allowed, refused and delayed
-  // per second, then the refused per second of each client that was limited in that time.
-  const HISTORY = 120;
-  const history = []; // {t, allowed, refused, delayed, byClient: {name: refused/s}}
-  const clock = (s) => new Date(s * 1000).toLocaleTimeString();
+  // The charts: the last hour. This instance's opens with the server's history (GET /v1/history:
+  // one point per 10 s slot, the slot's counts per second, at its end), then adds a point per poll
+  // (the rates over the last 10 s). Series: all clients' allowed, refused and delayed per second,
+  // then the refused per second of the clients limited in that time (at most 5). The fleet's chart
+  // (a Redis store: every instance's counts summed) shows the fleet's slots, read again every 10 s.
+  const SPAN = 3600; // s of points kept
+  let span = SPAN; // s on the x axis: the last hour, or the last 2 minutes (#chart-span)
+  const loadedAt = Date.now() / 1000;
+  const history = []; // {t, allowed, refused, delayed, byClient: {name: refused/s}}, oldest first
+  const clock = (s) => new Date(s * 1000).toLocaleTimeString([], { hour: "2-digit", minute: "2-digit" });
+  const clockSec = (s) => new Date(s * 1000).toLocaleTimeString();
   const AXIS_FONT = "14px system-ui, sans-serif"; // the page's small size (operator.css --small), on a canvas
   const palette = ["#b42318", "#7a2e98", "#c4320a", "#3e4784", "#9f1ab1"];
-  let chart = null;
-  let chartClients = "";
+  const charts = {}; // by element id: {plot, key}
+  let historyPoints = 0;
+  document.body.dataset.loaded = String(loadedAt);
 
-  function chartData(clients) {
-    const data = [history.map((h) => h.t), history.map((h) => h.allowed), history.map((h) => h.refused), history.map((h) => h.delayed)];
-    for (const c of clients) data.push(history.map((h) => (c in h.byClient ? h.byClient[c] : null)));
-    return data;
+  // fromSlots turns a history's slots into points (per second, at each slot's end).
+  function fromSlots(slots, res) {
+    return slots.map((s) => {
+      const byClient = {};
+      for (const c of s.top_refused || []) byClient[c.client] = c.refused / res;
+      return { t: Date.parse(s.t) / 1000 + res, allowed: s.allowed / res, refused: s.refused / res, delayed: s.delayed / res, byClient, instances: s.instances || 0 };
+    });
+  }
+
+  // named picks the clients with a series of their own: those limited now first, then those
+  // refused in the points, the most refused first; at most one per colour.
+  function named(points, limitedNow) {
+    const out = limitedNow.slice(0, palette.length);
+    const sums = {};
+    for (const p of points) for (const name in p.byClient) sums[name] = (sums[name] || 0) + p.byClient[name];
+    for (const name of Object.keys(sums).sort((a, b) => sums[b] - sums[a] || a.localeCompare(b))) {
+      if (out.length < palette.length && !out.includes(name) && sums[name] > 0) out.push(name);
+    }
+    return out;
+  }
+
+  function plot(id, points, clients) {
+    if (typeof uPlot === "undefined") return; // the page still works without its charts
+    const el = $(id);
+    el.dataset.points = String(points.length);
+    el.dataset.first = points.length ? String(points[0].t) : "";
+    el.dataset.last = points.length ? String(points[points.length - 1].t) : "";
+    // What of it came from before the page opened (the server's history): points, and their refusals.
+    const before = points.filter((p) => p.t < loadedAt);
+    el.dataset.pointsBeforeLoad = String(before.length);
+    el.dataset.refusedBeforeLoad = String(before.reduce((n, p) => n + p.refused, 0));
+    const data = [points.map((h) => h.t), points.map((h) => h.allowed), points.map((h) => h.refused), points.map((h) => h.delayed)];
+    for (const c of clients) data.push(points.map((h) => (c in h.byClient ? h.byClient[c] : null)));
+    const key = clients.join("\u0000");
+    const width = Math.max(280, el.clientWidth);
+    let c = charts[id];
+    if (!c || c.key !== key) {
+      if (c) c.plot.destroy();
+      c = charts[id] = { key };
+      c.plot = new uPlot({
+        width, height: 220,
+        padding: [null, 40, null, null], // room for the last time's label, centred on the right edge
+        // Always the span chosen, however few points there are yet; from 0, and a quiet
+        // gateway's zeros on a scale of 1, not of 100.
+        scales: { x: { time: true, range: (u, min, max) => [max - span, max] }, y: { range: (u, min, max) => [0, Math.max(1, max * 1.1)] } },
+        // One line of time per tick, far enough apart not to touch (uPlot's own adds a second
+        // line of date and hour, which ran into the next tick's).
+        axes: [{ font: AXIS_FONT, space: 90, values: (u, ticks) => ticks.map((t) => clock(t)) },
+          { label: "requests/s", font: AXIS_FONT, labelFont: "bold " + AXIS_FONT }],
+        series: [
+          { label: "time", value: (u, t) => (t == null ? "—" : clockSec(t)) },
+          // (uPlot's points show only where they are sparse: a lone slot is a dot, not nothing.)
+          { label: "allowed", stroke: "#1a7f37", width: 2 },
+          { label: "refused", stroke: "#b42318", width: 2 },
+          { label: "delayed", stroke: "#bc4c00", width: 2 },
+          ...clients.map((name, i) => ({ label: name + " refused", stroke: palette[i], width: 1, dash: [4, 3] })),
+        ],
+      }, data, el);
+    } else {
+      if (c.plot.width !== width) c.plot.setSize({ width, height: 220 });
+      c.plot.setData(data);
+    }
+    // Not hovered, the legend says the latest figures (not "--"); after a new chart's first
+    // drawing, which uPlot does once this task is done.
+    // (data-span: the x axis's span, in s, as drawn.)
+    const latest = () => {
+      if (c.plot.cursor.left < 0) c.plot.setLegend({ idx: points.length - 1 });
+      el.dataset.span = String(c.plot.scales.x.max - c.plot.scales.x.min);
+    };
+    latest();
+    queueMicrotask(latest);
+  }
+
+  $("chart-span").addEventListener("change", (e) => {
+    span = Number(e.target.value);
+    for (const id in charts) {
+      const c = charts[id];
+      c.plot.setData(c.plot.data); // (the x range again)
+      $(id).dataset.span = String(c.plot.scales.x.max - c.plot.scales.x.min);
+      $(id).setAttribute("aria-label", $(id).getAttribute("aria-label").replace(/over the last .*/, "over " + e.target.selectedOptions[0].text));
+    }
+  });
+
+  // trim drops the points older than the hour before the latest.
+  function trim(points) {
+    while (points.length && points[0].t < points[points.length - 1].t - SPAN) points.shift();
   }
 
   function drawChart(st) {
-    if (typeof uPlot === "undefined") return; // the page still works without its chart
     const h = { t: Date.parse(st.time) / 1000, allowed: 0, refused: 0, delayed: 0, byClient: {} };
     for (const c of st.clients) {
       h.allowed += c.allowed_per_s;
@@ -626,44 +714,59 @@
       h.delayed += c.delayed_per_s;
       h.byClient[c.client] = c.refused_per_s;
     }
+    if (history.length && h.t <= history[history.length - 1].t) return; // (within the history's last slot)
     history.push(h);
-    if (history.length > HISTORY) history.shift();
+    trim(history);
     document.body.dataset.points = String(history.length);
-    const limited = [];
-    for (const c of st.clients) if (c.limited && limited.length < palette.length) limited.push(c.client);
-    for (const old of history) for (const name in old.byClient) {
-      if (!limited.includes(name) && limited.length < palette.length && old.byClient[name] > 0) limited.push(name);
+    plot("chart", history, named(history, st.clients.filter((c) => c.limited).map((c) => c.client)));
+  }
+
+  // The fleet's history: its chart, shown when the store keeps one (a Redis store).
+  function drawFleet(rep) {
+    const show = Array.isArray(rep.fleet);
+    $("fleet-rates").hidden = !show;
+    if (!show) return;
+    const points = fromSlots(rep.fleet, rep.resolution_s);
+    const most = points.reduce((n, p) => Math.max(n, p.instances), 0);
+    $("fleet-rates-note").textContent = "every instance of the fleet together, per 10 s slot, from the store; " +
+      (points.length ? "up to " + most + " instance" + (most === 1 ? "" : "s") + " in a slot" : "no slot yet");
+    $("fleet-chart").dataset.instances = String(most);
+    plot("fleet-chart", points, named(points, []));
+  }
+
+  async function loadHistory() {
+    const r = await fetch("../v1/history", { cache: "no-store" });
+    if (!r.ok) throw new Error("GET /v1/history: " + r.status);
+    return r.json();
+  }
+
+  function historyNote(rep) {
+    $("history-note").textContent = rep.fleet_error ? "the fleet's history cannot be read (" + rep.fleet_error + ")" :
+      rep.fleet ? "" : "the memory store: this instance is the whole fleet";
+  }
+
+  // First the hour before the page opened, then the polls.
+  async function start() {
+    try {
+      const rep = await loadHistory();
+      const points = fromSlots(rep.instance, rep.resolution_s);
+      history.push(...points);
+      trim(history);
+      historyPoints = points.length;
+      drawFleet(rep);
+      historyNote(rep);
+    } catch (e) {
+      $("history-note").textContent = "cannot read the gateway's history (" + e.message + "): the chart starts now";
     }
-    const key = limited.join("\u0000");
-    const el = $("chart");
-    const width = Math.max(280, el.clientWidth);
-    if (!chart || key !== chartClients) {
-      if (chart) chart.destroy();
-      chartClients = key;
-      chart = new uPlot({
-        width, height: 220,
-        padding: [null, 40, null, null], // room for the last time's label, centred on the right edge
-        // Always the last two minutes, however few points there are yet; from 0, and a quiet
-        // gateway's zeros on a scale of 1, not of 100.
-        scales: { x: { time: true, range: (u, min, max) => [max - HISTORY, max] }, y: { range: (u, min, max) => [0, Math.max(1, max * 1.1)] } },
-        // One line of time per tick, far enough apart not to touch (uPlot's own adds a second
-        // line of date and hour, which ran into the next tick's).
-        axes: [{ font: AXIS_FONT, space: 90, values: (u, ticks) => ticks.map((t) => clock(t)) },
-          { label: "requests/s", font: AXIS_FONT, labelFont: "bold " + AXIS_FONT }],
-        series: [
-          { label: "time", value: (u, t) => (t == null ? "—" : clock(t)) },
-          { label: "allowed", stroke: "#1a7f37", width: 2, points: { show: false } },
-          { label: "refused", stroke: "#b42318", width: 2, points: { show: false } },
-          { label: "delayed", stroke: "#bc4c00", width: 2, points: { show: false } },
-          ...limited.map((name, i) => ({ label: name + " refused", stroke: palette[i], width: 1, dash: [4, 3], points: { show: false } })),
-        ],
-      }, chartData(limited), el);
-    } else {
-      if (chart.width !== width) chart.setSize({ width, height: 220 });
-      chart.setData(chartData(limited));
-    }
-    // Not hovered, the legend says the latest second's figures (not "--").
-    if (chart.cursor.left < 0) chart.setLegend({ idx: history.length - 1 });
+    $("chart").dataset.historyPoints = String(historyPoints);
+    poll();
+    setInterval(async () => {
+      try {
+        const rep = await loadHistory();
+        drawFleet(rep);
+        historyNote(rep);
+      } catch (e) { /* the next read may answer */ }
+    }, 10000);
   }
 
   async function poll() {
@@ -683,5 +786,5 @@
     }
     setTimeout(poll, 1000);
   }
-  poll();
+  start();
 })();
