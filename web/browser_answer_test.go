@@ -102,6 +102,9 @@ func TestBrowserAnswerFirst(t *testing.T) {
 			if bad := browsertest.Eval[[]string](page.Tab, aboveTheFold); len(bad) > 0 {
 				t.Errorf("the partners on 3 instances:\n%s", strings.Join(bad, "\n"))
 			}
+			if bad := browsertest.Eval[[]string](page.Tab, overflowing); len(bad) > 0 {
+				t.Errorf("the partners on 3 instances, wider than their container:\n%s", strings.Join(bad, "\n"))
+			}
 			page.Screenshot("web-simulation-answer-partners-" + size.name)
 		})
 	}

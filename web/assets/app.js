@@ -725,7 +725,7 @@
 
   // CHART_HEIGHTS are the plots' heights (requests, state, queue delay), px: small multiples, so
   // that all five algorithms' fit in the first screen; smaller on a phone.
-  const CHART_HEIGHTS = { traffic: [100, 62], level: [74, 62], delay: [66, 62] };
+  const CHART_HEIGHTS = { traffic: [100, 52], level: [74, 52], delay: [66, 52] };
   const chartHeight = (name) => CHART_HEIGHTS[name][innerWidth < 600 ? 1 : 0];
 
   // baseOptions are a chart's options: x over xRange, y from 0 to card.ymax[name].
