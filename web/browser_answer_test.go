@@ -286,6 +286,15 @@ func shellWords(line string) []string {
 	return words
 }
 
+// TestMain removes the sluice binary that sluiceBinary built, if any, once the tests are done.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if cli.path != "" {
+		os.RemoveAll(filepath.Dir(cli.path))
+	}
+	os.Exit(code)
+}
+
 var cli struct {
 	once sync.Once
 	path string
