@@ -92,6 +92,12 @@ func (c Change) Apply(p sluice.Policy) sluice.Policy {
 
 // changeTo applies, before the session decides or peeks at tMicros, the changes due by then:
 // the limiter is replaced by one of the changed policy on the same store.
+//
+// The change takes effect at its own instant, whenever the next call comes: each key's state is
+// read under the new policy at c's time (a peek, cost 0), which converts what the old policy left
+// then (a bucket's queue or tokens, carried over to the new rate: algorithm's State.adopt). So the
+// outcome does not depend on when the next request or peek comes after the change — a run that
+// peeks at every time slice (the browser page's) decides as `sluice simulate --change` does.
 func (s *Session) changeTo(tMicros int64) error {
 	for len(s.changes) > 0 && s.changes[0].TMicros <= tMicros {
 		c := s.changes[0]
@@ -101,6 +107,31 @@ func (s *Session) changeTo(tMicros int64) error {
 			return fmt.Errorf("sim: change %s: %w", c, err)
 		}
 		s.limiter, s.changes = lim, s.changes[1:]
+		if len(s.keys) > 0 {
+			s.clock.Set(time.UnixMicro(s.origin + c.TMicros))
+			for _, key := range s.keys {
+				if _, err := lim.AllowN(s.ctx, key, 0); err != nil {
+					return fmt.Errorf("sim: change %s, key %q: %w", c, key, err)
+				}
+			}
+		}
+	}
+	if len(s.changes) == 0 {
+		s.keys, s.known = nil, nil
 	}
 	return nil
+}
+
+// seen records key while changes are to come (see changeTo).
+func (s *Session) seen(key string) {
+	if len(s.changes) == 0 {
+		return
+	}
+	if s.known == nil {
+		s.known = map[string]bool{}
+	}
+	if !s.known[key] {
+		s.known[key] = true
+		s.keys = append(s.keys, key)
+	}
 }

@@ -116,3 +116,50 @@ func TestChangesErrors(t *testing.T) {
 		}
 	}
 }
+
+// A change takes effect at its own instant, not at the next call after it: a leaky bucket whose
+// limit rises from 5 to 9 a second at 1.2s, between two requests of 12 a second (1.1667s and
+// 1.25s), decides the same whether or not something peeks at 1.2s (as the browser page does at
+// every time slice), and differs from the change made at the next request, 1.25s (its queue
+// drains at the new rate from 1.2s, not from 1.25s).
+func TestChangeAppliesAtItsInstant(t *testing.T) {
+	reqs, err := ParseTraffic("12/s for 5.2s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := sluice.Policy{Algorithm: sluice.LeakyBucket, Limit: 5, Period: time.Second, Burst: 10}
+	run := func(change string, peekAt int64) Summary {
+		t.Helper()
+		c, err := ParseChange(change)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, err := Options{Changes: []Change{c}}.NewSession(p, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var sum Summary
+		peeked := false
+		for _, rq := range reqs {
+			if !peeked && peekAt >= 0 && rq.TMicros > peekAt {
+				if _, err := s.Peek(peekAt, rq.Key); err != nil {
+					t.Fatal(err)
+				}
+				peeked = true
+			}
+			row, err := s.Decide(rq)
+			if err != nil {
+				t.Fatal(err)
+			}
+			sum.Add(row)
+		}
+		return sum
+	}
+	plain, peeked := run("t=1.2s,limit=9", -1), run("t=1.2s,limit=9", 1_200_000)
+	if plain != peeked {
+		t.Errorf("a peek at the change's instant changed the run:\n without %+v\n with    %+v", plain, peeked)
+	}
+	if later := run("t=1.25s,limit=9", -1); later.TotalDelayMicros == plain.TotalDelayMicros {
+		t.Errorf("the change at 1.2s delays as much in all as at 1.25s (%d µs): it took effect at the next request", later.TotalDelayMicros)
+	}
+}

@@ -32,6 +32,11 @@ type Session struct {
 	last     int64    // µs: the latest instant decided or peeked at; times may not go below it
 	origin   int64    // µs since the Unix epoch of virtual time 0 (Options.Start)
 	changes  []Change // Options.Changes still to come, in time order
+	// keys are the keys decided or peeked at so far (in that order; known: the same, as a
+	// set), while changes are to come: a change converts each one's state at its own instant
+	// (changeTo).
+	keys  []string
+	known map[string]bool
 }
 
 // Fleet is several gateway instances sharing one store, each spending local budgets of the
@@ -149,6 +154,7 @@ func (s *Session) reserve(rq Request, actual int64) (row Row, lim *sluice.Limite
 	}
 	s.last = rq.TMicros
 	s.clock.Set(time.UnixMicro(s.origin + rq.TMicros))
+	s.seen(rq.Key)
 	lim, instance := s.limiter, 0
 	if s.limiters != nil {
 		i := s.balance()
@@ -206,6 +212,7 @@ func (s *Session) Peek(tMicros int64, key string) (sluice.Decision, error) {
 	}
 	s.last = tMicros
 	s.clock.Set(time.UnixMicro(s.origin + tMicros))
+	s.seen(key)
 	d, err := s.limiter.AllowN(s.ctx, key, 0)
 	if err != nil {
 		return sluice.Decision{}, fmt.Errorf("sim: peek at t_ms %s, key %q: %w", FormatMillis(tMicros), key, err)

@@ -29,9 +29,11 @@ func TestBrowserLiveMode(t *testing.T) {
 	defer srv.Close()
 	page := browsertest.Simulation{Tab: browsertest.NewTab(t, 1366, 900)}
 	page.Open(srv.URL + "/?traffic=5/s+for+10s&limit=5&period=1s&burst=10")
-	page.Click("#end") // the clock stopped: live mode then starts paused, at 0
+	// The wall clock is the test's: live mode's clock stays at 0 until the test moves it.
+	page.FakeClock()
 	page.Click("#live")
-	page.Wait("live mode", `!document.getElementById('live-bar').hidden && document.getElementById('clock').dataset.us === '0'`)
+	page.Wait("live mode", `!document.getElementById('live-bar').hidden && document.getElementById('clock').dataset.us === '0' &&
+		document.getElementById('play').textContent === 'Pause'`)
 	page.Type("live-rate", "12")
 	page.Do("entering the rate", chromedp.KeyEvent("\r"))
 	page.Wait("the rate taken", `location.search.includes('traffic=12/s')`)
@@ -48,6 +50,7 @@ func TestBrowserLiveMode(t *testing.T) {
 
 	page.Click(`input[name=speed][value="10"]`)
 	page.Click("#play")
+	page.AdvanceClock(400) // 4 s at 10×
 	page.Wait("the clock to run on 3s", "Number(document.getElementById('clock').dataset.us) > "+strconv.FormatInt(changed+3e6, 10))
 	page.Click("#play")
 	page.Wait("the paused run's whole summary", `document.getElementById('play').textContent === 'Play' &&

@@ -44,8 +44,8 @@ begins, CSV and JSON add the fields time and window (the start of the row's cale
 Changes while it runs, --change t=D,limit=N,burst=N (repeated; limit or burst or both): from
 virtual time D on, the policy has those numbers (with --compare, every algorithm's limit and
 the buckets' burst), as a configuration reload would give it: a changed limit or burst keeps
-what each key has used (a window's count, a bucket's units in use). The browser page's live
-mode records its changes so. One instance only (not with --instances, --store or
+what each key has used (a window's count, a bucket's units in use), taken over at D itself even
+when no request comes then. The browser page's live mode records its changes so. One instance only (not with --instances, --store or
 --local-budget).
 
 Traffic, exactly one of:

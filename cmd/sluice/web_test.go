@@ -151,13 +151,14 @@ func TestWebServes(t *testing.T) {
 }
 
 // The end-to-end test of the page: `sluice web` serves it to a real Chromium, 5/s then 40 in 1s
-// runs live, a number changes while the clock runs, and at the clock's end the page's summary is,
+// is replayed, a number changes while the clock runs, and at the clock's end the page's summary is,
 // number for number, what `sluice simulate --compare --format json` prints for the final inputs.
 func TestWebPageMatchesSimulate(t *testing.T) {
 	url := startWeb(t)
 	page := browsertest.Simulation{Tab: browsertest.NewTab(t, 1280, 900)}
 	const pattern = "5/s for 10s; 40 in 1s; 5/s for 10s"
 	page.Open(url + "?traffic=5/s+for+10s%3B+40+in+1s%3B+5/s+for+10s&limit=5&period=1s&burst=40")
+	page.Click("#play") // the page opens on the whole run: Replay plays it from 0
 	page.WaitBuckets(2)
 	if !page.Running() {
 		t.Fatal("the clock does not run")

@@ -21,10 +21,13 @@ func (s Simulation) Open(url string) {
 }
 
 // Type replaces the text of the input with this id as typing does: each key fires an input event.
+// An input under a closed fold (details) is typed into as a person would: the fold opened first.
 func (s Simulation) Type(id, text string) {
 	s.t.Helper()
 	el := "document.getElementById(" + JSString(id) + ")"
-	s.Do("typing into #"+id, chromedp.Evaluate[chromedp.Void](`(() => { const el = `+el+`; el.focus(); el.value = ''; })()`), chromedp.KeyEvent(text))
+	s.Do("typing into #"+id, chromedp.Evaluate[chromedp.Void](`(() => { const el = `+el+`;
+		for (let d = el.closest('details'); d; d = d.parentElement.closest('details')) d.open = true;
+		el.focus(); el.value = ''; })()`), chromedp.KeyEvent(text))
 }
 
 // Click clicks the element that the CSS selector finds.
@@ -37,6 +40,20 @@ func (s Simulation) Click(selector string) {
 func (s Simulation) Value(id string) string {
 	s.t.Helper()
 	return Eval[string](s.Tab, "document.getElementById("+JSString(id)+").value")
+}
+
+// FakeClock gives the page a wall clock of the test's own, at 0 ms, that moves only by
+// AdvanceClock: the page's clock (app.js's wallNow) then reads it, so that a test can check what
+// the page shows after so much real time without depending on how fast the machine is.
+func (s Simulation) FakeClock() {
+	s.t.Helper()
+	s.Do("installing a fake wall clock", chromedp.Evaluate[chromedp.Void](`window.__fakeNow = 0; window.__sluiceNow = () => window.__fakeNow;`))
+}
+
+// AdvanceClock moves the fake wall clock (FakeClock) on by ms.
+func (s Simulation) AdvanceClock(ms int) {
+	s.t.Helper()
+	s.Do("advancing the fake wall clock", chromedp.Evaluate[chromedp.Void](fmt.Sprintf("window.__fakeNow += %d", ms)))
 }
 
 // Running reports whether the virtual clock is running.

@@ -26,7 +26,14 @@
   };
 
   const DEBOUNCE_MS = 150;
+  // Live, the instants (a change, a pause, the end of what was sent) are whole tenths of a
+  // second, so that the traffic reads "10/s for 8.1s", never "8.0497s".
+  const LIVE_STEP_US = 100000;
   const $ = (id) => document.getElementById(id);
+
+  // wallNow is the real clock, in ms: performance.now(), unless a test put a clock of its own in
+  // window.__sluiceNow (a function returning ms).
+  const wallNow = () => (typeof window.__sluiceNow === "function" ? window.__sluiceNow() : performance.now());
 
   const state = {
     result: null, // the last run that succeeded: the JSON of scenario.Result
@@ -34,7 +41,9 @@
     playing: false,
     speed: 1,
     shown: -1, // the buckets drawn (and totalled in the table) so far
-    lastFrame: 0, // the animation frame's timestamp, ms; 0 when the clock is stopped
+    framing: false, // an animation frame is asked for
+    anchorWall: 0, // the wall clock (ms) when the virtual clock was last set or started…
+    anchorT: 0, // …and the virtual clock then (µs): running, t = anchorT + (wall − anchorWall) × speed
     presets: [],
     cards: new Map(), // algorithm → {el, charts, ...}
     debounce: 0,
@@ -137,14 +146,23 @@
     if (!$("store").value) $("store").value = "shared";
     if (!$("balance").value) $("balance").value = "round-robin";
     if (!$("on-error").value) $("on-error").value = "closed";
-    // What the scenario sets is shown: folded fields that it uses open.
-    if (MORE_KEYS.some((k) => params.get(k))) $("more").open = true;
+    // What the scenario sets of the folded fields is said on the fold (which stays closed, so
+    // that the plots stay in the first screen); a card's own numbers open under its plots.
     for (const card of state.cards.values()) {
       if (OWN_KEYS.some((k) => params.get(`${card.alg}.${k}`))) card.el.querySelector(".own").open = true;
     }
     state.changes = params.getAll("change");
     syncCalendar();
     syncOutage();
+  }
+
+  // showMoreSet says on the fold of More settings what the scenario sets under it:
+  // "More settings: instances 3 · store separate".
+  function showMoreSet() {
+    const set = MORE_KEYS.map((k) => $(k)).filter((el) => el.value.trim() && !el.disabled && !(el.tagName === "SELECT" && el.selectedIndex === 0))
+      .map((el) => `${el.labels[0].textContent.trim().toLowerCase()} ${el.value.trim()}`);
+    $("more-set").textContent = set.length ? ": " + set.join(" · ") : "";
+    $("more-what").hidden = set.length > 0;
   }
 
   // syncOutage enables On error only with an outage: without one the store never fails, and
@@ -240,19 +258,23 @@
     showChanges();
     setStatus(`${out.requests.toLocaleString("en")} requests, decided by each algorithm in ${Math.max(1, Math.round(out.ms))} ms.`);
     const end = out.end_us;
-    if (restart) {
-      // Reduced motion: show the whole run at once, and let the buttons replay it.
-      state.t = reducedMotion() ? end : 0;
-      setPlaying(!reducedMotion());
+    if (restart && !state.live) {
+      // The answer first: the whole run at once (the virtual clock makes it instant); Replay
+      // plays it from 0, Play live runs the policy on traffic sent as the clock goes.
+      setT(end);
+      setPlaying(false);
     }
-    state.t = Math.min(state.t, end);
-    if (state.t >= end) setPlaying(false);
+    if (state.t > end) setT(end);
+    if (state.t >= end && !state.live) setPlaying(false);
     updatePresets();
     updateCards();
     buildSummary();
     updateCommands();
     $("time").max = String(out.buckets);
     state.shown = -1;
+    showMoreSet();
+    showMarks();
+    showPausedCommand();
     render();
   }
 
@@ -269,42 +291,51 @@
     state.debounce = setTimeout(() => run(), DEBOUNCE_MS);
   }
 
-  function reducedMotion() {
-    return window.matchMedia && window.matchMedia("(prefers-reduced-motion: reduce)").matches;
-  }
 
   // ---- The clock ------------------------------------------------------------------------------
 
+  // setT sets the virtual clock (µs); a running clock goes on from there.
+  function setT(t) {
+    state.t = t;
+    state.anchorT = t;
+    state.anchorWall = wallNow();
+  }
+
   function setPlaying(playing) {
+    if (playing && !state.playing) setT(state.t);
+    // Live, a pause stops the clock at a tenth of a second: the end of what was sent.
+    if (!playing && state.live) setT(Math.floor(state.t / LIVE_STEP_US) * LIVE_STEP_US);
     state.playing = playing;
     const end = state.result ? state.result.end_us : 0;
     $("play").textContent = playing ? "Pause" : (state.result && state.t >= end && !state.live ? "Replay" : "Play");
-    if (playing && !state.lastFrame) {
-      state.lastFrame = performance.now();
+    showPausedCommand();
+    if (playing && !state.framing) {
+      state.framing = true;
       requestAnimationFrame(frame);
     }
   }
 
-  function frame(now) {
+  // frame moves the clock to where the wall clock says it is: the time since it started, times
+  // the speed (not a fixed step per frame, so that 3 s of real time are 3 s at 1×, however
+  // often frames come).
+  function frame() {
     if (!state.playing || !state.result) {
-      state.lastFrame = 0;
+      state.framing = false;
       return;
     }
-    // At most a quarter second per frame, so a tab coming back from the background does not jump.
-    const dt = Math.max(0, Math.min(now - state.lastFrame, 250));
-    state.lastFrame = now;
+    const t = state.anchorT + Math.round((wallNow() - state.anchorWall) * 1000 * state.speed);
     const end = state.result.end_us;
     if (state.live) {
       // Live: the clock runs on; near the horizon the run is extended ahead of it.
-      state.t += Math.round(dt * 1000 * state.speed);
-      if (state.t > state.live.until - ahead() / 2) liveRun(state.t + ahead());
+      state.t = t;
+      if (state.t > state.live.until - ahead() / 2) liveRun(horizon());
       render();
       requestAnimationFrame(frame);
       return;
     }
-    state.t = Math.min(end, state.t + dt * 1000 * state.speed);
+    state.t = Math.min(end, t);
     if (state.t >= end) {
-      state.lastFrame = 0;
+      state.framing = false;
       setPlaying(false);
       render();
       return;
@@ -335,6 +366,8 @@
     const slider = $("time");
     slider.value = String(k);
     slider.setAttribute("aria-valuetext", `${duration(k * r.width_us)} of ${duration(r.end_us)}`);
+    if (state.live) showLiveTraffic();
+    for (const card of state.cards.values()) policyNow(card);
     if (k === state.shown) return;
     state.shown = k;
     // A paused live run ends its traffic at the clock: all of it is before now, in the bars and
@@ -348,14 +381,21 @@
 
   // A live run is a scenario like any other: its traffic is what was sent so far (a pattern of
   // rates and bursts), its changes those of the limit and the burst, each at the instant it was
-  // made. It runs to a horizon ahead of the clock, again whenever the clock nears it (the past
-  // stays as it was: nothing later changes it). Paused, its traffic ends at the clock, so that the
-  // summary is `sluice simulate`'s for that pattern and those changes, number for number.
+  // made (a whole tenth of a second). It runs to a horizon ahead of the clock, again whenever the
+  // clock nears it (the past stays as it was: nothing later changes it). Paused, its traffic ends
+  // at the clock, so that the summary is `sluice simulate`'s for that pattern and those changes,
+  // number for number, and the command that says so is shown.
 
   // ahead is how far past the clock a running live run is simulated (µs of virtual time).
   function ahead() {
     return Math.max(10e6, state.speed * 3e6);
   }
+
+  // snap is t (µs) down to a live instant: a whole tenth of a second.
+  const snap = (t) => Math.floor(t / LIVE_STEP_US) * LIVE_STEP_US;
+
+  // horizon is where a running live run's traffic is simulated to.
+  const horizon = () => snap(state.t + ahead());
 
   // goDuration writes µs exactly as a Go duration: 12.3s, 0.05s.
   function goDuration(us) {
@@ -363,21 +403,37 @@
     return Math.floor(us / 1e6) + (frac ? "." + frac : "") + "s";
   }
 
+  // segment is the pattern of a rate sent from `from` to `to` (µs).
+  const segment = (rate, from, to) => (rate > 0 ? `${rate}/s for ${goDuration(to - from)}` : `idle ${goDuration(to - from)}`);
+
   // closeSegment ends the rate sent since live.from at t (µs).
   function closeSegment(t) {
     const L = state.live;
-    if (t > L.from) L.segs.push(L.rate > 0 ? `${L.rate}/s for ${goDuration(t - L.from)}` : `idle ${goDuration(t - L.from)}`);
+    if (t > L.from) L.segs.push(segment(L.rate, L.from, t));
     L.from = t;
+  }
+
+  // liveTraffic is the pattern of what is sent up to until (µs).
+  function liveTraffic(until) {
+    const L = state.live;
+    const segs = L.segs.slice();
+    if (until > L.from) segs.push(segment(L.rate, L.from, until));
+    return segs.join("; ");
+  }
+
+  // showLiveTraffic writes in the traffic field what has been sent up to the clock (not the
+  // horizon the run is simulated to): "10/s for 8.1s; 20 at once; 4/s for 2s".
+  function showLiveTraffic() {
+    const text = liveTraffic(snap(state.t)) || `${state.live.rate}/s`;
+    if ($("traffic").value !== text) $("traffic").value = text;
   }
 
   // liveRun runs the live scenario with its traffic up to until (µs): cut there if it is the
   // clock (paused), else to a horizon. It returns whether the run succeeded.
   function liveRun(until) {
     const L = state.live;
-    const segs = L.segs.slice();
-    if (until > L.from) segs.push(L.rate > 0 ? `${L.rate}/s for ${goDuration(until - L.from)}` : `idle ${goDuration(until - L.from)}`);
     const params = new URLSearchParams(L.base);
-    params.set("traffic", segs.join("; "));
+    params.set("traffic", liveTraffic(until));
     for (const c of L.changes) params.append("change", changeText(c));
     const out = simulate(params.toString());
     if (out.errors) {
@@ -386,9 +442,9 @@
     }
     L.until = until;
     L.cut = until === state.t && state.t > 0;
-    $("traffic").value = params.get("traffic");
     state.ranAt = out.query;
     apply(out);
+    showLiveTraffic();
     return true;
   }
 
@@ -398,14 +454,22 @@
 
   // liveAgain runs the live scenario after something was sent or changed: to the clock if paused.
   function liveAgain() {
-    return liveRun(state.playing || state.t === 0 ? state.t + ahead() : state.t);
+    return liveRun(state.playing || state.t === 0 ? horizon() : state.t);
+  }
+
+  // mark notes what was done live at t (µs), for the plots' numbered marks.
+  function mark(t, text) {
+    const L = state.live;
+    const last = L.marks[L.marks.length - 1];
+    if (last && last.t_us === t) last.text += ", " + text;
+    else L.marks.push({ t_us: t, text });
   }
 
   // liveChange takes in the rate, the limit and the burst as they are in their fields: what
-  // differs from what runs applies from now on (the clock's whole ms).
+  // differs from what runs applies from now on (the clock's tenth of a second).
   function liveChange() {
     const L = state.live;
-    const t = Math.round(state.t / 1000) * 1000;
+    const t = snap(state.t);
     clearErrors();
     const rate = $("live-rate").value.trim();
     const limit = $("limit").value.trim();
@@ -418,7 +482,7 @@
       showErrors(bad);
       return;
     }
-    const kept = JSON.stringify({ segs: L.segs, from: L.from, rate: L.rate, changes: L.changes, limit: L.limit, burst: L.burst });
+    const kept = JSON.stringify({ segs: L.segs, from: L.from, rate: L.rate, changes: L.changes, limit: L.limit, burst: L.burst, marks: L.marks });
     const c = { t };
     if (limit !== L.limit) c.limit = limit;
     if (burst !== L.burst) c.burst = burst;
@@ -429,9 +493,12 @@
     } else if (Number(rate) === L.rate) {
       return;
     }
+    if (c.limit) mark(t, `limit ${c.limit}`);
+    if (c.burst) mark(t, `burst ${c.burst}`);
     if (Number(rate) !== L.rate) {
       closeSegment(t);
       L.rate = Number(rate);
+      mark(t, `traffic ${L.rate}/s`);
     }
     L.limit = limit;
     L.burst = burst;
@@ -439,7 +506,8 @@
     if (!liveAgain()) Object.assign(L, JSON.parse(kept));
   }
 
-  // startLive starts a live run of the form's policy and settings, from 0, at the rate in its field.
+  // startLive starts a live run of the form's policy and settings, from 0, at the rate in its
+  // field, with the clock running.
   function startLive() {
     const rate = $("live-rate").value.trim();
     const base = new URLSearchParams(formQuery());
@@ -447,13 +515,16 @@
     base.delete("change");
     const inputs = scenarioInputs().filter((el) => el.id !== "limit" && el.id !== "burst" && !el.disabled);
     state.live = { base: base.toString(), rate: /^\d+(\.\d{1,3})?$/.test(rate) ? Number(rate) : 10, segs: [], from: 0, changes: [],
-      limit: $("limit").value.trim(), burst: $("burst").value.trim() || "0", until: 0, cut: false, inputs };
+      limit: $("limit").value.trim(), burst: $("burst").value.trim() || "0", until: 0, cut: false, inputs, marks: [],
+      traffic: $("traffic").value };
     for (const el of inputs) el.disabled = true;
     $("live-rate").value = String(state.live.rate);
     $("live-bar").hidden = false;
     $("live").setAttribute("aria-pressed", "true");
+    $("live").textContent = "Leave live";
     for (const id of ["restart", "end", "time"]) $(id).disabled = true;
-    state.t = 0;
+    setT(0);
+    setPlaying(true);
     liveAgain();
     render();
   }
@@ -462,14 +533,64 @@
   function stopLive() {
     const L = state.live;
     // What happened up to now, not the horizon run ahead of it.
-    if (state.playing && state.t > 0) liveRun(Math.round(state.t / 1000) * 1000);
+    if (state.playing && state.t > 0) {
+      setPlaying(false);
+      liveRun(state.t);
+    }
     state.live = null;
     for (const el of L.inputs) el.disabled = false;
     $("live-bar").hidden = true;
     $("live").setAttribute("aria-pressed", "false");
+    $("live").textContent = "Play live";
     for (const id of ["restart", "end", "time"]) $(id).disabled = false;
     fillForm(state.result.query);
+    setPlaying(false);
     run({ force: true });
+  }
+
+  // showPausedCommand shows, while a live run is paused, the `sluice simulate` command that
+  // prints its summary: in the clock's panel, not folded, with a button to copy it.
+  function showPausedCommand() {
+    const box = $("paused-command");
+    const L = state.live;
+    const show = !!(L && !state.playing && L.cut && state.result);
+    if (show) {
+      $("paused-cmd").textContent = state.result.commands.join("\n");
+      $("copy-command-status").textContent = "";
+    }
+    if (box.hidden === !show) return;
+    box.hidden = !show;
+    if (show) box.scrollIntoView({ block: "nearest" });
+  }
+
+  async function copyCommand() {
+    const status = $("copy-command-status");
+    try {
+      await navigator.clipboard.writeText($("paused-cmd").textContent);
+      status.textContent = "Copied.";
+    } catch {
+      // No clipboard (an address that is not https, say): select it for the person to copy.
+      getSelection().selectAllChildren($("paused-cmd"));
+      status.textContent = "Selected: copy it with the keyboard.";
+    }
+  }
+
+  // marks are what the plots mark with a numbered line: live, everything done (rate, burst
+  // sent, limit, burst); else the scenario's changes.
+  function marks() {
+    if (state.live) return state.live.marks;
+    const cs = (state.result && state.result.changes) || [];
+    return cs.map((c) => ({ t_us: c.t_us, text: c.text.replace(/^t=[^,]*,/, "").replaceAll("=", " ").replaceAll(",", ", ") }));
+  }
+
+  // showMarks lists the marks under the plots, numbered as on them (the text that the numbers
+  // stand for, for screen readers too).
+  function showMarks() {
+    const ms = marks();
+    const list = $("marks-list");
+    list.hidden = !ms.length;
+    const text = "Marked on the plots: " + ms.map((m, i) => `${i + 1} at ${duration(m.t_us)}: ${m.text}`).join(" · ");
+    if (list.textContent !== text) list.textContent = text;
   }
 
   // ---- Cards and charts -----------------------------------------------------------------------
@@ -523,28 +644,68 @@
     ctx.restore();
   }
 
-  // drawChanges marks the scenario's changes on a chart: a line at each, and on the traffic
-  // chart what changed ("limit 8").
-  function drawChanges(u, labels) {
-    const cs = state.result && state.result.changes;
-    if (!cs) return;
+  // drawChanges draws a line at each mark (a change, or live what was done) on a chart; on the
+  // traffic chart a numbered badge above the plot stands for it (the text is in the list under
+  // the plots, and the badge's tooltip), so that no label covers the data.
+  function drawChanges(u, badges) {
+    const ms = marks();
     const ctx = u.ctx;
     const { left, top, width, height } = u.bbox;
     ctx.save();
-    ctx.strokeStyle = ctx.fillStyle = cssVar("--accent");
+    ctx.strokeStyle = cssVar("--accent");
     ctx.lineWidth = 2 * devicePixelRatio;
-    ctx.font = `${11 * devicePixelRatio}px system-ui, sans-serif`;
-    ctx.textBaseline = "top";
-    for (const c of cs) {
-      const x = u.valToPos(c.t_us / 1e6, "x", true);
+    for (const m of ms) {
+      const x = u.valToPos(m.t_us / 1e6, "x", true);
       if (x < left || x > left + width) continue;
       ctx.beginPath();
       ctx.moveTo(x, top);
       ctx.lineTo(x, top + height);
       ctx.stroke();
-      if (labels) ctx.fillText(c.text.replace(/^t=[^,]*,/, "").replaceAll("=", " ").replaceAll(",", ", "), x + 4 * devicePixelRatio, top + 2 * devicePixelRatio);
     }
     ctx.restore();
+    if (badges) placeBadges(u, ms);
+  }
+
+  // placeBadges puts the marks' numbered badges in the strip above a traffic chart, each over its
+  // line, moved right of the one before if they would touch, and on a second row if the first
+  // is full.
+  function placeBadges(u, ms) {
+    const strip = u.root.parentElement.previousElementSibling;
+    if (!strip || !strip.classList.contains("marks")) return;
+    const plotLeft = u.over.offsetLeft;
+    const plotWidth = u.over.clientWidth;
+    const badges = [];
+    ms.forEach((m, i) => {
+      const x = u.valToPos(m.t_us / 1e6, "x");
+      if (x < 0 || x > plotWidth) return;
+      badges.push({ n: i + 1, x: plotLeft + x, text: `${duration(m.t_us)}: ${m.text}` });
+    });
+    const key = badges.map((b) => `${b.n}@${Math.round(b.x)}`).join(" ");
+    if (strip.dataset.key === key) return;
+    strip.dataset.key = key;
+    strip.replaceChildren();
+    const W = 16; // a badge's width and height, px (style.css: .mark)
+    const gap = 2;
+    const ends = []; // each row's right end so far
+    for (const b of badges) {
+      let left = Math.max(0, b.x - W / 2);
+      let row = ends.findIndex((end) => left >= end + gap);
+      if (row < 0) {
+        row = ends.findIndex((end) => end + gap + W <= strip.clientWidth);
+        if (row < 0) row = ends.length;
+        left = Math.max(left, row < ends.length ? ends[row] + gap : 0);
+        if (row === ends.length) ends.push(0);
+      }
+      ends[row] = left + W;
+      const span = document.createElement("span");
+      span.className = "mark";
+      span.textContent = String(b.n);
+      span.title = b.text;
+      span.style.left = `${left}px`;
+      span.style.top = `${row * (W + gap)}px`;
+      strip.append(span);
+    }
+    strip.style.height = `${ends.length * (W + gap)}px`;
   }
 
   // xRange is the plots' time axis, in s: the whole run, or live the last stretch up to the clock
@@ -560,30 +721,32 @@
   }
 
   // ySize fits the y axis to its longest label, so that none runs into the plot.
-  const ySize = (u, values) => 22 + 7 * Math.max(2, ...(values || []).map((v) => String(v).length));
+  const ySize = (u, values) => 14 + 7 * Math.max(1, ...(values || []).map((v) => String(v).length));
 
-  // chartHeight is a plot's height: smaller on a phone.
-  const chartHeight = (h) => (innerWidth < 600 ? Math.round(h * 0.7) : h);
+  // CHART_HEIGHTS are the plots' heights (requests, state, queue delay), px: small multiples, so
+  // that all five algorithms' fit in the first screen; smaller on a phone.
+  const CHART_HEIGHTS = { traffic: [100, 52], level: [74, 52], delay: [66, 52] };
+  const chartHeight = (name) => CHART_HEIGHTS[name][innerWidth < 600 ? 1 : 0];
 
   // baseOptions are a chart's options: x over xRange, y from 0 to card.ymax[name].
-  function baseOptions(card, name, height) {
+  function baseOptions(card, name) {
     const grid = { stroke: cssVar("--grid"), width: 1 };
-    const axis = { stroke: cssVar("--muted"), grid, ticks: grid, font: "12px system-ui, sans-serif" };
+    const axis = { stroke: cssVar("--muted"), grid, ticks: { ...grid, size: 4 }, font: "11px system-ui, sans-serif", gap: 3 };
     return {
-      width: Math.max(200, card.chartWidth()),
-      height: chartHeight(height),
+      width: Math.max(80, card.chartWidth(name)),
+      height: chartHeight(name),
       hooks: { draw: [(u) => { drawWindows(u, name === "traffic"); drawChanges(u, name === "traffic"); }] },
       cursor: { sync: { key: "sluice" }, drag: { x: false, y: false } },
       legend: { live: true },
       scales: {
         x: { time: false, range: xRange },
-        // Room above the bars for the calendar windows' and the changes' labels.
+        // Room above the bars for the calendar windows' labels.
         y: { range: () => [0, Math.max(1, card.ymax[name] || 1) * (name === "traffic" && state.result &&
-          (state.result.changes || state.result.windows && state.result.windows.length) ? 1.5 : 1.08)] },
+          state.result.windows && state.result.windows.length ? 1.5 : 1.08)] },
       },
       axes: [
-        { ...axis, values: (u, splits) => splits.map((s) => duration(s * 1e6)), space: 70, incrs: TIME_STEPS },
-        { ...axis, size: ySize, space: 24, incrs: counts, values: (u, splits) => splits.map((s) => s.toLocaleString("en")) },
+        { ...axis, size: 22, values: (u, splits) => splits.map((s) => duration(s * 1e6)), space: 56, incrs: TIME_STEPS },
+        { ...axis, size: ySize, space: 18, incrs: counts, values: (u, splits) => splits.map((s) => s.toLocaleString("en")) },
       ],
     };
   }
@@ -631,7 +794,7 @@
     $("cards").append(el);
 
     const card = { alg, el, raw: null, charts: [], ymax: {} };
-    card.chartWidth = () => el.querySelector(".chart").clientWidth;
+    card.chartWidth = (name) => el.querySelector(`.${name}-chart`).clientWidth;
 
     const bars = uPlot.paths.bars({ align: 1, size: [1, Infinity, 1] });
     // The hovered bar's count, or with none hovered the total so far.
@@ -643,7 +806,7 @@
       return a.slice(from, to).reduce((x, y) => x + y, 0).toLocaleString("en");
     };
     card.traffic = new uPlot({
-      ...baseOptions(card, "traffic", 190),
+      ...baseOptions(card, "traffic"),
       series: [
         timeSeries(),
         { label: "refused", fill: cssVar("--refused"), stroke: cssVar("--refused"), width: 0, paths: bars, points: { show: false }, value: rawValue("refused") },
@@ -656,7 +819,7 @@
     card.charts.push(card.traffic);
 
     card.level = new uPlot({
-      ...baseOptions(card, "level", 160),
+      ...baseOptions(card, "level"),
       series: [
         timeSeries(),
         { label: LEVEL[alg].level, stroke: cssVar("--level"), width: 2, fill: cssVar("--level-fill"), points: { show: false }, value: atClock(card, "level") },
@@ -666,14 +829,14 @@
     card.charts.push(card.level);
 
     if (alg === "leaky-bucket") {
-      const delay = baseOptions(card, "delay", 140);
+      const delay = baseOptions(card, "delay");
       delay.axes[1].incrs = undefined;
       card.delay = new uPlot({
         ...delay,
         series: [
           timeSeries(),
-          { label: "a request now would wait", stroke: cssVar("--delayed"), width: 2, points: { show: false }, value: atClock(card, "drain_us", 1000) },
-          { label: "longest wait of a request let in", stroke: cssVar("--muted"), width: 0, paths: () => null,
+          { label: "wait now", stroke: cssVar("--delayed"), width: 2, points: { show: false }, value: atClock(card, "drain_us", 1000) },
+          { label: "longest wait", stroke: cssVar("--muted"), width: 0, paths: () => null,
             value: (u, v, si, i) => trim((i == null ? Math.max(0, ...(card.maxDelayMs || []).slice(0, state.barred)) : v) || 0),
             points: { show: true, size: 3, space: 0, fill: cssVar("--muted"), stroke: cssVar("--muted") } },
         ],
@@ -710,6 +873,8 @@
       if (off) {
         card.raw = null;
         card.el.querySelector(".description").textContent = "";
+        card.el.querySelector(".policy-now").textContent = "";
+        card.el.querySelector(".figures").textContent = "";
       }
     }
     r.runs.forEach((run) => {
@@ -717,7 +882,7 @@
       card.raw = run;
       card.x = x;
       card.xg = xg;
-      card.el.querySelector(".description").textContent = run.description;
+      // policyNow writes the description and the numbers of the policy at the clock.
       for (const key of OWN_KEYS) {
         const input = $(`${run.algorithm}.${key}`);
         if (input) input.placeholder = shared[key] || (key === "burst" ? "0" : "");
@@ -731,6 +896,24 @@
         card.ymax.delay = Math.max(1, ...card.delayMs.filter((v) => v != null), ...card.maxDelayMs.filter((v) => v != null));
       }
     });
+  }
+
+  // policyNow writes on a card the policy that runs at the clock: its numbers ("limit 9 per 1s ·
+  // burst 10") and its description, from the run's policy and, after a change (live, say), the
+  // phase it began (scenario.Result.JSON's "phases").
+  function policyNow(card) {
+    const run = card.raw;
+    if (!run) return;
+    let p = { ...run.policy, description: run.description };
+    for (const ph of run.phases || []) {
+      if (ph.t_us <= state.t) p = { ...p, ...ph };
+    }
+    const per = p.calendar ? `a ${p.calendar} (${p.time_zone})` : duration(Number(p.period_ms) * 1000);
+    const text = `limit ${p.limit.toLocaleString("en")} per ${per}` + (TAKES_BURST.has(run.algorithm) ? ` · burst ${p.burst.toLocaleString("en")}` : "");
+    const el = card.el.querySelector(".policy-now");
+    if (el.textContent !== text) el.textContent = text;
+    const d = card.el.querySelector(".description");
+    if (d.textContent !== p.description) d.textContent = p.description;
   }
 
   // reveal returns the first n values of a, then nulls up to length.
@@ -773,9 +956,10 @@
 
   function resizeCharts() {
     for (const card of state.cards.values()) {
-      const width = Math.max(200, card.chartWidth());
       card.charts.forEach((u, i) => {
-        const height = chartHeight([190, 160, 140][i]);
+        const name = ["traffic", "level", "delay"][i];
+        const width = Math.max(80, card.chartWidth(name));
+        const height = chartHeight(name);
         if (u.width !== width || u.height !== height) u.setSize({ width, height });
       });
     }
@@ -915,6 +1099,13 @@
     const rows = $("summary").tBodies[0].rows;
     r.runs.forEach((run, i) => {
       const s = sums[i];
+      // The card's own line of the summary: what a phone shows first.
+      const card = state.cards.get(run.algorithm);
+      if (card) {
+        const n = (x) => Number(x).toLocaleString("en");
+        card.el.querySelector(".figures").textContent = `${n(s.allowed)} of ${n(s.offered)} allowed · ${n(s.refused)} refused` +
+          (run.algorithm === "leaky-bucket" ? ` · ${n(s.delayed)} delayed` : "");
+      }
       for (const td of rows[i].cells) {
         if (td.tagName !== "TD") continue;
         if (td.classList.contains("fleet-col")) {
@@ -1056,9 +1247,11 @@
     $("live-send").addEventListener("click", () => {
       const L = state.live;
       if (!L) return;
-      const kept = JSON.stringify({ segs: L.segs, from: L.from });
-      closeSegment(Math.round(state.t / 1000) * 1000);
+      const kept = JSON.stringify({ segs: L.segs, from: L.from, marks: L.marks });
+      const t = snap(state.t);
+      closeSegment(t);
       L.segs.push("20 at once");
+      mark(t, "20 at once");
       if (!liveAgain()) Object.assign(L, JSON.parse(kept));
     });
     $("clear-changes").addEventListener("click", () => {
@@ -1081,7 +1274,7 @@
 
     $("play").addEventListener("click", () => {
       if (!state.result) return;
-      if (!state.playing && state.t >= state.result.end_us && !state.live) state.t = 0;
+      if (!state.playing && state.t >= state.result.end_us && !state.live) setT(0);
       setPlaying(!state.playing);
       // Live: paused, the traffic ends at the clock; running, it goes on ahead of it.
       if (state.live) liveAgain();
@@ -1090,34 +1283,39 @@
     $("step").addEventListener("click", () => {
       if (!state.result) return;
       const next = (buckets() + 1) * state.result.width_us;
-      state.t = state.live ? next : Math.min(state.result.end_us, next);
       setPlaying(false);
+      // Live, a step goes to the next tenth of a second on or after the next time slice.
+      setT(state.live ? Math.ceil(next / LIVE_STEP_US) * LIVE_STEP_US : Math.min(state.result.end_us, next));
       if (state.live) liveAgain();
       render();
     });
     $("restart").addEventListener("click", () => {
       if (!state.result) return;
-      state.t = 0;
+      setT(0);
       setPlaying(true);
       render();
     });
     $("end").addEventListener("click", () => {
       if (!state.result) return;
-      state.t = state.result.end_us;
+      setT(state.result.end_us);
       setPlaying(false);
       render();
     });
     $("time").addEventListener("input", (e) => {
       if (!state.result) return;
-      state.t = Number(e.target.value) * state.result.width_us;
+      setT(Number(e.target.value) * state.result.width_us);
       setPlaying(false);
       render();
     });
     for (const radio of document.querySelectorAll("input[name=speed]")) {
-      radio.addEventListener("change", () => { state.speed = Number(radio.value); });
+      radio.addEventListener("change", () => {
+        setT(state.t); // the clock goes on from here at the new speed
+        state.speed = Number(radio.value);
+      });
     }
     $("trace-link").addEventListener("click", downloadTrace);
     $("copy-link").addEventListener("click", copyLink);
+    $("copy-command").addEventListener("click", copyCommand);
 
     let pending = false;
     new ResizeObserver(() => {

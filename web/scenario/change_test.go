@@ -1,6 +1,7 @@
 package scenario
 
 import (
+	"encoding/json"
 	"strings"
 	"testing"
 )
@@ -30,6 +31,45 @@ func TestChanges(t *testing.T) {
 			t.Errorf("%v: ceiling at 7s, 8s, 12s = %v, want %v", run.Policy.Algorithm, got, want)
 		}
 	}
+	// The page's JSON gives each run the policy from each change on, so that a card says what
+	// runs now: the limit, the burst, the capacity and the words.
+	var doc struct {
+		Runs []struct {
+			Algorithm string `json:"algorithm"`
+			Phases    []struct {
+				TUs         int64  `json:"t_us"`
+				Limit       int64  `json:"limit"`
+				Burst       int64  `json:"burst"`
+				Capacity    int64  `json:"capacity"`
+				Description string `json:"description"`
+			} `json:"phases"`
+		} `json:"runs"`
+	}
+	if err := json.Unmarshal(res.JSON(), &doc); err != nil {
+		t.Fatal(err)
+	}
+	for _, run := range doc.Runs {
+		ph := run.Phases
+		if len(ph) != 2 || ph[0].TUs != 8e6 || ph[1].TUs != 12e6 || ph[0].Limit != 20 || ph[1].Limit != 20 {
+			t.Errorf("%s: phases %+v", run.Algorithm, ph)
+			continue
+		}
+		switch run.Algorithm {
+		case "token-bucket":
+			if ph[0].Capacity != 10 || ph[1].Burst != 4 || ph[1].Capacity != 4 ||
+				ph[1].Description != "A bucket of 4 tokens, refilled 20 per 1s; a request takes a token or is refused." {
+				t.Errorf("token-bucket: phases %+v", ph)
+			}
+		case "fixed-window":
+			if ph[1].Burst != 0 || ph[1].Capacity != 20 || !strings.HasPrefix(ph[0].Description, "At most 20 in each 1s window") {
+				t.Errorf("fixed-window: phases %+v", ph)
+			}
+		}
+	}
+	if strings.Contains(string(mustRun(t, mustParse(t, "traffic=10/s+for+2s&limit=5&period=1s")).JSON()), `"phases"`) {
+		t.Error("a run without changes has phases")
+	}
+
 	for query, want := range map[string]string{
 		q + "&change=t%3D1s":                         "change: \"t=1s\": want t=D and limit=N or burst=N",
 		q + "&instances=3&store=shared":              "change: applies to one instance",

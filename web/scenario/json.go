@@ -31,6 +31,8 @@ import (
 //	           "policy": {"algorithm": ..., "limit": ..., "period_ms": ..., "burst": ...},
 //	                     (with a calendar: "calendar" and "time_zone" instead of "period_ms")
 //	           "description": "At most 5 in each 1s window; ...", "capacity": 5,
+//	           "phases": [{"t_us": 4000000, "limit": 8, "burst": 10, "capacity": 10,   with changes only:
+//	                       "description": "..."}, ...],       the policy from each change on
 //	           "offered": [...], "allowed": [...], "refused": [...], "delayed": [...], "max_delay_us": [...],
 //	           "level": [...], "drain_us": [...], "ceiling": [...],  (one more entry: sampled at the boundaries)
 //	           "summary": {...}}, ...]}
@@ -168,6 +170,28 @@ func (r *Result) JSON() []byte {
 		b = appendString(b, Describe(p))
 		b = append(b, `,"capacity":`...)
 		b = strconv.AppendInt(b, run.Capacity, 10)
+		if sc.Changes != nil {
+			// The policy from each change on, for the card of a live run to say what runs now.
+			b = append(b, `,"phases":[`...)
+			for j, c := range sc.Changes {
+				if j > 0 {
+					b = append(b, ',')
+				}
+				p = c.Apply(p)
+				b = append(b, `{"t_us":`...)
+				b = strconv.AppendInt(b, c.TMicros, 10)
+				b = append(b, `,"limit":`...)
+				b = strconv.AppendInt(b, p.Limit, 10)
+				b = append(b, `,"burst":`...)
+				b = strconv.AppendInt(b, p.Burst, 10)
+				b = append(b, `,"capacity":`...)
+				b = strconv.AppendInt(b, p.Capacity(), 10)
+				b = append(b, `,"description":`...)
+				b = appendString(b, Describe(p))
+				b = append(b, '}')
+			}
+			b = append(b, ']')
+		}
 		for _, a := range []struct {
 			key    string
 			values []int64
