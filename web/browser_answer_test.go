@@ -9,9 +9,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/chromedp/chromedp"
@@ -132,7 +130,7 @@ const badgeOverlaps = `(() => {
 // under the plots. Paused, the page shows the `sluice simulate` command on screen, and that very
 // command, run, prints the page's totals.
 func TestBrowserLiveFollowsChanges(t *testing.T) {
-	bin := sluiceBinary(t)
+	bin := browsertest.SluiceBinary(t)
 	srv := httptest.NewServer(web.Handler())
 	defer srv.Close()
 	for _, size := range []screen{laptop, phone} {
@@ -286,38 +284,9 @@ func shellWords(line string) []string {
 	return words
 }
 
-// TestMain removes the sluice binary that sluiceBinary built, if any, once the tests are done.
+// TestMain removes the sluice binary that browsertest.SluiceBinary built, if any, once the tests are done.
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if cli.path != "" {
-		os.RemoveAll(filepath.Dir(cli.path))
-	}
+	browsertest.RemoveSluiceBinary()
 	os.Exit(code)
-}
-
-var cli struct {
-	once sync.Once
-	path string
-	err  error
-}
-
-// sluiceBinary builds cmd/sluice once, for the tests that run the page's commands.
-func sluiceBinary(t *testing.T) string {
-	t.Helper()
-	cli.once.Do(func() {
-		dir, err := os.MkdirTemp("", "sluice-web-cli")
-		if err != nil {
-			cli.err = err
-			return
-		}
-		cli.path = filepath.Join(dir, "sluice")
-		out, err := exec.Command("go", "build", "-o", cli.path, "github.com/sluicehq/sluice/cmd/sluice").CombinedOutput()
-		if err != nil {
-			cli.err = &exec.Error{Name: "go build ./cmd/sluice: " + string(out), Err: err}
-		}
-	})
-	if cli.err != nil {
-		t.Fatal(cli.err)
-	}
-	return cli.path
 }

@@ -9,12 +9,12 @@ import (
 	"reflect"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 	_ "time/tzdata" // the zones, where /usr/share/zoneinfo is missing (as in the browser)
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/browsertest"
 	"github.com/sluicehq/sluice/sim"
 )
 
@@ -349,33 +349,6 @@ func TestCommandsCalendarAndActual(t *testing.T) {
 	}
 }
 
-var cli struct {
-	once sync.Once
-	path string
-	err  error
-}
-
-// sluiceBinary builds cmd/sluice once for the tests that run the page's commands.
-func sluiceBinary(t *testing.T) string {
-	t.Helper()
-	cli.once.Do(func() {
-		dir, err := os.MkdirTemp("", "sluice-scenario-cli")
-		if err != nil {
-			cli.err = err
-			return
-		}
-		cli.path = filepath.Join(dir, "sluice")
-		out, err := exec.Command("go", "build", "-o", cli.path, "github.com/sluicehq/sluice/cmd/sluice").CombinedOutput()
-		if err != nil {
-			cli.err = &exec.Error{Name: "go build ./cmd/sluice: " + string(out), Err: err}
-		}
-	})
-	if cli.err != nil {
-		t.Fatal(cli.err)
-	}
-	return cli.path
-}
-
 // shellWords splits a command line that shellQuote quoted: words separated by spaces, '...'
 // quoted, '\” an apostrophe.
 func shellWords(line string) []string {
@@ -409,7 +382,7 @@ func shellWords(line string) []string {
 // the page's summaries, number for number: a calendar scenario across Berlin's 23-hour day, a
 // settled one, and both with per-algorithm limits and jitter.
 func TestCommandsReproduceTheCLI(t *testing.T) {
-	bin := sluiceBinary(t)
+	bin := browsertest.SluiceBinary(t)
 	defer os.RemoveAll(filepath.Dir(bin))
 	for _, q := range []string{calendarQuery, settledQuery,
 		"traffic=5/s+for+30s&limit=40&calendar=week&time-zone=Europe/Berlin&start=2026-12-31T23:59:50%2B01:00&sliding-window.limit=60&draw=5&jitter=100ms",
@@ -464,4 +437,11 @@ func TestCommandsReproduceTheCLI(t *testing.T) {
 			t.Errorf("%s:\n the commands print %s\n the page shows    %s", q, got, page)
 		}
 	}
+}
+
+// TestMain removes the sluice binary that browsertest.SluiceBinary built, if any, once the tests are done.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	browsertest.RemoveSluiceBinary()
+	os.Exit(code)
 }
