@@ -213,7 +213,7 @@ func TestBrowserLiveFollowsChanges(t *testing.T) {
 			if strings.Contains(cmd, "\n") || !strings.HasPrefix(cmd, "sluice ") {
 				t.Fatalf("the paused command: %q", cmd)
 			}
-			out, err := exec.Command(bin, shellWords(cmd)[1:]...).CombinedOutput()
+			out, err := exec.Command(bin, browsertest.ShellWords(cmd)[1:]...).CombinedOutput()
 			if err != nil {
 				t.Fatalf("%s: %v\n%s", cmd, err, out)
 			}
@@ -256,32 +256,6 @@ func cliTotals(t *testing.T, out string) map[string]map[string]string {
 		totals[f[0]] = map[string]string{"offered": f[1], "allowed": f[2], "refused": f[4], "delayed": f[5]}
 	}
 	return totals
-}
-
-// shellWords splits a command line as the page quotes it: words separated by spaces, '...'
-// quoted.
-func shellWords(line string) []string {
-	var words []string
-	var w strings.Builder
-	in, started := false, false
-	for _, c := range line {
-		switch {
-		case c == '\'':
-			in, started = !in, true
-		case c == ' ' && !in:
-			if started || w.Len() > 0 {
-				words = append(words, w.String())
-			}
-			w.Reset()
-			started = false
-		default:
-			w.WriteRune(c)
-		}
-	}
-	if started || w.Len() > 0 {
-		words = append(words, w.String())
-	}
-	return words
 }
 
 // TestMain removes the sluice binary that browsertest.SluiceBinary built, if any, once the tests are done.

@@ -4,6 +4,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 )
@@ -42,4 +43,33 @@ func RemoveSluiceBinary() {
 	if cli.path != "" {
 		os.RemoveAll(filepath.Dir(cli.path))
 	}
+}
+
+// ShellWords splits a command line as the pages (and web/scenario's shellQuote) quote it: words
+// separated by spaces, '...' quoted, a backslash outside quotes escaping the next character.
+func ShellWords(line string) []string {
+	var words []string
+	var w strings.Builder
+	in, started := false, false
+	for i := 0; i < len(line); i++ {
+		switch c := line[i]; {
+		case c == '\'':
+			in, started = !in, true
+		case c == '\\' && !in && i+1 < len(line):
+			i++
+			w.WriteByte(line[i])
+		case c == ' ' && !in:
+			if started || w.Len() > 0 {
+				words = append(words, w.String())
+			}
+			w.Reset()
+			started = false
+		default:
+			w.WriteByte(c)
+		}
+	}
+	if started || w.Len() > 0 {
+		words = append(words, w.String())
+	}
+	return words
 }

@@ -349,35 +349,6 @@ func TestCommandsCalendarAndActual(t *testing.T) {
 	}
 }
 
-// shellWords splits a command line that shellQuote quoted: words separated by spaces, '...'
-// quoted, '\” an apostrophe.
-func shellWords(line string) []string {
-	var words []string
-	var w strings.Builder
-	in, started := false, false
-	for i := 0; i < len(line); i++ {
-		switch c := line[i]; {
-		case c == '\'':
-			in, started = !in, true
-		case c == '\\' && !in && i+1 < len(line):
-			i++
-			w.WriteByte(line[i])
-		case c == ' ' && !in:
-			if started || w.Len() > 0 {
-				words = append(words, w.String())
-			}
-			w.Reset()
-			started = false
-		default:
-			w.WriteByte(c)
-		}
-	}
-	if started || w.Len() > 0 {
-		words = append(words, w.String())
-	}
-	return words
-}
-
 // The page's command lines, run with the real sluice binary (and the page's trace.csv), print
 // the page's summaries, number for number: a calendar scenario across Berlin's 23-hour day, a
 // settled one, and both with per-algorithm limits and jitter.
@@ -399,7 +370,7 @@ func TestCommandsReproduceTheCLI(t *testing.T) {
 		}
 		var got []string
 		for _, line := range res.Scenario.Commands() {
-			words := shellWords(line + " --format json")
+			words := browsertest.ShellWords(line + " --format json")
 			if words[0] != "sluice" {
 				t.Fatalf("command %q", line)
 			}
