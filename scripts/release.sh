@@ -36,7 +36,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 usage() {
-	sed -n '6,9p' "$0" | sed 's/^# *//' >&2
+	sed -n '6,9p' scripts/release.sh | sed 's/^# *//' >&2
 }
 fail() { # fail CODE MESSAGE
 	echo "release.sh: $2" >&2
@@ -70,17 +70,19 @@ done
 # Go modules take.
 semver='^v(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)(-[0-9A-Za-z-]+(\.[0-9A-Za-z-]+)*)?$'
 
-# The section "## [X.Y.Z]" of CHANGELOG.md (or "## [Unreleased]"), without its heading: the
-# notes of a release.
+# The section "## [X.Y.Z] - date" of CHANGELOG.md (or "## [Unreleased]"), without its heading,
+# up to the next section or the links at the end: the notes of a release. Fails when there is none.
 changelog_section() { # changelog_section X.Y.Z|Unreleased
 	awk -v want="$1" '
-		/^## / {
-			if (found) exit
-			h = $2; gsub(/[][]/, "", h)
-			if (h == want) { found = 1; next }
+		found && (/^## / || /^\[[^]]*\]: /) { exit }
+		/^## / { h = $2; gsub(/[][]/, "", h); if (h == want) found = 1; next }
+		found { line[++n] = $0 }
+		END {
+			if (!found) exit 1
+			first = 1; while (first <= n && line[first] ~ /^[ \t]*$/) first++
+			while (n >= first && line[n] ~ /^[ \t]*$/) n--
+			for (i = first; i <= n; i++) print line[i]
 		}
-		found { print }
-		END { if (!found) exit 1 }
 	' CHANGELOG.md
 }
 
