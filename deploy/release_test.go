@@ -207,11 +207,31 @@ Intro.
 	}
 }
 
-// The workflow passes actionlint (built pinned by scripts/gotool.sh) with no finding, runs on
-// version tags with the permissions it needs, pins each action to a version, and calls the
-// script as docs/releasing.md says.
+// releaseShellcheck is shellcheck's path; the release's tests need it (scripts/test.sh installs it).
+func releaseShellcheck(t *testing.T) string {
+	t.Helper()
+	path, err := exec.LookPath("shellcheck")
+	if err != nil {
+		t.Fatal("shellcheck is not installed: the release's tests need it (Debian: apt-get install shellcheck; scripts/test.sh installs it)")
+	}
+	return path
+}
+
+// The release's scripts pass shellcheck with no finding.
+func TestReleaseScriptsShellcheck(t *testing.T) {
+	cmd := exec.Command(releaseShellcheck(t), "scripts/release.sh", "scripts/gotool.sh", "scripts/build-image.sh")
+	cmd.Dir = ".."
+	if out, err := cmd.CombinedOutput(); err != nil || len(out) > 0 {
+		t.Fatalf("shellcheck: %v\n%s", err, out)
+	}
+}
+
+// The workflow passes actionlint (built pinned by scripts/gotool.sh; its run: blocks checked by
+// shellcheck) with no finding, runs on version tags with the permissions it needs, pins each
+// action to a version, and calls the script as docs/releasing.md says.
 func TestReleaseWorkflow(t *testing.T) {
 	bin := strings.TrimSpace(releaseTool(t, "actionlint"))
+	shellcheck := releaseShellcheck(t)
 	workflows, err := filepath.Glob(filepath.Join("..", ".github", "workflows", "*.yml"))
 	if err != nil || len(workflows) == 0 {
 		t.Fatalf("no workflows in .github/workflows (%v)", err)
@@ -219,7 +239,7 @@ func TestReleaseWorkflow(t *testing.T) {
 	for i, w := range workflows {
 		workflows[i] = strings.TrimPrefix(w, ".."+string(filepath.Separator))
 	}
-	cmd := exec.Command(bin, append([]string{"-no-color"}, workflows...)...)
+	cmd := exec.Command(bin, append([]string{"-no-color", "-shellcheck", shellcheck}, workflows...)...)
 	cmd.Dir = ".."
 	if out, err := cmd.CombinedOutput(); err != nil || len(out) > 0 {
 		t.Fatalf("actionlint %s: %v\n%s", strings.Join(workflows, " "), err, out)

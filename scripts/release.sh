@@ -49,7 +49,7 @@ while [ $# -gt 0 ]; do
 	--snapshot) snapshot=true ;;
 	--publish) publish=true ;;
 	--version | --out | --notes)
-		[ $# -ge 2 ] && [ -n "$2" ] || fail 2 "$1 needs a value"
+		if [ $# -lt 2 ] || [ -z "$2" ]; then fail 2 "$1 needs a value"; fi
 		case $1 in
 		--version) version=$2 ;;
 		--out) out=$2 ;;
@@ -87,8 +87,9 @@ changelog_section() { # changelog_section X.Y.Z|Unreleased
 }
 
 if [ -n "$notes" ]; then
-	[ "$snapshot" = false ] && [ "$publish" = false ] && [ -z "$version" ] && [ -z "$out" ] ||
+	if [ "$snapshot" = true ] || [ "$publish" = true ] || [ -n "$version" ] || [ -n "$out" ]; then
 		fail 2 "--notes takes no other flag"
+	fi
 	if [ "$notes" != Unreleased ]; then
 		[[ $notes =~ $semver ]] || fail 2 "--notes \"$notes\": not a version vX.Y.Z[-pre] (or Unreleased)"
 		notes=${notes#v}
@@ -213,8 +214,8 @@ HELM_CACHE_HOME=$work/helm/cache HELM_DATA_HOME=$work/helm/data \
 	"$helm" package "$work/chart/sluice" --version "$ver" --app-version "$ver" --destination "$out" >/dev/null
 
 # 5. Checksums of every file.
-(cd "$out" && find . -maxdepth 1 -type f ! -name checksums.txt -printf '%f\n' | LC_ALL=C sort |
-	xargs sha256sum -- >checksums.txt)
+(cd "$out" && find . -maxdepth 1 -type f -printf '%f\n' | LC_ALL=C sort | xargs sha256sum --) >"$work/checksums.txt"
+mv "$work/checksums.txt" "$out/checksums.txt"
 
 if [ "$publish" = true ]; then
 	echo "release.sh: pushing $manifest" >&2
