@@ -40,8 +40,12 @@ func TestContainerDefaultConfig(t *testing.T) {
 // image's default configuration starts too.
 func TestContainerServesThroughRedis(t *testing.T) {
 	pm := containerPodman(t)
-	image := pm.build(t)
+	containerServesThroughRedis(t, pm, pm.build(t))
+}
 
+// containerServesThroughRedis is TestContainerServesThroughRedis's checks of the image (an ID
+// or a name in pm's storage): the image built here, and a release's (TestReleaseSnapshot).
+func containerServesThroughRedis(t *testing.T, pm *containerEngine, image string) {
 	rds := redistest.Start(t)
 	var forwarded atomic.Int64
 	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -289,14 +293,20 @@ func (pm *containerEngine) build(t *testing.T) string {
 		t.Fatalf("scripts/build-image.sh printed no image ID\n%s", stderr.String())
 	}
 	id := lines[len(lines)-1]
-	// The image is what the Containerfile says.
-	got := pm.run(t, "image", "inspect", "--format", "{{.Config.User}} {{.Config.Entrypoint}} {{.Config.ExposedPorts}}", id)
+	pm.checkImage(t, id)
+	return id
+}
+
+// checkImage checks that the image is what the Containerfile says: its user, entrypoint and
+// ports.
+func (pm *containerEngine) checkImage(t *testing.T, image string) {
+	t.Helper()
+	got := pm.run(t, "image", "inspect", "--format", "{{.Config.User}} {{.Config.Entrypoint}} {{.Config.ExposedPorts}}", image)
 	for _, want := range []string{"65532:65532", "[/sluice serve --config /etc/sluice/sluice.yaml]", "8080/tcp", "9090/tcp", "8081/tcp"} {
 		if !strings.Contains(got, want) {
 			t.Fatalf("the image's user, entrypoint and ports: %s; want %s in it", strings.TrimSpace(got), want)
 		}
 	}
-	return id
 }
 
 // containerWaitReady waits for the admin listener's /readyz to answer 200 (sluice in the

@@ -43,10 +43,7 @@ import (
 	"github.com/sluicehq/sluice/config"
 )
 
-const (
-	helmVersion = "v3.22.0"
-	helmChart   = "helm/sluice"
-)
+const helmChart = "helm/sluice"
 
 var (
 	helmOnce sync.Once
@@ -54,8 +51,9 @@ var (
 	helmErr  error
 )
 
-// helmBinary returns a helm of helmVersion: the cached one in os.UserCacheDir()/sluice-helm, or
-// one built now with `go install` (a few minutes the first time) and cached there.
+// helmBinary returns the helm scripts/gotool.sh gives (its pinned version, cached in
+// os.UserCacheDir()/sluice-helm, built with `go install` the first time, a few minutes; or the
+// one HELM names): the helm scripts/release.sh packages the chart with.
 func helmBinary(t *testing.T) string {
 	t.Helper()
 	helmOnce.Do(func() { helmPath, helmErr = helmBuild(t) })
@@ -66,33 +64,6 @@ func helmBinary(t *testing.T) string {
 }
 
 func helmBuild(t *testing.T) (string, error) {
-	cache, err := os.UserCacheDir()
-	if err != nil {
-		return "", fmt.Errorf("no cache directory for helm: %w", err)
-	}
-	dir := filepath.Join(cache, "sluice-helm", helmVersion)
-	bin := filepath.Join(dir, "helm")
-	// The cache directory is the version's; a helm built by go install says only its minor
-	// version ("v3.22"), so that much is checked.
-	if out, err := exec.Command(bin, "version", "--short").Output(); err == nil {
-		if v := strings.TrimSpace(string(out)); v != "" && strings.HasPrefix(helmVersion, v) {
-			return bin, nil
-		}
-	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return "", err
-	}
-	// Built into a directory of its own and renamed into place, so that a test run elsewhere at
-	// the same time never finds half a binary.
-	tmp, err := os.MkdirTemp(dir, "build-")
-	if err != nil {
-		return "", err
-	}
-	defer os.RemoveAll(tmp)
-	goCmd := filepath.Join(runtime.GOROOT(), "bin", "go")
-	if _, err := os.Stat(goCmd); err != nil {
-		goCmd = "go"
-	}
 	// Built within the test's deadline, with a clear error rather than the test binary's panic.
 	ctx := context.Background()
 	if deadline, ok := t.Deadline(); ok {
@@ -101,21 +72,29 @@ func helmBuild(t *testing.T) (string, error) {
 		defer cancel()
 	}
 	start := time.Now()
-	cmd := exec.CommandContext(ctx, goCmd, "install", "helm.sh/helm/v3/cmd/helm@"+helmVersion)
-	// Outside this module (go install pkg@version ignores it anyway) and without its GOFLAGS.
-	cmd.Dir = tmp
-	cmd.Env = append(os.Environ(), "GOBIN="+tmp, "GOWORK=off", "GOFLAGS=")
-	if out, err := cmd.CombinedOutput(); err != nil {
+	cmd := exec.CommandContext(ctx, "bash", filepath.Join("..", "scripts", "gotool.sh"), "helm")
+	if goCmd := filepath.Join(runtime.GOROOT(), "bin", "go"); helmExists(goCmd) {
+		// The go of this test, first in the script's PATH.
+		cmd.Env = append(os.Environ(), "PATH="+filepath.Dir(goCmd)+string(os.PathListSeparator)+os.Getenv("PATH"))
+	}
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
 		if ctx.Err() != nil {
-			return "", fmt.Errorf("go install helm %s did not finish within the test's -timeout (%s so far): give the test more time", helmVersion, time.Since(start).Round(time.Second))
+			return "", fmt.Errorf("scripts/gotool.sh helm did not finish within the test's -timeout (%s so far): give the test more time", time.Since(start).Round(time.Second))
 		}
-		return "", fmt.Errorf("go install helm %s: %v\n%s", helmVersion, err, out)
+		return "", fmt.Errorf("scripts/gotool.sh helm: %v\n%s", err, stderr.String())
 	}
-	t.Logf("built helm %s in %s into %s", helmVersion, time.Since(start).Round(time.Second), bin)
-	if err := os.Rename(filepath.Join(tmp, "helm"), bin); err != nil {
-		return "", err
+	if s := stderr.String(); s != "" {
+		t.Logf("scripts/gotool.sh helm (%s): %s", time.Since(start).Round(time.Second), s)
 	}
-	return bin, nil
+	return strings.TrimSpace(string(out)), nil
+}
+
+func helmExists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
 }
 
 // helmRun runs helm with args from this directory and returns its standard output; the error

@@ -99,7 +99,12 @@ func egSequences() []peertest.Sequence {
 
 func TestImageAsEnvoyGatewayRateLimit(t *testing.T) {
 	pm := containerPodman(t)
-	image := pm.build(t)
+	imageAsEnvoyGatewayRateLimit(t, pm, pm.build(t))
+}
+
+// imageAsEnvoyGatewayRateLimit is TestImageAsEnvoyGatewayRateLimit's checks of the image (an ID or a name in pm's storage): the
+// image built here, and a release's (TestReleaseSnapshot).
+func imageAsEnvoyGatewayRateLimit(t *testing.T, pm *containerEngine, image string) {
 	rs := redistest.Start(t)
 	xs := xdstest.Start(t, true)
 	certs := xs.PodCerts(t)
@@ -222,7 +227,12 @@ func configMapVolume(t *testing.T, files []string) string {
 
 func TestImageAsIstioRateLimit(t *testing.T) {
 	pm := containerPodman(t)
-	image := pm.build(t)
+	imageAsIstioRateLimit(t, pm, pm.build(t))
+}
+
+// imageAsIstioRateLimit is TestImageAsIstioRateLimit's checks of the image (an ID or a name in pm's storage): the
+// image built here, and a release's (TestReleaseSnapshot).
+func imageAsIstioRateLimit(t *testing.T, pm *containerEngine, image string) {
 	rs := redistest.Start(t)
 	seqs := peertest.Sequences()
 	files := peertest.ConfigFiles(t, seqs...)

@@ -8,6 +8,19 @@
 #   scripts/build-image.sh                 # sluice:dev, sluice:<version>
 #   IMAGE=registry.example.com/sluice scripts/build-image.sh
 #
+# scripts/release.sh builds its images with it, one per architecture, setting:
+#
+#   GOARCH=arm64       the image's architecture (podman build --platform linux/arm64; default
+#                      this machine's): the Containerfile only copies files, so a foreign
+#                      architecture needs no emulation
+#   BINARY=path        a static linux sluice of that architecture, built already, instead of
+#                      building one here
+#   VERSION=v1.2.3     the version (stamped in a binary built here, and the image's label)
+#                      instead of `git describe`
+#   TAGS="a:1 b:2"     the image's names instead of $IMAGE:dev and $IMAGE:<version>
+#   SOURCE_DATE_EPOCH  the image's creation time (podman build --timestamp): a rebuild of the
+#                      same files is the same image
+#
 # podman's own settings come from its usual places, and from CONTAINERS_CONF and
 # CONTAINERS_STORAGE_CONF (the container test points them at files of its own). Prints the
 # image's ID last, on a line of its own.
@@ -23,7 +36,12 @@ command -v podman >/dev/null || { echo "build-image.sh: podman is not installed 
 image=${IMAGE:-sluice}
 ca=${CA_BUNDLE:-/etc/ssl/certs/ca-certificates.crt}
 [ -r "$ca" ] || { echo "build-image.sh: no CA bundle at $ca (Debian: apt-get install ca-certificates; or set CA_BUNDLE)" >&2; exit 1; }
-version=$(git describe --tags --always --dirty 2>/dev/null || echo devel)
+version=${VERSION:-$(git describe --tags --always --dirty 2>/dev/null || echo devel)}
+arch=${GOARCH:-$(go env GOARCH)}
+if [ -n "${BINARY:-}" ] && [ ! -f "$BINARY" ]; then
+	echo "build-image.sh: BINARY=$BINARY: no such file" >&2
+	exit 1
+fi
 
 ctx=$(mktemp -d)
 trap 'rm -rf "$ctx"' EXIT
@@ -33,7 +51,11 @@ trap 'rm -rf "$ctx"' EXIT
 # image starts, with which sluice reads that image's environment), hard links of one file in one
 # directory copied in one step: the layer holds it once.
 mkdir -p "$ctx/bin/bin"
-CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X main.version=$version" -o "$ctx/bin/sluice" ./cmd/sluice
+if [ -n "${BINARY:-}" ]; then
+	cp "$BINARY" "$ctx/bin/sluice"
+else
+	CGO_ENABLED=0 GOOS=linux GOARCH=$arch go build -trimpath -ldflags "-s -w -X main.version=$version" -o "$ctx/bin/sluice" ./cmd/sluice
+fi
 ln "$ctx/bin/sluice" "$ctx/bin/bin/ratelimit"
 cp "$ca" "$ctx/ca-certificates.crt"
 cp deploy/container/sluice.yaml deploy/container/passwd deploy/container/group "$ctx/"
@@ -45,7 +67,13 @@ tag=$(printf %s "$version" | tr -c 'A-Za-z0-9_.-' '-')
 tags=(-t "$image:dev" -t "$image:$tag")
 # A release (tag v1.2.3) is also tagged 1.2.3: the form a Helm chart's appVersion has.
 case $tag in v[0-9]*) tags+=(-t "$image:${tag#v}") ;; esac
-podman build --quiet -f deploy/container/Containerfile \
+if [ -n "${TAGS:-}" ]; then
+	tags=()
+	for t in $TAGS; do tags+=(-t "$t"); done
+fi
+build=(--platform "linux/$arch")
+[ -z "${SOURCE_DATE_EPOCH:-}" ] || build+=(--timestamp "$SOURCE_DATE_EPOCH")
+podman build --quiet -f deploy/container/Containerfile "${build[@]}" \
 	--label org.opencontainers.image.version="$version" \
 	--label org.opencontainers.image.source=https://github.com/sluicehq/sluice \
 	"${tags[@]}" "$ctx"

@@ -71,6 +71,10 @@ if ! command -v podman >/dev/null 2>&1 || ! command -v runc >/dev/null 2>&1; the
 	apt_install "podman and runc are needed" podman runc
 fi
 
+# shellcheck for the release's tests (deploy/): actionlint checks the release workflow's run:
+# blocks with it, and the release scripts are checked with it.
+command -v shellcheck >/dev/null 2>&1 || apt_install "shellcheck is needed" shellcheck
+
 # python3 for the benchmark scripts' tables, which a test prints from saved runs
 # (config.TestPerformanceDocTables: scripts/bench-rls.sh computes its medians in Python).
 command -v python3 >/dev/null 2>&1 || apt_install "python3 is needed" python3
