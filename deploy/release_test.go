@@ -13,6 +13,7 @@ import (
 	"compress/gzip"
 	"context"
 	"crypto/sha256"
+	"debug/buildinfo"
 	"debug/elf"
 	"debug/macho"
 	"encoding/hex"
@@ -459,12 +460,40 @@ func TestReleaseSnapshot(t *testing.T) {
 		name := fmt.Sprintf("sluice_%s_%s_%s.tar.gz", ver, tg.os, tg.arch)
 		files, modes := releaseArchive(t, filepath.Join(out, name))
 		var names []string
+		thirdParty := map[string]bool{} // module path -> a license file of it is in the archive
 		for n := range files {
+			if rest, ok := strings.CutPrefix(n, "licenses/third_party/"); ok {
+				if i := strings.LastIndex(rest, "/"); i > 0 && len(files[n]) > 0 {
+					thirdParty[rest[:i]] = true
+				}
+				continue
+			}
 			names = append(names, n)
 		}
 		slices.Sort(names)
 		if wantNames := []string{"LICENSE", "NOTICE", "README.md", "licenses/Go-LICENSE.txt", "sluice", "web/assets/uPlot.LICENSE.txt"}; !slices.Equal(names, wantNames) {
 			t.Errorf("%s holds %q, want %q", name, names, wantNames)
+		}
+		// Every module linked into the binary (its build information says which) has its
+		// license beside it, and no other module's is there.
+		bi, err := buildinfo.Read(bytes.NewReader(files["sluice"]))
+		if err != nil {
+			t.Fatalf("%s: sluice's build information: %v", name, err)
+		}
+		if len(bi.Deps) < 10 {
+			t.Fatalf("%s: sluice lists %d modules", name, len(bi.Deps))
+		}
+		linked := map[string]bool{}
+		for _, d := range bi.Deps {
+			linked[d.Path] = true
+			if !thirdParty[d.Path] {
+				t.Errorf("%s: no license of %s, which sluice links, under licenses/third_party/", name, d.Path)
+			}
+		}
+		for m := range thirdParty {
+			if !linked[m] {
+				t.Errorf("%s: licenses/third_party/%s, a module sluice does not link", name, m)
+			}
 		}
 		if !bytes.Equal(files["README.md"], readme) {
 			t.Errorf("%s: README.md is not the repository's", name)
@@ -646,6 +675,27 @@ func TestReleaseSnapshot(t *testing.T) {
 	}
 	if meta.Version != ver || meta.AppVersion != ver {
 		t.Errorf("the chart: version %q, appVersion %q; want %s for both", meta.Version, meta.AppVersion, ver)
+	}
+
+	// The packaged chart, rendered as a user installs it, runs the image this release built.
+	rendered, err := helmRun(t, "template", "sluice", filepath.Join(out, "sluice-"+ver+".tgz"), "-f", helmValues(t, helmRequired))
+	if err != nil {
+		t.Fatalf("helm template of the packaged chart: %v", err)
+	}
+	objs, err := helmDecode(rendered)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var images []string
+	for _, o := range objs {
+		if o.kind() == "Deployment" {
+			for _, c := range helmList(helmGet(o, "spec", "template", "spec", "containers")) {
+				images = append(images, helmStr(helmGet(c, "image")))
+			}
+		}
+	}
+	if !slices.Equal(images, []string{image}) {
+		t.Errorf("the packaged chart's Deployment runs %q, want the release's image %s", images, image)
 	}
 
 	// The container tests, on the release's amd64 image.

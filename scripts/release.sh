@@ -172,6 +172,22 @@ for target in linux/amd64 linux/arm64 darwin/amd64 darwin/arm64; do
 	cp LICENSE NOTICE README.md "$stage/"
 	cp licenses/* "$stage/licenses/"
 	cp web/assets/uPlot.LICENSE.txt "$stage/web/assets/"
+	# The Go modules linked into this binary keep their licenses with it (MIT, BSD and Apache ask
+	# for their notices in a binary distribution): each module's LICENSE, COPYING and NOTICE files,
+	# from the module cache, under licenses/third_party/<module path>/. A module without any
+	# stops the release: it would ship without its terms.
+	CGO_ENABLED=0 GOOS=$os GOARCH=$arch go list -deps -f '{{with .Module}}{{if not .Main}}{{.Path}} {{.Dir}}{{end}}{{end}}' ./cmd/sluice |
+		sort -u >"$work/modules"
+	while read -r mod dir; do
+		mkdir -p "$stage/licenses/third_party/$mod"
+		found=0
+		for f in "$dir"/LICENSE* "$dir"/LICENCE* "$dir"/COPYING* "$dir"/NOTICE*; do
+			[ -f "$f" ] || continue
+			cp "$f" "$stage/licenses/third_party/$mod/"
+			found=1
+		done
+		[ "$found" = 1 ] || { echo "release.sh: module $mod ($dir) has no LICENSE, COPYING or NOTICE file" >&2; exit 1; }
+	done <"$work/modules"
 	find "$stage" -type d -exec chmod 0755 {} +
 	find "$stage" -type f -exec chmod 0644 {} +
 	chmod 0755 "$stage/sluice"
