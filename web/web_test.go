@@ -310,7 +310,10 @@ func TestRegionsPageWeight(t *testing.T) {
 	// client through store/redis, the config package and its YAML reader. That code is what the
 	// page is for (the same as sluice serve runs), so the budget states it and keeps it from
 	// growing unnoticed; slimming it means splitting those packages' imports (region, store).
-	const budget = 2240 << 10
+	// 2240 KiB until the config package's schema became one declarative tree (the parser's field
+	// names and the Helm chart's values.schema.json come from it), which added 22 KiB gzipped;
+	// 2270 KiB is still under two seconds at 10 Mbit/s.
+	const budget = 2270 << 10
 	if total > budget {
 		t.Errorf("the regions page weighs %s gzipped, over the budget of %s", kb(total), kb(budget))
 	}
