@@ -138,6 +138,38 @@ type history struct {
 	next int64                     // the first slot not folded yet; 0: none folded
 	// start is the slot the Server started in (by its clock): none before it is folded.
 	start int64
+	// unsent are the folded slots not yet in the fleet's history (the store did not take them),
+	// oldest first, each sent again at every fold until it lands or is an hour old: at most
+	// historySlots. An add sets this instance's counts of its slot, so one sent again after its
+	// answer was lost counts once.
+	unsent []HistorySlot
+}
+
+// toSend returns the slots to add to the fleet's now: those not sent before that are still
+// within the hour by now, then added, oldest first; and forgets them until sendFailed gives the
+// ones not taken back.
+func (h *history) toSend(added []HistorySlot, now time.Time) []HistorySlot {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	oldest := slotOf(now) - historySlots
+	out := slices.DeleteFunc(h.unsent, func(s HistorySlot) bool { return slotOf(s.Start) < oldest })
+	out = append(out, added...)
+	h.unsent = nil
+	return out
+}
+
+// sendFailed keeps slots, which the store did not take, to be sent at the next fold.
+func (h *history) sendFailed(slots []HistorySlot) {
+	if len(slots) == 0 {
+		return
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.unsent = append(slices.Clone(slots), h.unsent...)
+	slices.SortFunc(h.unsent, func(a, b HistorySlot) int { return a.Start.Compare(b.Start) })
+	if n := len(h.unsent); n > historySlots {
+		h.unsent = slices.Clone(h.unsent[n-historySlots:])
+	}
 }
 
 // slotOf is the number of the slot t is in.
@@ -202,18 +234,25 @@ func (h *history) slots(now time.Time, window time.Duration) []HistorySlot {
 	return out
 }
 
-// foldHistory folds what has ended into the history and adds it to the fleet's.
+// foldHistory folds what has ended into the history and adds it to the fleet's, with the slots
+// the store did not take before. At the first slot the store does not take, the rest wait for the
+// next fold: an unreachable store costs a fold one timeout, not one per slot.
 func (s *Server) foldHistory(ctx context.Context) {
-	added := s.history.fold(s.metrics.activity, s.metrics.now())
+	now := s.metrics.now()
+	added := s.history.fold(s.metrics.activity, now)
 	if s.fleetHistory == nil {
 		return
 	}
-	for _, sl := range added {
+	send := s.history.toSend(added, now)
+	for i, sl := range send {
 		ctx, cancel := context.WithTimeout(ctx, historyTimeout)
 		err := s.fleetHistory.Add(ctx, slotOf(sl.Start), HistoryFields(sl))
 		cancel()
 		if err != nil {
-			s.log.Debug("history: a slot not added to the fleet's (the store did not take it)", "slot", sl.Start, "error", err.Error())
+			s.log.Debug("history: slots not added to the fleet's yet (the store did not take them); sent again at the next fold",
+				"slots", len(send)-i, "from", sl.Start, "error", err.Error())
+			s.history.sendFailed(send[i:])
+			return
 		}
 	}
 }

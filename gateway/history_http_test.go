@@ -137,3 +137,85 @@ clients:
 		}
 	}
 }
+
+// TestFleetHistoryAfterOutage: a slot folded while the Redis is down is in this instance's
+// history at once, and in the fleet's once the Redis is back — sent again at each fold until the
+// store takes it, and counted once however often it is sent.
+func TestFleetHistoryAfterOutage(t *testing.T) {
+	rs := redistest.Start(t)
+	yaml := `
+listen: ""
+store: {type: redis, addrs: [` + rs.Addr + `], timeout: 500ms}
+policies:
+  - {name: tight, algorithm: fixed-window, limit: 5, period: 1000h}
+default_policy: tight
+clients:
+  - {name: alpha, api_key_sha256: ` + strings.Repeat("a", 64) + `, policy: tight}
+`
+	clock := sluice.NewManualClock(needsStart)
+	cfg, err := config.Parse([]byte(yaml), "fleet.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := gateway.NewTestServer(cfg, "", slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Close)
+	srv.SetClock(clock.Now)
+	admin := httptestServer(t, srv)
+	for i := 0; i < 8; i++ {
+		decideAs(t, srv, "alpha", "")
+	}
+	read := func() gateway.HistoryReport {
+		t.Helper()
+		resp, err := http.Get(admin + "/v1/history")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var rep gateway.HistoryReport
+		if err := json.NewDecoder(resp.Body).Decode(&rep); err != nil || resp.StatusCode != 200 {
+			t.Fatalf("GET /v1/history: %d %v", resp.StatusCode, err)
+		}
+		return rep
+	}
+	slot := func(ss []gateway.HistorySlot) string {
+		var out []string
+		for _, s := range ss {
+			out = append(out, fmt.Sprintf("%s %d/%d %v x%d", s.Start.Format("15:04:05"), s.Allowed, s.Refused, s.TopRefused, s.Instances))
+		}
+		return strings.Join(out, "; ")
+	}
+
+	rs.Kill()
+	clock.Advance(11 * time.Second)
+	gateway.FoldHistory(srv) // the store does not take the slot
+	rep := read()            // (its own fold: the store still down)
+	if got, want := slot(rep.Instance), "00:00:00 5/3 [{alpha 3}] x0"; got != want {
+		t.Fatalf("own history with the Redis down: %s; want %s", got, want)
+	}
+	if rep.FleetError == "" {
+		t.Fatalf("fleet history with the Redis down: %s, no error", slot(rep.Fleet))
+	}
+
+	rs.Restart() // empty: the slot is in no key
+	want := "00:00:00 5/3 [{alpha 3}] x1"
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		gateway.FoldHistory(srv)
+		rep = read()
+		if rep.FleetError == "" && slot(rep.Fleet) == want {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the fleet's history 30 s after the Redis came back: %s (%s); want %s", slot(rep.Fleet), rep.FleetError, want)
+		}
+	}
+	for range 3 { // nothing left to send: folds and reads change nothing
+		gateway.FoldHistory(srv)
+	}
+	if rep = read(); slot(rep.Fleet) != want || slot(rep.Instance) != "00:00:00 5/3 [{alpha 3}] x0" {
+		t.Errorf("after more folds: fleet %s, own %s; want the slot once", slot(rep.Fleet), slot(rep.Instance))
+	}
+}

@@ -2,14 +2,14 @@ package redis
 
 // The fleet's history: the last hour of the fleet's figures, for the operator page's chart. The
 // gateway divides time into slots (unix seconds / 10, the same on every instance) and, as each
-// slot ends, adds its own counts to the slot's key in Redis (a sorted set of counts by name, which
-// holds the sum of every instance's); any instance reads the fleet's hour back from them.
+// slot ends, sets its own counts in the slot's key in Redis (a sorted set of every instance's
+// counts, by instance and name); any instance reads the fleet's hour back from them, summed.
 //
 // Bounded: one key a slot, named by its number only (no client's name or key is in a key's name),
 // each expiring HistoryTTL after its last add, so Redis holds the last hour and a little more
 // (at most 373 keys at 10 s a slot), whatever the number of instances. Each key's counts are what
-// the instances add: the gateway adds a few counts and its 5 most refused clients' (by name), so a
-// slot's counts grow with the instances, not with the clients. The keys are beside the registry,
+// the instances set: the gateway sets a few counts and its 5 most refused clients' (by name), so
+// a slot's counts grow with the instances, not with the clients. The keys are beside the registry,
 // in its slot (its hash tag), under the store's prefix (rate-limit:{rate-limit:instances}:
 // history:<slot> with the default prefix and fleet), and take only commands the store's ACL
 // grants (ACLRules).
@@ -20,6 +20,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/rueidis"
@@ -44,9 +45,11 @@ func (f *Fleet) historyKey(n int64) string {
 	return sharesKey(f.s.prefix, f.key, ":history:"+strconv.FormatInt(n, 10))
 }
 
-// AddHistory adds counts (field: increment) to the fleet's slot n, and keeps its key for
-// HistoryTTL from now. Field names are the caller's (the gateway's: counts and client names;
-// never put a secret in one).
+// AddHistory sets this instance's counts (field: value) in the fleet's slot n, and keeps its key
+// for HistoryTTL from now. The slot keeps each instance's counts apart (members "<id> <field>")
+// and History sums them, so an add is idempotent: sent again after its answer was lost, or
+// retried after an outage, it counts once. Field names are the caller's (the gateway's: counts
+// and client names; never put a secret in one).
 func (f *Fleet) AddHistory(ctx context.Context, n int64, counts map[string]int64) error {
 	key := f.historyKey(n)
 	if key == "" {
@@ -58,7 +61,7 @@ func (f *Fleet) AddHistory(ctx context.Context, n int64, counts map[string]int64
 	}
 	args := []string{"add", strconv.FormatInt(HistoryTTL.Milliseconds(), 10)}
 	for k, v := range counts {
-		args = append(args, k, strconv.FormatInt(v, 10))
+		args = append(args, f.id+" "+k, strconv.FormatInt(v, 10))
 	}
 	if err := historyScript.Exec(ctx, c.client, []string{key}, args).Error(); err != nil {
 		return unavailable(err)
@@ -106,7 +109,13 @@ func (f *Fleet) History(ctx context.Context, first, last int64) (map[int64]map[s
 			if err != nil {
 				return nil, fmt.Errorf("redis store: fleet history: slot %d, field %q: %v", first+int64(i), kv[j], err)
 			}
-			m[kv[j]] = int64(v)
+			// "<instance id> <field>": the instances' counts of a field summed (a member without
+			// an id, "<field>", is counted as one instance's).
+			_, field, ok := strings.Cut(kv[j], " ")
+			if !ok {
+				field = kv[j]
+			}
+			m[field] += int64(v)
 		}
 		out[first+int64(i)] = m
 	}

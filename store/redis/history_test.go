@@ -22,7 +22,7 @@ func TestFleetHistory(t *testing.T) {
 	b := openFleet(t, fleetStore(t, srv, opts), "gw-b")
 	reader := openFleet(t, fleetStore(t, srv, opts), "gw-r")
 	const n = 180_000_000
-	for _, add := range []struct {
+	adds := []struct {
 		f      *redis.Fleet
 		slot   int64
 		counts map[string]int64
@@ -30,7 +30,8 @@ func TestFleetHistory(t *testing.T) {
 		{a, n, map[string]int64{"allowed": 10, "refused": 3, "instances": 1, "r:partner-a": 3}},
 		{b, n, map[string]int64{"allowed": 7, "refused": 5, "instances": 1, "r:partner-a": 1, "r:partner-b": 4}},
 		{a, n + 2, map[string]int64{"allowed": 1 << 40, "instances": 1}},
-	} {
+	}
+	for _, add := range adds {
 		if err := add.f.AddHistory(bg, add.slot, add.counts); err != nil {
 			t.Fatalf("%s: AddHistory(%d): %v", add.f.ID(), add.slot, err)
 		}
@@ -45,6 +46,16 @@ func TestFleetHistory(t *testing.T) {
 	}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("the fleet's slots: %v, want %v", got, want)
+	}
+	// An add sent again (its answer lost, or retried after an outage) counts once: each instance's
+	// counts are set, not added to.
+	for range 3 {
+		if err := adds[0].f.AddHistory(bg, adds[0].slot, adds[0].counts); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got, err := reader.History(bg, n-1, n+3); err != nil || fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("after a's add of slot n sent three times more: %v (%v), want %v", got, err, want)
 	}
 	key := "hist-test:{hist-test:instances}:history:180000000"
 	if ttl := mustInt(t, srv, "PTTL", key); ttl <= int64(time.Hour/time.Millisecond) || ttl > int64(redis.HistoryTTL/time.Millisecond) {
