@@ -1,11 +1,9 @@
 package gateway_test
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
-	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -67,14 +65,13 @@ func TestHistoryEndpoint(t *testing.T) {
 	}
 }
 
-// TestFleetHistoryEndpoint: two gateways on one real Redis, on one virtual clock: each folds its
-// slot and adds it to the fleet's; GET /v1/history of either has its own slot as "instance" and
-// the sum of both as "fleet", with the most refused clients of both, and the two instances.
-func TestFleetHistoryEndpoint(t *testing.T) {
-	rs := redistest.Start(t)
+// fleetGateway starts a gateway on the Redis at addr on clock, with clients alpha and beta of a
+// policy of 5 per 1000 h, and its admin listener's URL.
+func fleetGateway(t *testing.T, addr string, clock *sluice.ManualClock) (*gateway.Server, string) {
+	t.Helper()
 	yaml := `
 listen: ""
-store: {type: redis, addrs: [` + rs.Addr + `], timeout: 2s}
+store: {type: redis, addrs: [` + addr + `], timeout: 2s}
 policies:
   - {name: tight, algorithm: fixed-window, limit: 5, period: 1000h}
 default_policy: tight
@@ -82,21 +79,48 @@ clients:
   - {name: alpha, api_key_sha256: ` + strings.Repeat("a", 64) + `, policy: tight}
   - {name: beta, api_key_sha256: ` + strings.Repeat("b", 64) + `, policy: tight}
 `
+	cfg, err := config.Parse([]byte(yaml), "fleet.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := gateway.NewTestServer(cfg, "", slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Close)
+	srv.SetClock(clock.Now)
+	return srv, httptestServer(t, srv)
+}
+
+// readHistory is GET /v1/history of admin.
+func readHistory(t *testing.T, admin string) gateway.HistoryReport {
+	t.Helper()
+	var rep gateway.HistoryReport
+	if code, detail := getJSON(t, admin+"/v1/history", &rep); code != 200 {
+		t.Fatalf("GET /v1/history: %d %s", code, detail)
+	}
+	return rep
+}
+
+// slotsText is slots as "start allowed/refused/delayed [most refused] xinstances; ...".
+func slotsText(slots []gateway.HistorySlot) string {
+	var out []string
+	for _, s := range slots {
+		out = append(out, fmt.Sprintf("%s %d/%d/%d %v x%d", s.Start.Format("15:04:05"), s.Allowed, s.Refused, s.Delayed, s.TopRefused, s.Instances))
+	}
+	return strings.Join(out, "; ")
+}
+
+// TestFleetHistoryEndpoint: two gateways on one real Redis, on one virtual clock: each folds its
+// slot and adds it to the fleet's; GET /v1/history of either has its own slot as "instance" and
+// the sum of both as "fleet", with the most refused clients of both, and the two instances.
+func TestFleetHistoryEndpoint(t *testing.T) {
+	rs := redistest.Start(t)
 	clock := sluice.NewManualClock(needsStart)
 	var srvs [2]*gateway.Server
 	var admins [2]string
 	for i := range srvs {
-		cfg, err := config.Parse([]byte(yaml), "fleet.yaml")
-		if err != nil {
-			t.Fatal(err)
-		}
-		srv, err := gateway.NewTestServer(cfg, "", slog.New(slog.NewTextHandler(io.Discard, nil)))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(srv.Close)
-		srv.SetClock(clock.Now)
-		srvs[i], admins[i] = srv, httptestServer(t, srv)
+		srvs[i], admins[i] = fleetGateway(t, rs.Addr, clock)
 	}
 	// One counter per client on the Redis: alpha 8 on a (5 allowed), beta 7 on b (5 allowed).
 	for i := 0; i < 8; i++ {
@@ -109,31 +133,13 @@ clients:
 	for _, srv := range srvs {
 		gateway.FoldHistory(srv)
 	}
-	var reps [2]gateway.HistoryReport
-	for i, a := range admins {
-		resp, err := http.Get(a + "/v1/history")
-		if err != nil {
-			t.Fatal(err)
-		}
-		err = json.NewDecoder(resp.Body).Decode(&reps[i])
-		resp.Body.Close()
-		if err != nil || resp.StatusCode != 200 {
-			t.Fatalf("gateway %d: GET /v1/history: %d %v", i, resp.StatusCode, err)
-		}
-	}
-	slot := func(ss []gateway.HistorySlot) string {
-		var out []string
-		for _, s := range ss {
-			out = append(out, fmt.Sprintf("%s %d/%d/%d %v x%d", s.Start.Format("15:04:05"), s.Allowed, s.Refused, s.Delayed, s.TopRefused, s.Instances))
-		}
-		return strings.Join(out, "; ")
-	}
 	for i, want := range []string{"00:00:00 5/3/0 [{alpha 3}] x0", "00:00:00 5/2/0 [{beta 2}] x0"} {
-		if got := slot(reps[i].Instance); got != want {
+		rep := readHistory(t, admins[i])
+		if got := slotsText(rep.Instance); got != want {
 			t.Errorf("gateway %d's own history: %s; want %s", i, got, want)
 		}
-		if got, want := slot(reps[i].Fleet), "00:00:00 10/5/0 [{alpha 3} {beta 2}] x2"; got != want || reps[i].FleetError != "" {
-			t.Errorf("gateway %d's fleet history: %s (%s); want %s", i, got, reps[i].FleetError, want)
+		if got, want := slotsText(rep.Fleet), "00:00:00 10/5/0 [{alpha 3} {beta 2}] x2"; got != want || rep.FleetError != "" {
+			t.Errorf("gateway %d's fleet history: %s (%s); want %s", i, got, rep.FleetError, want)
 		}
 	}
 }
@@ -143,79 +149,41 @@ clients:
 // store takes it, and counted once however often it is sent.
 func TestFleetHistoryAfterOutage(t *testing.T) {
 	rs := redistest.Start(t)
-	yaml := `
-listen: ""
-store: {type: redis, addrs: [` + rs.Addr + `], timeout: 500ms}
-policies:
-  - {name: tight, algorithm: fixed-window, limit: 5, period: 1000h}
-default_policy: tight
-clients:
-  - {name: alpha, api_key_sha256: ` + strings.Repeat("a", 64) + `, policy: tight}
-`
 	clock := sluice.NewManualClock(needsStart)
-	cfg, err := config.Parse([]byte(yaml), "fleet.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv, err := gateway.NewTestServer(cfg, "", slog.New(slog.NewTextHandler(io.Discard, nil)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(srv.Close)
-	srv.SetClock(clock.Now)
-	admin := httptestServer(t, srv)
+	srv, admin := fleetGateway(t, rs.Addr, clock)
 	for i := 0; i < 8; i++ {
 		decideAs(t, srv, "alpha", "")
 	}
-	read := func() gateway.HistoryReport {
-		t.Helper()
-		resp, err := http.Get(admin + "/v1/history")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		var rep gateway.HistoryReport
-		if err := json.NewDecoder(resp.Body).Decode(&rep); err != nil || resp.StatusCode != 200 {
-			t.Fatalf("GET /v1/history: %d %v", resp.StatusCode, err)
-		}
-		return rep
-	}
-	slot := func(ss []gateway.HistorySlot) string {
-		var out []string
-		for _, s := range ss {
-			out = append(out, fmt.Sprintf("%s %d/%d %v x%d", s.Start.Format("15:04:05"), s.Allowed, s.Refused, s.TopRefused, s.Instances))
-		}
-		return strings.Join(out, "; ")
-	}
+	const own = "00:00:00 5/3/0 [{alpha 3}] x0"
 
 	rs.Kill()
 	clock.Advance(11 * time.Second)
-	gateway.FoldHistory(srv) // the store does not take the slot
-	rep := read()            // (its own fold: the store still down)
-	if got, want := slot(rep.Instance), "00:00:00 5/3 [{alpha 3}] x0"; got != want {
-		t.Fatalf("own history with the Redis down: %s; want %s", got, want)
+	gateway.FoldHistory(srv)     // the store does not take the slot
+	rep := readHistory(t, admin) // (its own fold: the store still down)
+	if got := slotsText(rep.Instance); got != own {
+		t.Fatalf("own history with the Redis down: %s; want %s", got, own)
 	}
 	if rep.FleetError == "" {
-		t.Fatalf("fleet history with the Redis down: %s, no error", slot(rep.Fleet))
+		t.Fatalf("fleet history with the Redis down: %s, no error", slotsText(rep.Fleet))
 	}
 
 	rs.Restart() // empty: the slot is in no key
-	want := "00:00:00 5/3 [{alpha 3}] x1"
+	want := "00:00:00 5/3/0 [{alpha 3}] x1"
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		gateway.FoldHistory(srv)
-		rep = read()
-		if rep.FleetError == "" && slot(rep.Fleet) == want {
+		rep = readHistory(t, admin)
+		if rep.FleetError == "" && slotsText(rep.Fleet) == want {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("the fleet's history 30 s after the Redis came back: %s (%s); want %s", slot(rep.Fleet), rep.FleetError, want)
+			t.Fatalf("the fleet's history 30 s after the Redis came back: %s (%s); want %s", slotsText(rep.Fleet), rep.FleetError, want)
 		}
 	}
 	for range 3 { // nothing left to send: folds and reads change nothing
 		gateway.FoldHistory(srv)
 	}
-	if rep = read(); slot(rep.Fleet) != want || slot(rep.Instance) != "00:00:00 5/3 [{alpha 3}] x0" {
-		t.Errorf("after more folds: fleet %s, own %s; want the slot once", slot(rep.Fleet), slot(rep.Instance))
+	if rep = readHistory(t, admin); slotsText(rep.Fleet) != want || slotsText(rep.Instance) != own {
+		t.Errorf("after more folds: fleet %s, own %s; want the slot once", slotsText(rep.Fleet), slotsText(rep.Instance))
 	}
 }
