@@ -2,8 +2,6 @@ package gateway_test
 
 import (
 	"fmt"
-	"io"
-	"log/slog"
 	"net/http/httptest"
 	"strings"
 	"testing"
@@ -11,7 +9,6 @@ import (
 
 	"github.com/chromedp/chromedp"
 
-	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/gateway"
 	"github.com/sluicehq/sluice/internal/browsertest"
 	"github.com/sluicehq/sluice/internal/redistest"
@@ -28,29 +25,10 @@ import (
 func TestOperatorPageHistory(t *testing.T) {
 	t.Parallel()
 	rs := redistest.Start(t)
-	yaml := `
-listen: ""
-store: {type: redis, addrs: [` + rs.Addr + `], timeout: 2s}
-policies:
-  - {name: tight, algorithm: fixed-window, limit: 5, period: 1000h}
-default_policy: tight
-clients:
-  - {name: alpha, api_key_sha256: ` + strings.Repeat("a", 64) + `, policy: tight}
-  - {name: beta, api_key_sha256: ` + strings.Repeat("b", 64) + `, policy: tight}
-`
 	var srvs [2]*gateway.Server
 	admin := ""
 	for i := range srvs {
-		cfg, err := config.Parse([]byte(yaml), "fleet.yaml")
-		if err != nil {
-			t.Fatal(err)
-		}
-		srv, err := gateway.NewTestServer(cfg, "", slog.New(slog.NewTextHandler(io.Discard, nil)))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(srv.Close)
-		srvs[i] = srv
+		srvs[i] = fleetServer(t, rs.Addr)
 	}
 	srvs[0].Mount("GET /", web.Handler())
 	hs := httptest.NewServer(srvs[0].Admin())

@@ -65,9 +65,9 @@ func TestHistoryEndpoint(t *testing.T) {
 	}
 }
 
-// fleetGateway starts a gateway on the Redis at addr on clock, with clients alpha and beta of a
-// policy of 5 per 1000 h, and its admin listener's URL.
-func fleetGateway(t *testing.T, addr string, clock *sluice.ManualClock) (*gateway.Server, string) {
+// fleetServer starts a gateway on the Redis at addr, with clients alpha and beta of a policy of
+// 5 per 1000 h.
+func fleetServer(t *testing.T, addr string) *gateway.Server {
 	t.Helper()
 	yaml := `
 listen: ""
@@ -88,6 +88,13 @@ clients:
 		t.Fatal(err)
 	}
 	t.Cleanup(srv.Close)
+	return srv
+}
+
+// fleetGateway is fleetServer on clock, and its admin listener's URL.
+func fleetGateway(t *testing.T, addr string, clock *sluice.ManualClock) (*gateway.Server, string) {
+	t.Helper()
+	srv := fleetServer(t, addr)
 	srv.SetClock(clock.Now)
 	return srv, httptestServer(t, srv)
 }
