@@ -294,14 +294,8 @@ var historyQuery = map[string]bool{"window": true}
 // instance's and its fleet's figures.
 func (s *Server) historyHandler(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	for k := range q {
-		if !historyQuery[k] {
-			if len(k) > 40 {
-				k = k[:40] + "…"
-			}
-			needsProblem(w, http.StatusBadRequest, fmt.Sprintf("query parameter %q", k), "unknown; this endpoint takes window")
-			return
-		}
+	if unknownQuery(w, q, historyQuery, "window") {
+		return
 	}
 	window := time.Duration(historySlots) * historyResolution
 	if v, ok := q["window"]; ok {

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/url"
 	"sort"
 	"strconv"
 	"time"
@@ -156,14 +157,8 @@ func needsProblem(w http.ResponseWriter, status int, field, detail string) {
 func (s *Server) clientNeeds(w http.ResponseWriter, r *http.Request) {
 	name := r.PathValue("name")
 	q := r.URL.Query()
-	for k := range q {
-		if !needsQuery[k] {
-			if len(k) > 40 {
-				k = k[:40] + "…"
-			}
-			needsProblem(w, http.StatusBadRequest, fmt.Sprintf("query parameter %q", k), "unknown; this endpoint takes policy, limit, period and algorithm")
-			return
-		}
+	if unknownQuery(w, q, needsQuery, "policy, limit, period and algorithm") {
+		return
 	}
 	g := s.current.Load()
 	client, configured := g.cfg.ClientByName(name)
@@ -291,4 +286,19 @@ func writeJSON(w http.ResponseWriter, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Cache-Control", "no-store")
 	_ = json.NewEncoder(w).Encode(v)
+}
+
+// unknownQuery answers 400, naming the first query parameter q has that known lacks (cut to 40
+// bytes), and reports whether it did; takes says what the endpoint takes.
+func unknownQuery(w http.ResponseWriter, q url.Values, known map[string]bool, takes string) bool {
+	for k := range q {
+		if !known[k] {
+			if len(k) > 40 {
+				k = k[:40] + "…"
+			}
+			needsProblem(w, http.StatusBadRequest, fmt.Sprintf("query parameter %q", k), "unknown; this endpoint takes "+takes)
+			return true
+		}
+	}
+	return false
 }
